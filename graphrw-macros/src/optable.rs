@@ -1,0 +1,308 @@
+//! Expansion of the built-in op table ([`crate::vocab::BUILTIN_OPS`]) into `graphrw`.
+//!
+//! Three expansions, chosen by the macro's argument:
+//! - `defs`: one `pub static NAME: OpDef` per op plus `pub static BUILTIN: &[&OpDef]`;
+//! - `builder`: an `impl Builder` block with one method per op (`g.softmax(x, -1)`);
+//! - `var`: an `impl Var` block with one method per op whose first operand is a single
+//!   tensor (`x.softmax(-1)`).
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote};
+
+use crate::vocab::{Arity, Attr, Class, DefaultValue, Kind, OpSpec, Outputs, BUILTIN_OPS};
+
+/// Entry point of `__builtin_op_table!`.
+pub fn expand(input: TokenStream) -> syn::Result<TokenStream> {
+    let what: Ident = syn::parse2(input)?;
+    match what.to_string().as_str() {
+        "defs" => Ok(defs()),
+        "builder" => Ok(builder_methods()),
+        "var" => Ok(var_methods()),
+        other => Err(syn::Error::new(
+            what.span(),
+            format!("expected `defs`, `builder` or `var`, found `{other}`"),
+        )),
+    }
+}
+
+/// The Rust name of an op's static (`scaled_dot_product_attention` -> `SCALED_DOT_PRODUCT_ATTENTION`).
+pub fn static_ident(op: &str) -> Ident {
+    Ident::new(&op.to_uppercase(), Span::call_site())
+}
+
+/// The Rust name of an op's builder method (`where` is a keyword, so `where_`).
+pub fn method_ident(op: &str) -> Ident {
+    match op {
+        "where" => format_ident!("where_"),
+        _ => Ident::new(op, Span::call_site()),
+    }
+}
+
+fn defs() -> TokenStream {
+    let statics = BUILTIN_OPS.iter().map(op_static);
+    let names = BUILTIN_OPS.iter().map(|op| static_ident(op.name));
+    quote! {
+        #(#statics)*
+        /// Every built-in op, in table order.
+        pub static BUILTIN: &[&crate::ops::OpDef] = &[#(&#names),*];
+    }
+}
+
+fn op_static(op: &OpSpec) -> TokenStream {
+    let ident = static_ident(op.name);
+    let name = op.name;
+    let doc = op.doc;
+    let operands = op.operands.iter().map(|o| {
+        let oname = o.name;
+        let arity = match o.arity {
+            Arity::Required => quote!(Required),
+            Arity::Optional => quote!(Optional),
+            Arity::Variadic => quote!(Variadic),
+        };
+        quote!(crate::ops::OperandSpec { name: #oname, arity: crate::ops::Arity::#arity })
+    });
+    let attrs = op.attrs.iter().map(attr_spec);
+    let outputs = match op.outputs {
+        Outputs::Fixed(n) => quote!(crate::ops::OutputCount::Fixed(#n)),
+        Outputs::PerElementOf(a) => quote!(crate::ops::OutputCount::PerElementOf(#a)),
+    };
+    let commutative = op.commutative;
+    let class = class_tokens(op.class);
+    let infer = if op.infer == "declared" {
+        quote!(crate::ops::Infer::Declared)
+    } else {
+        let f = Ident::new(op.infer, Span::call_site());
+        quote!(crate::ops::Infer::Fn(crate::ops::infer::#f))
+    };
+    quote! {
+        #[doc = #doc]
+        pub static #ident: crate::ops::OpDef = crate::ops::OpDef {
+            name: #name,
+            doc: #doc,
+            operands: &[#(#operands),*],
+            attrs: &[#(#attrs),*],
+            outputs: #outputs,
+            commutative: #commutative,
+            class: #class,
+            infer: #infer,
+            decompose: None,
+        };
+    }
+}
+
+fn class_tokens(class: Class) -> TokenStream {
+    let c = format_ident!("{}", format!("{class:?}"));
+    quote!(crate::ops::OpClass::#c)
+}
+
+fn kind_tokens(kind: Kind) -> TokenStream {
+    let k = format_ident!("{}", format!("{kind:?}"));
+    quote!(crate::ops::AttrKind::#k)
+}
+
+fn attr_spec(a: &Attr) -> TokenStream {
+    let name = a.name;
+    let kind = kind_tokens(a.kind);
+    let default = match a.default {
+        DefaultValue::Required => quote!(Required),
+        DefaultValue::Null => quote!(Null),
+        DefaultValue::Int(v) => quote!(Int(#v)),
+        DefaultValue::Float(v) => quote!(Float(#v)),
+        DefaultValue::Bool(v) => quote!(Bool(#v)),
+        DefaultValue::Ints(v) => quote!(Ints(&[#(#v),*])),
+        DefaultValue::Str(v) => quote!(Str(#v)),
+        DefaultValue::DType(v) => {
+            let d = dtype_variant(v);
+            quote!(DType(crate::DType::#d))
+        }
+    };
+    quote!(crate::ops::AttrSpec { name: #name, kind: #kind, default: crate::ops::AttrDefault::#default })
+}
+
+fn dtype_variant(name: &str) -> Ident {
+    let variant = match name {
+        "f32" => "F32",
+        "f64" => "F64",
+        "f16" => "F16",
+        "bf16" => "BF16",
+        "i64" => "I64",
+        "i32" => "I32",
+        "bool" => "Bool",
+        other => panic!("vocab.rs: unknown dtype default `{other}`"),
+    };
+    Ident::new(variant, Span::call_site())
+}
+
+/// The Rust parameter type of an attribute in builder methods, and the expression that
+/// turns the parameter into an `AttrValue`.
+fn attr_param(a: &Attr) -> (TokenStream, TokenStream) {
+    let p = format_ident!("{}", a.name);
+    let optional = a.default == DefaultValue::Null;
+    let (ty, conv) = match a.kind {
+        Kind::Int => (quote!(i64), quote!(crate::ops::AttrValue::Int(v))),
+        Kind::Float => (quote!(f64), quote!(crate::ops::AttrValue::Float(v))),
+        Kind::Bool => (quote!(bool), quote!(crate::ops::AttrValue::Bool(v))),
+        Kind::Ints => (quote!(&[i64]), quote!(crate::ops::AttrValue::Ints(v.to_vec()))),
+        Kind::Str => (quote!(&str), quote!(crate::ops::AttrValue::Str(v.to_string()))),
+        Kind::DType => (quote!(crate::DType), quote!(crate::ops::AttrValue::DType(v))),
+    };
+    if optional {
+        (
+            quote!(#p: Option<#ty>),
+            quote!(match #p { Some(v) => #conv, None => crate::ops::AttrValue::Null }),
+        )
+    } else {
+        (quote!(#p: #ty), quote!({ let v = #p; #conv }))
+    }
+}
+
+fn attr_doc(op: &OpSpec) -> String {
+    if op.attrs.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = op
+        .attrs
+        .iter()
+        .map(|a| match a.default {
+            DefaultValue::Required => format!("`{}`", a.name),
+            DefaultValue::Null => format!("`{}` (None by default)", a.name),
+            d => format!("`{}` (default {})", a.name, default_text(d)),
+        })
+        .collect();
+    format!(" Attributes: {}.", list.join(", "))
+}
+
+fn default_text(d: DefaultValue) -> String {
+    match d {
+        DefaultValue::Int(v) => v.to_string(),
+        DefaultValue::Float(v) => format!("{v:?}"),
+        DefaultValue::Bool(v) => v.to_string(),
+        DefaultValue::Ints(v) => format!("{v:?}"),
+        DefaultValue::Str(v) => format!("{v:?}"),
+        DefaultValue::DType(v) => v.to_string(),
+        DefaultValue::Required | DefaultValue::Null => String::new(),
+    }
+}
+
+fn is_buildable(op: &OpSpec) -> bool {
+    !matches!(op.name, "input" | "constant")
+}
+
+fn builder_methods() -> TokenStream {
+    let methods = BUILTIN_OPS.iter().filter(|op| is_buildable(op)).map(|op| {
+        let method = method_ident(op.name);
+        let def = static_ident(op.name);
+        let doc = format!("Adds `{}`: {}{}", op.name, op.doc, attr_doc(op));
+        let mut params = Vec::new();
+        let mut operand_exprs = Vec::new();
+        for o in op.operands {
+            let p = format_ident!("{}", o.name);
+            match o.arity {
+                Arity::Required => {
+                    params.push(quote!(#p: impl Into<crate::Arg>));
+                    operand_exprs.push(quote!(crate::builder::Slot::One(#p.into())));
+                }
+                Arity::Optional => {
+                    params.push(quote!(#p: Option<crate::Value>));
+                    operand_exprs.push(quote!(crate::builder::Slot::Opt(#p)));
+                }
+                Arity::Variadic => {
+                    params.push(quote!(#p: &[crate::Value]));
+                    operand_exprs.push(quote!(crate::builder::Slot::Many(#p.to_vec())));
+                }
+            }
+        }
+        let mut attr_exprs = Vec::new();
+        for a in op.attrs {
+            let (param, conv) = attr_param(a);
+            params.push(param);
+            attr_exprs.push(conv);
+        }
+        let (ret, call) = match op.outputs {
+            Outputs::Fixed(1) => (quote!(crate::Value), quote!(apply_one)),
+            _ => (quote!(Vec<crate::Value>), quote!(apply_many)),
+        };
+        quote! {
+            #[doc = #doc]
+            #[allow(clippy::too_many_arguments)]
+            pub fn #method(&self, #(#params),*) -> Result<#ret, crate::GraphError> {
+                self.#call(
+                    &crate::ops::builtin::#def,
+                    vec![#(#operand_exprs),*],
+                    vec![#(#attr_exprs),*],
+                )
+            }
+        }
+    });
+    quote! {
+        /// One method per built-in op (generated from the op table).
+        impl crate::Builder {
+            #(#methods)*
+        }
+    }
+}
+
+fn var_methods() -> TokenStream {
+    let methods = BUILTIN_OPS
+        .iter()
+        .filter(|op| op.operands.first().is_some_and(|o| o.arity == Arity::Required))
+        .map(|op| {
+            let method = method_ident(op.name);
+            let doc = format!(
+                "`{}` with this value as `{}`: {}{}",
+                op.name,
+                op.operands[0].name,
+                op.doc,
+                attr_doc(op)
+            );
+            let mut params = Vec::new();
+            let mut args = vec![quote!(self)];
+            for o in &op.operands[1..] {
+                let p = format_ident!("{}", o.name);
+                match o.arity {
+                    Arity::Required => {
+                        params.push(quote!(#p: impl Into<crate::Arg>));
+                        args.push(quote!(#p));
+                    }
+                    Arity::Optional => {
+                        params.push(quote!(#p: Option<crate::Var<'b>>));
+                        args.push(quote!(#p.map(crate::Value::from)));
+                    }
+                    Arity::Variadic => {
+                        params.push(quote!(#p: &[crate::Value]));
+                        args.push(quote!(#p));
+                    }
+                }
+            }
+            for a in op.attrs {
+                let (param, _) = attr_param(a);
+                let p = format_ident!("{}", a.name);
+                params.push(param);
+                args.push(quote!(#p));
+            }
+            match op.outputs {
+                Outputs::Fixed(1) => quote! {
+                    #[doc = #doc]
+                    #[allow(clippy::too_many_arguments)]
+                    pub fn #method(self, #(#params),*) -> Result<crate::Var<'b>, crate::GraphError> {
+                        let b = self.builder();
+                        b.#method(#(#args),*).map(|v| b.var(v))
+                    }
+                },
+                _ => quote! {
+                    #[doc = #doc]
+                    #[allow(clippy::too_many_arguments)]
+                    pub fn #method(self, #(#params),*) -> Result<Vec<crate::Var<'b>>, crate::GraphError> {
+                        let b = self.builder();
+                        b.#method(#(#args),*).map(|vs| vs.into_iter().map(|v| b.var(v)).collect())
+                    }
+                },
+            }
+        });
+    quote! {
+        /// One method per built-in op whose first operand is a tensor (generated from the op table).
+        impl<'b> crate::Var<'b> {
+            #(#methods)*
+        }
+    }
+}

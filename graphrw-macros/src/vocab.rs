@@ -1,0 +1,264 @@
+//! The built-in op vocabulary as data: the one source of truth.
+//!
+//! `graphrw` expands its op declarations from this table (through the hidden
+//! `__builtin_op_table!` macro), and `pattern!` checks op names, operand counts and
+//! attribute kinds against it at compile time. Shape inference is code and lives in
+//! `graphrw::ops::infer`; each entry names its inference function.
+
+/// How many operands an operand slot takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// Exactly one value.
+    Required,
+    /// Zero or one value; only trailing slots may be optional.
+    Optional,
+    /// Any number of values (only as the last slot).
+    Variadic,
+}
+
+/// The kind of an attribute value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Int,
+    Float,
+    Bool,
+    Ints,
+    Str,
+    DType,
+}
+
+/// An attribute's default, or `Required` when it has none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DefaultValue {
+    Required,
+    /// The attribute is optional and absent by default (`scale: Option<f64> = None`).
+    Null,
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Ints(&'static [i64]),
+    Str(&'static str),
+    DType(&'static str),
+}
+
+/// How many outputs a node of the op has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outputs {
+    /// A fixed number.
+    Fixed(usize),
+    /// As many as the length of the named `Ints` attribute (`split`).
+    PerElementOf(&'static str),
+}
+
+/// The broad family of an op (used by printers, executors and the tile executor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Source,
+    Elementwise,
+    Reduction,
+    Layout,
+    Indexing,
+    Contraction,
+    Normalization,
+    Other,
+}
+
+/// One operand slot.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand {
+    pub name: &'static str,
+    pub arity: Arity,
+}
+
+/// One attribute.
+#[derive(Clone, Copy, Debug)]
+pub struct Attr {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub default: DefaultValue,
+}
+
+/// One op of the vocabulary.
+#[derive(Clone, Copy, Debug)]
+pub struct OpSpec {
+    pub name: &'static str,
+    pub doc: &'static str,
+    pub operands: &'static [Operand],
+    pub attrs: &'static [Attr],
+    pub outputs: Outputs,
+    pub commutative: bool,
+    pub class: Class,
+    /// Name of the shape/dtype inference function in `graphrw::ops::infer`.
+    pub infer: &'static str,
+}
+
+const fn req(name: &'static str) -> Operand {
+    Operand { name, arity: Arity::Required }
+}
+const fn opt(name: &'static str) -> Operand {
+    Operand { name, arity: Arity::Optional }
+}
+const fn var(name: &'static str) -> Operand {
+    Operand { name, arity: Arity::Variadic }
+}
+const fn attr(name: &'static str, kind: Kind, default: DefaultValue) -> Attr {
+    Attr { name, kind, default }
+}
+
+const X: &[Operand] = &[req("input")];
+const XY: &[Operand] = &[req("input"), req("other")];
+const NO_ATTRS: &[Attr] = &[];
+const ONE: Outputs = Outputs::Fixed(1);
+
+const fn unary(name: &'static str, doc: &'static str, infer: &'static str) -> OpSpec {
+    OpSpec {
+        name,
+        doc,
+        operands: X,
+        attrs: NO_ATTRS,
+        outputs: ONE,
+        commutative: false,
+        class: Class::Elementwise,
+        infer,
+    }
+}
+
+const fn binary(
+    name: &'static str,
+    doc: &'static str,
+    commutative: bool,
+    infer: &'static str,
+) -> OpSpec {
+    OpSpec {
+        name,
+        doc,
+        operands: XY,
+        attrs: NO_ATTRS,
+        outputs: ONE,
+        commutative,
+        class: Class::Elementwise,
+        infer,
+    }
+}
+
+const fn op(
+    name: &'static str,
+    doc: &'static str,
+    operands: &'static [Operand],
+    attrs: &'static [Attr],
+    class: Class,
+    infer: &'static str,
+) -> OpSpec {
+    OpSpec {
+        name,
+        doc,
+        operands,
+        attrs,
+        outputs: ONE,
+        commutative: false,
+        class,
+        infer,
+    }
+}
+
+use DefaultValue as D;
+use Kind as K;
+
+const REDUCE_ATTRS: &[Attr] = &[
+    attr("dims", K::Ints, D::Ints(&[])),
+    attr("keepdim", K::Bool, D::Bool(false)),
+];
+const SIZE_DTYPE: &[Attr] = &[
+    attr("size", K::Ints, D::Required),
+    attr("dtype", K::DType, D::DType("f32")),
+];
+
+/// Every built-in op. Names and signatures follow ATen/PyTorch; ops that only ONNX
+/// has (`gather_nd`) keep ONNX's semantics. Reductions with empty `dims` reduce all
+/// dimensions.
+pub const BUILTIN_OPS: &[OpSpec] = &[
+    // --- sources -----------------------------------------------------------------
+    op("input", "A graph input (placeholder); its metadata is declared.", &[], &[attr("name", K::Str, D::Required)], Class::Source, "declared"),
+    op("constant", "A constant tensor (an initialiser); the value is the node's payload.", &[], NO_ATTRS, Class::Source, "declared"),
+    op("arange", "`arange(start, end, step)`: a 1-D range.", &[], &[attr("start", K::Float, D::Float(0.0)), attr("end", K::Float, D::Required), attr("step", K::Float, D::Float(1.0)), attr("dtype", K::DType, D::DType("i64"))], Class::Source, "arange"),
+    op("full", "`full(size, value)`: a tensor filled with `value`.", &[], &[attr("size", K::Ints, D::Required), attr("value", K::Float, D::Required), attr("dtype", K::DType, D::DType("f32"))], Class::Source, "full"),
+    op("zeros", "`zeros(size)`.", &[], SIZE_DTYPE, Class::Source, "full"),
+    op("ones", "`ones(size)`.", &[], SIZE_DTYPE, Class::Source, "full"),
+    // --- elementwise binary (broadcasting) -----------------------------------------
+    binary("add", "`input + other`, broadcasting.", true, "broadcast_same_dtype"),
+    binary("sub", "`input - other`, broadcasting.", false, "broadcast_same_dtype"),
+    binary("mul", "`input * other`, broadcasting.", true, "broadcast_same_dtype"),
+    binary("div", "`input / other` (true division for floats, truncating for ints), broadcasting.", false, "broadcast_same_dtype"),
+    binary("pow", "`input ** other`, broadcasting; the result has `input`'s dtype.", false, "broadcast_lhs_dtype"),
+    binary("maximum", "Elementwise maximum, broadcasting.", true, "broadcast_same_dtype"),
+    binary("minimum", "Elementwise minimum, broadcasting.", true, "broadcast_same_dtype"),
+    binary("and", "Logical and of two bool tensors, broadcasting.", true, "broadcast_logical"),
+    binary("or", "Logical or of two bool tensors, broadcasting.", true, "broadcast_logical"),
+    binary("eq", "`input == other` as bool, broadcasting.", true, "broadcast_compare"),
+    binary("ne", "`input != other` as bool, broadcasting.", true, "broadcast_compare"),
+    binary("lt", "`input < other` as bool, broadcasting.", false, "broadcast_compare"),
+    binary("le", "`input <= other` as bool, broadcasting.", false, "broadcast_compare"),
+    binary("gt", "`input > other` as bool, broadcasting.", false, "broadcast_compare"),
+    binary("ge", "`input >= other` as bool, broadcasting.", false, "broadcast_compare"),
+    // --- elementwise unary ---------------------------------------------------------
+    unary("neg", "`-input`.", "same_numeric"),
+    unary("abs", "`|input|`.", "same_numeric"),
+    unary("reciprocal", "`1 / input`.", "same_float"),
+    unary("sqrt", "Square root.", "same_float"),
+    unary("rsqrt", "`1 / sqrt(input)`.", "same_float"),
+    unary("exp", "`e ** input`.", "same_float"),
+    unary("log", "Natural logarithm.", "same_float"),
+    unary("sin", "Sine.", "same_float"),
+    unary("cos", "Cosine.", "same_float"),
+    unary("erf", "The error function.", "same_float"),
+    unary("tanh", "Hyperbolic tangent.", "same_float"),
+    unary("sigmoid", "`1 / (1 + exp(-input))`.", "same_float"),
+    unary("relu", "`max(input, 0)`.", "same_numeric"),
+    op("gelu", "GELU; `approximate` is `\"none\"` (erf) or `\"tanh\"`.", X, &[attr("approximate", K::Str, D::Str("none"))], Class::Elementwise, "same_float"),
+    unary("silu", "`input * sigmoid(input)`.", "same_float"),
+    unary("not", "Logical not of a bool tensor.", "same_bool"),
+    unary("isnan", "True where `input` is NaN.", "float_to_bool"),
+    op("where", "`where(condition, input, other)`: `input` where `condition` holds, else `other`; broadcasting.", &[req("condition"), req("input"), req("other")], NO_ATTRS, Class::Elementwise, "where_"),
+    op("cast", "Converts to `dtype`.", X, &[attr("dtype", K::DType, D::Required)], Class::Elementwise, "cast"),
+    op("masked_fill", "`value` where `mask` is true, else `input`; broadcasting.", &[req("input"), req("mask")], &[attr("value", K::Float, D::Required)], Class::Elementwise, "masked_fill"),
+    op("dropout", "Dropout; the identity unless `train`.", X, &[attr("p", K::Float, D::Float(0.5)), attr("train", K::Bool, D::Bool(false))], Class::Elementwise, "same_float"),
+    op("contiguous", "A dense row-major copy (a layout op for executors that need one).", X, NO_ATTRS, Class::Layout, "identity"),
+    // --- contraction -------------------------------------------------------------
+    op("matmul", "Matrix product with `torch.matmul`'s rules (batched, broadcasting, 1-D operands).", XY, NO_ATTRS, Class::Contraction, "matmul"),
+    op("conv2d", "2-D convolution of an NCHW input with an OIHW weight.", &[req("input"), req("weight"), opt("bias")], &[attr("stride", K::Ints, D::Ints(&[1, 1])), attr("padding", K::Ints, D::Ints(&[0, 0])), attr("dilation", K::Ints, D::Ints(&[1, 1])), attr("groups", K::Int, D::Int(1))], Class::Contraction, "conv2d"),
+    // --- layout ------------------------------------------------------------------
+    op("transpose", "Swaps dimensions `dim0` and `dim1` (negative dims count from the end).", X, &[attr("dim0", K::Int, D::Required), attr("dim1", K::Int, D::Required)], Class::Layout, "transpose"),
+    op("permute", "Reorders dimensions: output dim `i` is input dim `dims[i]`.", X, &[attr("dims", K::Ints, D::Required)], Class::Layout, "permute"),
+    op("reshape", "Reshapes to `shape` (one entry may be -1).", X, &[attr("shape", K::Ints, D::Required)], Class::Layout, "reshape"),
+    op("expand", "Broadcasts to `size` (-1 keeps a dimension; new leading dims allowed).", X, &[attr("size", K::Ints, D::Required)], Class::Layout, "expand"),
+    op("unsqueeze", "Inserts a dimension of size 1 at `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Layout, "unsqueeze"),
+    op("squeeze", "Removes the size-1 dimensions in `dims` (all of them when empty).", X, &[attr("dims", K::Ints, D::Ints(&[]))], Class::Layout, "squeeze"),
+    op("concat", "Concatenates `tensors` along `dim`.", &[var("tensors")], &[attr("dim", K::Int, D::Int(0))], Class::Layout, "concat"),
+    OpSpec { name: "split", doc: "Splits along `dim` into pieces of `split_sizes`; one output per piece.", operands: X, attrs: &[attr("split_sizes", K::Ints, D::Required), attr("dim", K::Int, D::Int(0))], outputs: Outputs::PerElementOf("split_sizes"), commutative: false, class: Class::Layout, infer: "split" },
+    op("slice", "`input[start:end:step]` along `dim` (bounds clamped, negative from the end).", X, &[attr("dim", K::Int, D::Int(0)), attr("start", K::Int, D::Int(0)), attr("end", K::Int, D::Int(i64::MAX)), attr("step", K::Int, D::Int(1))], Class::Layout, "slice"),
+    op("tril", "Keeps the lower triangle (`j - i <= diagonal`) of the last two dims, zero elsewhere.", X, &[attr("diagonal", K::Int, D::Int(0))], Class::Layout, "identity"),
+    op("triu", "Keeps the upper triangle (`j - i >= diagonal`) of the last two dims, zero elsewhere.", X, &[attr("diagonal", K::Int, D::Int(0))], Class::Layout, "identity"),
+    // --- indexing ----------------------------------------------------------------
+    op("gather", "ONNX `Gather`: picks slices of `input` along `dim` by `index` (any rank); output shape is `input.shape[:dim] + index.shape + input.shape[dim+1:]`.", &[req("input"), req("index")], &[attr("dim", K::Int, D::Int(0))], Class::Indexing, "gather"),
+    op("gather_elements", "`torch.gather`: `out[i][j] = input[index[i][j]][j]` along `dim`; output has `index`'s shape.", &[req("input"), req("index")], &[attr("dim", K::Int, D::Int(0))], Class::Indexing, "gather_elements"),
+    op("gather_nd", "ONNX `GatherND` with `batch_dims`.", &[req("input"), req("index")], &[attr("batch_dims", K::Int, D::Int(0))], Class::Indexing, "gather_nd"),
+    op("index_select", "Selects entries of `input` along `dim` by a 1-D `index`.", &[req("input"), req("index")], &[attr("dim", K::Int, D::Required)], Class::Indexing, "index_select"),
+    op("cumsum", "Cumulative sum along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Other, "same_numeric"),
+    // --- reductions ----------------------------------------------------------------
+    op("sum", "Sum over `dims` (all when empty).", X, REDUCE_ATTRS, Class::Reduction, "reduce"),
+    op("mean", "Mean over `dims` (all when empty).", X, REDUCE_ATTRS, Class::Reduction, "reduce"),
+    op("amax", "Maximum over `dims` (all when empty).", X, REDUCE_ATTRS, Class::Reduction, "reduce"),
+    op("softmax", "Softmax along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Normalization, "same_float"),
+    op("log_softmax", "Log-softmax along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Normalization, "same_float"),
+    // --- normalisation -------------------------------------------------------------
+    op("layer_norm", "Layer normalisation over the dims from `axis` to the end, with optional affine `weight` and `bias`.", &[req("input"), opt("weight"), opt("bias")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-5))], Class::Normalization, "norm"),
+    op("rms_norm", "RMS normalisation over the dims from `axis` to the end, with an optional `weight`.", &[req("input"), opt("weight")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-6))], Class::Normalization, "norm"),
+    // --- attention -----------------------------------------------------------------
+    op("scaled_dot_product_attention", "`softmax(q @ k^T * scale + mask) @ v` over `[.., heads, seq, dim]` tensors; `attn_mask` is boolean (true = attend) or additive; `scale` defaults to `1/sqrt(head_dim)`; with `enable_gqa` the query heads are grouped over fewer kv heads.", &[req("query"), req("key"), req("value"), opt("attn_mask")], &[attr("dropout_p", K::Float, D::Float(0.0)), attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa"),
+];
+
+/// Looks an op up by name.
+#[allow(dead_code)] // used by the pattern macros
+pub fn find(name: &str) -> Option<&'static OpSpec> {
+    BUILTIN_OPS.iter().find(|op| op.name == name)
+}

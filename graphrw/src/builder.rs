@@ -1,0 +1,297 @@
+//! Building graphs in Rust that read like the model code.
+//!
+//! A [`Builder`] owns a graph behind a `RefCell`, so its methods take `&self` and calls
+//! nest: `g.matmul(q, g.transpose(k, -2, -1)?)?`. A [`Var`] is a value with its builder
+//! attached, for method chaining: `q.matmul(k.transpose(-2, -1)?)?.softmax(-1)?`.
+//! One method per built-in op is generated from the op table, with the op's operands
+//! first and then every attribute in signature order. Scalars may stand for tensor
+//! operands (`x.div(8.0)`): they become 0-d constants of the other operand's dtype.
+//!
+//! ```
+//! use graphrw::{Builder, DType, TensorMeta};
+//!
+//! let g = Builder::new();
+//! let q = g.input("q", TensorMeta::new(DType::F32, [1usize, 4, 16, 8]));
+//! let k = g.input("k", TensorMeta::new(DType::F32, [1usize, 4, 16, 8]));
+//! let v = g.input("v", TensorMeta::new(DType::F32, [1usize, 4, 16, 8]));
+//! let out = q.matmul(k.transpose(-2, -1)?)?.div(8f64.sqrt())?.softmax(-1)?.matmul(v)?;
+//! g.output(&[out])?;
+//! let graph = g.finish();
+//! assert_eq!(graph.node_count(), 9);
+//! # Ok::<(), graphrw::GraphError>(())
+//! ```
+
+use std::cell::RefCell;
+
+use graphrw_kernels::Tensor;
+
+use crate::graph::{normalize_attrs, Graph, NodeId, Value};
+use crate::meta::{DType, TensorMeta};
+use crate::ops::{AttrValue, Attrs, OpDef};
+use crate::GraphError;
+
+/// A graph under construction.
+#[derive(Debug, Default)]
+pub struct Builder {
+    graph: RefCell<Graph>,
+}
+
+/// A tensor operand of a builder method: a value, or a scalar that becomes a 0-d
+/// constant of the dtype of the op's first tensor operand.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    /// A value of the graph.
+    Value(Value),
+    /// A scalar literal.
+    Scalar(f64),
+}
+
+impl From<Value> for Arg {
+    fn from(v: Value) -> Arg {
+        Arg::Value(v)
+    }
+}
+
+impl From<Var<'_>> for Arg {
+    fn from(v: Var<'_>) -> Arg {
+        Arg::Value(v.value)
+    }
+}
+
+impl From<f64> for Arg {
+    fn from(v: f64) -> Arg {
+        Arg::Scalar(v)
+    }
+}
+
+impl From<f32> for Arg {
+    fn from(v: f32) -> Arg {
+        Arg::Scalar(v as f64)
+    }
+}
+
+impl From<i64> for Arg {
+    fn from(v: i64) -> Arg {
+        Arg::Scalar(v as f64)
+    }
+}
+
+impl From<i32> for Arg {
+    fn from(v: i32) -> Arg {
+        Arg::Scalar(v as f64)
+    }
+}
+
+/// An operand slot as the generated methods fill it.
+#[doc(hidden)]
+pub enum Slot {
+    One(Arg),
+    Opt(Option<Value>),
+    Many(Vec<Value>),
+}
+
+impl Builder {
+    /// An empty builder.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// A builder that adds to an existing graph.
+    pub fn from_graph(graph: Graph) -> Builder {
+        Builder {
+            graph: RefCell::new(graph),
+        }
+    }
+
+    /// The graph built so far.
+    pub fn finish(self) -> Graph {
+        self.graph.into_inner()
+    }
+
+    /// Reads the graph being built.
+    pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
+        f(&self.graph.borrow())
+    }
+
+    /// Changes the graph being built.
+    pub fn with_graph_mut<R>(&self, f: impl FnOnce(&mut Graph) -> R) -> R {
+        f(&mut self.graph.borrow_mut())
+    }
+
+    /// `v` with this builder attached, for method chaining.
+    pub fn var(&self, v: Value) -> Var<'_> {
+        Var {
+            builder: self,
+            value: v,
+        }
+    }
+
+    /// Adds a graph input.
+    pub fn input(&self, name: &str, meta: TensorMeta) -> Var<'_> {
+        let v = self.graph.borrow_mut().add_input(name, meta);
+        self.var(v)
+    }
+
+    /// Adds a constant (shared, not copied).
+    pub fn constant(&self, value: Tensor) -> Var<'_> {
+        let v = self.graph.borrow_mut().add_constant(value);
+        self.var(v)
+    }
+
+    /// Adds a 0-d constant of `dtype`.
+    pub fn scalar(&self, value: f64, dtype: DType) -> Var<'_> {
+        self.constant(Tensor::full(dtype, &[], value))
+    }
+
+    /// Sets the graph outputs.
+    pub fn output(&self, outputs: &[Var<'_>]) -> Result<(), GraphError> {
+        self.graph
+            .borrow_mut()
+            .set_outputs(outputs.iter().map(|v| v.value).collect())
+    }
+
+    /// The metadata of `v`.
+    pub fn meta(&self, v: Value) -> Result<TensorMeta, GraphError> {
+        self.graph.borrow().meta(v).cloned()
+    }
+
+    /// Applies any op (built-in or user-declared) with attributes by name (missing ones
+    /// take their defaults); returns every output.
+    pub fn apply(
+        &self,
+        op: &'static OpDef,
+        operands: &[Value],
+        attrs: &[(&str, AttrValue)],
+    ) -> Result<Vec<Value>, GraphError> {
+        let values = normalize_attrs(op, attrs)?;
+        self.push_node(op, operands.to_vec(), values)
+    }
+
+    fn push_node(
+        &self,
+        op: &'static OpDef,
+        operands: Vec<Value>,
+        attrs: Vec<AttrValue>,
+    ) -> Result<Vec<Value>, GraphError> {
+        let mut g = self.graph.borrow_mut();
+        let id: NodeId = g.add_node(op, operands, attrs, None)?;
+        let n = g.try_node(id)?.outputs().len();
+        Ok((0..n as u32).map(|i| Value::new(id, i)).collect())
+    }
+
+    fn resolve(&self, op: &'static OpDef, slots: Vec<Slot>) -> Result<Vec<Value>, GraphError> {
+        let dtype = slots.iter().find_map(|s| match s {
+            Slot::One(Arg::Value(v)) | Slot::Opt(Some(v)) => Some(*v),
+            Slot::Many(vs) => vs.first().copied(),
+            _ => None,
+        });
+        let dtype = match dtype {
+            Some(v) => self.meta(v)?.dtype,
+            None => DType::F32,
+        };
+        let mut operands = Vec::with_capacity(slots.len());
+        let mut gap = None;
+        for (i, slot) in slots.into_iter().enumerate() {
+            match slot {
+                Slot::One(Arg::Value(v)) => operands.push(v),
+                Slot::One(Arg::Scalar(s)) => operands.push(self.scalar(s, dtype).value),
+                Slot::Opt(None) => gap = gap.or(Some(i)),
+                Slot::Opt(Some(v)) => {
+                    if let Some(g) = gap {
+                        return Err(GraphError::Signature {
+                            op: op.name,
+                            node: None,
+                            message: format!(
+                                "operand `{}` is given but `{}` before it is not (optional operands fill in order)",
+                                op.operands[i].name, op.operands[g].name
+                            ),
+                        });
+                    }
+                    operands.push(v)
+                }
+                Slot::Many(vs) => operands.extend(vs),
+            }
+        }
+        Ok(operands)
+    }
+
+    #[doc(hidden)]
+    pub fn apply_one(
+        &self,
+        op: &'static OpDef,
+        slots: Vec<Slot>,
+        attrs: Vec<AttrValue>,
+    ) -> Result<Value, GraphError> {
+        let operands = self.resolve(op, slots)?;
+        Ok(self.push_node(op, operands, attrs)?[0])
+    }
+
+    #[doc(hidden)]
+    pub fn apply_many(
+        &self,
+        op: &'static OpDef,
+        slots: Vec<Slot>,
+        attrs: Vec<AttrValue>,
+    ) -> Result<Vec<Value>, GraphError> {
+        let operands = self.resolve(op, slots)?;
+        self.push_node(op, operands, attrs)
+    }
+}
+
+graphrw_macros::__builtin_op_table!(builder);
+
+/// A value with its builder attached: the handle for method-chained model code.
+#[derive(Clone, Copy, Debug)]
+pub struct Var<'b> {
+    builder: &'b Builder,
+    value: Value,
+}
+
+impl<'b> Var<'b> {
+    /// The value.
+    pub fn value(self) -> Value {
+        self.value
+    }
+
+    /// The builder.
+    pub fn builder(self) -> &'b Builder {
+        self.builder
+    }
+
+    /// The metadata.
+    pub fn meta(self) -> Result<TensorMeta, GraphError> {
+        self.builder.meta(self.value)
+    }
+}
+
+impl From<Var<'_>> for Value {
+    fn from(v: Var<'_>) -> Value {
+        v.value
+    }
+}
+
+graphrw_macros::__builtin_op_table!(var);
+
+/// Infers the outputs of an op declared `like` its decomposition by building the
+/// decomposition on inputs that carry only metadata.
+pub(crate) fn infer_like(
+    op: &'static OpDef,
+    inputs: &[&TensorMeta],
+    attrs: &Attrs,
+) -> Result<Vec<TensorMeta>, GraphError> {
+    let Some(decompose) = op.decompose else {
+        return Err(GraphError::Signature {
+            op: op.name,
+            node: None,
+            message: "declared `like` its decomposition but has none".into(),
+        });
+    };
+    let b = Builder::new();
+    let operands: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| b.input(&format!("arg{i}"), (*m).clone()).value)
+        .collect();
+    let outs = decompose(&b, &operands, attrs)?;
+    outs.iter().map(|&v| b.meta(v)).collect()
+}

@@ -1,0 +1,612 @@
+//! The graph: nodes (op applications) on a petgraph `StableDiGraph`, values as
+//! (node, output), explicit inputs, constants and outputs.
+//!
+//! Operands live twice, on purpose: as an ordered list on each node (the matcher's hot
+//! path reads operands by position) and as edges carrying [`Use`] (so users of a value
+//! are cheap to find and petgraph's algorithms see the dataflow). Every mutation keeps
+//! the two in step; [`crate::verify`] checks they agree.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+
+use graphrw_kernels::Tensor;
+
+use crate::meta::TensorMeta;
+use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef};
+use crate::GraphError;
+
+/// A node's id. Ids survive the removal of other nodes; a removed node's id may be
+/// reused by a later node, so do not keep ids across rewrites you did not make.
+pub type NodeId = NodeIndex<u32>;
+
+/// A value: output `output` of node `node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Value {
+    /// The producing node.
+    pub node: NodeId,
+    /// Which of its outputs.
+    pub output: u32,
+}
+
+impl Value {
+    /// Output `output` of `node`.
+    pub fn new(node: NodeId, output: u32) -> Value {
+        Value { node, output }
+    }
+}
+
+impl From<NodeId> for Value {
+    fn from(node: NodeId) -> Value {
+        Value { node, output: 0 }
+    }
+}
+
+/// An edge: the source's output `output` is operand `operand` of the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Use {
+    /// Output index on the producing node.
+    pub output: u32,
+    /// Operand position on the consuming node.
+    pub operand: u32,
+}
+
+/// One op application.
+#[derive(Clone, Debug)]
+pub struct Node {
+    op: &'static OpDef,
+    attrs: Vec<AttrValue>,
+    operands: Vec<Value>,
+    outputs: Vec<TensorMeta>,
+    name: Option<String>,
+    payload: Option<Tensor>,
+}
+
+impl Node {
+    /// The op.
+    pub fn op(&self) -> &'static OpDef {
+        self.op
+    }
+
+    /// The op's name.
+    pub fn op_name(&self) -> &'static str {
+        self.op.name
+    }
+
+    /// The attributes, aligned with the op's signature.
+    pub fn attr_values(&self) -> &[AttrValue] {
+        &self.attrs
+    }
+
+    /// The attributes by name.
+    pub fn attrs(&self) -> Attrs<'_> {
+        Attrs::new(self.op.attrs, &self.attrs)
+    }
+
+    /// The operands in order.
+    pub fn operands(&self) -> &[Value] {
+        &self.operands
+    }
+
+    /// Metadata of each output.
+    pub fn outputs(&self) -> &[TensorMeta] {
+        &self.outputs
+    }
+
+    /// The name given by the importer or the user (an ONNX node or input name).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The value of a `constant` node.
+    pub fn payload(&self) -> Option<&Tensor> {
+        self.payload.as_ref()
+    }
+
+    /// Overwrites output metadata without checking (importers and verifier tests).
+    pub fn set_output_meta(&mut self, output: usize, meta: TensorMeta) {
+        if let Some(m) = self.outputs.get_mut(output) {
+            *m = meta;
+        }
+    }
+}
+
+/// A computation graph.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    dag: StableDiGraph<Node, Use>,
+    inputs: Vec<NodeId>,
+    outputs: Vec<Value>,
+    by_op: HashMap<&'static str, BTreeSet<NodeId>>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// The underlying petgraph graph (read-only).
+    pub fn dag(&self) -> &StableDiGraph<Node, Use> {
+        &self.dag
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.dag.node_count()
+    }
+
+    /// The node `id`, if it exists.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.dag.node_weight(id)
+    }
+
+    /// The node `id`, or an error naming the id.
+    pub fn try_node(&self, id: NodeId) -> Result<&Node, GraphError> {
+        self.node(id).ok_or(GraphError::NoSuchNode(id.index()))
+    }
+
+    /// Mutable access to a node (metadata and name only; operands change through the graph).
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
+        self.dag.node_weight_mut(id)
+    }
+
+    /// Sets a node's display name.
+    pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) {
+        if let Some(n) = self.dag.node_weight_mut(id) {
+            n.name = Some(name.into());
+        }
+    }
+
+    /// The metadata of `v`.
+    pub fn meta(&self, v: Value) -> Result<&TensorMeta, GraphError> {
+        self.try_node(v.node)?
+            .outputs
+            .get(v.output as usize)
+            .ok_or(GraphError::NoSuchOutput {
+                node: v.node.index(),
+                output: v.output,
+            })
+    }
+
+    /// Every live node id, in id order.
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.dag.node_indices()
+    }
+
+    /// The graph inputs (`input` nodes), in declaration order.
+    pub fn inputs(&self) -> &[NodeId] {
+        &self.inputs
+    }
+
+    /// The graph outputs.
+    pub fn outputs(&self) -> &[Value] {
+        &self.outputs
+    }
+
+    /// Sets the graph outputs; every value must exist.
+    pub fn set_outputs(&mut self, outputs: Vec<Value>) -> Result<(), GraphError> {
+        for &v in &outputs {
+            self.meta(v)?;
+        }
+        self.outputs = outputs;
+        Ok(())
+    }
+
+    /// Nodes of op `name`, in id order (the anchor index of the matcher).
+    pub fn nodes_with_op<'a>(&'a self, name: &str) -> impl Iterator<Item = NodeId> + 'a {
+        self.by_op.get(name).into_iter().flatten().copied()
+    }
+
+    /// How many nodes of each op, by op name.
+    pub fn op_counts(&self) -> BTreeMap<&'static str, usize> {
+        self.by_op
+            .iter()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(k, s)| (*k, s.len()))
+            .collect()
+    }
+
+    /// Users of `v` as (consumer, operand position), in a deterministic order.
+    pub fn users(&self, v: Value) -> Vec<(NodeId, u32)> {
+        let mut u: Vec<(NodeId, u32)> = self
+            .dag
+            .edges_directed(v.node, Direction::Outgoing)
+            .filter(|e| e.weight().output == v.output)
+            .map(|e| (e.target(), e.weight().operand))
+            .collect();
+        u.sort_unstable();
+        u
+    }
+
+    /// Number of uses of `v` by nodes (graph outputs not counted).
+    pub fn use_count(&self, v: Value) -> usize {
+        self.dag
+            .edges_directed(v.node, Direction::Outgoing)
+            .filter(|e| e.weight().output == v.output)
+            .count()
+    }
+
+    /// True when `v` is a graph output.
+    pub fn is_output(&self, v: Value) -> bool {
+        self.outputs.contains(&v)
+    }
+
+    /// Distinct consumer nodes of any output of `id`.
+    pub fn consumers(&self, id: NodeId) -> BTreeSet<NodeId> {
+        self.dag
+            .edges_directed(id, Direction::Outgoing)
+            .map(|e| e.target())
+            .collect()
+    }
+
+    /// Adds a graph input named `name`.
+    pub fn add_input(&mut self, name: impl Into<String>, meta: TensorMeta) -> Value {
+        let name = name.into();
+        let id = self.insert(Node {
+            op: &ops::builtin::INPUT,
+            attrs: vec![AttrValue::Str(name.clone())],
+            operands: vec![],
+            outputs: vec![meta],
+            name: Some(name),
+            payload: None,
+        });
+        self.inputs.push(id);
+        Value::from(id)
+    }
+
+    /// Adds a constant; the tensor's storage is shared, not copied.
+    pub fn add_constant(&mut self, value: Tensor) -> Value {
+        let meta = TensorMeta::of(&value);
+        Value::from(self.insert(Node {
+            op: &ops::builtin::CONSTANT,
+            attrs: vec![],
+            operands: vec![],
+            outputs: vec![meta],
+            name: None,
+            payload: Some(value),
+        }))
+    }
+
+    /// Adds a node of `op`: checks operand count and attribute kinds, fills defaulted
+    /// attributes, and infers output metadata. `attrs` are by name; missing ones take
+    /// their defaults.
+    pub fn add_op(
+        &mut self,
+        op: &'static OpDef,
+        operands: &[Value],
+        attrs: &[(&str, AttrValue)],
+    ) -> Result<NodeId, GraphError> {
+        let values = normalize_attrs(op, attrs)?;
+        self.add_node(op, operands.to_vec(), values, None)
+    }
+
+    /// Adds a node whose attributes are already aligned with `op`'s signature.
+    pub fn add_node(
+        &mut self,
+        op: &'static OpDef,
+        operands: Vec<Value>,
+        attrs: Vec<AttrValue>,
+        name: Option<String>,
+    ) -> Result<NodeId, GraphError> {
+        let outputs = self.infer_node(op, &operands, &attrs, name.as_deref())?;
+        Ok(self.insert(Node {
+            op,
+            attrs,
+            operands,
+            outputs,
+            name,
+            payload: None,
+        }))
+    }
+
+    /// Adds a node with the metadata given, checking nothing. For importers that verify
+    /// afterwards and for tests of the verifier; prefer [`Graph::add_node`].
+    pub fn add_node_unchecked(
+        &mut self,
+        op: &'static OpDef,
+        operands: Vec<Value>,
+        attrs: Vec<AttrValue>,
+        outputs: Vec<TensorMeta>,
+    ) -> NodeId {
+        self.insert(Node {
+            op,
+            attrs,
+            operands,
+            outputs,
+            name: None,
+            payload: None,
+        })
+    }
+
+    /// Checks a would-be node and infers its outputs' metadata.
+    pub fn infer_node(
+        &self,
+        op: &'static OpDef,
+        operands: &[Value],
+        attrs: &[AttrValue],
+        name: Option<&str>,
+    ) -> Result<Vec<TensorMeta>, GraphError> {
+        let at = || name.map(str::to_string);
+        check_signature(op, operands.len(), attrs).map_err(|message| GraphError::Signature {
+            op: op.name,
+            node: at(),
+            message,
+        })?;
+        let metas = operands
+            .iter()
+            .map(|&v| self.meta(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        let view = Attrs::new(op.attrs, attrs);
+        let out = match op.infer {
+            Infer::Fn(f) => f(&metas, &view).map_err(|e| GraphError::Infer {
+                op: op.name,
+                node: at(),
+                inputs: metas.iter().map(|m| m.to_string()).collect(),
+                message: e.0,
+            })?,
+            Infer::Like => crate::builder::infer_like(op, &metas, &view)?,
+            Infer::Declared => {
+                return Err(GraphError::Signature {
+                    op: op.name,
+                    node: at(),
+                    message: "inputs and constants are added with add_input/add_constant".into(),
+                })
+            }
+        };
+        let expected = op.output_count(attrs);
+        if out.len() != expected {
+            return Err(GraphError::Infer {
+                op: op.name,
+                node: at(),
+                inputs: metas.iter().map(|m| m.to_string()).collect(),
+                message: format!("inference gave {} outputs, the op has {expected}", out.len()),
+            });
+        }
+        Ok(out)
+    }
+
+    fn insert(&mut self, node: Node) -> NodeId {
+        let op = node.op.name;
+        let operands = node.operands.clone();
+        let id = self.dag.add_node(node);
+        for (i, v) in operands.into_iter().enumerate() {
+            if self.dag.contains_node(v.node) {
+                self.dag.add_edge(
+                    v.node,
+                    id,
+                    Use {
+                        output: v.output,
+                        operand: i as u32,
+                    },
+                );
+            }
+        }
+        self.by_op.entry(op).or_default().insert(id);
+        id
+    }
+
+    /// Replaces operand `index` of `node` by `value`, without checking metadata or
+    /// cycles (the rewriter checks whole patches; the verifier checks graphs).
+    pub fn set_operand(
+        &mut self,
+        node: NodeId,
+        index: usize,
+        value: Value,
+    ) -> Result<(), GraphError> {
+        let n = self.try_node(node)?;
+        if index >= n.operands.len() {
+            return Err(GraphError::NoSuchOperand {
+                node: node.index(),
+                operand: index,
+            });
+        }
+        self.meta(value)?;
+        let edge: Option<EdgeIndex<u32>> = self
+            .dag
+            .edges_directed(node, Direction::Incoming)
+            .find(|e| e.weight().operand == index as u32)
+            .map(|e| e.id());
+        if let Some(e) = edge {
+            self.dag.remove_edge(e);
+        }
+        self.dag.add_edge(
+            value.node,
+            node,
+            Use {
+                output: value.output,
+                operand: index as u32,
+            },
+        );
+        if let Some(n) = self.dag.node_weight_mut(node) {
+            n.operands[index] = value;
+        }
+        Ok(())
+    }
+
+    /// Makes every user of `old` (and the graph outputs) use `new` instead.
+    pub fn replace_all_uses(&mut self, old: Value, new: Value) -> Result<(), GraphError> {
+        self.meta(new)?;
+        for (user, operand) in self.users(old) {
+            self.set_operand(user, operand as usize, new)?;
+        }
+        for o in &mut self.outputs {
+            if *o == old {
+                *o = new;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a node that nothing uses (neither a node nor the graph outputs).
+    pub fn remove_node(&mut self, id: NodeId) -> Result<Node, GraphError> {
+        let node = self.try_node(id)?;
+        if let Some(&(user, _)) = self
+            .dag
+            .edges_directed(id, Direction::Outgoing)
+            .map(|e| (e.target(), e.weight().operand))
+            .collect::<Vec<_>>()
+            .first()
+        {
+            return Err(GraphError::StillUsed {
+                node: id.index(),
+                op: node.op.name,
+                user: user.index(),
+            });
+        }
+        if self.outputs.iter().any(|o| o.node == id) {
+            return Err(GraphError::IsOutput {
+                node: id.index(),
+                op: node.op.name,
+            });
+        }
+        let node = self
+            .dag
+            .remove_node(id)
+            .ok_or(GraphError::NoSuchNode(id.index()))?;
+        if let Some(set) = self.by_op.get_mut(node.op.name) {
+            set.remove(&id);
+        }
+        self.inputs.retain(|&i| i != id);
+        Ok(node)
+    }
+
+    /// Removes every node that no graph output depends on, except graph inputs.
+    /// Returns how many were removed.
+    pub fn remove_dead(&mut self) -> usize {
+        let mut live: BTreeSet<NodeId> = BTreeSet::new();
+        let mut stack: Vec<NodeId> = self.outputs.iter().map(|v| v.node).collect();
+        stack.extend(self.inputs.iter().copied());
+        while let Some(n) = stack.pop() {
+            if live.insert(n) {
+                if let Some(node) = self.dag.node_weight(n) {
+                    stack.extend(node.operands.iter().map(|v| v.node));
+                }
+            }
+        }
+        let dead: Vec<NodeId> = self.dag.node_indices().filter(|n| !live.contains(n)).collect();
+        for &n in &dead {
+            if let Some(node) = self.dag.remove_node(n) {
+                if let Some(set) = self.by_op.get_mut(node.op.name) {
+                    set.remove(&n);
+                }
+            }
+        }
+        dead.len()
+    }
+
+    /// The nodes in a deterministic topological order (among ready nodes, the smallest
+    /// id first), or the id of a node on a cycle.
+    pub fn topo_order(&self) -> Result<Vec<NodeId>, GraphError> {
+        let mut indegree: HashMap<NodeId, usize> = HashMap::with_capacity(self.node_count());
+        let mut ready = BTreeSet::new();
+        for n in self.dag.node_indices() {
+            let d = self.dag.edges_directed(n, Direction::Incoming).count();
+            if d == 0 {
+                ready.insert(n);
+            }
+            indegree.insert(n, d);
+        }
+        let mut order = Vec::with_capacity(self.node_count());
+        while let Some(n) = ready.pop_first() {
+            order.push(n);
+            for e in self.dag.edges_directed(n, Direction::Outgoing) {
+                let d = indegree.get_mut(&e.target()).expect("every node has an indegree");
+                *d -= 1;
+                if *d == 0 {
+                    ready.insert(e.target());
+                }
+            }
+        }
+        if order.len() != self.node_count() {
+            let on_cycle = indegree
+                .iter()
+                .filter(|(_, &d)| d > 0)
+                .map(|(n, _)| *n)
+                .min()
+                .map(|n| n.index())
+                .unwrap_or(0);
+            return Err(GraphError::Cycle { node: on_cycle });
+        }
+        Ok(order)
+    }
+}
+
+/// Checks operand count and attribute kinds against `op`'s signature.
+pub(crate) fn check_signature(
+    op: &OpDef,
+    operand_count: usize,
+    attrs: &[AttrValue],
+) -> Result<(), String> {
+    let (min, max) = op.operand_range();
+    if operand_count < min || max.is_some_and(|m| operand_count > m) {
+        let expected = match max {
+            Some(m) if m == min => format!("{min}"),
+            Some(m) => format!("{min} to {m}"),
+            None => format!("at least {min}"),
+        };
+        let names: Vec<String> = op
+            .operands
+            .iter()
+            .map(|o| match o.arity {
+                Arity::Required => o.name.to_string(),
+                Arity::Optional => format!("{}?", o.name),
+                Arity::Variadic => format!("{}...", o.name),
+            })
+            .collect();
+        return Err(format!(
+            "takes {expected} operands ({}), found {operand_count}",
+            names.join(", ")
+        ));
+    }
+    if attrs.len() != op.attrs.len() {
+        return Err(format!(
+            "has {} attributes, the node carries {}",
+            op.attrs.len(),
+            attrs.len()
+        ));
+    }
+    for (spec, v) in op.attrs.iter().zip(attrs) {
+        if !v.fits(spec) {
+            return Err(format!(
+                "attribute `{}` should be {}, found {} {v}",
+                spec.name,
+                spec.kind,
+                v.kind_name()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Aligns named attributes with `op`'s signature, filling defaults.
+pub fn normalize_attrs(
+    op: &OpDef,
+    given: &[(&str, AttrValue)],
+) -> Result<Vec<AttrValue>, GraphError> {
+    for (name, _) in given {
+        if op.attr_index(name).is_none() {
+            let known: Vec<&str> = op.attrs.iter().map(|a| a.name).collect();
+            return Err(GraphError::Signature {
+                op: op.name,
+                node: None,
+                message: format!("has no attribute `{name}` (it has: {})", known.join(", ")),
+            });
+        }
+    }
+    op.attrs
+        .iter()
+        .map(|spec| {
+            match given.iter().find(|(n, _)| *n == spec.name) {
+                Some((_, v)) => Ok(v.clone()),
+                None => spec.default.value().ok_or_else(|| GraphError::Signature {
+                    op: op.name,
+                    node: None,
+                    message: format!("attribute `{}` is required", spec.name),
+                }),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,39 @@
+//! # graphrw
+//!
+//! Rewrite machine-learning computation graphs: a graph IR on petgraph with a
+//! torch-like op vocabulary, a builder that reads like model code, a printer, Graphviz
+//! export and a verifier. Patterns, the rewriter, executors and ONNX import build on it.
+//!
+//! ```
+//! use graphrw::{verify, Builder, DType, TensorMeta};
+//!
+//! let g = Builder::new();
+//! let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 8]));
+//! let w = g.input("w", TensorMeta::new(DType::F32, [8usize, 4]));
+//! let y = x.matmul(w)?.relu()?;
+//! g.output(&[y])?;
+//! let graph = g.finish();
+//! verify(&graph)?;
+//! assert!(graph.to_string().contains("t1 = relu(t0)  # f32[2, 4]"));
+//! # Ok::<(), graphrw::GraphError>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod builder;
+pub mod dot;
+mod error;
+pub mod graph;
+pub mod meta;
+pub mod ops;
+pub mod printer;
+pub mod verify;
+
+pub use builder::{Arg, Builder, Var};
+pub use error::GraphError;
+pub use graph::{Graph, Node, NodeId, Use, Value};
+pub use meta::{DType, Device, Dim, Shape, TensorMeta};
+pub use verify::verify;
+
+/// Tensors and kernels (re-exported from `graphrw-kernels`).
+pub use graphrw_kernels as kernels;
+pub use graphrw_kernels::Tensor;

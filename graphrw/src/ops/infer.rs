@@ -1,0 +1,655 @@
+//! Shape and dtype inference of the built-in ops.
+//!
+//! Each function takes the operands' metadata and the node's (normalised) attributes
+//! and returns the metadata of every output, or an [`InferError`] saying what is
+//! wrong in terms of shapes and dims; the caller adds which node and op.
+//!
+//! Symbolic dims: a symbol broadcasts against 1 and against itself; against a known
+//! size other than 1 it takes that size; two different symbols are assumed equal
+//! (the left one is kept), as exporters often name one size twice.
+
+use std::sync::Arc;
+
+use super::{Attrs, InferError};
+use crate::infer_bail;
+use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
+
+type Out = Result<Vec<TensorMeta>, InferError>;
+
+fn one(dtype: DType, shape: Shape, like: &TensorMeta) -> Out {
+    Ok(vec![TensorMeta {
+        dtype,
+        shape,
+        device: like.device,
+    }])
+}
+
+fn cpu(dtype: DType, shape: Shape) -> Out {
+    Ok(vec![TensorMeta::new(dtype, shape)])
+}
+
+fn axis(dim: i64, rank: usize, what: &str) -> Result<usize, InferError> {
+    normalize_axis(dim, rank).ok_or_else(|| {
+        InferError(format!(
+            "{what} {dim} is out of range for a tensor of rank {rank}"
+        ))
+    })
+}
+
+/// Broadcasts two shapes with numpy's rules.
+pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, InferError> {
+    let rank = a.rank().max(b.rank());
+    let mut out = Vec::with_capacity(rank);
+    for i in 0..rank {
+        let da = dim_from_end(a, rank - 1 - i);
+        let db = dim_from_end(b, rank - 1 - i);
+        out.push(broadcast_dim(&da, &db).ok_or_else(|| {
+            InferError(format!("shapes {a} and {b} do not broadcast (dim {i}: {da} vs {db})"))
+        })?);
+    }
+    Ok(Shape(out))
+}
+
+fn dim_from_end(s: &Shape, k: usize) -> Dim {
+    if k < s.rank() {
+        s.0[s.rank() - 1 - k].clone()
+    } else {
+        Dim::Known(1)
+    }
+}
+
+fn broadcast_dim(a: &Dim, b: &Dim) -> Option<Dim> {
+    Some(match (a, b) {
+        _ if a == b => a.clone(),
+        (Dim::Known(1), _) => b.clone(),
+        (_, Dim::Known(1)) => a.clone(),
+        (Dim::Known(_), Dim::Known(_)) => return None,
+        (Dim::Known(_), Dim::Sym(_)) => a.clone(),
+        (Dim::Sym(_), _) => b.known().map(Dim::Known).unwrap_or_else(|| a.clone()),
+    })
+}
+
+fn same_dtype(a: &TensorMeta, b: &TensorMeta) -> Result<DType, InferError> {
+    if a.dtype != b.dtype {
+        infer_bail!(
+            "operand dtypes differ: {} and {} (insert a cast)",
+            a.dtype,
+            b.dtype
+        );
+    }
+    Ok(a.dtype)
+}
+
+/// Binary elementwise op whose operands and result share one dtype.
+pub fn broadcast_same_dtype(x: &[&TensorMeta], _: &Attrs) -> Out {
+    let dtype = same_dtype(x[0], x[1])?;
+    if dtype == DType::Bool {
+        infer_bail!("arithmetic on bool tensors is not defined (cast first)");
+    }
+    one(dtype, broadcast_shapes(&x[0].shape, &x[1].shape)?, x[0])
+}
+
+/// Binary elementwise op whose result has the left operand's dtype (`pow`).
+pub fn broadcast_lhs_dtype(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if x[0].dtype == DType::Bool || x[1].dtype == DType::Bool {
+        infer_bail!("pow of bool tensors is not defined");
+    }
+    one(x[0].dtype, broadcast_shapes(&x[0].shape, &x[1].shape)?, x[0])
+}
+
+/// Logical op on two bool tensors.
+pub fn broadcast_logical(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if x[0].dtype != DType::Bool || x[1].dtype != DType::Bool {
+        infer_bail!(
+            "logical ops take bool operands, found {} and {}",
+            x[0].dtype,
+            x[1].dtype
+        );
+    }
+    one(DType::Bool, broadcast_shapes(&x[0].shape, &x[1].shape)?, x[0])
+}
+
+/// Comparison: same dtype in, bool out.
+pub fn broadcast_compare(x: &[&TensorMeta], _: &Attrs) -> Out {
+    same_dtype(x[0], x[1])?;
+    one(DType::Bool, broadcast_shapes(&x[0].shape, &x[1].shape)?, x[0])
+}
+
+/// Unary op on numbers (not bool), same metadata out.
+pub fn same_numeric(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if x[0].dtype == DType::Bool {
+        infer_bail!("expected a numeric tensor, found bool");
+    }
+    Ok(vec![x[0].clone()])
+}
+
+/// Unary op on floats, same metadata out.
+pub fn same_float(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if !x[0].dtype.is_float() {
+        infer_bail!("expected a floating-point tensor, found {}", x[0].dtype);
+    }
+    Ok(vec![x[0].clone()])
+}
+
+/// Unary op on bools, same metadata out.
+pub fn same_bool(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if x[0].dtype != DType::Bool {
+        infer_bail!("expected a bool tensor, found {}", x[0].dtype);
+    }
+    Ok(vec![x[0].clone()])
+}
+
+/// Float in, bool of the same shape out (`isnan`).
+pub fn float_to_bool(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if !x[0].dtype.is_float() {
+        infer_bail!("expected a floating-point tensor, found {}", x[0].dtype);
+    }
+    one(DType::Bool, x[0].shape.clone(), x[0])
+}
+
+/// Any tensor, same metadata out.
+pub fn identity(x: &[&TensorMeta], _: &Attrs) -> Out {
+    Ok(vec![x[0].clone()])
+}
+
+/// `where(condition, input, other)`.
+pub fn where_(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if x[0].dtype != DType::Bool {
+        infer_bail!("condition must be bool, found {}", x[0].dtype);
+    }
+    let dtype = same_dtype(x[1], x[2])?;
+    let s = broadcast_shapes(&x[0].shape, &x[1].shape)?;
+    one(dtype, broadcast_shapes(&s, &x[2].shape)?, x[1])
+}
+
+/// `cast(input, dtype)`.
+pub fn cast(x: &[&TensorMeta], a: &Attrs) -> Out {
+    one(a.dtype("dtype")?, x[0].shape.clone(), x[0])
+}
+
+/// `masked_fill(input, mask, value)`: the mask broadcasts to the input's shape.
+pub fn masked_fill(x: &[&TensorMeta], _: &Attrs) -> Out {
+    if x[1].dtype != DType::Bool {
+        infer_bail!("mask must be bool, found {}", x[1].dtype);
+    }
+    let s = broadcast_shapes(&x[0].shape, &x[1].shape)?;
+    if s != x[0].shape {
+        infer_bail!(
+            "mask {} does not broadcast to the input's shape {}",
+            x[1].shape,
+            x[0].shape
+        );
+    }
+    Ok(vec![x[0].clone()])
+}
+
+fn sizes(a: &Attrs, name: &str) -> Result<Shape, InferError> {
+    let v = a.ints(name)?;
+    if let Some(bad) = v.iter().find(|&&d| d < 0) {
+        infer_bail!("`{name}` has a negative size {bad}");
+    }
+    Ok(Shape(v.iter().map(|&d| Dim::Known(d as u64)).collect()))
+}
+
+/// `full`/`zeros`/`ones`.
+pub fn full(_: &[&TensorMeta], a: &Attrs) -> Out {
+    cpu(a.dtype("dtype")?, sizes(a, "size")?)
+}
+
+/// `arange(start, end, step)`.
+pub fn arange(_: &[&TensorMeta], a: &Attrs) -> Out {
+    let (start, end, step) = (a.float("start")?, a.float("end")?, a.float("step")?);
+    if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+        infer_bail!("arange needs finite bounds and a non-zero step, got ({start}, {end}, {step})");
+    }
+    let n = ((end - start) / step).ceil().max(0.0) as u64;
+    cpu(a.dtype("dtype")?, Shape(vec![Dim::Known(n)]))
+}
+
+/// `matmul` with torch's rules: 1-D operands are promoted and the added dim removed;
+/// batch dims broadcast.
+pub fn matmul(x: &[&TensorMeta], _: &Attrs) -> Out {
+    let (a, b) = (&x[0].shape, &x[1].shape);
+    let dtype = same_dtype(x[0], x[1])?;
+    if dtype == DType::Bool {
+        infer_bail!("matmul of bool tensors is not defined");
+    }
+    if a.rank() == 0 || b.rank() == 0 {
+        infer_bail!("matmul needs operands of rank >= 1, found {a} and {b}");
+    }
+    let a2 = if a.rank() == 1 {
+        Shape(vec![Dim::Known(1), a.0[0].clone()])
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        Shape(vec![b.0[0].clone(), Dim::Known(1)])
+    } else {
+        b.clone()
+    };
+    let k_a = &a2.0[a2.rank() - 1];
+    let k_b = &b2.0[b2.rank() - 2];
+    if broadcast_dim(k_a, k_b).is_none() || (k_a.known().is_some() && k_b.known().is_some() && k_a != k_b) {
+        infer_bail!("matmul inner dimensions differ: {a} @ {b} ({k_a} vs {k_b})");
+    }
+    let batch_a = Shape(a2.0[..a2.rank() - 2].to_vec());
+    let batch_b = Shape(b2.0[..b2.rank() - 2].to_vec());
+    let mut out = broadcast_shapes(&batch_a, &batch_b)
+        .map_err(|e| InferError(format!("matmul batch dims: {e}")))?
+        .0;
+    if a.rank() > 1 {
+        out.push(a2.0[a2.rank() - 2].clone());
+    }
+    if b.rank() > 1 {
+        out.push(b2.0[b2.rank() - 1].clone());
+    }
+    one(dtype, Shape(out), x[0])
+}
+
+/// `conv2d(input, weight, bias?)` on NCHW / OIHW.
+pub fn conv2d(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let (inp, w) = (&x[0].shape, &x[1].shape);
+    let dtype = same_dtype(x[0], x[1])?;
+    if inp.rank() != 4 || w.rank() != 4 {
+        infer_bail!("conv2d takes a 4-D input and weight, found {inp} and {w}");
+    }
+    let (stride, pad, dil, groups) = (
+        a.ints("stride")?,
+        a.ints("padding")?,
+        a.ints("dilation")?,
+        a.int("groups")?,
+    );
+    if stride.len() != 2 || pad.len() != 2 || dil.len() != 2 {
+        infer_bail!("stride, padding and dilation need two entries each");
+    }
+    if groups < 1 || stride.iter().chain(dil).any(|&s| s < 1) || pad.iter().any(|&p| p < 0) {
+        infer_bail!("groups, stride and dilation must be >= 1 and padding >= 0");
+    }
+    if let (Some(c), Some(wc)) = (inp.0[1].known(), w.0[1].known()) {
+        if c != wc * groups as u64 {
+            infer_bail!("input has {c} channels but weight expects {wc} x {groups} groups");
+        }
+    }
+    if let Some(b) = x.get(2) {
+        if b.rank() != 1 {
+            infer_bail!("bias must be 1-D, found {}", b.shape);
+        }
+    }
+    let mut out = vec![inp.0[0].clone(), w.0[0].clone()];
+    for i in 0..2 {
+        let size = match (inp.0[2 + i].known(), w.0[2 + i].known()) {
+            (Some(n), Some(k)) => {
+                let eff = dil[i] as u64 * (k.saturating_sub(1)) + 1;
+                let padded = n + 2 * pad[i] as u64;
+                if padded < eff {
+                    infer_bail!("conv2d kernel {w} is larger than the padded input {inp}");
+                }
+                Dim::Known((padded - eff) / stride[i] as u64 + 1)
+            }
+            _ => Dim::Sym(Arc::from(format!("conv({})", inp.0[2 + i]))),
+        };
+        out.push(size);
+    }
+    one(dtype, Shape(out), x[0])
+}
+
+/// `transpose(dim0, dim1)`.
+pub fn transpose(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let r = x[0].rank();
+    let d0 = axis(a.int("dim0")?, r, "dim0")?;
+    let d1 = axis(a.int("dim1")?, r, "dim1")?;
+    let mut s = x[0].shape.clone();
+    s.0.swap(d0, d1);
+    one(x[0].dtype, s, x[0])
+}
+
+/// `permute(dims)`: dims must be a permutation of the axes.
+pub fn permute(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let r = x[0].rank();
+    let dims = a.ints("dims")?;
+    if dims.len() != r {
+        infer_bail!("permute dims {dims:?} do not match rank {r}");
+    }
+    let mut seen = vec![false; r];
+    let mut out = Vec::with_capacity(r);
+    for &d in dims {
+        let d = axis(d, r, "permute dim")?;
+        if std::mem::replace(&mut seen[d], true) {
+            infer_bail!("permute dims {dims:?} repeat dim {d}");
+        }
+        out.push(x[0].shape.0[d].clone());
+    }
+    one(x[0].dtype, Shape(out), x[0])
+}
+
+/// `reshape(shape)`: at most one -1, inferred from the element count.
+pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let target = a.ints("shape")?;
+    let mut infer_at = None;
+    let mut known: u64 = 1;
+    for (i, &d) in target.iter().enumerate() {
+        match d {
+            -1 if infer_at.is_none() => infer_at = Some(i),
+            -1 => infer_bail!("reshape target {target:?} has more than one -1"),
+            d if d < 0 => infer_bail!("reshape target {target:?} has a negative size {d}"),
+            d => known = known.saturating_mul(d as u64),
+        }
+    }
+    let mut out: Vec<Dim> = target.iter().map(|&d| Dim::Known(d.max(0) as u64)).collect();
+    match (x[0].shape.numel(), infer_at) {
+        (Some(n), Some(i)) => {
+            if known == 0 || n % known != 0 {
+                infer_bail!("cannot reshape {} ({n} elements) to {target:?}", x[0].shape);
+            }
+            out[i] = Dim::Known(n / known);
+        }
+        (Some(n), None) => {
+            if n != known {
+                infer_bail!("cannot reshape {} ({n} elements) to {target:?} ({known} elements)", x[0].shape);
+            }
+        }
+        (None, Some(i)) => {
+            out[i] = Dim::Sym(Arc::from(format!("{}/{known}", x[0].shape)));
+        }
+        (None, None) => {}
+    }
+    one(x[0].dtype, Shape(out), x[0])
+}
+
+/// `expand(size)`: -1 keeps a dim; the input broadcasts to the result.
+pub fn expand(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let size = a.ints("size")?;
+    let s = &x[0].shape;
+    if size.len() < s.rank() {
+        infer_bail!("expand to {size:?} has fewer dims than the input {s}");
+    }
+    let lead = size.len() - s.rank();
+    let mut out = Vec::with_capacity(size.len());
+    for (i, &d) in size.iter().enumerate() {
+        let src = (i >= lead).then(|| &s.0[i - lead]);
+        out.push(match (d, src) {
+            (-1, Some(src)) => src.clone(),
+            (-1, None) => infer_bail!("expand: -1 is not allowed for a new leading dim ({size:?})"),
+            (d, _) if d < 0 => infer_bail!("expand: negative size {d}"),
+            (d, Some(src)) if !src.is_one() && src.known().is_some_and(|n| n != d as u64) => {
+                infer_bail!("cannot expand {s} to {size:?}: dim {i} is {src}, not 1")
+            }
+            (d, _) => Dim::Known(d as u64),
+        });
+    }
+    one(x[0].dtype, Shape(out), x[0])
+}
+
+/// `unsqueeze(dim)`.
+pub fn unsqueeze(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let d = axis(a.int("dim")?, x[0].rank() + 1, "unsqueeze dim")?;
+    let mut s = x[0].shape.clone();
+    s.0.insert(d, Dim::Known(1));
+    one(x[0].dtype, s, x[0])
+}
+
+/// `squeeze(dims)`: each named dim must be 1; empty dims squeeze every known 1.
+pub fn squeeze(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let dims = a.ints("dims")?;
+    let r = x[0].rank();
+    let mut drop = vec![false; r];
+    if dims.is_empty() {
+        for (i, d) in x[0].shape.0.iter().enumerate() {
+            drop[i] = d.is_one();
+        }
+    } else {
+        for &d in dims {
+            let d = axis(d, r, "squeeze dim")?;
+            if x[0].shape.0[d].known().is_some_and(|n| n != 1) {
+                infer_bail!("cannot squeeze dim {d} of {}: it is not 1", x[0].shape);
+            }
+            drop[d] = true;
+        }
+    }
+    let s = x[0]
+        .shape
+        .0
+        .iter()
+        .zip(&drop)
+        .filter(|(_, &dr)| !dr)
+        .map(|(d, _)| d.clone())
+        .collect();
+    one(x[0].dtype, Shape(s), x[0])
+}
+
+/// `concat(tensors, dim)`.
+pub fn concat(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let Some(first) = x.first() else {
+        infer_bail!("concat needs at least one tensor");
+    };
+    let r = first.rank();
+    let d = axis(a.int("dim")?, r, "concat dim")?;
+    let mut total: Option<u64> = Some(0);
+    for (i, t) in x.iter().enumerate() {
+        if t.dtype != first.dtype || t.rank() != r {
+            infer_bail!("concat operand {i} is {t}, expected {} of rank {r}", first.dtype);
+        }
+        for (j, (p, q)) in t.shape.0.iter().zip(&first.shape.0).enumerate() {
+            if j != d && p.known().is_some() && q.known().is_some() && p != q {
+                infer_bail!("concat operand {i} has shape {}, expected {} outside dim {d}", t.shape, first.shape);
+            }
+        }
+        total = total.zip(t.shape.0[d].known()).map(|(a, b)| a + b);
+    }
+    let mut s = first.shape.clone();
+    s.0[d] = match total {
+        Some(n) => Dim::Known(n),
+        None => Dim::Sym(Arc::from("concat")),
+    };
+    one(first.dtype, s, first)
+}
+
+/// `split(split_sizes, dim)`: the sizes must add up to the dim.
+pub fn split(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let sizes = a.ints("split_sizes")?;
+    let d = axis(a.int("dim")?, x[0].rank(), "split dim")?;
+    if sizes.is_empty() || sizes.iter().any(|&s| s < 0) {
+        infer_bail!("split sizes {sizes:?} must be non-empty and non-negative");
+    }
+    if let Some(n) = x[0].shape.0[d].known() {
+        let sum: i64 = sizes.iter().sum();
+        if sum as u64 != n {
+            infer_bail!("split sizes {sizes:?} add up to {sum}, but dim {d} of {} is {n}", x[0].shape);
+        }
+    }
+    Ok(sizes
+        .iter()
+        .map(|&s| {
+            let mut shape = x[0].shape.clone();
+            shape.0[d] = Dim::Known(s as u64);
+            TensorMeta { dtype: x[0].dtype, shape, device: x[0].device }
+        })
+        .collect())
+}
+
+/// `slice(dim, start, end, step)` with python's clamping.
+pub fn slice(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let d = axis(a.int("dim")?, x[0].rank(), "slice dim")?;
+    let (start, end, step) = (a.int("start")?, a.int("end")?, a.int("step")?);
+    if step < 1 {
+        infer_bail!("slice step must be >= 1, found {step}");
+    }
+    let mut s = x[0].shape.clone();
+    s.0[d] = match s.0[d].known() {
+        Some(n) => Dim::Known(slice_len(n as i64, start, end, step)),
+        None if start >= 0 && end >= start && end != i64::MAX => {
+            Dim::Known(((end - start) as u64).div_ceil(step as u64))
+        }
+        None => Dim::Sym(Arc::from(format!("{}[{start}:{end}:{step}]", s.0[d]))),
+    };
+    one(x[0].dtype, s, x[0])
+}
+
+/// The length of `0..n` sliced by python's `start:end:step` (step >= 1).
+pub fn slice_len(n: i64, start: i64, end: i64, step: i64) -> u64 {
+    let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+    let (s, e) = (clamp(start), clamp(end));
+    if e <= s {
+        0
+    } else {
+        ((e - s) as u64).div_ceil(step as u64)
+    }
+}
+
+fn index_dtype(t: &TensorMeta) -> Result<(), InferError> {
+    if !t.dtype.is_int() {
+        infer_bail!("index must be i64 or i32, found {}", t.dtype);
+    }
+    Ok(())
+}
+
+/// ONNX `Gather`.
+pub fn gather(x: &[&TensorMeta], a: &Attrs) -> Out {
+    index_dtype(x[1])?;
+    let d = axis(a.int("dim")?, x[0].rank(), "gather dim")?;
+    let mut s = x[0].shape.0[..d].to_vec();
+    s.extend(x[1].shape.0.iter().cloned());
+    s.extend(x[0].shape.0[d + 1..].iter().cloned());
+    one(x[0].dtype, Shape(s), x[0])
+}
+
+/// `torch.gather` / ONNX `GatherElements`: the output has the index's shape.
+pub fn gather_elements(x: &[&TensorMeta], a: &Attrs) -> Out {
+    index_dtype(x[1])?;
+    axis(a.int("dim")?, x[0].rank(), "gather_elements dim")?;
+    if x[0].rank() != x[1].rank() {
+        infer_bail!("input {} and index {} must have the same rank", x[0].shape, x[1].shape);
+    }
+    one(x[0].dtype, x[1].shape.clone(), x[0])
+}
+
+/// ONNX `GatherND`.
+pub fn gather_nd(x: &[&TensorMeta], a: &Attrs) -> Out {
+    index_dtype(x[1])?;
+    let b = a.int("batch_dims")?;
+    let (data, idx) = (&x[0].shape, &x[1].shape);
+    if b < 0 || idx.rank() == 0 || b as usize >= idx.rank() || b as usize >= data.rank() {
+        infer_bail!("gather_nd: batch_dims {b} does not fit data {data} and index {idx}");
+    }
+    let b = b as usize;
+    let Some(k) = idx.0[idx.rank() - 1].known() else {
+        infer_bail!("gather_nd: the index's last dim must be known, found {idx}");
+    };
+    if b + k as usize > data.rank() {
+        infer_bail!("gather_nd: index depth {k} + batch_dims {b} exceeds data rank {}", data.rank());
+    }
+    let mut s = idx.0[..idx.rank() - 1].to_vec();
+    s.extend(data.0[b + k as usize..].iter().cloned());
+    one(x[0].dtype, Shape(s), x[0])
+}
+
+/// `index_select(dim, index)` with a 1-D index.
+pub fn index_select(x: &[&TensorMeta], a: &Attrs) -> Out {
+    index_dtype(x[1])?;
+    if x[1].rank() != 1 {
+        infer_bail!("index_select needs a 1-D index, found {}", x[1].shape);
+    }
+    let d = axis(a.int("dim")?, x[0].rank(), "index_select dim")?;
+    let mut s = x[0].shape.clone();
+    s.0[d] = x[1].shape.0[0].clone();
+    one(x[0].dtype, s, x[0])
+}
+
+/// `sum`/`mean`/`amax(dims, keepdim)`; empty dims reduce all.
+pub fn reduce(x: &[&TensorMeta], a: &Attrs) -> Out {
+    if x[0].dtype == DType::Bool {
+        infer_bail!("cannot reduce a bool tensor (cast first)");
+    }
+    let r = x[0].rank();
+    let dims = a.ints("dims")?;
+    let keep = a.bool("keepdim")?;
+    let mut reduced = vec![dims.is_empty(); r];
+    for &d in dims {
+        reduced[axis(d, r, "reduction dim")?] = true;
+    }
+    let s = x[0]
+        .shape
+        .0
+        .iter()
+        .zip(&reduced)
+        .filter_map(|(d, &red)| match (red, keep) {
+            (false, _) => Some(d.clone()),
+            (true, true) => Some(Dim::Known(1)),
+            (true, false) => None,
+        })
+        .collect();
+    one(x[0].dtype, Shape(s), x[0])
+}
+
+/// `layer_norm`/`rms_norm(input, weight?, bias?, axis, eps)`.
+pub fn norm(x: &[&TensorMeta], a: &Attrs) -> Out {
+    if !x[0].dtype.is_float() {
+        infer_bail!("expected a floating-point input, found {}", x[0].dtype);
+    }
+    let r = x[0].rank();
+    let ax = axis(a.int("axis")?, r, "normalisation axis")?;
+    let normalized = Shape(x[0].shape.0[ax..].to_vec());
+    for (i, p) in x.iter().enumerate().skip(1) {
+        let b = broadcast_shapes(&normalized, &p.shape)?;
+        if b != normalized {
+            infer_bail!(
+                "operand {i} ({}) does not broadcast to the normalised shape {normalized}",
+                p.shape
+            );
+        }
+    }
+    Ok(vec![x[0].clone()])
+}
+
+/// `scaled_dot_product_attention(query, key, value, attn_mask?)`.
+pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let (q, k, v) = (x[0], x[1], x[2]);
+    if !q.dtype.is_float() || k.dtype != q.dtype || v.dtype != q.dtype {
+        infer_bail!("query, key and value must share one float dtype, found {}, {}, {}", q.dtype, k.dtype, v.dtype);
+    }
+    let r = q.rank();
+    if r < 2 || k.rank() != r || v.rank() != r {
+        infer_bail!("query {}, key {} and value {} must have one rank >= 2", q.shape, k.shape, v.shape);
+    }
+    let (qs, ks, vs) = (&q.shape.0, &k.shape.0, &v.shape.0);
+    let known_ne = |p: &Dim, q: &Dim| p.known().is_some() && q.known().is_some() && p != q;
+    if known_ne(&qs[r - 1], &ks[r - 1]) {
+        infer_bail!("query {} and key {} head dims differ", q.shape, k.shape);
+    }
+    if known_ne(&ks[r - 2], &vs[r - 2]) {
+        infer_bail!("key {} and value {} sequence lengths differ", k.shape, v.shape);
+    }
+    let gqa = a.bool("enable_gqa")?;
+    if r >= 3 {
+        match (qs[r - 3].known(), ks[r - 3].known()) {
+            (Some(hq), Some(hk)) if hq != hk && !(gqa && hk > 0 && hq % hk == 0) => infer_bail!(
+                "query has {hq} heads and key {hk}: equal counts, or enable_gqa with a divisor"
+            ),
+            _ => {}
+        }
+        if known_ne(&ks[r - 3], &vs[r - 3]) {
+            infer_bail!("key {} and value {} head counts differ", k.shape, v.shape);
+        }
+    }
+    if let Some(scale) = a.opt_float("scale")? {
+        if !scale.is_finite() {
+            infer_bail!("scale must be finite, found {scale}");
+        }
+    }
+    let mut out = qs.clone();
+    out[r - 1] = vs[r - 1].clone();
+    let out = Shape(out);
+    if let Some(m) = x.get(3) {
+        if m.dtype != DType::Bool && m.dtype != q.dtype {
+            infer_bail!("attn_mask must be bool or {}, found {}", q.dtype, m.dtype);
+        }
+        let mut scores = qs.clone();
+        scores[r - 1] = ks[r - 2].clone();
+        let scores = Shape(scores);
+        let b = broadcast_shapes(&scores, &m.shape)?;
+        if b != scores {
+            infer_bail!("attn_mask {} does not broadcast to the scores' shape {scores}", m.shape);
+        }
+    }
+    one(q.dtype, out, q)
+}

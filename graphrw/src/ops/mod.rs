@@ -1,0 +1,489 @@
+//! The op vocabulary: what an op is ([`OpDef`]), its attributes, and the built-in ops.
+//!
+//! Every op, built-in or user-declared, is a `static` [`OpDef`]: its operands, its
+//! attributes with kinds and defaults, how many outputs it has, whether it is
+//! commutative, how its output metadata is inferred, and optionally a decomposition
+//! into other ops. The built-in statics live in [`builtin`] and are generated from the
+//! table in `graphrw-macros` (the same table `pattern!` checks against).
+//!
+//! Declaring your own op is writing another `static`:
+//!
+//! ```
+//! use graphrw::ops::{AttrDefault, AttrKind, AttrSpec, Arity, Attrs, Infer, InferError, OpClass,
+//!     OpDef, OperandSpec, OutputCount};
+//! use graphrw::TensorMeta;
+//!
+//! fn infer_scale(inputs: &[&TensorMeta], _attrs: &Attrs) -> Result<Vec<TensorMeta>, InferError> {
+//!     Ok(vec![inputs[0].clone()])
+//! }
+//!
+//! /// `input * factor`.
+//! pub static SCALE: OpDef = OpDef {
+//!     name: "my.scale",
+//!     doc: "Multiplies by a constant factor.",
+//!     operands: &[OperandSpec { name: "input", arity: Arity::Required }],
+//!     attrs: &[AttrSpec { name: "factor", kind: AttrKind::Float, default: AttrDefault::Float(1.0) }],
+//!     outputs: OutputCount::Fixed(1),
+//!     commutative: false,
+//!     class: OpClass::Elementwise,
+//!     infer: Infer::Fn(infer_scale),
+//!     decompose: None,
+//! };
+//! ```
+
+pub mod builtin;
+pub mod infer;
+
+use std::fmt;
+
+use crate::builder::Builder;
+use crate::meta::{DType, TensorMeta};
+use crate::{GraphError, Value};
+
+pub use builtin::BUILTIN;
+
+/// How many values an operand slot takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// Exactly one.
+    Required,
+    /// Zero or one. Only trailing slots are optional: a node carries its present
+    /// operands in order, so an optional slot can be filled only if the ones before it are.
+    Optional,
+    /// Any number (the last slot only).
+    Variadic,
+}
+
+/// One operand slot of an op.
+#[derive(Clone, Copy, Debug)]
+pub struct OperandSpec {
+    /// Name, for messages and keyword-style pattern arguments.
+    pub name: &'static str,
+    /// How many values it takes.
+    pub arity: Arity,
+}
+
+/// The kind of an attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttrKind {
+    /// `i64`.
+    Int,
+    /// `f64`.
+    Float,
+    /// `bool`.
+    Bool,
+    /// A list of `i64` (dims, sizes).
+    Ints,
+    /// A string.
+    Str,
+    /// A [`DType`].
+    DType,
+}
+
+impl fmt::Display for AttrKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AttrKind::Int => "int",
+            AttrKind::Float => "float",
+            AttrKind::Bool => "bool",
+            AttrKind::Ints => "int list",
+            AttrKind::Str => "string",
+            AttrKind::DType => "dtype",
+        })
+    }
+}
+
+/// An attribute's default, usable in a `static`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AttrDefault {
+    /// No default: every node must give it.
+    Required,
+    /// Optional, absent unless given ([`AttrValue::Null`]).
+    Null,
+    /// An int.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A bool.
+    Bool(bool),
+    /// An int list.
+    Ints(&'static [i64]),
+    /// A string.
+    Str(&'static str),
+    /// A dtype.
+    DType(DType),
+}
+
+impl AttrDefault {
+    /// The default as a value, or `None` when the attribute is required.
+    pub fn value(&self) -> Option<AttrValue> {
+        Some(match *self {
+            AttrDefault::Required => return None,
+            AttrDefault::Null => AttrValue::Null,
+            AttrDefault::Int(v) => AttrValue::Int(v),
+            AttrDefault::Float(v) => AttrValue::Float(v),
+            AttrDefault::Bool(v) => AttrValue::Bool(v),
+            AttrDefault::Ints(v) => AttrValue::Ints(v.to_vec()),
+            AttrDefault::Str(v) => AttrValue::Str(v.to_string()),
+            AttrDefault::DType(v) => AttrValue::DType(v),
+        })
+    }
+}
+
+/// One attribute of an op.
+#[derive(Clone, Copy, Debug)]
+pub struct AttrSpec {
+    /// Name.
+    pub name: &'static str,
+    /// Kind.
+    pub kind: AttrKind,
+    /// Default.
+    pub default: AttrDefault,
+}
+
+/// A concrete attribute value on a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    /// An optional attribute left unset.
+    Null,
+    /// An int.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A bool.
+    Bool(bool),
+    /// An int list.
+    Ints(Vec<i64>),
+    /// A string.
+    Str(String),
+    /// A dtype.
+    DType(DType),
+}
+
+impl AttrValue {
+    /// True when this value may be stored in an attribute of `spec`.
+    pub fn fits(&self, spec: &AttrSpec) -> bool {
+        match self {
+            AttrValue::Null => spec.default == AttrDefault::Null,
+            AttrValue::Int(_) => spec.kind == AttrKind::Int,
+            AttrValue::Float(_) => spec.kind == AttrKind::Float,
+            AttrValue::Bool(_) => spec.kind == AttrKind::Bool,
+            AttrValue::Ints(_) => spec.kind == AttrKind::Ints,
+            AttrValue::Str(_) => spec.kind == AttrKind::Str,
+            AttrValue::DType(_) => spec.kind == AttrKind::DType,
+        }
+    }
+
+    /// A short name of what this value is, for messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            AttrValue::Null => "none",
+            AttrValue::Int(_) => "int",
+            AttrValue::Float(_) => "float",
+            AttrValue::Bool(_) => "bool",
+            AttrValue::Ints(_) => "int list",
+            AttrValue::Str(_) => "string",
+            AttrValue::DType(_) => "dtype",
+        }
+    }
+}
+
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttrValue::Null => f.write_str("None"),
+            AttrValue::Int(v) => write!(f, "{v}"),
+            AttrValue::Float(v) => write!(f, "{v:?}"),
+            AttrValue::Bool(v) => write!(f, "{v}"),
+            AttrValue::Ints(v) => write!(f, "{v:?}"),
+            AttrValue::Str(v) => write!(f, "{v:?}"),
+            AttrValue::DType(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// A node's attributes read through its op's signature (every attribute present).
+#[derive(Clone, Copy, Debug)]
+pub struct Attrs<'a> {
+    specs: &'static [AttrSpec],
+    values: &'a [AttrValue],
+}
+
+impl<'a> Attrs<'a> {
+    /// Views `values` (aligned with `specs`) by name.
+    pub fn new(specs: &'static [AttrSpec], values: &'a [AttrValue]) -> Attrs<'a> {
+        Attrs { specs, values }
+    }
+
+    /// The value of attribute `name`, if the op has it.
+    pub fn get(&self, name: &str) -> Option<&'a AttrValue> {
+        let i = self.specs.iter().position(|s| s.name == name)?;
+        self.values.get(i)
+    }
+
+    /// (name, value) pairs in signature order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &'a AttrValue)> + '_ {
+        self.specs.iter().map(|s| s.name).zip(self.values.iter())
+    }
+
+    /// Attribute `name` as an int.
+    pub fn int(&self, name: &str) -> Result<i64, InferError> {
+        match self.get(name) {
+            Some(AttrValue::Int(v)) => Ok(*v),
+            other => Err(attr_kind_error(name, "int", other)),
+        }
+    }
+
+    /// Attribute `name` as a float.
+    pub fn float(&self, name: &str) -> Result<f64, InferError> {
+        match self.get(name) {
+            Some(AttrValue::Float(v)) => Ok(*v),
+            other => Err(attr_kind_error(name, "float", other)),
+        }
+    }
+
+    /// Optional float attribute `name` (`None` when unset).
+    pub fn opt_float(&self, name: &str) -> Result<Option<f64>, InferError> {
+        match self.get(name) {
+            Some(AttrValue::Float(v)) => Ok(Some(*v)),
+            Some(AttrValue::Null) => Ok(None),
+            other => Err(attr_kind_error(name, "float or None", other)),
+        }
+    }
+
+    /// Attribute `name` as a bool.
+    pub fn bool(&self, name: &str) -> Result<bool, InferError> {
+        match self.get(name) {
+            Some(AttrValue::Bool(v)) => Ok(*v),
+            other => Err(attr_kind_error(name, "bool", other)),
+        }
+    }
+
+    /// Attribute `name` as an int list.
+    pub fn ints(&self, name: &str) -> Result<&'a [i64], InferError> {
+        match self.get(name) {
+            Some(AttrValue::Ints(v)) => Ok(v),
+            other => Err(attr_kind_error(name, "int list", other)),
+        }
+    }
+
+    /// Attribute `name` as a string.
+    pub fn str(&self, name: &str) -> Result<&'a str, InferError> {
+        match self.get(name) {
+            Some(AttrValue::Str(v)) => Ok(v),
+            other => Err(attr_kind_error(name, "string", other)),
+        }
+    }
+
+    /// Attribute `name` as a dtype.
+    pub fn dtype(&self, name: &str) -> Result<DType, InferError> {
+        match self.get(name) {
+            Some(AttrValue::DType(v)) => Ok(*v),
+            other => Err(attr_kind_error(name, "dtype", other)),
+        }
+    }
+}
+
+fn attr_kind_error(name: &str, expected: &str, found: Option<&AttrValue>) -> InferError {
+    InferError(match found {
+        None => format!("has no attribute `{name}`"),
+        Some(v) => format!("attribute `{name}` should be {expected}, found {v}"),
+    })
+}
+
+/// Why metadata inference rejected its inputs (the caller adds op and node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InferError(pub String);
+
+impl fmt::Display for InferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InferError {}
+
+/// Makes an [`InferError`] from a format string.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! infer_bail {
+    ($($t:tt)*) => { return Err($crate::ops::InferError(format!($($t)*))) };
+}
+
+/// A metadata inference function: operand metadata and attributes to output metadata.
+pub type InferFn = fn(&[&TensorMeta], &Attrs) -> Result<Vec<TensorMeta>, InferError>;
+
+/// A decomposition: builds the op out of other ops on `builder`, from the operands
+/// and attributes of a node, and returns the values that replace its outputs.
+pub type DecomposeFn = fn(&Builder, &[Value], &Attrs) -> Result<Vec<Value>, GraphError>;
+
+/// How an op's output metadata is found.
+#[derive(Clone, Copy)]
+pub enum Infer {
+    /// By a function.
+    Fn(InferFn),
+    /// By running the op's decomposition on metadata alone (Thunder's `like`).
+    Like,
+    /// Given when the node is made (graph inputs and constants).
+    Declared,
+}
+
+impl fmt::Debug for Infer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Infer::Fn(_) => "Fn",
+            Infer::Like => "Like",
+            Infer::Declared => "Declared",
+        })
+    }
+}
+
+/// How many outputs a node of an op has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputCount {
+    /// Always this many.
+    Fixed(usize),
+    /// The length of the named `Ints` attribute.
+    PerElementOf(&'static str),
+}
+
+/// The broad family of an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpClass {
+    /// No operands: inputs, constants, factories.
+    Source,
+    /// Elementwise with broadcasting.
+    Elementwise,
+    /// Reduces dims.
+    Reduction,
+    /// Moves or reinterprets data.
+    Layout,
+    /// Gathers by index.
+    Indexing,
+    /// Contracts dims (matmul, conv, attention).
+    Contraction,
+    /// Normalises along dims (softmax, layer_norm).
+    Normalization,
+    /// Anything else.
+    Other,
+}
+
+/// An op: everything the graph, the patterns and the executors know about it.
+#[derive(Debug)]
+pub struct OpDef {
+    /// Unique name; built-in ops use ATen names, user ops should use a prefix (`my.op`).
+    pub name: &'static str,
+    /// One-line description.
+    pub doc: &'static str,
+    /// Operand slots in order.
+    pub operands: &'static [OperandSpec],
+    /// Attributes in order; every node carries all of them.
+    pub attrs: &'static [AttrSpec],
+    /// Output count.
+    pub outputs: OutputCount,
+    /// True when the first two operands may be swapped.
+    pub commutative: bool,
+    /// Family.
+    pub class: OpClass,
+    /// Metadata inference.
+    pub infer: Infer,
+    /// Decomposition into other ops, if any.
+    pub decompose: Option<DecomposeFn>,
+}
+
+impl OpDef {
+    /// The index of attribute `name`.
+    pub fn attr_index(&self, name: &str) -> Option<usize> {
+        self.attrs.iter().position(|a| a.name == name)
+    }
+
+    /// The fewest and most operands a node of this op may have (`None`: unbounded).
+    pub fn operand_range(&self) -> (usize, Option<usize>) {
+        let mut min = 0;
+        let mut max = Some(0usize);
+        for o in self.operands {
+            match o.arity {
+                Arity::Required => {
+                    min += 1;
+                    max = max.map(|m| m + 1);
+                }
+                Arity::Optional => max = max.map(|m| m + 1),
+                Arity::Variadic => max = None,
+            }
+        }
+        (min, max)
+    }
+
+    /// How many outputs a node with these attributes has.
+    pub fn output_count(&self, attrs: &[AttrValue]) -> usize {
+        match self.outputs {
+            OutputCount::Fixed(n) => n,
+            OutputCount::PerElementOf(name) => match self
+                .attr_index(name)
+                .and_then(|i| attrs.get(i))
+            {
+                Some(AttrValue::Ints(v)) => v.len(),
+                _ => 0,
+            },
+        }
+    }
+
+    /// True for the two ops whose nodes are made with declared metadata.
+    pub fn is_source_leaf(&self) -> bool {
+        matches!(self.infer, Infer::Declared)
+    }
+}
+
+impl PartialEq for OpDef {
+    fn eq(&self, other: &OpDef) -> bool {
+        std::ptr::eq(self, other) || self.name == other.name
+    }
+}
+
+impl Eq for OpDef {}
+
+/// The built-in op named `name`.
+pub fn lookup(name: &str) -> Option<&'static OpDef> {
+    BUILTIN.iter().copied().find(|op| op.name == name)
+}
+
+/// A set of ops by name: the built-ins plus any user ops registered on it (used by
+/// importers and the command line to resolve names).
+#[derive(Clone, Debug)]
+pub struct OpRegistry {
+    ops: std::collections::BTreeMap<&'static str, &'static OpDef>,
+}
+
+impl Default for OpRegistry {
+    fn default() -> Self {
+        OpRegistry::with_builtins()
+    }
+}
+
+impl OpRegistry {
+    /// A registry holding every built-in op.
+    pub fn with_builtins() -> OpRegistry {
+        OpRegistry {
+            ops: BUILTIN.iter().map(|op| (op.name, *op)).collect(),
+        }
+    }
+
+    /// Adds a user op; an op of the same name is an error.
+    pub fn register(&mut self, op: &'static OpDef) -> Result<(), GraphError> {
+        if self.ops.contains_key(op.name) {
+            return Err(GraphError::DuplicateOp(op.name.to_string()));
+        }
+        self.ops.insert(op.name, op);
+        Ok(())
+    }
+
+    /// The op named `name`.
+    pub fn get(&self, name: &str) -> Option<&'static OpDef> {
+        self.ops.get(name).copied()
+    }
+
+    /// Every op, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &'static OpDef> + '_ {
+        self.ops.values().copied()
+    }
+}

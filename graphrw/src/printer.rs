@@ -1,0 +1,161 @@
+//! Prints a graph as a readable program, one op per line with its metadata, in the
+//! style of Thunder's traces:
+//!
+//! ```text
+//! graph(q: f32[1, 4, 16, 8], k: f32[1, 4, 16, 8]) {
+//!   t0 = transpose(k, dim0=-2, dim1=-1)  # f32[1, 4, 8, 16]
+//!   t1 = matmul(q, t0)  # f32[1, 4, 16, 16]
+//!   return t1
+//! }
+//! ```
+//!
+//! Names are stable: inputs keep their names, constants are `c0, c1, …` and other
+//! values `t0, t1, …`, numbered in the graph's deterministic topological order, so the
+//! same graph always prints the same text.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use crate::graph::{Graph, NodeId, Value};
+use crate::ops::AttrValue;
+
+/// The printed name of every value of a graph.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    names: HashMap<Value, String>,
+    order: Vec<NodeId>,
+}
+
+impl Names {
+    /// Names every value of `graph`. On a cyclic graph, nodes are numbered in id order.
+    pub fn new(graph: &Graph) -> Names {
+        let order = graph
+            .topo_order()
+            .unwrap_or_else(|_| graph.node_ids().collect());
+        let mut names = HashMap::with_capacity(order.len());
+        let mut taken = std::collections::HashSet::new();
+        let (mut t, mut c) = (0usize, 0usize);
+        for &id in &order {
+            let Some(node) = graph.node(id) else { continue };
+            match node.op_name() {
+                "input" => {
+                    let base = sanitize(node.name().unwrap_or("input"));
+                    let mut name = base.clone();
+                    let mut k = 1;
+                    while !taken.insert(name.clone()) {
+                        name = format!("{base}_{k}");
+                        k += 1;
+                    }
+                    names.insert(Value::from(id), name);
+                }
+                "constant" => {
+                    names.insert(Value::from(id), format!("c{c}"));
+                    c += 1;
+                }
+                _ => {
+                    for o in 0..node.outputs().len() as u32 {
+                        names.insert(Value::new(id, o), format!("t{t}"));
+                        t += 1;
+                    }
+                }
+            }
+        }
+        Names { names, order }
+    }
+
+    /// The printed name of `v` (`%N.o` for a value the graph does not have).
+    pub fn get(&self, v: Value) -> String {
+        self.names
+            .get(&v)
+            .cloned()
+            .unwrap_or_else(|| format!("%{}.{}", v.node.index(), v.output))
+    }
+
+    /// The order nodes are printed in.
+    pub fn order(&self) -> &[NodeId] {
+        &self.order
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("_{s}")
+    } else {
+        s
+    }
+}
+
+/// One node as a line of the program, without indentation:
+/// `t7 = softmax(t6, dim=-1)  # f32[1, 4, 16, 16]`.
+pub fn node_line(graph: &Graph, names: &Names, id: NodeId) -> String {
+    let Some(node) = graph.node(id) else {
+        return format!("%{} (removed)", id.index());
+    };
+    let lhs: Vec<String> = (0..node.outputs().len().max(1) as u32)
+        .map(|o| names.get(Value::new(id, o)))
+        .collect();
+    let mut args: Vec<String> = node.operands().iter().map(|&v| names.get(v)).collect();
+    if node.op_name() == "constant" {
+        args.push(constant_text(node.payload()));
+    } else if node.op_name() != "input" {
+        for (name, v) in node.attrs().iter() {
+            if *v != AttrValue::Null {
+                args.push(format!("{name}={v}"));
+            }
+        }
+    }
+    let metas: Vec<String> = node.outputs().iter().map(|m| m.to_string()).collect();
+    format!(
+        "{} = {}({})  # {}",
+        lhs.join(", "),
+        node.op_name(),
+        args.join(", "),
+        metas.join(", ")
+    )
+}
+
+fn constant_text(t: Option<&graphrw_kernels::Tensor>) -> String {
+    match t {
+        Some(t) if t.numel() == 1 => {
+            let v = t.to_f64_vec()[0];
+            format!("{v:?}")
+        }
+        Some(t) => format!("<{} values>", t.numel()),
+        None => "<missing>".into(),
+    }
+}
+
+/// The whole graph as a program.
+pub fn print(graph: &Graph) -> String {
+    let names = Names::new(graph);
+    let mut out = String::new();
+    let params: Vec<String> = graph
+        .inputs()
+        .iter()
+        .filter_map(|&id| {
+            let m = graph.node(id)?.outputs().first()?;
+            Some(format!("{}: {m}", names.get(Value::from(id))))
+        })
+        .collect();
+    let _ = writeln!(out, "graph({}) {{", params.join(", "));
+    for &id in names.order() {
+        if graph.node(id).is_some_and(|n| n.op_name() == "input") {
+            continue;
+        }
+        let _ = writeln!(out, "  {}", node_line(graph, &names, id));
+    }
+    let rets: Vec<String> = graph.outputs().iter().map(|&v| names.get(v)).collect();
+    let _ = writeln!(out, "  return {}", rets.join(", "));
+    out.push_str("}\n");
+    out
+}
+
+impl std::fmt::Display for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&print(self))
+    }
+}
