@@ -119,6 +119,7 @@ pub struct Graph {
     dag: StableDiGraph<Node, Use>,
     inputs: Vec<NodeId>,
     outputs: Vec<Value>,
+    output_names: Vec<String>,
     by_op: HashMap<&'static str, BTreeSet<NodeId>>,
 }
 
@@ -191,8 +192,22 @@ impl Graph {
         for &v in &outputs {
             self.meta(v)?;
         }
+        self.output_names = (0..outputs.len()).map(|i| format!("output_{i}")).collect();
         self.outputs = outputs;
         Ok(())
+    }
+
+    /// Sets the graph outputs with names (kept by ONNX export).
+    pub fn set_named_outputs(&mut self, outputs: Vec<(String, Value)>) -> Result<(), GraphError> {
+        let (names, values): (Vec<String>, Vec<Value>) = outputs.into_iter().unzip();
+        self.set_outputs(values)?;
+        self.output_names = names;
+        Ok(())
+    }
+
+    /// The names of the graph outputs (`output_N` unless named).
+    pub fn output_names(&self) -> &[String] {
+        &self.output_names
     }
 
     /// Nodes of op `name`, in id order (the anchor index of the matcher).
