@@ -1,0 +1,89 @@
+//! Execution: executors with checkers, the planner that picks one per node, and the
+//! interpreter (Thunder's executor model).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use graphrw::exec::{plan, Executor, ReferenceCpu};
+//! use graphrw::{Builder, DType, Tensor, TensorMeta};
+//!
+//! let g = Builder::new();
+//! let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 3]));
+//! let y = x.softmax(-1)?;
+//! g.output(&[y])?;
+//! let stack: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
+//! let plan = plan(&g.finish(), &stack)?;
+//! let (out, report) = plan.run(&[Tensor::from_vec(vec![2, 3], vec![0f32; 6])?])?;
+//! assert!((out[0].to_f64_vec()[0] - 1.0 / 3.0).abs() < 1e-6);
+//! assert!(report.peak_live_bytes > 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod executor;
+mod interpreter;
+mod plan;
+mod reference;
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use graphrw_kernels::Tensor;
+
+pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
+pub use interpreter::RunReport;
+pub use plan::{plan, Plan};
+pub use reference::{ReferenceCpu, REFERENCE_CPU};
+
+use crate::{Graph, GraphError};
+
+/// Why planning or running failed.
+#[derive(Debug, Error)]
+pub enum ExecError {
+    /// No executor of the stack accepts a node and its op has no decomposition.
+    #[error("no executor for node {node}:\n{}", reasons.iter().map(|r| format!("  - {r}")).collect::<Vec<_>>().join("\n"))]
+    NoExecutor {
+        /// The node as the printer shows it.
+        node: String,
+        /// Every executor's reason, in stack order.
+        reasons: Vec<String>,
+    },
+    /// An input does not fit the graph.
+    #[error("input {input}: {message}")]
+    Input {
+        /// The input's name.
+        input: String,
+        /// What does not fit.
+        message: String,
+    },
+    /// A kernel failed.
+    #[error("{executor} failed on {node}: {message}")]
+    Kernel {
+        /// The node as the printer shows it.
+        node: String,
+        /// The executor.
+        executor: String,
+        /// The kernel's message.
+        message: String,
+    },
+    /// An execution transform or decomposition built something wrong.
+    #[error("expanding `{op}`: {message}")]
+    Transform {
+        /// The op being expanded.
+        op: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A graph error (the graph is malformed).
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+/// The default stack: the reference CPU executor alone.
+pub fn reference_stack() -> Vec<Arc<dyn Executor>> {
+    vec![Arc::new(ReferenceCpu)]
+}
+
+/// Plans `graph` on the reference stack and runs it.
+pub fn run_reference(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, ExecError> {
+    Ok(plan(graph, &reference_stack())?.run(inputs)?.0)
+}

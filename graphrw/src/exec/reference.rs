@@ -1,0 +1,164 @@
+//! The reference CPU executor: every built-in op through `graphrw-kernels::cpu`.
+
+use graphrw_kernels::cpu::{self, BinaryOp, ReduceOp, UnaryOp};
+use graphrw_kernels::Tensor;
+
+use super::executor::{Executor, KernelFailure, NodeView};
+use crate::meta::Device;
+use crate::ops::{self, InferError};
+
+/// Runs every built-in op on the CPU with the reference kernels.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReferenceCpu;
+
+/// The name the reference executor shows in plans.
+pub const REFERENCE_CPU: &str = "cpu-reference";
+
+impl Executor for ReferenceCpu {
+    fn name(&self) -> &str {
+        REFERENCE_CPU
+    }
+
+    fn check(&self, node: &NodeView<'_>) -> Result<(), String> {
+        if ops::lookup(node.op.name) != Some(node.op) {
+            return Err(format!("`{}` is not a built-in op", node.op.name));
+        }
+        if let Some(m) = node.inputs.iter().find(|m| m.device != Device::Cpu) {
+            return Err(format!("operand on {}, not the CPU", m.device));
+        }
+        if node.op.name == "dropout" && node.attrs.bool("train").unwrap_or(false) {
+            return Err("training-mode dropout is not supported".into());
+        }
+        Ok(())
+    }
+
+    fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
+        run_builtin(node, x)
+    }
+}
+
+fn attr_err(e: InferError) -> KernelFailure {
+    e.0.into()
+}
+
+fn two(v: &[i64], what: &str) -> Result<[i64; 2], KernelFailure> {
+    match v {
+        [a, b] => Ok([*a, *b]),
+        _ => Err(format!("{what} needs two entries, found {v:?}").into()),
+    }
+}
+
+fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
+    let a = &node.attrs;
+    let int = |n: &str| a.int(n).map_err(attr_err);
+    let ints = |n: &str| a.ints(n).map_err(attr_err);
+    let float = |n: &str| a.float(n).map_err(attr_err);
+    let name = node.op.name;
+    let binary = |op: BinaryOp| cpu::binary(op, x[0], x[1]);
+    let unary = |op: UnaryOp| cpu::unary(op, x[0]);
+    let reduce = |op: ReduceOp| -> Result<Tensor, KernelFailure> {
+        Ok(cpu::reduce(op, x[0], ints("dims")?, a.bool("keepdim").map_err(attr_err)?)?)
+    };
+    let one = match name {
+        "add" => binary(BinaryOp::Add)?,
+        "sub" => binary(BinaryOp::Sub)?,
+        "mul" => binary(BinaryOp::Mul)?,
+        "div" => binary(BinaryOp::Div)?,
+        "pow" => binary(BinaryOp::Pow)?,
+        "maximum" => binary(BinaryOp::Maximum)?,
+        "minimum" => binary(BinaryOp::Minimum)?,
+        "and" => binary(BinaryOp::And)?,
+        "or" => binary(BinaryOp::Or)?,
+        "eq" => binary(BinaryOp::Eq)?,
+        "ne" => binary(BinaryOp::Ne)?,
+        "lt" => binary(BinaryOp::Lt)?,
+        "le" => binary(BinaryOp::Le)?,
+        "gt" => binary(BinaryOp::Gt)?,
+        "ge" => binary(BinaryOp::Ge)?,
+        "neg" => unary(UnaryOp::Neg)?,
+        "abs" => unary(UnaryOp::Abs)?,
+        "reciprocal" => unary(UnaryOp::Reciprocal)?,
+        "sqrt" => unary(UnaryOp::Sqrt)?,
+        "rsqrt" => unary(UnaryOp::Rsqrt)?,
+        "exp" => unary(UnaryOp::Exp)?,
+        "log" => unary(UnaryOp::Log)?,
+        "sin" => unary(UnaryOp::Sin)?,
+        "cos" => unary(UnaryOp::Cos)?,
+        "erf" => unary(UnaryOp::Erf)?,
+        "tanh" => unary(UnaryOp::Tanh)?,
+        "sigmoid" => unary(UnaryOp::Sigmoid)?,
+        "relu" => unary(UnaryOp::Relu)?,
+        "silu" => unary(UnaryOp::Silu)?,
+        "not" => unary(UnaryOp::Not)?,
+        "isnan" => unary(UnaryOp::IsNan)?,
+        "gelu" => match a.str("approximate").map_err(attr_err)? {
+            "none" => unary(UnaryOp::Gelu)?,
+            "tanh" => unary(UnaryOp::GeluTanh)?,
+            other => return Err(format!("gelu: unknown approximation {other:?}").into()),
+        },
+        "where" => cpu::where_(x[0], x[1], x[2])?,
+        "cast" => cpu::cast(x[0], a.dtype("dtype").map_err(attr_err)?)?,
+        "masked_fill" => cpu::masked_fill(x[0], x[1], float("value")?)?,
+        "dropout" => cpu::dropout(x[0], float("p")?, a.bool("train").map_err(attr_err)?)?,
+        "contiguous" => cpu::contiguous(x[0])?,
+        "matmul" => cpu::matmul(x[0], x[1])?,
+        "conv2d" => cpu::conv2d(
+            x[0],
+            x[1],
+            x.get(2).copied(),
+            two(ints("stride")?, "stride")?,
+            two(ints("padding")?, "padding")?,
+            two(ints("dilation")?, "dilation")?,
+            int("groups")?,
+        )?,
+        "transpose" => cpu::transpose(x[0], int("dim0")?, int("dim1")?)?,
+        "permute" => cpu::permute(x[0], ints("dims")?)?,
+        "reshape" => cpu::reshape(x[0], ints("shape")?)?,
+        "expand" => cpu::expand(x[0], ints("size")?)?,
+        "unsqueeze" => cpu::unsqueeze(x[0], int("dim")?)?,
+        "squeeze" => cpu::squeeze(x[0], ints("dims")?)?,
+        "concat" => cpu::concat(x, int("dim")?)?,
+        "split" => return Ok(cpu::split(x[0], ints("split_sizes")?, int("dim")?)?),
+        "slice" => cpu::slice(x[0], int("dim")?, int("start")?, int("end")?, int("step")?)?,
+        "tril" => cpu::tril(x[0], int("diagonal")?)?,
+        "triu" => cpu::triu(x[0], int("diagonal")?)?,
+        "gather" => cpu::gather(x[0], x[1], int("dim")?)?,
+        "gather_elements" => cpu::gather_elements(x[0], x[1], int("dim")?)?,
+        "gather_nd" => cpu::gather_nd(x[0], x[1], int("batch_dims")?)?,
+        "index_select" => cpu::index_select(x[0], int("dim")?, x[1])?,
+        "cumsum" => cpu::cumsum(x[0], int("dim")?)?,
+        "sum" => reduce(ReduceOp::Sum)?,
+        "mean" => reduce(ReduceOp::Mean)?,
+        "amax" => reduce(ReduceOp::Amax)?,
+        "softmax" => cpu::softmax(x[0], int("dim")?)?,
+        "log_softmax" => cpu::log_softmax(x[0], int("dim")?)?,
+        "layer_norm" => cpu::layer_norm(x[0], x.get(1).copied(), x.get(2).copied(), int("axis")?, float("eps")?)?,
+        "rms_norm" => cpu::rms_norm(x[0], x.get(1).copied(), int("axis")?, float("eps")?)?,
+        "arange" => cpu::arange(
+            float("start")?,
+            float("end")?,
+            float("step")?,
+            a.dtype("dtype").map_err(attr_err)?,
+        )?,
+        "full" => cpu::full(ints("size")?, float("value")?, a.dtype("dtype").map_err(attr_err)?)?,
+        "zeros" => cpu::full(ints("size")?, 0.0, a.dtype("dtype").map_err(attr_err)?)?,
+        "ones" => cpu::full(ints("size")?, 1.0, a.dtype("dtype").map_err(attr_err)?)?,
+        "scaled_dot_product_attention" => {
+            let p = float("dropout_p")?;
+            if p != 0.0 {
+                return Err(format!("dropout_p = {p} is not supported at inference").into());
+            }
+            cpu::sdpa_reference(
+                x[0],
+                x[1],
+                x[2],
+                x.get(3).copied(),
+                a.bool("is_causal").map_err(attr_err)?,
+                a.opt_float("scale").map_err(attr_err)?,
+                a.bool("enable_gqa").map_err(attr_err)?,
+            )?
+        }
+        other => return Err(format!("the reference executor has no kernel for `{other}`").into()),
+    };
+    Ok(vec![one])
+}
