@@ -35,7 +35,7 @@ impl fmt::Display for RunReport {
             self.peak_live_bytes as f64 / 1024.0
         )?;
         let mut rows: Vec<_> = self.per_op.iter().collect();
-        rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1 .0));
         for (op, (t, n)) in rows {
             writeln!(f, "  {op:<32} {n:>6} calls {:>10.3} ms", t.as_secs_f64() * 1e3)?;
         }
