@@ -21,6 +21,7 @@
 
 pub mod builder;
 pub mod dot;
+pub mod exec;
 mod error;
 pub mod graph;
 pub mod meta;
