@@ -142,9 +142,18 @@ fn attr_param(a: &Attr) -> (TokenStream, TokenStream) {
         Kind::Int => (quote!(i64), quote!(crate::ops::AttrValue::Int(v))),
         Kind::Float => (quote!(f64), quote!(crate::ops::AttrValue::Float(v))),
         Kind::Bool => (quote!(bool), quote!(crate::ops::AttrValue::Bool(v))),
-        Kind::Ints => (quote!(&[i64]), quote!(crate::ops::AttrValue::Ints(v.to_vec()))),
-        Kind::Str => (quote!(&str), quote!(crate::ops::AttrValue::Str(v.to_string()))),
-        Kind::DType => (quote!(crate::DType), quote!(crate::ops::AttrValue::DType(v))),
+        Kind::Ints => (
+            quote!(&[i64]),
+            quote!(crate::ops::AttrValue::Ints(v.to_vec())),
+        ),
+        Kind::Str => (
+            quote!(&str),
+            quote!(crate::ops::AttrValue::Str(v.to_string())),
+        ),
+        Kind::DType => (
+            quote!(crate::DType),
+            quote!(crate::ops::AttrValue::DType(v)),
+        ),
     };
     if optional {
         (

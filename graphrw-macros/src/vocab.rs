@@ -93,16 +93,29 @@ pub struct OpSpec {
 }
 
 const fn req(name: &'static str) -> Operand {
-    Operand { name, arity: Arity::Required }
+    Operand {
+        name,
+        arity: Arity::Required,
+    }
 }
 const fn opt(name: &'static str) -> Operand {
-    Operand { name, arity: Arity::Optional }
+    Operand {
+        name,
+        arity: Arity::Optional,
+    }
 }
 const fn var(name: &'static str) -> Operand {
-    Operand { name, arity: Arity::Variadic }
+    Operand {
+        name,
+        arity: Arity::Variadic,
+    }
 }
 const fn attr(name: &'static str, kind: Kind, default: DefaultValue) -> Attr {
-    Attr { name, kind, default }
+    Attr {
+        name,
+        kind,
+        default,
+    }
 }
 
 const X: &[Operand] = &[req("input")];

@@ -377,7 +377,10 @@ impl Graph {
                 op: op.name,
                 node: at(),
                 inputs: metas.iter().map(|m| m.to_string()).collect(),
-                message: format!("inference gave {} outputs, the op has {expected}", out.len()),
+                message: format!(
+                    "inference gave {} outputs, the op has {expected}",
+                    out.len()
+                ),
             });
         }
         Ok(out)
@@ -501,7 +504,11 @@ impl Graph {
                 }
             }
         }
-        let dead: Vec<NodeId> = self.dag.node_indices().filter(|n| !live.contains(n)).collect();
+        let dead: Vec<NodeId> = self
+            .dag
+            .node_indices()
+            .filter(|n| !live.contains(n))
+            .collect();
         for &n in &dead {
             if let Some(node) = self.dag.remove_node(n) {
                 if let Some(set) = self.by_op.get_mut(node.op.name) {
@@ -528,7 +535,9 @@ impl Graph {
         while let Some(n) = ready.pop_first() {
             order.push(n);
             for e in self.dag.edges_directed(n, Direction::Outgoing) {
-                let d = indegree.get_mut(&e.target()).expect("every node has an indegree");
+                let d = indegree
+                    .get_mut(&e.target())
+                    .expect("every node has an indegree");
                 *d -= 1;
                 if *d == 0 {
                     ready.insert(e.target());
@@ -613,15 +622,13 @@ pub fn normalize_attrs(
     }
     op.attrs
         .iter()
-        .map(|spec| {
-            match given.iter().find(|(n, _)| *n == spec.name) {
-                Some((_, v)) => Ok(v.clone()),
-                None => spec.default.value().ok_or_else(|| GraphError::Signature {
-                    op: op.name,
-                    node: None,
-                    message: format!("attribute `{}` is required", spec.name),
-                }),
-            }
+        .map(|spec| match given.iter().find(|(n, _)| *n == spec.name) {
+            Some((_, v)) => Ok(v.clone()),
+            None => spec.default.value().ok_or_else(|| GraphError::Signature {
+                op: op.name,
+                node: None,
+                message: format!("attribute `{}` is required", spec.name),
+            }),
         })
         .collect()
 }

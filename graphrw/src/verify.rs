@@ -52,7 +52,12 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
         let mut edges: Vec<(u32, Value)> = graph
             .dag()
             .edges_directed(id, Direction::Incoming)
-            .map(|e| (e.weight().operand, Value::new(e.source(), e.weight().output)))
+            .map(|e| {
+                (
+                    e.weight().operand,
+                    Value::new(e.source(), e.weight().output),
+                )
+            })
             .collect();
         edges.sort_unstable();
         let listed: Vec<(u32, Value)> = node
@@ -70,7 +75,8 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
             );
         }
         // Signature.
-        if let Err(message) = check_signature(node.op(), node.operands().len(), node.attr_values()) {
+        if let Err(message) = check_signature(node.op(), node.operands().len(), node.attr_values())
+        {
             fail(&mut errors, id, format!("`{}` {message}", node.op_name()));
             continue;
         }
@@ -80,7 +86,11 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
             fail(
                 &mut errors,
                 id,
-                format!("has {} outputs, `{}` makes {expected}", node.outputs().len(), node.op_name()),
+                format!(
+                    "has {} outputs, `{}` makes {expected}",
+                    node.outputs().len(),
+                    node.op_name()
+                ),
             );
             continue;
         }

@@ -15,10 +15,22 @@ fn multimul_like(b: &Builder, x: &[Value], _: &Attrs) -> Result<Vec<Value>, Grap
 }
 
 const FOUR: &[OperandSpec] = &[
-    OperandSpec { name: "a", arity: Arity::Required },
-    OperandSpec { name: "b", arity: Arity::Required },
-    OperandSpec { name: "c", arity: Arity::Required },
-    OperandSpec { name: "d", arity: Arity::Required },
+    OperandSpec {
+        name: "a",
+        arity: Arity::Required,
+    },
+    OperandSpec {
+        name: "b",
+        arity: Arity::Required,
+    },
+    OperandSpec {
+        name: "c",
+        arity: Arity::Required,
+    },
+    OperandSpec {
+        name: "d",
+        arity: Arity::Required,
+    },
 ];
 
 /// `multimul(a, b, c, d) -> (a * b, c * d)`, metadata `like` its decomposition.
@@ -77,13 +89,28 @@ fn stack(list: Vec<Arc<dyn Executor>>) -> Vec<Arc<dyn Executor>> {
 #[test]
 fn multimul_with_like_and_kernel() {
     let b = Builder::new();
-    let x: Vec<Value> = (0..4).map(|i| b.input(&format!("x{i}"), f32s(&[2])).value()).collect();
+    let x: Vec<Value> = (0..4)
+        .map(|i| b.input(&format!("x{i}"), f32s(&[2])).value())
+        .collect();
     let outs = b.apply(&MULTIMUL, &x, &[]).unwrap();
     b.output(&[b.var(outs[0]), b.var(outs[1])]).unwrap();
     let g = b.finish();
-    let p = plan(&g, &stack(vec![Arc::new(multimul_executor()), Arc::new(ReferenceCpu)])).unwrap();
-    assert!(p.to_string().contains("seed.multimul(x0, x1, x2, x3)  # f32[2], f32[2]  | multimul"), "{p}");
-    let inputs = [t(&[2], vec![1., 2.]), t(&[2], vec![3., 4.]), t(&[2], vec![5., 6.]), t(&[2], vec![7., 8.])];
+    let p = plan(
+        &g,
+        &stack(vec![Arc::new(multimul_executor()), Arc::new(ReferenceCpu)]),
+    )
+    .unwrap();
+    assert!(
+        p.to_string()
+            .contains("seed.multimul(x0, x1, x2, x3)  # f32[2], f32[2]  | multimul"),
+        "{p}"
+    );
+    let inputs = [
+        t(&[2], vec![1., 2.]),
+        t(&[2], vec![3., 4.]),
+        t(&[2], vec![5., 6.]),
+        t(&[2], vec![7., 8.]),
+    ];
     let (out, _) = p.run(&inputs).unwrap();
     assert_eq!(out[0].as_slice::<f32>().unwrap(), &[3., 8.]);
     assert_eq!(out[1].as_slice::<f32>().unwrap(), &[35., 48.]);
@@ -92,14 +119,21 @@ fn multimul_with_like_and_kernel() {
 #[test]
 fn custom_op_without_kernel_runs_through_its_decomposition() {
     let b = Builder::new();
-    let x: Vec<Value> = (0..4).map(|i| b.input(&format!("x{i}"), f32s(&[2])).value()).collect();
+    let x: Vec<Value> = (0..4)
+        .map(|i| b.input(&format!("x{i}"), f32s(&[2])).value())
+        .collect();
     let outs = b.apply(&MULTIMUL, &x, &[]).unwrap();
     b.output(&[b.var(outs[0]), b.var(outs[1])]).unwrap();
     let p = plan(&b.finish(), &stack(vec![Arc::new(ReferenceCpu)])).unwrap();
     let text = p.to_string();
     assert!(!text.contains("multimul"), "{text}");
     assert_eq!(text.matches("= mul(").count(), 2, "{text}");
-    let inputs = [t(&[2], vec![1., 2.]), t(&[2], vec![3., 4.]), t(&[2], vec![5., 6.]), t(&[2], vec![7., 8.])];
+    let inputs = [
+        t(&[2], vec![1., 2.]),
+        t(&[2], vec![3., 4.]),
+        t(&[2], vec![5., 6.]),
+        t(&[2], vec![7., 8.]),
+    ];
     let (out, _) = p.run(&inputs).unwrap();
     assert_eq!(out[1].as_slice::<f32>().unwrap(), &[35., 48.]);
 }
@@ -112,18 +146,25 @@ fn execution_transform_turns_mul_into_multimul_with_a_prologue() {
     let z = x.mul(y).unwrap().add(x).unwrap();
     b.output(&[z]).unwrap();
     let g = b.finish();
-    let transformer = OpExecutor::new("mul->multimul").with_transform(&builtin::MUL, cpu_only, mul_to_multimul);
+    let transformer =
+        OpExecutor::new("mul->multimul").with_transform(&builtin::MUL, cpu_only, mul_to_multimul);
     let before = MULTIMUL_CALLS.load(Ordering::SeqCst);
     let p = plan(
         &g,
-        &stack(vec![Arc::new(transformer), Arc::new(multimul_executor()), Arc::new(ReferenceCpu)]),
+        &stack(vec![
+            Arc::new(transformer),
+            Arc::new(multimul_executor()),
+            Arc::new(ReferenceCpu),
+        ]),
     )
     .unwrap();
     let text = p.to_string();
     assert_eq!(text.matches("contiguous(").count(), 2, "{text}");
     assert!(text.contains("seed.multimul(t0, t1, x, y)"), "{text}");
     assert!(!text.contains("= mul("), "{text}");
-    let (out, _) = p.run(&[t(&[3], vec![1., 2., 3.]), t(&[3], vec![4., 5., 6.])]).unwrap();
+    let (out, _) = p
+        .run(&[t(&[3], vec![1., 2., 3.]), t(&[3], vec![4., 5., 6.])])
+        .unwrap();
     assert_eq!(out[0].as_slice::<f32>().unwrap(), &[5., 12., 21.]);
     assert_eq!(MULTIMUL_CALLS.load(Ordering::SeqCst), before + 1);
 }
@@ -138,7 +179,11 @@ fn add_2xn() -> OpExecutor {
             let ok = n.inputs.iter().all(|m| {
                 m.dtype == DType::F32 && m.rank() == 2 && m.shape.dims()[0].known() == Some(2)
             });
-            if ok { Ok(()) } else { Err("needs f32 tensors of shape [2, n]".into()) }
+            if ok {
+                Ok(())
+            } else {
+                Err("needs f32 tensors of shape [2, n]".into())
+            }
         },
         |_, x| {
             ADD2_CALLS.fetch_add(1, Ordering::SeqCst);
@@ -156,12 +201,21 @@ fn checker_accepts_matching_inputs_and_falls_back_for_others() {
     let s2 = c.add(c).unwrap();
     b.output(&[s1, s2]).unwrap();
     let g = b.finish();
-    let p = plan(&g, &stack(vec![Arc::new(add_2xn()), Arc::new(ReferenceCpu)])).unwrap();
+    let p = plan(
+        &g,
+        &stack(vec![Arc::new(add_2xn()), Arc::new(ReferenceCpu)]),
+    )
+    .unwrap();
     let text = p.to_string();
     assert!(text.contains("add(a, a)  # f32[2, 3]  | add_2xn"), "{text}");
-    assert!(text.contains("add(c, c)  # f32[3, 3]  | cpu-reference"), "{text}");
+    assert!(
+        text.contains("add(c, c)  # f32[3, 3]  | cpu-reference"),
+        "{text}"
+    );
     let before = ADD2_CALLS.load(Ordering::SeqCst);
-    let (out, _) = p.run(&[t(&[2, 3], vec![1.; 6]), t(&[3, 3], vec![2.; 9])]).unwrap();
+    let (out, _) = p
+        .run(&[t(&[2, 3], vec![1.; 6]), t(&[3, 3], vec![2.; 9])])
+        .unwrap();
     assert_eq!(ADD2_CALLS.load(Ordering::SeqCst), before + 1);
     assert_eq!(out[0].to_f64_vec(), vec![2.; 6]);
     assert_eq!(out[1].to_f64_vec(), vec![4.; 9]);
@@ -173,12 +227,22 @@ fn no_executor_error_names_the_node_and_every_reason() {
     let a = b.input("a", f32s(&[3, 3]));
     let s = a.add(a).unwrap();
     b.output(&[s]).unwrap();
-    let e = plan(&b.finish(), &stack(vec![Arc::new(add_2xn()), Arc::new(multimul_executor())])).unwrap_err();
+    let e = plan(
+        &b.finish(),
+        &stack(vec![Arc::new(add_2xn()), Arc::new(multimul_executor())]),
+    )
+    .unwrap_err();
     let m = e.to_string();
     assert!(matches!(e, ExecError::NoExecutor { .. }));
     assert!(m.contains("t0 = add(a, a)  # f32[3, 3]"), "{m}");
-    assert!(m.contains("add_2xn: needs f32 tensors of shape [2, n]"), "{m}");
-    assert!(m.contains("multimul: has no implementation of `add`"), "{m}");
+    assert!(
+        m.contains("add_2xn: needs f32 tensors of shape [2, n]"),
+        "{m}"
+    );
+    assert!(
+        m.contains("multimul: has no implementation of `add`"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -188,8 +252,16 @@ fn executor_order_changes_which_kernel_runs() {
     let s = a.add(a).unwrap();
     b.output(&[s]).unwrap();
     let g = b.finish();
-    let first = plan(&g, &stack(vec![Arc::new(add_2xn()), Arc::new(ReferenceCpu)])).unwrap();
-    let second = plan(&g, &stack(vec![Arc::new(ReferenceCpu), Arc::new(add_2xn())])).unwrap();
+    let first = plan(
+        &g,
+        &stack(vec![Arc::new(add_2xn()), Arc::new(ReferenceCpu)]),
+    )
+    .unwrap();
+    let second = plan(
+        &g,
+        &stack(vec![Arc::new(ReferenceCpu), Arc::new(add_2xn())]),
+    )
+    .unwrap();
     let node = g.nodes_with_op("add").next().unwrap();
     assert_eq!(first.executor_of(node), Some("add_2xn"));
     assert_eq!(second.executor_of(node), Some("cpu-reference"));
@@ -203,35 +275,67 @@ fn intermediates_are_freed_after_last_use() {
     let x = b.input("x", f32s(&[n as u64]));
     let mut v = x;
     for i in 0..10 {
-        v = if i % 2 == 0 { v.exp().unwrap() } else { v.neg().unwrap() };
+        v = if i % 2 == 0 {
+            v.exp().unwrap()
+        } else {
+            v.neg().unwrap()
+        };
     }
     b.output(&[v]).unwrap();
     let p = plan(&b.finish(), &stack(vec![Arc::new(ReferenceCpu)])).unwrap();
     let (_, report) = p.run(&[t(&[n], vec![0.0; n])]).unwrap();
     let one = n * 4;
     assert!(report.peak_live_bytes >= one, "{report}");
-    assert!(report.peak_live_bytes <= 2 * one, "peak {} > two intermediates {}", report.peak_live_bytes, 2 * one);
+    assert!(
+        report.peak_live_bytes <= 2 * one,
+        "peak {} > two intermediates {}",
+        report.peak_live_bytes,
+        2 * one
+    );
     assert_eq!(report.per_op["exp"].1, 5);
 }
 
 #[test]
 fn inputs_that_do_not_fit_are_rejected_before_running() {
     let b = Builder::new();
-    let x = b.input("x", TensorMeta::new(DType::F32, Shape(vec!["n".into(), 4u64.into()])));
-    let y = b.input("y", TensorMeta::new(DType::F32, Shape(vec!["n".into(), 4u64.into()])));
+    let x = b.input(
+        "x",
+        TensorMeta::new(DType::F32, Shape(vec!["n".into(), 4u64.into()])),
+    );
+    let y = b.input(
+        "y",
+        TensorMeta::new(DType::F32, Shape(vec!["n".into(), 4u64.into()])),
+    );
     let s = x.add(y).unwrap();
     b.output(&[s]).unwrap();
     let p = plan(&b.finish(), &stack(vec![Arc::new(ReferenceCpu)])).unwrap();
-    let ok = p.run(&[t(&[3, 4], vec![1.; 12]), t(&[3, 4], vec![1.; 12])]).unwrap();
+    let ok = p
+        .run(&[t(&[3, 4], vec![1.; 12]), t(&[3, 4], vec![1.; 12])])
+        .unwrap();
     assert_eq!(ok.0[0].shape(), &[3, 4]);
     let e = p.run(&[t(&[3, 4], vec![1.; 12])]).unwrap_err().to_string();
     assert!(e.contains("takes 2 inputs, 1 given"), "{e}");
-    let e = p.run(&[t(&[3, 5], vec![1.; 15]), t(&[3, 4], vec![1.; 12])]).unwrap_err().to_string();
-    assert!(e.contains("input x") && e.contains("f32[n, 4]") && e.contains("[3, 5]"), "{e}");
-    let e = p.run(&[t(&[3, 4], vec![1.; 12]), t(&[2, 4], vec![1.; 8])]).unwrap_err().to_string();
-    assert!(e.contains("input y") && e.contains("dim `n` is 2 here but 3"), "{e}");
     let e = p
-        .run(&[Tensor::from_vec(vec![3, 4], vec![1i64; 12]).unwrap(), t(&[3, 4], vec![1.; 12])])
+        .run(&[t(&[3, 5], vec![1.; 15]), t(&[3, 4], vec![1.; 12])])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("input x") && e.contains("f32[n, 4]") && e.contains("[3, 5]"),
+        "{e}"
+    );
+    let e = p
+        .run(&[t(&[3, 4], vec![1.; 12]), t(&[2, 4], vec![1.; 8])])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("input y") && e.contains("dim `n` is 2 here but 3"),
+        "{e}"
+    );
+    let e = p
+        .run(&[
+            Tensor::from_vec(vec![3, 4], vec![1i64; 12]).unwrap(),
+            t(&[3, 4], vec![1.; 12]),
+        ])
         .unwrap_err()
         .to_string();
     assert!(e.contains("got a i64 tensor"), "{e}");

@@ -1,5 +1,7 @@
 //! Shape and dtype inference of every built-in op: good inputs give the expected
 //! metadata, bad inputs are an `Err` naming the op and the shapes, never a panic.
+// `&[x.clone()]` keeps each case one readable line; the clones are of tiny metadata.
+#![allow(clippy::cloned_ref_to_slice_refs)]
 
 use graphrw::ops::{self, AttrValue, OpClass};
 use graphrw::{Builder, DType, Dim, GraphError, Shape, TensorMeta, Value};
@@ -36,7 +38,9 @@ fn ok1(op: &str, inputs: &[TensorMeta], attrs: &[(&str, AttrValue)]) -> TensorMe
 }
 
 fn err(op: &str, inputs: &[TensorMeta], attrs: &[(&str, AttrValue)]) -> String {
-    let e = infer(op, inputs, attrs).expect_err("should be rejected").to_string();
+    let e = infer(op, inputs, attrs)
+        .expect_err("should be rejected")
+        .to_string();
     assert!(e.contains(op), "message names the op `{op}`: {e}");
     e
 }
@@ -51,7 +55,10 @@ fn ints(v: &[i64]) -> AttrValue {
 #[test]
 fn binary_elementwise_broadcast() {
     for op in ["add", "sub", "mul", "div", "maximum", "minimum"] {
-        assert_eq!(ok1(op, &[f32s(&[2, 1, 4]), f32s(&[3, 1])], &[]), f32s(&[2, 3, 4]));
+        assert_eq!(
+            ok1(op, &[f32s(&[2, 1, 4]), f32s(&[3, 1])], &[]),
+            f32s(&[2, 3, 4])
+        );
         assert_eq!(ok1(op, &[f32s(&[]), f32s(&[5])], &[]), f32s(&[5]));
         let e = err(op, &[f32s(&[2, 3]), f32s(&[4])], &[]);
         assert!(e.contains("[2, 3]") && e.contains("[4]"), "{e}");
@@ -59,14 +66,21 @@ fn binary_elementwise_broadcast() {
     }
     assert_eq!(ok1("pow", &[f32s(&[3]), f32s(&[])], &[]), f32s(&[3]));
     for op in ["eq", "ne", "lt", "le", "gt", "ge"] {
-        assert_eq!(ok1(op, &[f32s(&[2, 3]), f32s(&[3])], &[]), meta(DType::Bool, &[2, 3]));
+        assert_eq!(
+            ok1(op, &[f32s(&[2, 3]), f32s(&[3])], &[]),
+            meta(DType::Bool, &[2, 3])
+        );
     }
     for op in ["and", "or"] {
         let b = meta(DType::Bool, &[4]);
         assert_eq!(ok1(op, &[b.clone(), b.clone()], &[]), b);
         err(op, &[f32s(&[4]), b], &[]);
     }
-    err("add", &[meta(DType::Bool, &[1]), meta(DType::Bool, &[1])], &[]);
+    err(
+        "add",
+        &[meta(DType::Bool, &[1]), meta(DType::Bool, &[1])],
+        &[],
+    );
 }
 
 #[test]
@@ -81,43 +95,109 @@ fn symbolic_dims_broadcast() {
 #[test]
 fn unary_elementwise() {
     for op in [
-        "neg", "abs", "reciprocal", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "erf", "tanh",
-        "sigmoid", "relu", "silu", "dropout", "contiguous", "tril", "triu", "gelu",
+        "neg",
+        "abs",
+        "reciprocal",
+        "sqrt",
+        "rsqrt",
+        "exp",
+        "log",
+        "sin",
+        "cos",
+        "erf",
+        "tanh",
+        "sigmoid",
+        "relu",
+        "silu",
+        "dropout",
+        "contiguous",
+        "tril",
+        "triu",
+        "gelu",
     ] {
         let m = meta(DType::BF16, &[2, 3]);
         assert_eq!(ok1(op, &[m.clone()], &[]), m, "{op}");
     }
-    for op in ["reciprocal", "sqrt", "exp", "erf", "tanh", "sigmoid", "gelu", "isnan"] {
+    for op in [
+        "reciprocal",
+        "sqrt",
+        "exp",
+        "erf",
+        "tanh",
+        "sigmoid",
+        "gelu",
+        "isnan",
+    ] {
         err(op, &[meta(DType::I64, &[2])], &[]);
     }
     assert_eq!(ok1("isnan", &[f32s(&[2])], &[]), meta(DType::Bool, &[2]));
-    assert_eq!(ok1("not", &[meta(DType::Bool, &[2])], &[]), meta(DType::Bool, &[2]));
+    assert_eq!(
+        ok1("not", &[meta(DType::Bool, &[2])], &[]),
+        meta(DType::Bool, &[2])
+    );
     err("not", &[f32s(&[2])], &[]);
     err("neg", &[meta(DType::Bool, &[2])], &[]);
-    assert_eq!(ok1("cumsum", &[meta(DType::I64, &[2, 3])], &[("dim", int(1))]), meta(DType::I64, &[2, 3]));
+    assert_eq!(
+        ok1("cumsum", &[meta(DType::I64, &[2, 3])], &[("dim", int(1))]),
+        meta(DType::I64, &[2, 3])
+    );
 }
 
 #[test]
 fn where_cast_masked_fill() {
     let c = meta(DType::Bool, &[1, 1, 4, 4]);
-    assert_eq!(ok1("where", &[c.clone(), f32s(&[]), f32s(&[2, 1, 4, 4])], &[]), f32s(&[2, 1, 4, 4]));
-    err("where", &[f32s(&[4]), f32s(&[4]), f32s(&[4])], &[]);
-    err("where", &[c.clone(), f32s(&[4]), meta(DType::F16, &[4])], &[]);
-    assert_eq!(ok1("cast", &[f32s(&[3])], &[("dtype", AttrValue::DType(DType::F16))]), meta(DType::F16, &[3]));
     assert_eq!(
-        ok1("masked_fill", &[f32s(&[2, 1, 4, 4]), c.clone()], &[("value", AttrValue::Float(f64::NEG_INFINITY))]),
+        ok1("where", &[c.clone(), f32s(&[]), f32s(&[2, 1, 4, 4])], &[]),
         f32s(&[2, 1, 4, 4])
     );
-    err("masked_fill", &[f32s(&[4, 4]), c], &[("value", AttrValue::Float(0.0))]);
+    err("where", &[f32s(&[4]), f32s(&[4]), f32s(&[4])], &[]);
+    err(
+        "where",
+        &[c.clone(), f32s(&[4]), meta(DType::F16, &[4])],
+        &[],
+    );
+    assert_eq!(
+        ok1(
+            "cast",
+            &[f32s(&[3])],
+            &[("dtype", AttrValue::DType(DType::F16))]
+        ),
+        meta(DType::F16, &[3])
+    );
+    assert_eq!(
+        ok1(
+            "masked_fill",
+            &[f32s(&[2, 1, 4, 4]), c.clone()],
+            &[("value", AttrValue::Float(f64::NEG_INFINITY))]
+        ),
+        f32s(&[2, 1, 4, 4])
+    );
+    err(
+        "masked_fill",
+        &[f32s(&[4, 4]), c],
+        &[("value", AttrValue::Float(0.0))],
+    );
 }
 
 #[test]
 fn matmul_rules() {
-    assert_eq!(ok1("matmul", &[f32s(&[2, 3]), f32s(&[3, 4])], &[]), f32s(&[2, 4]));
+    assert_eq!(
+        ok1("matmul", &[f32s(&[2, 3]), f32s(&[3, 4])], &[]),
+        f32s(&[2, 4])
+    );
     assert_eq!(ok1("matmul", &[f32s(&[3]), f32s(&[3])], &[]), f32s(&[]));
-    assert_eq!(ok1("matmul", &[f32s(&[3]), f32s(&[5, 3, 4])], &[]), f32s(&[5, 4]));
-    assert_eq!(ok1("matmul", &[f32s(&[5, 2, 3]), f32s(&[3])], &[]), f32s(&[5, 2]));
-    assert_eq!(ok1("matmul", &[f32s(&[2, 1, 4, 8]), f32s(&[3, 8, 5])], &[]), f32s(&[2, 3, 4, 5]));
+    assert_eq!(
+        ok1("matmul", &[f32s(&[3]), f32s(&[5, 3, 4])], &[]),
+        f32s(&[5, 4])
+    );
+    assert_eq!(
+        ok1("matmul", &[f32s(&[5, 2, 3]), f32s(&[3])], &[]),
+        f32s(&[5, 2])
+    );
+    assert_eq!(
+        ok1("matmul", &[f32s(&[2, 1, 4, 8]), f32s(&[3, 8, 5])], &[]),
+        f32s(&[2, 3, 4, 5])
+    );
     let e = err("matmul", &[f32s(&[2, 3]), f32s(&[4, 5])], &[]);
     assert!(e.contains("inner"), "{e}");
     err("matmul", &[f32s(&[2, 2, 3]), f32s(&[3, 3, 4])], &[]);
@@ -129,8 +209,14 @@ fn conv2d_shapes() {
     let x = f32s(&[1, 4, 8, 8]);
     let w = f32s(&[6, 2, 3, 3]);
     let attrs = [("padding", ints(&[1, 1])), ("groups", int(2))];
-    assert_eq!(ok1("conv2d", &[x.clone(), w.clone()], &attrs), f32s(&[1, 6, 8, 8]));
-    assert_eq!(ok1("conv2d", &[x.clone(), w.clone(), f32s(&[6])], &attrs), f32s(&[1, 6, 8, 8]));
+    assert_eq!(
+        ok1("conv2d", &[x.clone(), w.clone()], &attrs),
+        f32s(&[1, 6, 8, 8])
+    );
+    assert_eq!(
+        ok1("conv2d", &[x.clone(), w.clone(), f32s(&[6])], &attrs),
+        f32s(&[1, 6, 8, 8])
+    );
     err("conv2d", &[x.clone(), w.clone()], &[]);
     err("conv2d", &[f32s(&[4, 8, 8]), w], &[]);
 }
@@ -138,27 +224,81 @@ fn conv2d_shapes() {
 #[test]
 fn layout_ops() {
     let x = f32s(&[2, 3, 4]);
-    assert_eq!(ok1("transpose", &[x.clone()], &[("dim0", int(-2)), ("dim1", int(-1))]), f32s(&[2, 4, 3]));
-    err("transpose", &[x.clone()], &[("dim0", int(3)), ("dim1", int(0))]);
-    assert_eq!(ok1("permute", &[x.clone()], &[("dims", ints(&[2, 0, 1]))]), f32s(&[4, 2, 3]));
+    assert_eq!(
+        ok1(
+            "transpose",
+            &[x.clone()],
+            &[("dim0", int(-2)), ("dim1", int(-1))]
+        ),
+        f32s(&[2, 4, 3])
+    );
+    err(
+        "transpose",
+        &[x.clone()],
+        &[("dim0", int(3)), ("dim1", int(0))],
+    );
+    assert_eq!(
+        ok1("permute", &[x.clone()], &[("dims", ints(&[2, 0, 1]))]),
+        f32s(&[4, 2, 3])
+    );
     err("permute", &[x.clone()], &[("dims", ints(&[0, 0, 1]))]);
     err("permute", &[x.clone()], &[("dims", ints(&[0, 1]))]);
-    assert_eq!(ok1("reshape", &[x.clone()], &[("shape", ints(&[6, -1]))]), f32s(&[6, 4]));
+    assert_eq!(
+        ok1("reshape", &[x.clone()], &[("shape", ints(&[6, -1]))]),
+        f32s(&[6, 4])
+    );
     err("reshape", &[x.clone()], &[("shape", ints(&[5, -1]))]);
     err("reshape", &[x.clone()], &[("shape", ints(&[-1, -1]))]);
     err("reshape", &[x.clone()], &[("shape", ints(&[7]))]);
-    assert_eq!(ok1("expand", &[f32s(&[3, 1])], &[("size", ints(&[2, -1, 5]))]), f32s(&[2, 3, 5]));
+    assert_eq!(
+        ok1("expand", &[f32s(&[3, 1])], &[("size", ints(&[2, -1, 5]))]),
+        f32s(&[2, 3, 5])
+    );
     err("expand", &[f32s(&[3, 2])], &[("size", ints(&[3, 5]))]);
-    assert_eq!(ok1("unsqueeze", &[x.clone()], &[("dim", int(-1))]), f32s(&[2, 3, 4, 1]));
+    assert_eq!(
+        ok1("unsqueeze", &[x.clone()], &[("dim", int(-1))]),
+        f32s(&[2, 3, 4, 1])
+    );
     assert_eq!(ok1("squeeze", &[f32s(&[1, 3, 1])], &[]), f32s(&[3]));
-    assert_eq!(ok1("squeeze", &[f32s(&[1, 3, 1])], &[("dims", ints(&[0]))]), f32s(&[3, 1]));
+    assert_eq!(
+        ok1("squeeze", &[f32s(&[1, 3, 1])], &[("dims", ints(&[0]))]),
+        f32s(&[3, 1])
+    );
     err("squeeze", &[f32s(&[2, 3])], &[("dims", ints(&[0]))]);
-    assert_eq!(ok1("slice", &[x.clone()], &[("dim", int(2)), ("start", int(1)), ("end", int(100)), ("step", int(2))]), f32s(&[2, 3, 2]));
-    assert_eq!(ok1("slice", &[x.clone()], &[("dim", int(-1)), ("start", int(-2))]), f32s(&[2, 3, 2]));
+    assert_eq!(
+        ok1(
+            "slice",
+            &[x.clone()],
+            &[
+                ("dim", int(2)),
+                ("start", int(1)),
+                ("end", int(100)),
+                ("step", int(2))
+            ]
+        ),
+        f32s(&[2, 3, 2])
+    );
+    assert_eq!(
+        ok1(
+            "slice",
+            &[x.clone()],
+            &[("dim", int(-1)), ("start", int(-2))]
+        ),
+        f32s(&[2, 3, 2])
+    );
     err("slice", &[x.clone()], &[("step", int(0))]);
-    let parts = infer("split", &[x.clone()], &[("split_sizes", ints(&[1, 3])), ("dim", int(2))]).unwrap();
+    let parts = infer(
+        "split",
+        &[x.clone()],
+        &[("split_sizes", ints(&[1, 3])), ("dim", int(2))],
+    )
+    .unwrap();
     assert_eq!(parts, vec![f32s(&[2, 3, 1]), f32s(&[2, 3, 3])]);
-    err("split", &[x.clone()], &[("split_sizes", ints(&[1, 2])), ("dim", int(2))]);
+    err(
+        "split",
+        &[x.clone()],
+        &[("split_sizes", ints(&[1, 2])), ("dim", int(2))],
+    );
 }
 
 #[test]
@@ -177,13 +317,45 @@ fn concat_shapes() {
 fn indexing_ops() {
     let table = f32s(&[10, 4]);
     let ids = meta(DType::I64, &[2, 3]);
-    assert_eq!(ok1("gather", &[table.clone(), ids.clone()], &[]), f32s(&[2, 3, 4]));
+    assert_eq!(
+        ok1("gather", &[table.clone(), ids.clone()], &[]),
+        f32s(&[2, 3, 4])
+    );
     err("gather", &[table.clone(), f32s(&[2])], &[]);
-    assert_eq!(ok1("gather_elements", &[f32s(&[2, 5]), meta(DType::I64, &[2, 3])], &[("dim", int(1))]), f32s(&[2, 3]));
-    err("gather_elements", &[f32s(&[2, 5]), meta(DType::I64, &[3])], &[]);
-    assert_eq!(ok1("gather_nd", &[f32s(&[2, 3, 4]), meta(DType::I64, &[5, 2])], &[]), f32s(&[5, 4]));
-    err("gather_nd", &[f32s(&[2, 3]), meta(DType::I64, &[5, 3])], &[]);
-    assert_eq!(ok1("index_select", &[table.clone(), meta(DType::I32, &[7])], &[("dim", int(0))]), f32s(&[7, 4]));
+    assert_eq!(
+        ok1(
+            "gather_elements",
+            &[f32s(&[2, 5]), meta(DType::I64, &[2, 3])],
+            &[("dim", int(1))]
+        ),
+        f32s(&[2, 3])
+    );
+    err(
+        "gather_elements",
+        &[f32s(&[2, 5]), meta(DType::I64, &[3])],
+        &[],
+    );
+    assert_eq!(
+        ok1(
+            "gather_nd",
+            &[f32s(&[2, 3, 4]), meta(DType::I64, &[5, 2])],
+            &[]
+        ),
+        f32s(&[5, 4])
+    );
+    err(
+        "gather_nd",
+        &[f32s(&[2, 3]), meta(DType::I64, &[5, 3])],
+        &[],
+    );
+    assert_eq!(
+        ok1(
+            "index_select",
+            &[table.clone(), meta(DType::I32, &[7])],
+            &[("dim", int(0))]
+        ),
+        f32s(&[7, 4])
+    );
     err("index_select", &[table, ids], &[("dim", int(0))]);
 }
 
@@ -191,28 +363,84 @@ fn indexing_ops() {
 fn reductions_and_normalisation() {
     let x = f32s(&[2, 3, 4]);
     assert_eq!(ok1("sum", &[x.clone()], &[]), f32s(&[]));
-    assert_eq!(ok1("mean", &[x.clone()], &[("dims", ints(&[-1])), ("keepdim", AttrValue::Bool(true))]), f32s(&[2, 3, 1]));
-    assert_eq!(ok1("amax", &[x.clone()], &[("dims", ints(&[0, 2]))]), f32s(&[3]));
+    assert_eq!(
+        ok1(
+            "mean",
+            &[x.clone()],
+            &[("dims", ints(&[-1])), ("keepdim", AttrValue::Bool(true))]
+        ),
+        f32s(&[2, 3, 1])
+    );
+    assert_eq!(
+        ok1("amax", &[x.clone()], &[("dims", ints(&[0, 2]))]),
+        f32s(&[3])
+    );
     err("sum", &[x.clone()], &[("dims", ints(&[3]))]);
     assert_eq!(ok1("softmax", &[x.clone()], &[("dim", int(-1))]), x);
     assert_eq!(ok1("log_softmax", &[x.clone()], &[("dim", int(0))]), x);
     err("softmax", &[meta(DType::I64, &[3])], &[("dim", int(0))]);
-    assert_eq!(ok1("layer_norm", &[x.clone(), f32s(&[4]), f32s(&[4])], &[]), x);
+    assert_eq!(
+        ok1("layer_norm", &[x.clone(), f32s(&[4]), f32s(&[4])], &[]),
+        x
+    );
     assert_eq!(ok1("rms_norm", &[x.clone(), f32s(&[4])], &[]), x);
     err("layer_norm", &[x.clone(), f32s(&[3])], &[]);
-    assert_eq!(ok1("layer_norm", &[x.clone(), f32s(&[3, 4])], &[("axis", int(1))]), x);
+    assert_eq!(
+        ok1(
+            "layer_norm",
+            &[x.clone(), f32s(&[3, 4])],
+            &[("axis", int(1))]
+        ),
+        x
+    );
 }
 
 #[test]
 fn sources() {
-    assert_eq!(ok1("arange", &[], &[("end", AttrValue::Float(5.0))]), meta(DType::I64, &[5]));
     assert_eq!(
-        ok1("arange", &[], &[("start", AttrValue::Float(1.0)), ("end", AttrValue::Float(2.0)), ("step", AttrValue::Float(0.25)), ("dtype", AttrValue::DType(DType::F32))]),
+        ok1("arange", &[], &[("end", AttrValue::Float(5.0))]),
+        meta(DType::I64, &[5])
+    );
+    assert_eq!(
+        ok1(
+            "arange",
+            &[],
+            &[
+                ("start", AttrValue::Float(1.0)),
+                ("end", AttrValue::Float(2.0)),
+                ("step", AttrValue::Float(0.25)),
+                ("dtype", AttrValue::DType(DType::F32))
+            ]
+        ),
         f32s(&[4])
     );
-    err("arange", &[], &[("end", AttrValue::Float(5.0)), ("step", AttrValue::Float(0.0))]);
-    assert_eq!(ok1("full", &[], &[("size", ints(&[2, 2])), ("value", AttrValue::Float(1.5))]), f32s(&[2, 2]));
-    assert_eq!(ok1("zeros", &[], &[("size", ints(&[3])), ("dtype", AttrValue::DType(DType::I64))]), meta(DType::I64, &[3]));
+    err(
+        "arange",
+        &[],
+        &[
+            ("end", AttrValue::Float(5.0)),
+            ("step", AttrValue::Float(0.0)),
+        ],
+    );
+    assert_eq!(
+        ok1(
+            "full",
+            &[],
+            &[("size", ints(&[2, 2])), ("value", AttrValue::Float(1.5))]
+        ),
+        f32s(&[2, 2])
+    );
+    assert_eq!(
+        ok1(
+            "zeros",
+            &[],
+            &[
+                ("size", ints(&[3])),
+                ("dtype", AttrValue::DType(DType::I64))
+            ]
+        ),
+        meta(DType::I64, &[3])
+    );
     assert_eq!(ok1("ones", &[], &[("size", ints(&[0]))]), f32s(&[0]));
     err("ones", &[], &[("size", ints(&[-1]))]);
 }
@@ -222,14 +450,52 @@ fn attention() {
     let q = f32s(&[2, 8, 16, 64]);
     let kv = f32s(&[2, 2, 32, 64]);
     let gqa = [("enable_gqa", AttrValue::Bool(true))];
-    assert_eq!(ok1("scaled_dot_product_attention", &[q.clone(), kv.clone(), kv.clone()], &gqa), q);
-    let e = err("scaled_dot_product_attention", &[q.clone(), kv.clone(), kv.clone()], &[]);
+    assert_eq!(
+        ok1(
+            "scaled_dot_product_attention",
+            &[q.clone(), kv.clone(), kv.clone()],
+            &gqa
+        ),
+        q
+    );
+    let e = err(
+        "scaled_dot_product_attention",
+        &[q.clone(), kv.clone(), kv.clone()],
+        &[],
+    );
     assert!(e.contains("heads"), "{e}");
     let mask = meta(DType::Bool, &[2, 1, 16, 32]);
-    assert_eq!(ok1("scaled_dot_product_attention", &[q.clone(), kv.clone(), kv.clone(), mask], &gqa), q);
-    err("scaled_dot_product_attention", &[q.clone(), kv.clone(), kv.clone(), meta(DType::Bool, &[2, 1, 16, 31])], &gqa);
-    err("scaled_dot_product_attention", &[q.clone(), f32s(&[2, 8, 16, 32]), kv.clone()], &[]);
-    err("scaled_dot_product_attention", &[q.clone(), kv.clone(), kv], &[("scale", AttrValue::Float(f64::NAN)), ("enable_gqa", AttrValue::Bool(true))]);
+    assert_eq!(
+        ok1(
+            "scaled_dot_product_attention",
+            &[q.clone(), kv.clone(), kv.clone(), mask],
+            &gqa
+        ),
+        q
+    );
+    err(
+        "scaled_dot_product_attention",
+        &[
+            q.clone(),
+            kv.clone(),
+            kv.clone(),
+            meta(DType::Bool, &[2, 1, 16, 31]),
+        ],
+        &gqa,
+    );
+    err(
+        "scaled_dot_product_attention",
+        &[q.clone(), f32s(&[2, 8, 16, 32]), kv.clone()],
+        &[],
+    );
+    err(
+        "scaled_dot_product_attention",
+        &[q.clone(), kv.clone(), kv],
+        &[
+            ("scale", AttrValue::Float(f64::NAN)),
+            ("enable_gqa", AttrValue::Bool(true)),
+        ],
+    );
 }
 
 #[test]
@@ -237,12 +503,19 @@ fn signature_errors() {
     let e = err("softmax", &[f32s(&[2])], &[]);
     assert!(e.contains("`dim` is required"), "{e}");
     let e = err("softmax", &[f32s(&[2])], &[("axis", int(0))]);
-    assert!(e.contains("no attribute `axis`") && e.contains("dim"), "{e}");
+    assert!(
+        e.contains("no attribute `axis`") && e.contains("dim"),
+        "{e}"
+    );
     let e = err("softmax", &[f32s(&[2])], &[("dim", AttrValue::Float(1.0))]);
     assert!(e.contains("should be int"), "{e}");
     let e = err("matmul", &[f32s(&[2])], &[]);
     assert!(e.contains("takes 2 operands"), "{e}");
-    let e = err("layer_norm", &[f32s(&[2]), f32s(&[2]), f32s(&[2]), f32s(&[2])], &[]);
+    let e = err(
+        "layer_norm",
+        &[f32s(&[2]), f32s(&[2]), f32s(&[2]), f32s(&[2])],
+        &[],
+    );
     assert!(e.contains("1 to 3"), "{e}");
 }
 
@@ -254,6 +527,11 @@ fn every_op_is_covered_by_these_tests() {
         if op.class == OpClass::Source && matches!(op.name, "input" | "constant") {
             continue;
         }
-        assert!(source.contains(&format!("\"{}\"", op.name)) || source.contains(&format!(".{}(", op.name)), "no inference test mentions `{}`", op.name);
+        assert!(
+            source.contains(&format!("\"{}\"", op.name))
+                || source.contains(&format!(".{}(", op.name)),
+            "no inference test mentions `{}`",
+            op.name
+        );
     }
 }

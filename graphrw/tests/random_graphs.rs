@@ -32,7 +32,13 @@ fn step() -> impl Strategy<Value = Step> {
 fn build(n: u64, inputs: usize, steps: &[Step]) -> Graph {
     let b = Builder::new();
     let mut vals: Vec<Value> = (0..inputs)
-        .map(|i| b.input(&format!("x{i}"), TensorMeta::new(DType::F32, Shape::known(&[n, n]))).value())
+        .map(|i| {
+            b.input(
+                &format!("x{i}"),
+                TensorMeta::new(DType::F32, Shape::known(&[n, n])),
+            )
+            .value()
+        })
         .collect();
     for s in steps {
         let pick = |i: usize| vals[i % vals.len()];

@@ -2,14 +2,17 @@
 //! `static OpDef`, with an inference function or `like` a decomposition.
 
 use graphrw::ops::{
-    AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Arity, Infer, InferError, OpClass, OpDef,
+    Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, InferError, OpClass, OpDef,
     OpRegistry, OperandSpec, OutputCount,
 };
 use graphrw::{verify, Builder, DType, GraphError, Shape, TensorMeta, Value};
 
 fn infer_scale(inputs: &[&TensorMeta], attrs: &Attrs) -> Result<Vec<TensorMeta>, InferError> {
     if !inputs[0].dtype.is_float() {
-        return Err(InferError(format!("expected a float tensor, found {}", inputs[0].dtype)));
+        return Err(InferError(format!(
+            "expected a float tensor, found {}",
+            inputs[0].dtype
+        )));
     }
     attrs.float("factor")?;
     Ok(vec![inputs[0].clone()])
@@ -19,8 +22,15 @@ fn infer_scale(inputs: &[&TensorMeta], attrs: &Attrs) -> Result<Vec<TensorMeta>,
 static SCALE: OpDef = OpDef {
     name: "test.scale",
     doc: "Multiplies by a constant factor.",
-    operands: &[OperandSpec { name: "input", arity: Arity::Required }],
-    attrs: &[AttrSpec { name: "factor", kind: AttrKind::Float, default: AttrDefault::Float(1.0) }],
+    operands: &[OperandSpec {
+        name: "input",
+        arity: Arity::Required,
+    }],
+    attrs: &[AttrSpec {
+        name: "factor",
+        kind: AttrKind::Float,
+        default: AttrDefault::Float(1.0),
+    }],
     outputs: OutputCount::Fixed(1),
     commutative: false,
     class: OpClass::Elementwise,
@@ -38,10 +48,22 @@ static MULTIMUL: OpDef = OpDef {
     name: "test.multimul",
     doc: "Two products at once.",
     operands: &[
-        OperandSpec { name: "a", arity: Arity::Required },
-        OperandSpec { name: "b", arity: Arity::Required },
-        OperandSpec { name: "c", arity: Arity::Required },
-        OperandSpec { name: "d", arity: Arity::Required },
+        OperandSpec {
+            name: "a",
+            arity: Arity::Required,
+        },
+        OperandSpec {
+            name: "b",
+            arity: Arity::Required,
+        },
+        OperandSpec {
+            name: "c",
+            arity: Arity::Required,
+        },
+        OperandSpec {
+            name: "d",
+            arity: Arity::Required,
+        },
     ],
     attrs: &[],
     outputs: OutputCount::Fixed(2),
@@ -59,7 +81,9 @@ fn f32s(dims: &[u64]) -> TensorMeta {
 fn user_op_with_inference_fn() {
     let b = Builder::new();
     let x = b.input("x", f32s(&[2, 3]));
-    let y = b.apply(&SCALE, &[x.value()], &[("factor", AttrValue::Float(0.5))]).unwrap();
+    let y = b
+        .apply(&SCALE, &[x.value()], &[("factor", AttrValue::Float(0.5))])
+        .unwrap();
     assert_eq!(b.meta(y[0]).unwrap(), f32s(&[2, 3]));
     // Defaults are filled in: the node carries every attribute.
     let z = b.apply(&SCALE, &[y[0]], &[]).unwrap();
@@ -76,7 +100,10 @@ fn user_op_rejects_bad_input_with_its_own_message() {
     let b = Builder::new();
     let x = b.input("x", TensorMeta::new(DType::I64, Shape::known(&[2])));
     let e = b.apply(&SCALE, &[x.value()], &[]).unwrap_err().to_string();
-    assert!(e.contains("test.scale") && e.contains("expected a float tensor, found i64"), "{e}");
+    assert!(
+        e.contains("test.scale") && e.contains("expected a float tensor, found i64"),
+        "{e}"
+    );
     let e = b
         .apply(&SCALE, &[x.value()], &[("factor", AttrValue::Int(2))])
         .unwrap_err()
@@ -90,7 +117,11 @@ fn like_decomposition_infers_metadata() {
     let a = b.input("a", f32s(&[2, 1]));
     let c = b.input("c", f32s(&[3]));
     let outs = b
-        .apply(&MULTIMUL, &[a.value(), c.value(), c.value(), c.value()], &[])
+        .apply(
+            &MULTIMUL,
+            &[a.value(), c.value(), c.value(), c.value()],
+            &[],
+        )
         .unwrap();
     assert_eq!(outs.len(), 2);
     assert_eq!(b.meta(outs[0]).unwrap(), f32s(&[2, 3]));
@@ -104,7 +135,11 @@ fn like_decomposition_infers_metadata() {
     let a = b.input("a", f32s(&[2]));
     let c = b.input("c", f32s(&[3]));
     let e = b
-        .apply(&MULTIMUL, &[a.value(), c.value(), a.value(), a.value()], &[])
+        .apply(
+            &MULTIMUL,
+            &[a.value(), c.value(), a.value(), a.value()],
+            &[],
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("mul") && e.contains("do not broadcast"), "{e}");
@@ -116,5 +151,8 @@ fn registry_resolves_user_ops_by_name() {
     reg.register(&SCALE).unwrap();
     assert!(reg.get("test.scale").is_some());
     assert!(reg.get("softmax").is_some());
-    assert!(matches!(reg.register(&SCALE), Err(GraphError::DuplicateOp(_))));
+    assert!(matches!(
+        reg.register(&SCALE),
+        Err(GraphError::DuplicateOp(_))
+    ));
 }

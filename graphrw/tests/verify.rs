@@ -35,7 +35,10 @@ fn rejects_a_cycle() {
     g.set_operand(y.node, 0, z).unwrap();
     let m = message(verify(&g).unwrap_err());
     assert!(m.contains("cycle"), "{m}");
-    assert!(m.contains("relu") || m.contains("exp"), "names the node: {m}");
+    assert!(
+        m.contains("relu") || m.contains("exp"),
+        "names the node: {m}"
+    );
 }
 
 #[test]
@@ -51,9 +54,14 @@ fn rejects_a_dangling_use() {
 #[test]
 fn rejects_wrong_metadata() {
     let (mut g, y, _) = small();
-    g.node_mut(y.node).unwrap().set_output_meta(0, f32s(&[3, 2]));
+    g.node_mut(y.node)
+        .unwrap()
+        .set_output_meta(0, f32s(&[3, 2]));
     let m = message(verify(&g).unwrap_err());
-    assert!(m.contains("relu") && m.contains("f32[2, 3]") && m.contains("disagrees"), "{m}");
+    assert!(
+        m.contains("relu") && m.contains("f32[2, 3]") && m.contains("disagrees"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -66,7 +74,10 @@ fn rejects_wrong_attribute_kind() {
         vec![f32s(&[2, 3])],
     );
     let m = message(verify(&g).unwrap_err());
-    assert!(m.contains("softmax") && m.contains("`dim` should be int"), "{m}");
+    assert!(
+        m.contains("softmax") && m.contains("`dim` should be int"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -74,7 +85,10 @@ fn rejects_wrong_operand_count() {
     let (mut g, y, _) = small();
     g.add_node_unchecked(&builtin::MATMUL, vec![y], vec![], vec![f32s(&[2, 3])]);
     let m = message(verify(&g).unwrap_err());
-    assert!(m.contains("matmul") && m.contains("takes 2 operands"), "{m}");
+    assert!(
+        m.contains("matmul") && m.contains("takes 2 operands"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -92,8 +106,14 @@ fn rejects_constant_metadata_that_lies() {
 #[test]
 fn remove_node_refuses_used_nodes_and_dce_removes_dead_ones() {
     let (mut g, y, z) = small();
-    assert!(matches!(g.remove_node(y.node), Err(GraphError::StillUsed { .. })));
-    assert!(matches!(g.remove_node(z.node), Err(GraphError::IsOutput { .. })));
+    assert!(matches!(
+        g.remove_node(y.node),
+        Err(GraphError::StillUsed { .. })
+    ));
+    assert!(matches!(
+        g.remove_node(z.node),
+        Err(GraphError::IsOutput { .. })
+    ));
     // Route the output around exp: exp becomes dead.
     g.set_outputs(vec![y]).unwrap();
     assert_eq!(g.remove_dead(), 1);

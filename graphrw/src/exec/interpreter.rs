@@ -37,7 +37,11 @@ impl fmt::Display for RunReport {
         let mut rows: Vec<_> = self.per_op.iter().collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.1 .0));
         for (op, (t, n)) in rows {
-            writeln!(f, "  {op:<32} {n:>6} calls {:>10.3} ms", t.as_secs_f64() * 1e3)?;
+            writeln!(
+                f,
+                "  {op:<32} {n:>6} calls {:>10.3} ms",
+                t.as_secs_f64() * 1e3
+            )?;
         }
         Ok(())
     }
@@ -60,8 +64,12 @@ impl Plan {
         for &v in g.outputs() {
             last_use.insert(v, usize::MAX);
         }
-        let input_index: HashMap<NodeId, usize> =
-            g.inputs().iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let input_index: HashMap<NodeId, usize> = g
+            .inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (n, i))
+            .collect();
 
         let mut values: HashMap<Value, Tensor> = HashMap::new();
         let mut owned_bytes: HashMap<Value, usize> = HashMap::new();
@@ -82,19 +90,28 @@ impl Plan {
                     let args: Vec<&Tensor> = node
                         .operands()
                         .iter()
-                        .map(|v| values.get(v).ok_or_else(|| ExecError::Kernel {
-                            node: self.line(id),
-                            executor: "interpreter".into(),
-                            message: format!("operand %{}.{} was freed or never computed", v.node.index(), v.output),
-                        }))
+                        .map(|v| {
+                            values.get(v).ok_or_else(|| ExecError::Kernel {
+                                node: self.line(id),
+                                executor: "interpreter".into(),
+                                message: format!(
+                                    "operand %{}.{} was freed or never computed",
+                                    v.node.index(),
+                                    v.output
+                                ),
+                            })
+                        })
                         .collect::<Result<_, _>>()?;
                     let nv = view(g, id)?;
                     let t0 = Instant::now();
-                    let outs = self.executors[e].run(&nv, &args).map_err(|err| ExecError::Kernel {
-                        node: self.line(id),
-                        executor: self.executors[e].name().to_string(),
-                        message: err.to_string(),
-                    })?;
+                    let outs =
+                        self.executors[e]
+                            .run(&nv, &args)
+                            .map_err(|err| ExecError::Kernel {
+                                node: self.line(id),
+                                executor: self.executors[e].name().to_string(),
+                                message: err.to_string(),
+                            })?;
                     let entry = report.per_op.entry(node.op_name()).or_default();
                     entry.0 += t0.elapsed();
                     entry.1 += 1;
@@ -145,7 +162,11 @@ impl Plan {
         if inputs.len() != g.inputs().len() {
             return Err(ExecError::Input {
                 input: String::new(),
-                message: format!("the graph takes {} inputs, {} given", g.inputs().len(), inputs.len()),
+                message: format!(
+                    "the graph takes {} inputs, {} given",
+                    g.inputs().len(),
+                    inputs.len()
+                ),
             });
         }
         let mut symbols: HashMap<&str, usize> = HashMap::new();
@@ -153,9 +174,16 @@ impl Plan {
             let node = g.try_node(id)?;
             let name = node.name().unwrap_or("?").to_string();
             let meta: &TensorMeta = &node.outputs()[0];
-            let bad = |message: String| ExecError::Input { input: name.clone(), message };
+            let bad = |message: String| ExecError::Input {
+                input: name.clone(),
+                message,
+            };
             if t.dtype() != meta.dtype {
-                return Err(bad(format!("expected {}, got a {} tensor", meta, t.dtype())));
+                return Err(bad(format!(
+                    "expected {}, got a {} tensor",
+                    meta,
+                    t.dtype()
+                )));
             }
             if t.rank() != meta.rank() {
                 return Err(bad(format!("expected {meta}, got shape {:?}", t.shape())));
@@ -190,13 +218,25 @@ impl Plan {
             message,
         };
         if outs.len() != node.outputs().len() {
-            return Err(fail(format!("kernel returned {} outputs, expected {}", outs.len(), node.outputs().len())));
+            return Err(fail(format!(
+                "kernel returned {} outputs, expected {}",
+                outs.len(),
+                node.outputs().len()
+            )));
         }
         for (t, m) in outs.iter().zip(node.outputs()) {
             let shape_ok = t.rank() == m.rank()
-                && m.shape.dims().iter().zip(t.shape()).all(|(d, &n)| d.known().is_none_or(|k| k as usize == n));
+                && m.shape
+                    .dims()
+                    .iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| d.known().is_none_or(|k| k as usize == n));
             if t.dtype() != m.dtype || !shape_ok {
-                return Err(fail(format!("kernel returned {} {:?}, expected {m}", t.dtype(), t.shape())));
+                return Err(fail(format!(
+                    "kernel returned {} {:?}, expected {m}",
+                    t.dtype(),
+                    t.shape()
+                )));
             }
         }
         Ok(())

@@ -91,11 +91,7 @@ enum Choice {
     Expand(DecomposeFn, String),
 }
 
-fn choose(
-    graph: &Graph,
-    id: NodeId,
-    executors: &[Arc<dyn Executor>],
-) -> Result<Choice, ExecError> {
+fn choose(graph: &Graph, id: NodeId, executors: &[Arc<dyn Executor>]) -> Result<Choice, ExecError> {
     let v = view(graph, id)?;
     let mut reasons = Vec::new();
     for (i, ex) in executors.iter().enumerate() {
@@ -110,7 +106,10 @@ fn choose(
         }
     }
     if let Some(d) = v.op.decompose {
-        return Ok(Choice::Expand(d, format!("decomposition of `{}`", v.op.name)));
+        return Ok(Choice::Expand(
+            d,
+            format!("decomposition of `{}`", v.op.name),
+        ));
     }
     let names = Names::new(graph);
     Err(ExecError::NoExecutor {

@@ -57,7 +57,12 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
     let binary = |op: BinaryOp| cpu::binary(op, x[0], x[1]);
     let unary = |op: UnaryOp| cpu::unary(op, x[0]);
     let reduce = |op: ReduceOp| -> Result<Tensor, KernelFailure> {
-        Ok(cpu::reduce(op, x[0], ints("dims")?, a.bool("keepdim").map_err(attr_err)?)?)
+        Ok(cpu::reduce(
+            op,
+            x[0],
+            ints("dims")?,
+            a.bool("keepdim").map_err(attr_err)?,
+        )?)
     };
     let one = match name {
         "add" => binary(BinaryOp::Add)?,
@@ -132,7 +137,13 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
         "amax" => reduce(ReduceOp::Amax)?,
         "softmax" => cpu::softmax(x[0], int("dim")?)?,
         "log_softmax" => cpu::log_softmax(x[0], int("dim")?)?,
-        "layer_norm" => cpu::layer_norm(x[0], x.get(1).copied(), x.get(2).copied(), int("axis")?, float("eps")?)?,
+        "layer_norm" => cpu::layer_norm(
+            x[0],
+            x.get(1).copied(),
+            x.get(2).copied(),
+            int("axis")?,
+            float("eps")?,
+        )?,
         "rms_norm" => cpu::rms_norm(x[0], x.get(1).copied(), int("axis")?, float("eps")?)?,
         "arange" => cpu::arange(
             float("start")?,
@@ -140,7 +151,11 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
             float("step")?,
             a.dtype("dtype").map_err(attr_err)?,
         )?,
-        "full" => cpu::full(ints("size")?, float("value")?, a.dtype("dtype").map_err(attr_err)?)?,
+        "full" => cpu::full(
+            ints("size")?,
+            float("value")?,
+            a.dtype("dtype").map_err(attr_err)?,
+        )?,
         "zeros" => cpu::full(ints("size")?, 0.0, a.dtype("dtype").map_err(attr_err)?)?,
         "ones" => cpu::full(ints("size")?, 1.0, a.dtype("dtype").map_err(attr_err)?)?,
         "scaled_dot_product_attention" => {

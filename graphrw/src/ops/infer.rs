@@ -44,7 +44,9 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, InferError> {
         let da = dim_from_end(a, rank - 1 - i);
         let db = dim_from_end(b, rank - 1 - i);
         out.push(broadcast_dim(&da, &db).ok_or_else(|| {
-            InferError(format!("shapes {a} and {b} do not broadcast (dim {i}: {da} vs {db})"))
+            InferError(format!(
+                "shapes {a} and {b} do not broadcast (dim {i}: {da} vs {db})"
+            ))
         })?);
     }
     Ok(Shape(out))
@@ -94,7 +96,11 @@ pub fn broadcast_lhs_dtype(x: &[&TensorMeta], _: &Attrs) -> Out {
     if x[0].dtype == DType::Bool || x[1].dtype == DType::Bool {
         infer_bail!("pow of bool tensors is not defined");
     }
-    one(x[0].dtype, broadcast_shapes(&x[0].shape, &x[1].shape)?, x[0])
+    one(
+        x[0].dtype,
+        broadcast_shapes(&x[0].shape, &x[1].shape)?,
+        x[0],
+    )
 }
 
 /// Logical op on two bool tensors.
@@ -106,13 +112,21 @@ pub fn broadcast_logical(x: &[&TensorMeta], _: &Attrs) -> Out {
             x[1].dtype
         );
     }
-    one(DType::Bool, broadcast_shapes(&x[0].shape, &x[1].shape)?, x[0])
+    one(
+        DType::Bool,
+        broadcast_shapes(&x[0].shape, &x[1].shape)?,
+        x[0],
+    )
 }
 
 /// Comparison: same dtype in, bool out.
 pub fn broadcast_compare(x: &[&TensorMeta], _: &Attrs) -> Out {
     same_dtype(x[0], x[1])?;
-    one(DType::Bool, broadcast_shapes(&x[0].shape, &x[1].shape)?, x[0])
+    one(
+        DType::Bool,
+        broadcast_shapes(&x[0].shape, &x[1].shape)?,
+        x[0],
+    )
 }
 
 /// Unary op on numbers (not bool), same metadata out.
@@ -229,7 +243,9 @@ pub fn matmul(x: &[&TensorMeta], _: &Attrs) -> Out {
     };
     let k_a = &a2.0[a2.rank() - 1];
     let k_b = &b2.0[b2.rank() - 2];
-    if broadcast_dim(k_a, k_b).is_none() || (k_a.known().is_some() && k_b.known().is_some() && k_a != k_b) {
+    if broadcast_dim(k_a, k_b).is_none()
+        || (k_a.known().is_some() && k_b.known().is_some() && k_a != k_b)
+    {
         infer_bail!("matmul inner dimensions differ: {a} @ {b} ({k_a} vs {k_b})");
     }
     let batch_a = Shape(a2.0[..a2.rank() - 2].to_vec());
@@ -335,7 +351,10 @@ pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
             d => known = known.saturating_mul(d as u64),
         }
     }
-    let mut out: Vec<Dim> = target.iter().map(|&d| Dim::Known(d.max(0) as u64)).collect();
+    let mut out: Vec<Dim> = target
+        .iter()
+        .map(|&d| Dim::Known(d.max(0) as u64))
+        .collect();
     match (x[0].shape.numel(), infer_at) {
         (Some(n), Some(i)) => {
             if known == 0 || n % known != 0 {
@@ -345,7 +364,10 @@ pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
         }
         (Some(n), None) => {
             if n != known {
-                infer_bail!("cannot reshape {} ({n} elements) to {target:?} ({known} elements)", x[0].shape);
+                infer_bail!(
+                    "cannot reshape {} ({n} elements) to {target:?} ({known} elements)",
+                    x[0].shape
+                );
             }
         }
         (None, Some(i)) => {
@@ -427,11 +449,18 @@ pub fn concat(x: &[&TensorMeta], a: &Attrs) -> Out {
     let mut total: Option<u64> = Some(0);
     for (i, t) in x.iter().enumerate() {
         if t.dtype != first.dtype || t.rank() != r {
-            infer_bail!("concat operand {i} is {t}, expected {} of rank {r}", first.dtype);
+            infer_bail!(
+                "concat operand {i} is {t}, expected {} of rank {r}",
+                first.dtype
+            );
         }
         for (j, (p, q)) in t.shape.0.iter().zip(&first.shape.0).enumerate() {
             if j != d && p.known().is_some() && q.known().is_some() && p != q {
-                infer_bail!("concat operand {i} has shape {}, expected {} outside dim {d}", t.shape, first.shape);
+                infer_bail!(
+                    "concat operand {i} has shape {}, expected {} outside dim {d}",
+                    t.shape,
+                    first.shape
+                );
             }
         }
         total = total.zip(t.shape.0[d].known()).map(|(a, b)| a + b);
@@ -454,7 +483,10 @@ pub fn split(x: &[&TensorMeta], a: &Attrs) -> Out {
     if let Some(n) = x[0].shape.0[d].known() {
         let sum: i64 = sizes.iter().sum();
         if sum as u64 != n {
-            infer_bail!("split sizes {sizes:?} add up to {sum}, but dim {d} of {} is {n}", x[0].shape);
+            infer_bail!(
+                "split sizes {sizes:?} add up to {sum}, but dim {d} of {} is {n}",
+                x[0].shape
+            );
         }
     }
     Ok(sizes
@@ -462,7 +494,11 @@ pub fn split(x: &[&TensorMeta], a: &Attrs) -> Out {
         .map(|&s| {
             let mut shape = x[0].shape.clone();
             shape.0[d] = Dim::Known(s as u64);
-            TensorMeta { dtype: x[0].dtype, shape, device: x[0].device }
+            TensorMeta {
+                dtype: x[0].dtype,
+                shape,
+                device: x[0].device,
+            }
         })
         .collect())
 }
@@ -518,7 +554,11 @@ pub fn gather_elements(x: &[&TensorMeta], a: &Attrs) -> Out {
     index_dtype(x[1])?;
     axis(a.int("dim")?, x[0].rank(), "gather_elements dim")?;
     if x[0].rank() != x[1].rank() {
-        infer_bail!("input {} and index {} must have the same rank", x[0].shape, x[1].shape);
+        infer_bail!(
+            "input {} and index {} must have the same rank",
+            x[0].shape,
+            x[1].shape
+        );
     }
     one(x[0].dtype, x[1].shape.clone(), x[0])
 }
@@ -536,7 +576,10 @@ pub fn gather_nd(x: &[&TensorMeta], a: &Attrs) -> Out {
         infer_bail!("gather_nd: the index's last dim must be known, found {idx}");
     };
     if b + k as usize > data.rank() {
-        infer_bail!("gather_nd: index depth {k} + batch_dims {b} exceeds data rank {}", data.rank());
+        infer_bail!(
+            "gather_nd: index depth {k} + batch_dims {b} exceeds data rank {}",
+            data.rank()
+        );
     }
     let mut s = idx.0[..idx.rank() - 1].to_vec();
     s.extend(data.0[b + k as usize..].iter().cloned());
@@ -605,11 +648,21 @@ pub fn norm(x: &[&TensorMeta], a: &Attrs) -> Out {
 pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
     let (q, k, v) = (x[0], x[1], x[2]);
     if !q.dtype.is_float() || k.dtype != q.dtype || v.dtype != q.dtype {
-        infer_bail!("query, key and value must share one float dtype, found {}, {}, {}", q.dtype, k.dtype, v.dtype);
+        infer_bail!(
+            "query, key and value must share one float dtype, found {}, {}, {}",
+            q.dtype,
+            k.dtype,
+            v.dtype
+        );
     }
     let r = q.rank();
     if r < 2 || k.rank() != r || v.rank() != r {
-        infer_bail!("query {}, key {} and value {} must have one rank >= 2", q.shape, k.shape, v.shape);
+        infer_bail!(
+            "query {}, key {} and value {} must have one rank >= 2",
+            q.shape,
+            k.shape,
+            v.shape
+        );
     }
     let (qs, ks, vs) = (&q.shape.0, &k.shape.0, &v.shape.0);
     let known_ne = |p: &Dim, q: &Dim| p.known().is_some() && q.known().is_some() && p != q;
@@ -617,7 +670,11 @@ pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
         infer_bail!("query {} and key {} head dims differ", q.shape, k.shape);
     }
     if known_ne(&ks[r - 2], &vs[r - 2]) {
-        infer_bail!("key {} and value {} sequence lengths differ", k.shape, v.shape);
+        infer_bail!(
+            "key {} and value {} sequence lengths differ",
+            k.shape,
+            v.shape
+        );
     }
     let gqa = a.bool("enable_gqa")?;
     if r >= 3 {
@@ -648,7 +705,10 @@ pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
         let scores = Shape(scores);
         let b = broadcast_shapes(&scores, &m.shape)?;
         if b != scores {
-            infer_bail!("attn_mask {} does not broadcast to the scores' shape {scores}", m.shape);
+            infer_bail!(
+                "attn_mask {} does not broadcast to the scores' shape {scores}",
+                m.shape
+            );
         }
     }
     one(q.dtype, out, q)

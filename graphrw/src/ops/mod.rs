@@ -418,13 +418,12 @@ impl OpDef {
     pub fn output_count(&self, attrs: &[AttrValue]) -> usize {
         match self.outputs {
             OutputCount::Fixed(n) => n,
-            OutputCount::PerElementOf(name) => match self
-                .attr_index(name)
-                .and_then(|i| attrs.get(i))
-            {
-                Some(AttrValue::Ints(v)) => v.len(),
-                _ => 0,
-            },
+            OutputCount::PerElementOf(name) => {
+                match self.attr_index(name).and_then(|i| attrs.get(i)) {
+                    Some(AttrValue::Ints(v)) => v.len(),
+                    _ => 0,
+                }
+            }
         }
     }
 
