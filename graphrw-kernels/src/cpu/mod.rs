@@ -1,0 +1,28 @@
+//! Reference CPU kernels, one public function per op.
+//!
+//! Every kernel takes tensors by reference and returns a new tensor (or an error).
+//! Dims are `i64`; negative dims count from the end and are validated against the rank.
+
+mod attention_ref;
+mod conv;
+mod creation;
+mod elementwise;
+mod indexing;
+mod layout;
+mod matmul;
+mod norm;
+mod reduce;
+mod util;
+
+pub use attention_ref::sdpa_reference;
+pub use conv::conv2d;
+pub use creation::{arange, full};
+pub use elementwise::{binary, cast, dropout, masked_fill, unary, where_, BinaryOp, UnaryOp};
+pub use indexing::{gather, gather_elements, gather_nd, index_select};
+pub use layout::{
+    concat, contiguous, expand, permute, reshape, slice, split, squeeze, transpose, tril, triu,
+    unsqueeze,
+};
+pub use matmul::matmul;
+pub use norm::{layer_norm, rms_norm};
+pub use reduce::{cumsum, log_softmax, reduce, softmax, ReduceOp};

@@ -1,0 +1,371 @@
+//! The [`Tensor`]: dtype-tagged, contiguous, row-major storage shared through an `Arc`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+
+use crate::broadcast::strided_collect;
+use crate::macros::dispatch;
+use crate::{DType, Element, KernelError};
+
+/// The elements of a tensor, one variant per dtype.
+#[derive(Clone, PartialEq)]
+pub enum Storage {
+    /// `f32` elements.
+    F32(Vec<f32>),
+    /// `f64` elements.
+    F64(Vec<f64>),
+    /// `f16` elements.
+    F16(Vec<f16>),
+    /// `bf16` elements.
+    BF16(Vec<bf16>),
+    /// `i64` elements.
+    I64(Vec<i64>),
+    /// `i32` elements.
+    I32(Vec<i32>),
+    /// `bool` elements.
+    Bool(Vec<bool>),
+}
+
+impl Storage {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::F32(_) => DType::F32,
+            Storage::F64(_) => DType::F64,
+            Storage::F16(_) => DType::F16,
+            Storage::BF16(_) => DType::BF16,
+            Storage::I64(_) => DType::I64,
+            Storage::I32(_) => DType::I32,
+            Storage::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// The number of elements held.
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::F32(v) => v.len(),
+            Storage::F64(v) => v.len(),
+            Storage::F16(v) => v.len(),
+            Storage::BF16(v) => v.len(),
+            Storage::I64(v) => v.len(),
+            Storage::I32(v) => v.len(),
+            Storage::Bool(v) => v.len(),
+        }
+    }
+
+    /// True when no elements are held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An n-dimensional array: a shape and contiguous row-major elements of one [`DType`].
+///
+/// The storage sits behind an `Arc`, so `clone()`, [`reshape`](crate::cpu::reshape),
+/// `squeeze` and `unsqueeze` are cheap and share elements (see
+/// [`Tensor::shares_storage_with`]). A tensor may be a contiguous window (an offset)
+/// into a larger storage; [`Tensor::as_slice`] returns just that window. Tensors are
+/// immutable: kernels return new tensors.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    offset: usize,
+    shape: Vec<usize>,
+}
+
+/// The element count of `shape`, or an error when it overflows `usize`.
+pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize, KernelError> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| KernelError::shape(op, format!("shape {shape:?} has too many elements")))
+}
+
+impl Tensor {
+    /// A tensor of `shape` holding `data` in row-major order.
+    ///
+    /// Errors when `data.len()` is not the element count of `shape`.
+    pub fn from_vec<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Result<Tensor, KernelError> {
+        let expected = checked_numel("from_vec", &shape)?;
+        if expected != data.len() {
+            return Err(KernelError::NumelMismatch {
+                op: "from_vec",
+                shape,
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Tensor::from_parts(shape, T::into_storage(data)))
+    }
+
+    /// Builds a tensor whose storage length is known to match `shape`.
+    pub(crate) fn from_parts(shape: Vec<usize>, storage: Storage) -> Tensor {
+        debug_assert_eq!(shape.iter().product::<usize>(), storage.len());
+        Tensor {
+            storage: Arc::new(storage),
+            offset: 0,
+            shape,
+        }
+    }
+
+    /// Builds a tensor from a vector whose length is known to match `shape`.
+    pub(crate) fn from_data<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Tensor {
+        Tensor::from_parts(shape, T::into_storage(data))
+    }
+
+    /// A 0-dimensional tensor holding `v`.
+    pub fn scalar<T: Element>(v: T) -> Tensor {
+        Tensor::from_data(Vec::new(), vec![v])
+    }
+
+    /// A tensor of `shape` filled with zeros (`false` for bool).
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor::full(dtype, shape, 0.0)
+    }
+
+    /// A tensor of `shape` filled with `value` converted to `dtype` (integers truncate
+    /// toward zero, bool is `value != 0`).
+    pub fn full(dtype: DType, shape: &[usize], value: f64) -> Tensor {
+        let n: usize = shape.iter().product();
+        dispatch!(dtype, |T| Tensor::from_data(
+            shape.to_vec(),
+            vec![T::from_f64(value); n]
+        ))
+    }
+
+    /// A tensor of `dtype` and `shape` from `f64` values (converted like [`Tensor::full`]).
+    ///
+    /// Errors when `data.len()` is not the element count of `shape`.
+    pub fn from_f64_slice(
+        dtype: DType,
+        shape: &[usize],
+        data: &[f64],
+    ) -> Result<Tensor, KernelError> {
+        dispatch!(dtype, |T| Tensor::from_vec(
+            shape.to_vec(),
+            data.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>()
+        ))
+    }
+
+    /// A tensor from little-endian bytes (as stored in ONNX `raw_data`); bool is one byte
+    /// per element, nonzero meaning true.
+    ///
+    /// Errors when `bytes.len()` is not `numel * dtype.size_in_bytes()`.
+    pub fn from_raw_bytes(
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<Tensor, KernelError> {
+        let n = checked_numel("from_raw_bytes", shape)?;
+        let width = dtype.size_in_bytes();
+        let expected = n.checked_mul(width).ok_or_else(|| {
+            KernelError::shape(
+                "from_raw_bytes",
+                format!("shape {shape:?} has too many bytes"),
+            )
+        })?;
+        if bytes.len() != expected {
+            return Err(KernelError::NumelMismatch {
+                op: "from_raw_bytes",
+                shape: shape.to_vec(),
+                expected,
+                got: bytes.len(),
+            });
+        }
+        Ok(dispatch!(dtype, |T| Tensor::from_data(
+            shape.to_vec(),
+            bytes
+                .chunks_exact(width)
+                .map(T::read_le)
+                .collect::<Vec<T>>()
+        )))
+    }
+
+    /// The elements as little-endian bytes (the inverse of [`Tensor::from_raw_bytes`]).
+    pub fn to_raw_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.nbytes());
+        dispatch!(self.dtype(), |T| {
+            for &v in self.slice_of::<T>() {
+                v.write_le(&mut out);
+            }
+        });
+        out
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+
+    /// The size of each dimension.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The number of bytes the elements take.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype().size_in_bytes()
+    }
+
+    /// The elements in row-major order, when `T` is the tensor's element type.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], KernelError> {
+        match T::storage_slice(&self.storage) {
+            Some(all) => Ok(&all[self.offset..self.offset + self.numel()]),
+            None => Err(KernelError::DTypeMismatch {
+                op: "as_slice",
+                lhs: T::DTYPE,
+                rhs: self.dtype(),
+            }),
+        }
+    }
+
+    /// The elements, for a `T` already checked to be the tensor's element type.
+    pub(crate) fn slice_of<T: Element>(&self) -> &[T] {
+        match T::storage_slice(&self.storage) {
+            Some(all) => &all[self.offset..self.offset + self.numel()],
+            None => &[],
+        }
+    }
+
+    /// The elements converted to `f64`.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        dispatch!(self.dtype(), |T| self
+            .slice_of::<T>()
+            .iter()
+            .map(|v| v.to_f64())
+            .collect())
+    }
+
+    /// The elements converted to `i64` (floats truncate toward zero); for index and
+    /// shape tensors.
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        dispatch!(self.dtype(), |T| self
+            .slice_of::<T>()
+            .iter()
+            .map(|v| v.to_i64())
+            .collect())
+    }
+
+    /// The elements as `f32`, borrowed when the tensor already holds `f32`.
+    pub fn to_f32_cow(&self) -> Cow<'_, [f32]> {
+        match self.dtype() {
+            DType::F32 => Cow::Borrowed(self.slice_of::<f32>()),
+            dt => dispatch!(dt, |T| Cow::Owned(
+                self.slice_of::<T>().iter().map(|v| v.to_f32()).collect()
+            )),
+        }
+    }
+
+    /// The elements converted to their compute type `T::Acc` (f32 for f32/f16/bf16,
+    /// f64 for f64), borrowed when no conversion is needed.
+    pub(crate) fn acc_cow<T: Element>(&self) -> Cow<'_, [T::Acc]> {
+        // f32 and f64 are their own compute types: borrow them instead of copying.
+        if let Some(same) = <T::Acc as Element>::storage_slice(&self.storage) {
+            return Cow::Borrowed(&same[self.offset..self.offset + self.numel()]);
+        }
+        Cow::Owned(self.slice_of::<T>().iter().map(|v| v.to_acc()).collect())
+    }
+
+    /// True when both tensors view the same storage allocation.
+    pub fn shares_storage_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// A copy converted to `dtype` (PyTorch casting: float to integer truncates toward
+    /// zero with NaN becoming 0, anything to bool is `!= 0`); a cheap clone when the
+    /// dtype already matches.
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        let src = self.dtype();
+        if src == dtype {
+            return self.clone();
+        }
+        let exact_ints = !src.is_float() && !dtype.is_float();
+        dispatch!(src, |S| {
+            let data = self.slice_of::<S>();
+            dispatch!(dtype, |D| {
+                let out: Vec<D> = if exact_ints {
+                    data.iter().map(|v| D::from_i64(v.to_i64())).collect()
+                } else {
+                    data.iter().map(|v| D::from_f64(v.to_f64())).collect()
+                };
+                Tensor::from_data(self.shape.clone(), out)
+            })
+        })
+    }
+
+    /// The same elements under another shape of equal element count (no copy).
+    pub(crate) fn with_shape(&self, shape: Vec<usize>) -> Tensor {
+        debug_assert_eq!(shape.iter().product::<usize>(), self.numel());
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            offset: self.offset,
+            shape,
+        }
+    }
+
+    /// A contiguous window of this tensor's elements, `[start, start + numel(shape))`,
+    /// sharing storage.
+    pub(crate) fn window(&self, start: usize, shape: Vec<usize>) -> Tensor {
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            offset: self.offset + start,
+            shape,
+        }
+    }
+
+    /// A new contiguous tensor from the strided view (`shape`, `strides`, `offset`) of
+    /// this tensor's elements.
+    pub(crate) fn strided_copy(
+        &self,
+        shape: Vec<usize>,
+        strides: &[usize],
+        offset: usize,
+    ) -> Tensor {
+        dispatch!(self.dtype(), |T| {
+            let data = strided_collect(self.slice_of::<T>(), offset, &shape, strides);
+            Tensor::from_data(shape, data)
+        })
+    }
+
+    /// A copy of the elements in fresh storage.
+    pub(crate) fn deep_copy(&self) -> Tensor {
+        dispatch!(self.dtype(), |T| Tensor::from_data(
+            self.shape.clone(),
+            self.slice_of::<T>().to_vec()
+        ))
+    }
+}
+
+const DEBUG_VALUES: usize = 8;
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({}{:?}, [", self.dtype(), self.shape)?;
+        dispatch!(self.dtype(), |T| {
+            let data = self.slice_of::<T>();
+            for (i, v) in data.iter().take(DEBUG_VALUES).enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{v:?}")?;
+            }
+            if data.len() > DEBUG_VALUES {
+                write!(f, ", ... ({} more)", data.len() - DEBUG_VALUES)?;
+            }
+        });
+        f.write_str("])")
+    }
+}
