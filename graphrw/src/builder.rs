@@ -34,6 +34,7 @@ use crate::GraphError;
 #[derive(Debug, Default)]
 pub struct Builder {
     graph: RefCell<Graph>,
+    created: RefCell<Vec<NodeId>>,
 }
 
 /// A tensor operand of a builder method: a value, or a scalar that becomes a 0-d
@@ -100,12 +101,19 @@ impl Builder {
     pub fn from_graph(graph: Graph) -> Builder {
         Builder {
             graph: RefCell::new(graph),
+            created: RefCell::default(),
         }
     }
 
     /// The graph built so far.
     pub fn finish(self) -> Graph {
         self.graph.into_inner()
+    }
+
+    /// The nodes this builder added, in order (the rewriter removes them again when a
+    /// replacement fails half-way).
+    pub fn created(&self) -> Vec<NodeId> {
+        self.created.borrow().clone()
     }
 
     /// Reads the graph being built.
@@ -129,12 +137,14 @@ impl Builder {
     /// Adds a graph input.
     pub fn input(&self, name: &str, meta: TensorMeta) -> Var<'_> {
         let v = self.graph.borrow_mut().add_input(name, meta);
+        self.created.borrow_mut().push(v.node);
         self.var(v)
     }
 
     /// Adds a constant (shared, not copied).
     pub fn constant(&self, value: Tensor) -> Var<'_> {
         let v = self.graph.borrow_mut().add_constant(value);
+        self.created.borrow_mut().push(v.node);
         self.var(v)
     }
 
@@ -175,6 +185,7 @@ impl Builder {
     ) -> Result<Vec<Value>, GraphError> {
         let mut g = self.graph.borrow_mut();
         let id: NodeId = g.add_node(op, operands, attrs, None)?;
+        self.created.borrow_mut().push(id);
         let n = g.try_node(id)?.outputs().len();
         Ok((0..n as u32).map(|i| Value::new(id, i)).collect())
     }

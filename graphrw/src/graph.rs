@@ -450,12 +450,17 @@ impl Graph {
         for (user, operand) in self.users(old) {
             self.set_operand(user, operand as usize, new)?;
         }
+        self.redirect_output(old, new);
+        Ok(())
+    }
+
+    /// Makes graph outputs that are `old` be `new` (node uses are left alone).
+    pub fn redirect_output(&mut self, old: Value, new: Value) {
         for o in &mut self.outputs {
             if *o == old {
                 *o = new;
             }
         }
-        Ok(())
     }
 
     /// Removes a node that nothing uses (neither a node nor the graph outputs).
