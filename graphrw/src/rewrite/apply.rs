@@ -119,6 +119,8 @@ fn check_convex(graph: &Graph, inside: &BTreeSet<NodeId>) -> Result<(), Unsafe> 
 pub struct Patch {
     /// Nodes the replacement added.
     pub added: Vec<NodeId>,
+    /// Nodes outside the patch whose operands were rewired to the new outputs.
+    pub rewired: Vec<NodeId>,
     /// Nodes removed because nothing used them any more.
     pub removed: usize,
 }
@@ -150,6 +152,7 @@ pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, 
     // Rewire every use of an old output, except uses by the new nodes themselves (a
     // replacement may read an old output's operands, never the old output).
     let added_set: HashSet<NodeId> = added.iter().copied().collect();
+    let mut rewired = Vec::new();
     for (&old, &new) in m.outputs.iter().zip(&new_outputs) {
         if old == new {
             continue;
@@ -157,6 +160,7 @@ pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, 
         for (user, operand) in graph.users(old) {
             if !added_set.contains(&user) {
                 graph.set_operand(user, operand as usize, new)?;
+                rewired.push(user);
             }
         }
         graph.redirect_output(old, new);
@@ -172,7 +176,11 @@ pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, 
             break;
         }
     }
-    Ok(Patch { added, removed })
+    Ok(Patch {
+        added,
+        rewired,
+        removed,
+    })
 }
 
 fn check_patch(graph: &Graph, m: &Match, new_outputs: &[Value]) -> Result<(), GraphError> {

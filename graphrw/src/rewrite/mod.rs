@@ -215,6 +215,7 @@ impl Rewriter {
                         source,
                     })?;
                 }
+                queue.extend(patch.rewired.iter().copied());
                 for &n in &patch.added {
                     queue.insert(n);
                     for o in 0..graph.node(n).map_or(0, |n| n.outputs().len()) {

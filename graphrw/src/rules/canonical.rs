@@ -1,0 +1,203 @@
+//! Canonicalisation: rewrite the many spellings of one computation into one, so that a
+//! few attention patterns cover what exporters and model authors write.
+//!
+//! - layout: `transpose`/`permute` chains fold into one `permute` (dropped when it is the
+//!   identity); the exporters' "reshape to 3-D, swap the last two dims, reshape back"
+//!   becomes a plain `transpose(-2, -1)`;
+//! - scales: division by a scalar becomes multiplication by its inverse; scalar factors
+//!   on either operand of a `matmul` move after it; consecutive scalar factors merge (so
+//!   `sqrt(scale)` applied to both q and k becomes one `scale` on the scores);
+//! - masks: two additive terms on scores that feed a softmax (T5's position bias and
+//!   padding mask) become one, so attention patterns see a single mask.
+
+use crate::rule_set;
+
+/// `perm` with negative entries resolved against `rank`, if it is a permutation.
+pub(crate) fn normalized_perm(perm: &[i64], rank: usize) -> Option<Vec<usize>> {
+    if perm.len() != rank {
+        return None;
+    }
+    let mut seen = vec![false; rank];
+    perm.iter()
+        .map(|&p| {
+            let p = crate::meta::normalize_axis(p, rank)?;
+            (!std::mem::replace(&mut seen[p], true)).then_some(p)
+        })
+        .collect()
+}
+
+/// The permutation a `transpose(dim0, dim1)` performs on a tensor of `rank`.
+pub(crate) fn transpose_perm(rank: usize, d0: i64, d1: i64) -> Option<Vec<usize>> {
+    let a = crate::meta::normalize_axis(d0, rank)?;
+    let b = crate::meta::normalize_axis(d1, rank)?;
+    let mut p: Vec<usize> = (0..rank).collect();
+    p.swap(a, b);
+    Some(p)
+}
+
+/// `permute(permute(x, inner), outer)` as one permutation of `x`.
+pub(crate) fn compose(inner: &[usize], outer: &[usize]) -> Vec<usize> {
+    outer.iter().map(|&o| inner[o]).collect()
+}
+
+fn as_i64(p: &[usize]) -> Vec<i64> {
+    p.iter().map(|&d| d as i64).collect()
+}
+
+fn is_identity(p: &[usize]) -> bool {
+    p.iter().enumerate().all(|(i, &d)| i == d)
+}
+
+/// Builds `permute(x, p)`, or returns `x` when `p` is the identity.
+fn permute_or_identity<'b>(
+    x: crate::Var<'b>,
+    p: &[usize],
+) -> Result<crate::Var<'b>, crate::GraphError> {
+    if is_identity(p) {
+        Ok(x)
+    } else {
+        x.permute(&as_i64(p))
+    }
+}
+
+/// For `reshape(permute(reshape(x, s1), [0, 2, 1]), s2)` — the exporters' way to swap
+/// the last two dims through a 3-D view: when `s1` merges the leading dims of the result
+/// into one (`[n, s, d]`) and `s2` is `[.., d, s]` with `n` their product, the shape
+/// `[.., s, d]` such that the whole equals `transpose(reshape(x, [.., s, d]), -2, -1)`.
+pub(crate) fn transpose_split_shape(numel: u64, s1: &[i64], s2: &[i64]) -> Option<Vec<i64>> {
+    let s1 = resolve_reshape(numel, s1)?;
+    let s2 = resolve_reshape(numel, s2)?;
+    if s1.len() != 3 || s2.len() < 3 {
+        return None;
+    }
+    let (n, s, d) = (s1[0], s1[1], s1[2]);
+    let lead = &s2[..s2.len() - 2];
+    if s2[s2.len() - 2..] != [d, s] || lead.iter().product::<i64>() != n {
+        return None;
+    }
+    let mut shape = lead.to_vec();
+    shape.extend([s, d]);
+    Some(shape)
+}
+
+/// A reshape target with its `-1` resolved against `numel`.
+fn resolve_reshape(numel: u64, shape: &[i64]) -> Option<Vec<i64>> {
+    let known: i64 = shape.iter().filter(|&&d| d != -1).product();
+    let mut out = shape.to_vec();
+    if let Some(i) = shape.iter().position(|&d| d == -1) {
+        if known <= 0 || numel as i64 % known != 0 {
+            return None;
+        }
+        out[i] = numel as i64 / known;
+    }
+    (out.iter().all(|&d| d >= 0) && out.iter().product::<i64>() == numel as i64).then_some(out)
+}
+
+rule_set! {
+    /// Layout and scale canonicalisation (see the module docs).
+    pub static CANONICAL;
+
+    rule transpose_transpose(x: Tensor, a: i64, b: i64, c: i64, d: i64) -> Tensor {
+        x.transpose(a, b).transpose(c, d)
+    } => {
+        let rank = x.meta()?.rank();
+        match (transpose_perm(rank, a, b), transpose_perm(rank, c, d)) {
+            (Some(p), Some(q)) => permute_or_identity(x, &compose(&p, &q))?,
+            _ => x.transpose(a, b)?.transpose(c, d)?,
+        }
+    }
+
+    rule transpose_of_permute(x: Tensor, p: Vec<i64>, a: i64, b: i64) -> Tensor {
+        x.permute(p).transpose(a, b)
+    } => {
+        let rank = x.meta()?.rank();
+        match (normalized_perm(&p, rank), transpose_perm(rank, a, b)) {
+            (Some(p), Some(q)) => permute_or_identity(x, &compose(&p, &q))?,
+            _ => x.permute(&p)?.transpose(a, b)?,
+        }
+    }
+
+    rule permute_of_transpose(x: Tensor, a: i64, b: i64, p: Vec<i64>) -> Tensor {
+        x.transpose(a, b).permute(p)
+    } => {
+        let rank = x.meta()?.rank();
+        match (transpose_perm(rank, a, b), normalized_perm(&p, rank)) {
+            (Some(t), Some(q)) => permute_or_identity(x, &compose(&t, &q))?,
+            _ => x.transpose(a, b)?.permute(&p)?,
+        }
+    }
+
+    rule permute_permute(x: Tensor, p: Vec<i64>, q: Vec<i64>) -> Tensor {
+        x.permute(p).permute(q)
+    } => {
+        let rank = x.meta()?.rank();
+        match (normalized_perm(&p, rank), normalized_perm(&q, rank)) {
+            (Some(p), Some(q)) => permute_or_identity(x, &compose(&p, &q))?,
+            _ => x.permute(&p)?.permute(&q)?,
+        }
+    }
+
+    rule identity_permute(x: Tensor, p: Vec<i64>) -> Tensor
+    where check(|x, p| normalized_perm(&p, x.rank()).is_some_and(|p| is_identity(&p)))
+    {
+        x.permute(p)
+    } => {
+        x
+    }
+
+    rule reshape_transpose_reshape(x: Tensor, s1: Vec<i64>, p: Vec<i64>, s2: Vec<i64>) -> Tensor
+    where check(|x, s1, p, s2| p[..] == [0, 2, 1]
+        && x.meta().shape.numel().and_then(|n| transpose_split_shape(n, &s1, &s2)).is_some())
+    {
+        x.reshape(s1).permute(p).reshape(s2)
+    } => {
+        let numel = x.meta()?.shape.numel().unwrap_or(0);
+        match transpose_split_shape(numel, &s1, &s2) {
+            Some(shape) => x.reshape(&shape)?.transpose(-2, -1)?,
+            None => x.reshape(&s1)?.permute(&p)?.reshape(&s2)?,
+        }
+    }
+
+    rule div_by_scalar(x: Tensor, s: f64) -> Tensor
+    where s != 0.0, check(|x| x.dtype().is_float())
+    {
+        x.div(s)
+    } => {
+        x.mul(1.0 / s)?
+    }
+
+    rule matmul_scaled_lhs(a: Tensor, b: Tensor, s: f64) -> Tensor where check(|a| a.dtype().is_float()) {
+        a.mul(s).matmul(b)
+    } => {
+        a.matmul(b)?.mul(s)?
+    }
+
+    #[overlap]
+    rule matmul_scaled_rhs(a: Tensor, b: Tensor, s: f64) -> Tensor where check(|a| a.dtype().is_float()) {
+        a.matmul(b.mul(s))
+    } => {
+        a.matmul(b)?.mul(s)?
+    }
+
+    rule mul_mul_scalars(x: Tensor, s: f64, t: f64) -> Tensor where check(|x| x.dtype().is_float()) {
+        x.mul(s).mul(t)
+    } => {
+        x.mul(s * t)?
+    }
+
+    rule scores_two_masks(a: Tensor, b: Tensor, m1: Tensor, m2: Tensor, d: i64) -> Tensor
+    where check(|a, m1, m2| a.dtype().is_float() && m1.dtype() == a.dtype() && m2.dtype() == a.dtype())
+    {
+        a.matmul(b).add(m1).add(m2).softmax(d)
+    } => {
+        a.matmul(b)?.add(m1.add(m2)?)?.softmax(d)?
+    }
+
+    rule scaled_scores_two_masks(a: Tensor, b: Tensor, s: f64, m1: Tensor, m2: Tensor, d: i64) -> Tensor
+    where check(|a, m1, m2| a.dtype().is_float() && m1.dtype() == a.dtype() && m2.dtype() == a.dtype())
+    {
+        a.matmul(b).mul(s).add(m1).add(m2).softmax(d)
+    } => {
+        a.matmul(b)?.mul(s)?.add(m1.add(m2)?)?.softmax(d)?
+    }
+}

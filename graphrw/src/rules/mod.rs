@@ -1,0 +1,30 @@
+//! The built-in rule library: canonicalisation and attention fusion, written with
+//! `rule_set!`, and the pass that runs them in order.
+
+pub mod attention;
+pub mod canonical;
+
+pub use attention::ATTENTION;
+pub use canonical::CANONICAL;
+
+use crate::rewrite::{Report, RewriteError, Rewriter};
+use crate::Graph;
+
+/// Canonicalises, then fuses attention blocks with canonicalisation still on (it folds
+/// the transposes the fusion introduces, after which grouped kv heads are recognised on
+/// the fused nodes). Returns the reports of the two passes.
+pub fn fuse_attention(graph: &mut Graph) -> Result<Vec<Report>, RewriteError> {
+    Ok(vec![
+        Rewriter::new(&[&CANONICAL]).run(graph)?,
+        Rewriter::new(&[&CANONICAL, &ATTENTION]).run(graph)?,
+    ])
+}
+
+/// The named rule sets the command line offers (`--rules NAME`).
+pub fn rule_set(name: &str) -> Option<&'static crate::RuleSet> {
+    match name {
+        "canonical" => Some(&CANONICAL),
+        "attention" => Some(&ATTENTION),
+        _ => None,
+    }
+}

@@ -1,0 +1,89 @@
+//! Attention fusion on the real corpus: every attention site (the manifest's count)
+//! becomes one `scaled_dot_product_attention`, and the fused model still matches
+//! onnxruntime's reference output.
+
+use std::path::{Path, PathBuf};
+
+use graphrw::exec::run_reference;
+use graphrw::{onnx, rules, verify, Tensor};
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
+}
+
+/// (model, attention sites) from the manifest.
+fn manifest() -> Vec<(String, usize)> {
+    let text = std::fs::read_to_string(corpus().join("manifest.json")).expect("manifest.json");
+    // A tiny reader for the two fields we need, to keep the test free of a JSON crate.
+    let mut out = Vec::new();
+    let mut model = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("\"model\": \"") {
+            model = Some(rest.trim_end_matches(['"', ',']).to_string());
+        }
+        if let Some(rest) = line.strip_prefix("\"attention_sites\": ") {
+            let n = rest.trim_end_matches(',').parse().expect("a count");
+            out.push((model.take().expect("model before attention_sites"), n));
+        }
+    }
+    out
+}
+
+fn inputs(dir: &Path) -> Vec<Tensor> {
+    let mut v = Vec::new();
+    for i in 0.. {
+        let p = dir.join(format!("test_data_set_0/input_{i}.pb"));
+        if !p.exists() {
+            break;
+        }
+        v.push(onnx::read_tensor_pb(&p).expect("input").1);
+    }
+    v
+}
+
+fn max_err(a: &Tensor, b: &Tensor) -> (f64, bool) {
+    let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
+    let mut worst = 0.0f64;
+    let mut ok = a.shape() == b.shape();
+    for (p, q) in x.iter().zip(&y) {
+        let e = (p - q).abs();
+        worst = worst.max(e);
+        ok &= e <= 1e-4 + 1e-3 * q.abs();
+    }
+    (worst, ok)
+}
+
+#[test]
+fn every_attention_site_of_the_corpus_is_fused_and_outputs_match() {
+    let mut failures = Vec::new();
+    for (model, sites) in manifest() {
+        let dir = corpus().join(&model);
+        let mut g = onnx::load(dir.join("model.onnx")).expect("load");
+        let softmax_before = g.nodes_with_op("softmax").count();
+        assert_eq!(
+            softmax_before, sites,
+            "{model}: manifest sites vs softmax nodes"
+        );
+        let reports = rules::fuse_attention(&mut g).unwrap_or_else(|e| panic!("{model}: {e}"));
+        verify(&g).unwrap();
+        let fused = g.nodes_with_op("scaled_dot_product_attention").count();
+        let left = g.nodes_with_op("softmax").count();
+        if fused != sites || left != 0 {
+            failures.push(format!(
+                "{model}: {fused}/{sites} fused, {left} softmax left\n{}",
+                reports.iter().map(|r| r.to_string()).collect::<String>()
+            ));
+            continue;
+        }
+        let expected = onnx::read_tensor_pb(dir.join("test_data_set_0/output_0.pb"))
+            .unwrap()
+            .1;
+        let got = run_reference(&g, &inputs(&dir)).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let (err, ok) = max_err(&got[0], &expected);
+        if !ok {
+            failures.push(format!("{model}: max error {err:e} after fusion"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
