@@ -1,12 +1,24 @@
-//! `graphrw`: inspect, optimise and run computation graphs from the command line.
+//! `graphrw`: inspect, print, draw and run computation graphs from the command line.
+//!
+//! Each subcommand lives in its own module under `commands/`; this file only parses
+//! the arguments, dispatches, and turns an error into one line on stderr and exit
+//! code 1.
+
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use graphrw::ops::{AttrDefault, OpRegistry};
-
 /// Rewrite and run machine-learning computation graphs.
+///
+/// graphrw reads ONNX models (with their external data) into a graph over a torch-like
+/// op vocabulary. Start with `graphrw inspect model.onnx` to see what a model holds,
+/// `graphrw print model.onnx` to read it as a program, and `graphrw run MODEL_DIR` to
+/// check it against the ONNX test data beside it.
 #[derive(Parser)]
-#[command(name = "graphrw", version, about, long_about = None)]
+#[command(name = "graphrw", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,32 +33,67 @@ enum Command {
         /// Show only ops whose name contains this text.
         filter: Option<String>,
     },
+    /// Summarise a model: ops with counts, inputs and outputs.
+    ///
+    /// Shows the node count, the constants' size, each op with its count, and the
+    /// inputs and outputs with their dtypes and shapes.
+    ///
+    /// Example: `graphrw inspect ../shared/corpus/bert_eager/model.onnx`
+    Inspect {
+        /// The ONNX model file (external data is read from its folder).
+        model: PathBuf,
+    },
+    /// Print a model as a program, one op per line.
+    ///
+    /// Each line is one op with its output metadata:
+    /// `t7 = softmax(t6, dim=-1)  # f32[1, 4, 16, 16]`.
+    ///
+    /// Example: `graphrw print model.onnx | less`
+    Print {
+        /// The ONNX model file.
+        model: PathBuf,
+    },
+    /// Write a model as a Graphviz DOT graph.
+    ///
+    /// Example: `graphrw dot model.onnx -o model.dot && dot -Tsvg model.dot -o model.svg`
+    Dot {
+        /// The ONNX model file.
+        model: PathBuf,
+        /// Write to this file instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Run a model on its ONNX test data and report the max error and time.
+    ///
+    /// Runs `test_data_set_*/input_N.pb` with the reference executor and compares with
+    /// `output_N.pb` (within 1e-4 absolute plus 1e-3 relative). Exits with code 1 when
+    /// an output is beyond tolerance.
+    ///
+    /// Example: `graphrw run ../shared/corpus/llama_sdpa`
+    Run {
+        /// A folder holding `model.onnx` and `test_data_set_*/`.
+        model_dir: PathBuf,
+        /// Run this model file instead of `MODEL_DIR/model.onnx` (for example an
+        /// optimised copy) on the folder's test data.
+        #[arg(long, value_name = "FILE")]
+        model: Option<PathBuf>,
+    },
 }
 
-fn main() {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Ops { filter } => list_ops(filter.as_deref()),
-    }
-}
-
-fn list_ops(filter: Option<&str>) {
-    let registry = OpRegistry::with_builtins();
-    for op in registry.iter() {
-        if filter.is_some_and(|f| !op.name.contains(f)) {
-            continue;
+    let result = match cli.command {
+        Command::Ops { filter } => commands::ops::run(filter.as_deref()),
+        Command::Inspect { model } => commands::inspect::run(&model),
+        Command::Print { model } => commands::print::run(&model),
+        Command::Dot { model, output } => commands::dot::run(&model, output.as_deref()),
+        Command::Run { model_dir, model } => commands::run::run(&model_dir, model.as_deref()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
-        let operands: Vec<String> = op.operands.iter().map(|o| o.name.to_string()).collect();
-        let attrs: Vec<String> = op
-            .attrs
-            .iter()
-            .map(|a| match a.default.value() {
-                None => format!("{}: {}", a.name, a.kind),
-                Some(_) if a.default == AttrDefault::Null => format!("{}: {}?", a.name, a.kind),
-                Some(v) => format!("{}: {} = {v}", a.name, a.kind),
-            })
-            .collect();
-        let sig = operands.into_iter().chain(attrs).collect::<Vec<_>>().join(", ");
-        println!("{}({sig})\n    {}", op.name, op.doc);
     }
 }

@@ -22,6 +22,9 @@ mod macros;
 
 pub mod broadcast;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod fused;
 mod dtype;
 pub mod element;
 mod error;

@@ -5,6 +5,7 @@
 //! compile-time pattern checks and `graphrw`'s op declarations are made from.
 
 mod optable;
+mod pattern;
 mod vocab;
 
 use proc_macro::TokenStream;
@@ -16,6 +17,38 @@ use proc_macro::TokenStream;
 #[proc_macro]
 pub fn __builtin_op_table(input: TokenStream) -> TokenStream {
     optable::expand(input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Compiles pattern functions into static matcher trees: `pattern! { fn name(x: Tensor, ..)
+/// -> Tensor where .. { x.op(..) } }` emits a module `name` with `PATTERN`, `Match` and
+/// `OUTPUTS`. The language, with examples, is documented in `graphrw::pattern`.
+#[proc_macro]
+pub fn pattern(input: TokenStream) -> TokenStream {
+    pattern::expand_pattern(input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Compiles a replacement function checked against its pattern:
+/// `replacement! { fn name(x: Tensor, ..) -> Tensor for pattern_name { x.op(..)? } }`
+/// emits `fn name(&Builder, &Bindings) -> Result<Vec<Value>, GraphError>`; see
+/// `graphrw::pattern`.
+#[proc_macro]
+pub fn replacement(input: TokenStream) -> TokenStream {
+    pattern::expand_replacement(input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Compiles a checked set of rules: `rule_set! { pub static NAME; rule r(x: Tensor) ->
+/// Tensor { pattern } => { replacement } .. }` emits one module per rule (with `RULE`)
+/// and the `RuleSet` static; shadowed and equal-priority overlapping rules are errors.
+/// See `graphrw::pattern`.
+#[proc_macro]
+pub fn rule_set(input: TokenStream) -> TokenStream {
+    pattern::expand_rule_set(input.into())
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

@@ -19,14 +19,21 @@
 //! ```
 #![warn(missing_docs)]
 
+// Lets the code the pattern macros emit name `graphrw::` inside this crate too.
+extern crate self as graphrw;
+
 pub mod builder;
 pub mod dot;
-pub mod exec;
 mod error;
+pub mod exec;
 pub mod graph;
 pub mod meta;
+pub mod onnx;
 pub mod ops;
+pub mod pattern;
 pub mod printer;
+pub mod rewrite;
+pub mod rules;
 pub mod verify;
 
 pub use builder::{Arg, Builder, Var};
@@ -34,6 +41,12 @@ pub use error::GraphError;
 pub use graph::{Graph, Node, NodeId, Use, Value};
 pub use meta::{DType, Device, Dim, Shape, TensorMeta};
 pub use verify::verify;
+
+pub use graphrw_macros::{pattern, replacement, rule_set};
+pub use pattern::{Match, Pattern, PatternMatch, Rule, RuleSet};
+
+#[doc(hidden)]
+pub use pattern::private as __private;
 
 /// Tensors and kernels (re-exported from `graphrw-kernels`).
 pub use graphrw_kernels as kernels;

@@ -18,6 +18,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod executor;
 mod interpreter;
 mod plan;
@@ -29,6 +31,8 @@ use thiserror::Error;
 
 use graphrw_kernels::Tensor;
 
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaExecutor, CUDA_MAX_HEAD_DIM};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use interpreter::RunReport;
 pub use plan::{plan, Plan};

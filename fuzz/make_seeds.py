@@ -1,0 +1,63 @@
+"""Writes small ONNX models covering the ops the importer maps into fuzz/seeds/.
+
+Run: python3 fuzz/make_seeds.py   (needs `pip install onnx`)
+"""
+import os
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, TensorProto
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds")
+os.makedirs(out, exist_ok=True)
+
+
+def save(name, nodes, inputs, outputs, inits=(), opset=18):
+    g = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    with open(os.path.join(out, name + ".onnx"), "wb") as f:
+        f.write(m.SerializeToString())
+
+
+def f32(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def i64c(name, v):
+    return numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+
+
+save("gemm", [helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=2.0, transB=1)],
+     [f32("a", [2, 3]), f32("b", [4, 3])], [f32("y", [2, 4])],
+     [numpy_helper.from_array(np.ones(4, np.float32), "c")])
+save("slice_reshape", [
+    helper.make_node("Slice", ["x", "s", "e", "ax", "st"], ["t"]),
+    helper.make_node("Reshape", ["t", "shape"], ["r"]),
+    helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0]),
+], [f32("x", [4, 6])], [f32("y", None)],
+    [i64c("s", [1, 0]), i64c("e", [3, 6]), i64c("ax", [0, 1]), i64c("st", [1, 2]), i64c("shape", [0, -1])])
+save("split_concat", [
+    helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2),
+    helper.make_node("Concat", ["b", "a"], ["c"], axis=1),
+    helper.make_node("Unsqueeze", ["c", "ax"], ["u"]),
+    helper.make_node("Expand", ["u", "sh"], ["ex"]),
+    helper.make_node("ReduceMean", ["ex", "ax"], ["y"], keepdims=0),
+], [f32("x", ["b", 4])], [f32("y", None)], [i64c("ax", [0]), i64c("sh", [3, 1, 1])])
+save("norm_attention", [
+    helper.make_node("LayerNormalization", ["q", "g", "bb"], ["qn"], axis=-1, epsilon=1e-5),
+    helper.make_node("Attention", ["qn", "k", "v", "m"], ["y"], scale=0.5),
+], [f32("q", [1, 2, 4, 8]), f32("k", [1, 2, 4, 8]), f32("v", [1, 2, 4, 8]),
+    helper.make_tensor_value_info("m", TensorProto.BOOL, [1, 1, 4, 4])], [f32("y", None)],
+    [numpy_helper.from_array(np.ones(8, np.float32), "g"), numpy_helper.from_array(np.zeros(8, np.float32), "bb")], opset=23)
+save("mask", [
+    helper.make_node("Cast", ["m"], ["mb"], to=TensorProto.BOOL),
+    helper.make_node("Not", ["mb"], ["nm"]),
+    helper.make_node("Where", ["nm", "x", "z"], ["w"]),
+    helper.make_node("Gather", ["w", "idx"], ["g"], axis=0),
+    helper.make_node("Softmax", ["g"], ["y"], axis=-1),
+], [helper.make_tensor_value_info("m", TensorProto.INT64, [3, 5]), f32("x", [3, 5])], [f32("y", None)],
+    [numpy_helper.from_array(np.zeros((), np.float32), "z"), i64c("idx", [2, 0])])
+save("constant", [
+    helper.make_node("Constant", [], ["c"], value_floats=[1.0, 2.0]),
+    helper.make_node("Mul", ["x", "c"], ["y"]),
+], [f32("x", [2])], [f32("y", [2])])

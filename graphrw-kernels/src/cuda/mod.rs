@@ -1,0 +1,472 @@
+//! CUDA tensors and kernels through [cudarc] (behind the `cuda` feature).
+//!
+//! Everything is loaded at run time (cudarc's dynamic loading): this module builds and
+//! links on a machine with no CUDA at all, and [`CudaDevice::get`] answers an error (never
+//! a panic) when the driver library or a device is missing.
+//!
+//! - [`CudaDevice`]: one per device ordinal and process, holding the context, the stream
+//!   every call is ordered on, and the cache of kernels compiled by NVRTC at first use.
+//! - [`CudaTensor`]: a contiguous device buffer with a dtype and a shape; host transfers
+//!   through [`CudaDevice::upload`] and [`CudaTensor::to_host`].
+//! - [`sdpa`]: fused scaled dot-product attention (flash-attention style; tensor cores for
+//!   f16/bf16).
+//!
+//! Kernel sources live in `src/cuda/kernels/*.cu` ([`kernels::SOURCES`]) and are compiled
+//! with NVRTC, specialised by preprocessor defines (dtype, head dims, mask kind, causal).
+//! NVRTC comes from `libnvrtc.so*` on the library path; `GRAPHRW_NVRTC_LIB` may name the
+//! library file directly (it is loaded first, so the loader finds it by its soname).
+//!
+//! ```no_run
+//! use graphrw_kernels::cuda::{self, CudaDevice, SdpaOptions};
+//! use graphrw_kernels::{DType, Tensor};
+//!
+//! let dev = CudaDevice::get(0)?;
+//! let q = dev.upload(&Tensor::zeros(DType::F16, &[1, 8, 128, 64]))?;
+//! let out = cuda::sdpa(&q, &q, &q, None, &SdpaOptions { is_causal: true, ..Default::default() })?;
+//! let host: Tensor = out.to_host()?;
+//! # Ok::<(), graphrw_kernels::KernelError>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
+use cudarc::nvrtc::CompileOptions;
+
+use crate::{DType, KernelError, Tensor};
+
+mod sdpa;
+
+/// The cudarc crate this module is built on (for streams, events and raw buffers).
+pub use cudarc;
+pub use sdpa::{sdpa, SdpaOptions};
+
+/// The CUDA C sources of the kernels, compiled by NVRTC at first use.
+pub mod kernels {
+    /// Fused scaled dot-product attention (`sdpa_mma` for f16/bf16 on tensor cores,
+    /// `sdpa_generic` for everything else).
+    pub const SDPA: &str = include_str!("kernels/sdpa.cu");
+
+    /// A set of `-D NAME=VALUE` defines.
+    pub type Defines = &'static [(&'static str, &'static str)];
+
+    /// Every kernel source with its file name, and sets of defines that together
+    /// instantiate every code path (used by the NVRTC compile test).
+    pub const SOURCES: &[(&str, &str, &[Defines])] = &[(
+        "sdpa.cu",
+        SDPA,
+        &[
+            &[("DTYPE_ID", "0"), ("HEAD_DIM", "64"), ("MASK_KIND", "2")],
+            &[("DTYPE_ID", "1"), ("HEAD_DIM", "128"), ("IS_CAUSAL", "1")],
+            &[
+                ("DTYPE_ID", "2"),
+                ("HEAD_DIM", "128"),
+                ("M_TILES", "2"),
+                ("Q_IN_REGS", "0"),
+                ("BLOCK_N", "32"),
+                ("MASK_KIND", "1"),
+                ("IS_CAUSAL", "1"),
+            ],
+            &[("DTYPE_ID", "1"), ("HEAD_DIM", "64"), ("M_TILES", "2")],
+            &[("DTYPE_ID", "2"), ("HEAD_DIM", "64"), ("MASK_KIND", "1")],
+            &[
+                ("DTYPE_ID", "1"),
+                ("HEAD_DIM", "256"),
+                ("HEAD_DIM_V", "96"),
+                ("Q_IN_REGS", "0"),
+                ("BLOCK_N", "32"),
+                ("MASK_KIND", "3"),
+            ],
+            &[("DTYPE_ID", "2"), ("HEAD_DIM", "40"), ("MASK_KIND", "4")],
+        ],
+    )];
+}
+
+/// A CUDA failure as a [`KernelError`].
+pub(crate) fn cuda_err(what: &str, e: impl fmt::Debug) -> KernelError {
+    KernelError::Unsupported {
+        op: "cuda",
+        msg: format!("{what}: {e:?}"),
+    }
+}
+
+fn preload_nvrtc() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        if let Ok(path) = std::env::var("GRAPHRW_NVRTC_LIB") {
+            // NVRTC opens its builtins library by soname: load the one beside it first.
+            let dir = std::path::Path::new(&path).parent().map(|p| p.to_path_buf());
+            let builtins = dir
+                .and_then(|d| std::fs::read_dir(d).ok())
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
+                });
+            for lib in builtins.chain(std::iter::once(path.clone().into())) {
+                // SAFETY: loading NVRTC runs only its initialisers; the handle is leaked so
+                // the library stays loaded for cudarc, which then finds it by its soname.
+                match unsafe { libloading::Library::new(&lib) } {
+                    Ok(l) => std::mem::forget(l),
+                    Err(e) => eprintln!("graphrw-kernels: GRAPHRW_NVRTC_LIB: {e}"),
+                }
+            }
+        }
+    });
+}
+
+/// Whether the CUDA driver library (`libcuda.so`) can be loaded.
+pub fn driver_available() -> bool {
+    // SAFETY: only tries to dlopen the library and drops the handle.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Whether the NVRTC library can be loaded (see the module docs for `GRAPHRW_NVRTC_LIB`).
+pub fn nvrtc_available() -> bool {
+    preload_nvrtc();
+    // SAFETY: only tries to dlopen the library and drops the handle.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// The number of CUDA devices; 0 when the driver is missing or reports none.
+pub fn device_count() -> usize {
+    if !driver_available() {
+        return 0;
+    }
+    catch_unwind(CudaContext::device_count)
+        .ok()
+        .and_then(|r| r.ok())
+        .map_or(0, |n| n.max(0) as usize)
+}
+
+/// Compiles `src` to PTX with NVRTC for `arch` (`compute_80`, `compute_90`, ...), with
+/// `defines` passed as `-D NAME=VALUE`.
+pub fn compile_ptx(
+    src: &str,
+    name: &str,
+    defines: &[(&str, &str)],
+    arch: &'static str,
+) -> Result<String, KernelError> {
+    if !nvrtc_available() {
+        return Err(KernelError::Unsupported {
+            op: "cuda",
+            msg: "NVRTC (libnvrtc.so) not found: put it on the library path or set \
+                  GRAPHRW_NVRTC_LIB"
+                .into(),
+        });
+    }
+    let mut options: Vec<String> = defines.iter().map(|(k, v)| format!("-D{k}={v}")).collect();
+    options.push("--std=c++17".into());
+    let opts = CompileOptions {
+        arch: Some(arch),
+        options,
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    let ptx = catch_unwind(AssertUnwindSafe(|| {
+        cudarc::nvrtc::compile_ptx_with_opts(src, opts)
+    }))
+    .map_err(|_| cuda_err("nvrtc", "panicked (library symbols missing?)"))?;
+    match ptx {
+        Ok(p) => Ok(p.to_src()),
+        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(KernelError::Unsupported {
+            op: "cuda",
+            msg: format!("nvrtc failed on {name}:\n{}", log.to_string_lossy()),
+        }),
+        Err(e) => Err(cuda_err("nvrtc", e)),
+    }
+}
+
+fn arch_of(cc: (i32, i32)) -> &'static str {
+    match cc {
+        (9, 0) => "compute_90",
+        (8, 9) => "compute_89",
+        (8, 6) => "compute_86",
+        (8, 7) => "compute_87",
+        (8, 0) => "compute_80",
+        (m, _) if m >= 10 => "compute_90",
+        _ => "compute_75",
+    }
+}
+
+/// One CUDA device: its context, the stream every call is ordered on, and the kernels
+/// compiled for it so far (one per source and set of defines, for the process's life).
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    cc: (i32, i32),
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+impl fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CudaDevice(cuda:{} {} sm_{}{})",
+            self.ordinal(),
+            self.name,
+            self.cc.0,
+            self.cc.1
+        )
+    }
+}
+
+impl CudaDevice {
+    /// The device `ordinal`, opened once per process (later calls share it).
+    ///
+    /// Errors (never panics) when the driver library is missing, there is no such device,
+    /// or the device is older than compute capability 7.5.
+    pub fn get(ordinal: usize) -> Result<Arc<CudaDevice>, KernelError> {
+        static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+        let mut map = DEVICES
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| cuda_err("device table", "poisoned"))?;
+        if let Some(d) = map.get(&ordinal) {
+            return Ok(d.clone());
+        }
+        if !driver_available() {
+            return Err(KernelError::Unsupported {
+                op: "cuda",
+                msg: "no CUDA driver (libcuda.so not found)".into(),
+            });
+        }
+        let n = device_count();
+        if ordinal >= n {
+            return Err(KernelError::Unsupported {
+                op: "cuda",
+                msg: format!("no CUDA device {ordinal} ({n} found)"),
+            });
+        }
+        let opened = catch_unwind(|| -> Result<CudaDevice, KernelError> {
+            let ctx = CudaContext::new(ordinal).map_err(|e| cuda_err("context", e))?;
+            let cc = ctx
+                .compute_capability()
+                .map_err(|e| cuda_err("compute capability", e))?;
+            let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+            let stream = ctx.default_stream();
+            Ok(CudaDevice {
+                ctx,
+                stream,
+                name,
+                cc,
+                functions: Mutex::new(HashMap::new()),
+            })
+        })
+        .map_err(|_| cuda_err("driver", "panicked (library symbols missing?)"))??;
+        if opened.cc < (7, 5) {
+            return Err(KernelError::Unsupported {
+                op: "cuda",
+                msg: format!(
+                    "device {} has compute capability {}.{}; 7.5 or newer is needed",
+                    opened.name, opened.cc.0, opened.cc.1
+                ),
+            });
+        }
+        let dev = Arc::new(opened);
+        map.insert(ordinal, dev.clone());
+        Ok(dev)
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// The device's name (`NVIDIA H100 80GB HBM3`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+
+    /// The stream every call of this crate is ordered on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Waits until every queued call has finished.
+    pub fn synchronize(&self) -> Result<(), KernelError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_err("synchronize", e))
+    }
+
+    /// A device tensor holding a copy of `t` (any dtype).
+    pub fn upload(self: &Arc<Self>, t: &Tensor) -> Result<CudaTensor, KernelError> {
+        let bytes = t.to_raw_bytes();
+        let buf = if bytes.is_empty() {
+            self.stream.alloc_zeros::<u8>(1)
+        } else {
+            self.stream.clone_htod(&bytes)
+        }
+        .map_err(|e| cuda_err("upload", e))?;
+        Ok(CudaTensor {
+            dev: self.clone(),
+            buf,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+        })
+    }
+
+    /// A zero-filled device tensor.
+    pub fn zeros(self: &Arc<Self>, dtype: DType, shape: &[usize]) -> Result<CudaTensor, KernelError> {
+        let n: usize = shape.iter().product::<usize>() * dtype.size_in_bytes();
+        let buf = self
+            .stream
+            .alloc_zeros::<u8>(n.max(1))
+            .map_err(|e| cuda_err("alloc", e))?;
+        Ok(CudaTensor {
+            dev: self.clone(),
+            buf,
+            dtype,
+            shape: shape.to_vec(),
+        })
+    }
+
+    /// A device buffer holding `data` (kernel parameters: offsets and the like).
+    pub(crate) fn upload_i64(&self, data: &[i64]) -> Result<CudaSlice<i64>, KernelError> {
+        if data.is_empty() {
+            return self
+                .stream
+                .alloc_zeros::<i64>(1)
+                .map_err(|e| cuda_err("upload", e));
+        }
+        self.stream
+            .clone_htod(data)
+            .map_err(|e| cuda_err("upload", e))
+    }
+
+    /// The NVRTC architecture this device compiles for.
+    pub(crate) fn arch(&self) -> &'static str {
+        arch_of(self.cc)
+    }
+
+    /// The kernel `func` of `src` built with `defines`: compiled and loaded at first use,
+    /// then taken from the cache.
+    pub(crate) fn function(
+        &self,
+        src_name: &str,
+        src: &str,
+        defines: &[(&str, String)],
+        func: &str,
+    ) -> Result<CudaFunction, KernelError> {
+        let key = format!(
+            "{src_name}:{func}:{}",
+            defines
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut cache = self
+            .functions
+            .lock()
+            .map_err(|_| cuda_err("kernel cache", "poisoned"))?;
+        if let Some(f) = cache.get(&key) {
+            return Ok(f.clone());
+        }
+        let defs: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let ptx = compile_ptx(src, src_name, &defs, self.arch())?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| cuda_err("load module", e))?;
+        let f = module
+            .load_function(func)
+            .map_err(|e| cuda_err("load function", e))?;
+        cache.insert(key, f.clone());
+        Ok(f)
+    }
+}
+
+/// A contiguous tensor in device memory: dtype, shape and a buffer on one [`CudaDevice`].
+pub struct CudaTensor {
+    dev: Arc<CudaDevice>,
+    buf: CudaSlice<u8>,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+impl fmt::Debug for CudaTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CudaTensor({}{:?} on cuda:{})",
+            self.dtype,
+            self.shape,
+            self.dev.ordinal()
+        )
+    }
+}
+
+impl CudaTensor {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Size of the data in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size_in_bytes()
+    }
+
+    /// The device holding the data.
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+
+    /// The raw buffer (for kernels).
+    pub(crate) fn buf(&self) -> &CudaSlice<u8> {
+        &self.buf
+    }
+
+    /// The raw buffer, writable (for kernels).
+    pub(crate) fn buf_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.buf
+    }
+
+    /// The same data under another shape with as many elements.
+    pub fn reshape(self, shape: Vec<usize>) -> Result<CudaTensor, KernelError> {
+        if shape.iter().product::<usize>() != self.numel() {
+            return Err(KernelError::NumelMismatch {
+                op: "cuda reshape",
+                shape,
+                expected: self.numel(),
+                got: self.numel(),
+            });
+        }
+        Ok(CudaTensor { shape, ..self })
+    }
+
+    /// Copies the data back to the host (waits for queued work on the stream).
+    pub fn to_host(&self) -> Result<Tensor, KernelError> {
+        let n = self.nbytes();
+        let mut bytes = self
+            .dev
+            .stream
+            .clone_dtoh(&self.buf)
+            .map_err(|e| cuda_err("download", e))?;
+        bytes.truncate(n);
+        Tensor::from_raw_bytes(self.dtype, &self.shape, &bytes)
+    }
+}

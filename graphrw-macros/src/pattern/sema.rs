@@ -1,0 +1,1424 @@
+//! Semantic analysis: resolves a parsed pattern function against the op vocabulary and
+//! its own parameters, and builds the pattern's intermediate form ([`Ir`]).
+//!
+//! Checks: op names (with "did you mean"), operand counts, attribute names and kinds,
+//! parameter kinds, duplicate and unused parameters, alternatives binding the same
+//! parameters, `where` names, and what syntax is supported. Every error is collected.
+
+use std::collections::{BTreeSet, HashMap};
+
+use quote::ToTokens;
+use syn::{BinOp, Expr, Ident, Lit as SynLit, Pat, Path, Stmt, Type, UnOp};
+
+use super::error::{article, hint, Errors};
+use super::parse::PatternFn;
+use crate::vocab::{self, Arity, DefaultValue, Kind, OpSpec, BUILTIN_OPS};
+
+/// What a pattern body may contain (quoted by "unsupported syntax" errors).
+pub const SUPPORTED: &str = "a pattern body is `let name = ..;` bindings and one final expression of op calls (`x.op(..)` or `op(x, ..)`), parameters, `_`, number literals, `a | b` alternatives and `repeat(x, |t| .., min..=max)`";
+
+/// The dtype names a pattern may write.
+pub const DTYPES: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "bool"];
+
+/// The kind of a parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PKind {
+    Tensor,
+    Int,
+    Float,
+    Bool,
+    Ints,
+    Str,
+    DType,
+}
+
+impl PKind {
+    pub fn from_type(ty: &Type) -> Option<PKind> {
+        let text = ty.to_token_stream().to_string().replace(' ', "");
+        Some(match text.as_str() {
+            "Tensor" | "Var" => PKind::Tensor,
+            "i64" => PKind::Int,
+            "f64" => PKind::Float,
+            "bool" => PKind::Bool,
+            "Ints" | "Vec<i64>" => PKind::Ints,
+            "String" | "Str" => PKind::Str,
+            "DType" => PKind::DType,
+            _ => return None,
+        })
+    }
+
+    pub fn of_attr(k: Kind) -> PKind {
+        match k {
+            Kind::Int => PKind::Int,
+            Kind::Float => PKind::Float,
+            Kind::Bool => PKind::Bool,
+            Kind::Ints => PKind::Ints,
+            Kind::Str => PKind::Str,
+            Kind::DType => PKind::DType,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            PKind::Tensor => "a tensor",
+            PKind::Int => "an int",
+            PKind::Float => "a float",
+            PKind::Bool => "a bool",
+            PKind::Ints => "an int list",
+            PKind::Str => "a string",
+            PKind::DType => "a dtype",
+        }
+    }
+
+    pub fn type_name(self) -> &'static str {
+        match self {
+            PKind::Tensor => "Tensor",
+            PKind::Int => "i64",
+            PKind::Float => "f64",
+            PKind::Bool => "bool",
+            PKind::Ints => "Ints",
+            PKind::Str => "String",
+            PKind::DType => "DType",
+        }
+    }
+}
+
+pub struct IrParam {
+    pub name: Ident,
+    pub kind: Option<PKind>,
+    pub ty: Type,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lit {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Ints(Vec<i64>),
+    Str(String),
+    DType(&'static str),
+    Null,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum IAttr {
+    Lit(Lit),
+    Param(usize),
+    OneOf(Vec<Lit>),
+}
+
+#[derive(Clone)]
+pub enum AttrKey {
+    Builtin(usize, &'static str),
+    User(Ident, Option<Kind>),
+}
+
+#[derive(Clone)]
+pub struct IAttrCheck {
+    pub key: AttrKey,
+    pub pat: IAttr,
+}
+
+#[derive(Clone)]
+pub enum OpRef {
+    Builtin(&'static OpSpec),
+    User(Path),
+}
+
+impl OpRef {
+    pub fn key(&self) -> String {
+        match self {
+            OpRef::Builtin(op) => op.name.to_string(),
+            OpRef::User(p) => p.to_token_stream().to_string(),
+        }
+    }
+    pub fn commutative(&self) -> bool {
+        matches!(self, OpRef::Builtin(op) if op.commutative)
+    }
+}
+
+#[derive(Clone)]
+pub struct IOp {
+    pub op: OpRef,
+    pub operands: Vec<usize>,
+    pub more: bool,
+    pub attrs: Vec<IAttrCheck>,
+    pub slot: Option<usize>,
+}
+
+#[derive(Clone)]
+pub enum INode {
+    Any,
+    Tensor(usize),
+    ConstValue(f64),
+    ConstParam(usize),
+    Op(IOp),
+    Alt(Vec<usize>),
+    Repeat {
+        body: usize,
+        base: usize,
+        min: u16,
+        max: u16,
+    },
+    Hole(usize),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ITerm {
+    Rank(usize),
+    DType(usize),
+    Dim(usize, i64),
+    Users(usize),
+    Param(usize),
+    Int(i64),
+    Float(f64),
+    DTypeLit(&'static str),
+    Bool(bool),
+}
+
+pub enum ICheck {
+    Compare(ITerm, Cmp, ITerm),
+    /// `check(|a, b| body)`: (name, slot, kind) per argument.
+    Closure(Vec<(Ident, usize, PKind)>, Box<Expr>),
+    Pred(Path),
+}
+
+pub struct IConstraint {
+    pub reads: Vec<usize>,
+    pub check: ICheck,
+    pub text: String,
+}
+
+/// A checked pattern.
+pub struct Ir {
+    pub params: Vec<IrParam>,
+    pub nodes: Vec<INode>,
+    pub roots: Vec<usize>,
+    pub constraints: Vec<IConstraint>,
+    pub slots: usize,
+}
+
+/// Analyses one pattern function; errors go to `errs`. Returns `None` when the pattern
+/// is too broken to lower.
+pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
+    let before = errs.is_empty();
+    let mut s = Sema {
+        errs,
+        params: Vec::new(),
+        uses: Vec::new(),
+        lets: HashMap::new(),
+        nodes: Vec::new(),
+        next_slot: 0,
+        hole: None,
+    };
+    // Parameters.
+    for p in &f.params {
+        if s.params.iter().any(|q| q.name == p.name) {
+            s.errs.spanned(
+                &p.name,
+                format!("duplicate parameter `{}`: each parameter of a pattern needs its own name (the same name used twice in the body already means the same value)", p.name),
+            );
+            continue;
+        }
+        let kind = PKind::from_type(&p.ty);
+        if kind.is_none() {
+            s.errs.spanned(
+                &p.ty,
+                "unsupported parameter type: a pattern parameter is `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`",
+            );
+        }
+        s.params.push(IrParam {
+            name: p.name.clone(),
+            kind,
+            ty: p.ty.clone(),
+        });
+    }
+    s.uses = vec![0; s.params.len()];
+    s.next_slot = s.params.len();
+    // Return type.
+    let ret_count = match &f.ret {
+        Type::Tuple(t) if t.elems.iter().all(is_tensor_type) && t.elems.len() >= 2 => {
+            Some(t.elems.len())
+        }
+        t if is_tensor_type(t) => Some(1),
+        t => {
+            s.errs.spanned(
+                t,
+                "a pattern returns `Tensor`, or a tuple of them (`(Tensor, Tensor)`) for several outputs",
+            );
+            None
+        }
+    };
+    // Body.
+    let mut roots = Vec::new();
+    let stmts = &f.body.stmts;
+    if stmts.is_empty() {
+        s.errs.at(
+            f.body.brace_token.span.join(),
+            format!("empty pattern body: write the expression to match, e.g. `{}` (the value it computes is the pattern's output)", example(&s.params)),
+        );
+    }
+    for (i, stmt) in stmts.iter().enumerate() {
+        let last = i + 1 == stmts.len();
+        match stmt {
+            Stmt::Local(local) => s.local(local),
+            Stmt::Expr(e, None) if last => {
+                let exprs: Vec<&Expr> = match e {
+                    Expr::Tuple(t) => t.elems.iter().collect(),
+                    e => vec![e],
+                };
+                for e in exprs {
+                    let before = s.errs.count();
+                    let n = s.tensor(e);
+                    if before == s.errs.count() && s.is_bare(n) {
+                        s.errs.spanned(
+                            e,
+                            "this pattern is only a bare wildcard and would match every value; its result must be an op call, e.g. `x.relu()`",
+                        );
+                    }
+                    roots.push(n);
+                }
+                if let Some(n) = ret_count {
+                    if n != roots.len() && !roots.is_empty() {
+                        s.errs.spanned(
+                            &f.ret,
+                            format!(
+                                "the return type says {n} output(s) but the body returns {}",
+                                roots.len()
+                            ),
+                        );
+                    }
+                }
+            }
+            Stmt::Expr(e, _) => {
+                let before = s.errs.is_empty();
+                s.tensor(e);
+                if before == s.errs.is_empty() {
+                    s.errs.spanned(
+                        stmt,
+                        format!("only the last expression (without `;`) is the pattern's result; {SUPPORTED}"),
+                    );
+                }
+            }
+            Stmt::Macro(m) => s.errs.spanned(
+                &m.mac,
+                format!("macro calls are not supported in patterns; {SUPPORTED}"),
+            ),
+            Stmt::Item(item) => s.errs.spanned(
+                item,
+                format!("items are not supported in pattern bodies; {SUPPORTED}"),
+            ),
+        }
+    }
+    if !stmts.is_empty() && roots.is_empty() && s.errs.is_empty() {
+        s.errs.at(
+            f.body.brace_token.span.join(),
+            "the pattern body ends without a result: end it with the expression to match (no `;`)",
+        );
+    }
+    // Unused parameters.
+    for (i, p) in s.params.iter().enumerate() {
+        if s.uses[i] == 0 {
+            s.errs.spanned(
+                &p.name,
+                format!("parameter `{}` is never used in the pattern body; use it or remove it (parameters are bound by matching, so each must appear in the body)", p.name),
+            );
+        }
+    }
+    // Constraints.
+    let mut constraints = Vec::new();
+    for c in &f.constraints {
+        if let Some(c) = s.constraint(c) {
+            constraints.push(c);
+        }
+    }
+    if !before || !s.errs.is_empty() {
+        return None;
+    }
+    Some(Ir {
+        slots: s.next_slot,
+        params: s.params,
+        nodes: s.nodes,
+        roots,
+        constraints,
+    })
+}
+
+fn is_tensor_type(t: &Type) -> bool {
+    matches!(PKind::from_type(t), Some(PKind::Tensor))
+}
+
+fn example(params: &[IrParam]) -> String {
+    match params.iter().find(|p| p.kind == Some(PKind::Tensor)) {
+        Some(p) => format!("{}.relu()", p.name),
+        None => "x.relu()".into(),
+    }
+}
+
+struct Sema<'a> {
+    errs: &'a mut Errors,
+    params: Vec<IrParam>,
+    uses: Vec<usize>,
+    lets: HashMap<String, usize>,
+    nodes: Vec<INode>,
+    next_slot: usize,
+    /// The closure parameter of the `repeat` being analysed, its node, and its uses.
+    hole: Option<(String, usize, usize)>,
+}
+
+enum Arg<'e> {
+    Expr(&'e Expr),
+}
+
+impl Sema<'_> {
+    fn push(&mut self, n: INode) -> usize {
+        self.nodes.push(n);
+        self.nodes.len() - 1
+    }
+
+    fn param(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.params
+            .iter()
+            .map(|p| p.name.to_string())
+            .chain(self.lets.keys().cloned())
+            .collect()
+    }
+
+    fn is_bare(&self, n: usize) -> bool {
+        match &self.nodes[n] {
+            INode::Op(_) => false,
+            INode::Alt(bs) => bs.iter().any(|&b| self.is_bare(b)),
+            INode::Repeat {
+                body, base, min, ..
+            } => self.is_bare(*body) || (*min == 0 && self.is_bare(*base)),
+            _ => true,
+        }
+    }
+
+    fn local(&mut self, local: &syn::Local) {
+        let pat = match &local.pat {
+            Pat::Type(t) => &*t.pat,
+            p => p,
+        };
+        let Pat::Ident(pi) = pat else {
+            self.errs.spanned(
+                &local.pat,
+                "only `let name = ..;` is supported in patterns (no destructuring)",
+            );
+            return;
+        };
+        if let Some(m) = &pi.mutability {
+            self.errs.spanned(
+                m,
+                "`let mut` is not supported: a `let` in a pattern names a sub-pattern, which cannot change; write `let name = ..;`",
+            );
+        }
+        let Some(init) = &local.init else {
+            self.errs.spanned(
+                local,
+                "a `let` in a pattern needs a value: `let name = ..;`",
+            );
+            return;
+        };
+        let name = pi.ident.to_string();
+        if self.param(&name).is_some() {
+            self.errs.spanned(
+                &pi.ident,
+                format!("`let {name}` shadows the parameter `{name}`; pick another name"),
+            );
+        }
+        let n = self.tensor(&init.expr);
+        self.lets.insert(name, n);
+    }
+
+    fn unsupported(&mut self, e: &Expr, what: &str) -> usize {
+        self.errs.spanned(
+            e,
+            format!("{what} are not supported in patterns; {SUPPORTED}"),
+        );
+        self.push(INode::Any)
+    }
+
+    /// A pattern for a tensor operand.
+    fn tensor(&mut self, e: &Expr) -> usize {
+        match e {
+            Expr::Infer(_) => self.push(INode::Any),
+            Expr::Paren(p) => self.tensor(&p.expr),
+            Expr::Group(g) => self.tensor(&g.expr),
+            Expr::Path(p) if p.path.get_ident().is_some() && p.qself.is_none() => {
+                let id = p.path.get_ident().expect("checked");
+                self.name(id)
+            }
+            Expr::Lit(l) => match number(&l.lit, false) {
+                Some(v) => self.push(INode::ConstValue(v)),
+                None => {
+                    self.errs.spanned(
+                        e,
+                        "only number literals can stand for tensor operands (they match a constant node holding that number)",
+                    );
+                    self.push(INode::Any)
+                }
+            },
+            Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match &*u.expr {
+                Expr::Lit(l) if number(&l.lit, true).is_some() => {
+                    self.push(INode::ConstValue(-number(&l.lit, true).expect("checked")))
+                }
+                _ => {
+                    self.errs
+                        .spanned(e, "unary `-` is not supported on tensors; write `x.neg()`");
+                    self.push(INode::Any)
+                }
+            },
+            Expr::MethodCall(m) => {
+                if let Some(t) = &m.turbofish {
+                    self.errs
+                        .spanned(t, "turbofish is not supported in patterns");
+                }
+                let args: Vec<&Expr> = std::iter::once(&*m.receiver).chain(m.args.iter()).collect();
+                self.builtin_call(&m.method, args, e)
+            }
+            Expr::Call(c) => {
+                let Expr::Path(fp) = &*c.func else {
+                    return self.unsupported(e, "calls of computed functions");
+                };
+                let args: Vec<&Expr> = c.args.iter().collect();
+                match fp.path.get_ident() {
+                    Some(id) if id == "repeat" => self.repeat(id, &args, e),
+                    Some(id) if !is_upper(&id.to_string()) => self.builtin_call(id, args, e),
+                    _ => self.user_call(&fp.path, args, e),
+                }
+            }
+            Expr::Binary(b) => match b.op {
+                BinOp::BitOr(_) => {
+                    let mut branches = Vec::new();
+                    flatten_or(e, &mut branches);
+                    let nodes: Vec<usize> = branches.iter().map(|b| self.tensor(b)).collect();
+                    let sets: Vec<BTreeSet<usize>> =
+                        nodes.iter().map(|&n| self.params_in(n)).collect();
+                    for (i, set) in sets.iter().enumerate().skip(1) {
+                        if *set != sets[0] {
+                            let diff: Vec<String> = set
+                                .symmetric_difference(&sets[0])
+                                .map(|&p| format!("`{}`", self.params[p].name))
+                                .collect();
+                            self.errs.spanned(
+                                branches[i],
+                                format!("alternative branches must bind the same parameters: this branch and the first differ in {}; a parameter bound in one branch only would be unset when the other matches", diff.join(", ")),
+                            );
+                        }
+                    }
+                    self.push(INode::Alt(nodes))
+                }
+                op => {
+                    let hint = match op {
+                        BinOp::Add(_) => "; write `a.add(b)`",
+                        BinOp::Sub(_) => "; write `a.sub(b)`",
+                        BinOp::Mul(_) => "; write `a.mul(b)`",
+                        BinOp::Div(_) => "; write `a.div(b)`",
+                        _ => "",
+                    };
+                    self.errs.spanned(
+                        e,
+                        format!("operators are not supported in patterns{hint}; {SUPPORTED}"),
+                    );
+                    self.push(INode::Any)
+                }
+            },
+            Expr::Closure(_) => self.unsupported(
+                e,
+                "closures (outside `repeat(x, |t| .., n..=m)` and `check(|..| ..)`)",
+            ),
+            Expr::Macro(_) => self.unsupported(e, "macro calls"),
+            Expr::ForLoop(_) | Expr::While(_) | Expr::Loop(_) => self.unsupported(
+                e,
+                "loops (use `repeat(x, |t| .., min..=max)` for a repeated chain)",
+            ),
+            Expr::If(_) | Expr::Match(_) => {
+                self.unsupported(e, "`if` and `match` (use `a | b` alternatives)")
+            }
+            Expr::Tuple(_) => self.unsupported(
+                e,
+                "tuples (except as the whole result, for several outputs)",
+            ),
+            Expr::Field(_) => self.unsupported(e, "field and output projections (`.0`)"),
+            Expr::Block(_) | Expr::Unsafe(_) => self.unsupported(e, "blocks"),
+            Expr::Assign(_) => self.unsupported(
+                e,
+                "assignments (keyword arguments go inside a call: `softmax(x, dim = -1)`)",
+            ),
+            _ => self.unsupported(e, "expressions of this kind"),
+        }
+    }
+
+    fn name(&mut self, id: &Ident) -> usize {
+        let name = id.to_string();
+        if let Some((h, rep, uses)) = &mut self.hole {
+            if *h == name {
+                *uses += 1;
+                let rep = *rep;
+                return self.push(INode::Hole(rep));
+            }
+        }
+        if let Some(&n) = self.lets.get(&name) {
+            return n;
+        }
+        if let Some(i) = self.param(&name) {
+            self.uses[i] += 1;
+            return match self.params[i].kind {
+                Some(PKind::Tensor) | None => self.push(INode::Tensor(i)),
+                Some(PKind::Int) | Some(PKind::Float) => self.push(INode::ConstParam(i)),
+                Some(k) => {
+                    self.errs.spanned(
+                        id,
+                        format!("parameter `{name}` is declared `{}` ({}), which cannot stand for a tensor operand; declare it `Tensor`, or a number (`f64`/`i64`) to match a constant", k.type_name(), k.describe()),
+                    );
+                    self.push(INode::Any)
+                }
+            };
+        }
+        if name == "None" {
+            self.errs.spanned(
+                id,
+                "`None` is only allowed for an optional operand or attribute",
+            );
+        } else {
+            let names = self.names();
+            self.errs.spanned(
+                id,
+                format!(
+                    "unknown name `{name}`: not a parameter or `let` binding of this pattern{}",
+                    hint(&name, names.iter().map(String::as_str))
+                ),
+            );
+        }
+        self.push(INode::Any)
+    }
+
+    fn params_in(&self, n: usize) -> BTreeSet<usize> {
+        let mut out = BTreeSet::new();
+        self.collect_params(n, &mut out);
+        out
+    }
+
+    fn collect_params(&self, n: usize, out: &mut BTreeSet<usize>) {
+        match &self.nodes[n] {
+            INode::Tensor(p) | INode::ConstParam(p) => {
+                out.insert(*p);
+            }
+            INode::Op(o) => {
+                for &x in &o.operands {
+                    self.collect_params(x, out);
+                }
+                for a in &o.attrs {
+                    if let IAttr::Param(p) = a.pat {
+                        out.insert(p);
+                    }
+                }
+            }
+            INode::Alt(bs) => bs.iter().for_each(|&b| self.collect_params(b, out)),
+            INode::Repeat { body, base, .. } => {
+                self.collect_params(*body, out);
+                self.collect_params(*base, out);
+            }
+            _ => {}
+        }
+    }
+
+    fn new_op(&mut self, op: IOp) -> usize {
+        let slot = if self.hole.is_some() {
+            None
+        } else {
+            self.next_slot += 1;
+            Some(self.next_slot - 1)
+        };
+        self.push(INode::Op(IOp { slot, ..op }))
+    }
+
+    fn builtin_call(&mut self, method: &Ident, args: Vec<&Expr>, call: &Expr) -> usize {
+        let name = method.to_string();
+        let name = name.trim_start_matches("r#");
+        let name = if name == "where_" { "where" } else { name };
+        let Some(spec) = vocab::find(name) else {
+            self.errs.spanned(
+                method,
+                format!(
+                    "unknown op `{name}`{} (ops are the built-in vocabulary; a user op is called by the path of its `OpDef` static, e.g. `my_ops::SCALE(x)`)",
+                    hint(name, BUILTIN_OPS.iter().map(|o| o.name))
+                ),
+            );
+            for a in args {
+                if !matches!(a, Expr::Assign(_)) {
+                    self.tensor(a);
+                }
+            }
+            return self.push(INode::Any);
+        };
+        // Sort the arguments: positional, keyword, `..`.
+        let mut positional: Vec<&Expr> = Vec::new();
+        let mut keyword: Vec<(&Ident, &Expr)> = Vec::new();
+        let mut rest = false;
+        for a in &args {
+            match a {
+                Expr::Assign(asg) => match &*asg.left {
+                    Expr::Path(p) if p.path.get_ident().is_some() => {
+                        keyword.push((p.path.get_ident().expect("checked"), &asg.right))
+                    }
+                    l => self.errs.spanned(l, "a keyword argument is `name = value`"),
+                },
+                Expr::Range(r) if r.start.is_none() && r.end.is_none() => rest = true,
+                e => {
+                    if !keyword.is_empty() || rest {
+                        self.errs.spanned(
+                            e,
+                            "positional arguments come before keyword arguments and `..`",
+                        );
+                    }
+                    positional.push(e)
+                }
+            }
+        }
+        let nops = spec.operands.len();
+        let mut operand_args: Vec<Option<Arg>> = (0..nops).map(|_| None).collect();
+        let mut attr_args: Vec<Option<&Expr>> = vec![None; spec.attrs.len()];
+        for (i, e) in positional.iter().enumerate() {
+            if i < nops {
+                operand_args[i] = Some(Arg::Expr(e));
+            } else if i - nops < spec.attrs.len() {
+                attr_args[i - nops] = Some(e);
+            } else {
+                self.errs.spanned(
+                    *e,
+                    format!(
+                        "too many arguments: `{}` takes {}",
+                        spec.name,
+                        signature(spec)
+                    ),
+                );
+            }
+        }
+        let mut unknown_keyword = false;
+        for (k, e) in keyword {
+            let kname = k.to_string();
+            if let Some(i) = spec.operands.iter().position(|o| o.name == kname) {
+                if operand_args[i].is_some() {
+                    self.errs
+                        .spanned(k, format!("operand `{kname}` is given twice"));
+                }
+                operand_args[i] = Some(Arg::Expr(e));
+            } else if let Some(i) = spec.attrs.iter().position(|a| a.name == kname) {
+                if attr_args[i].is_some() {
+                    self.errs
+                        .spanned(k, format!("attribute `{kname}` is given twice"));
+                }
+                attr_args[i] = Some(e);
+            } else {
+                unknown_keyword = true;
+                let names = spec
+                    .attrs
+                    .iter()
+                    .map(|a| a.name)
+                    .chain(spec.operands.iter().map(|o| o.name));
+                self.errs.spanned(
+                    k,
+                    format!(
+                        "`{}` has no attribute `{kname}`{} (it takes {})",
+                        spec.name,
+                        hint(&kname, names),
+                        signature(spec)
+                    ),
+                );
+            }
+        }
+        // Operands.
+        let mut operands = Vec::new();
+        let mut more = rest;
+        let mut absent: Option<&str> = None;
+        let given = positional.len().min(nops);
+        for (i, slot) in spec.operands.iter().enumerate() {
+            let arg = operand_args[i].take();
+            match (slot.arity, arg) {
+                (Arity::Required, None) => {
+                    if !rest {
+                        self.errs.spanned(
+                            method,
+                            format!(
+                                "`{}` takes {}, found {given} operand(s)",
+                                spec.name,
+                                signature(spec)
+                            ),
+                        );
+                        return self.push(INode::Any);
+                    }
+                    more = true;
+                    break;
+                }
+                (Arity::Optional, None) => absent = absent.or(Some(slot.name)),
+                (Arity::Optional, Some(Arg::Expr(Expr::Path(p)))) if p.path.is_ident("None") => {
+                    absent = absent.or(Some(slot.name))
+                }
+                (Arity::Optional, Some(Arg::Expr(Expr::Infer(_))))
+                    if operand_args[i + 1..].iter().all(Option::is_none) =>
+                {
+                    more = true;
+                }
+                (Arity::Variadic, Some(Arg::Expr(e))) => match e {
+                    Expr::Infer(_) => more = true,
+                    Expr::Array(a) => {
+                        for x in &a.elems {
+                            let n = self.tensor(x);
+                            operands.push(n);
+                        }
+                    }
+                    e => {
+                        self.errs.spanned(e, format!("operand `{}` of `{}` takes several values: write them as a list `[a, b]`, or `_` for any", slot.name, spec.name));
+                    }
+                },
+                (Arity::Variadic, None) => {}
+                (_, Some(Arg::Expr(e))) => {
+                    if let Some(prev) = absent {
+                        self.errs.spanned(e, format!("operand `{}` is given but `{prev}` before it is not (optional operands fill in order)", slot.name));
+                    }
+                    let n = self.tensor(e);
+                    operands.push(n);
+                }
+            }
+        }
+        // Attributes.
+        let mut attrs = Vec::new();
+        for (i, a) in spec.attrs.iter().enumerate() {
+            let pat = match attr_args[i] {
+                Some(e) => self.attr(
+                    e,
+                    a.kind,
+                    a.default == DefaultValue::Null,
+                    spec.name,
+                    a.name,
+                ),
+                None if rest || unknown_keyword => None,
+                None => match default_lit(a.default) {
+                    Some(l) => Some(IAttr::Lit(l)),
+                    None => {
+                        self.errs.spanned(
+                            method,
+                            format!("missing attribute `{}` of `{}`: give a value, a parameter, or `_` for any (it takes {})", a.name, spec.name, signature(spec)),
+                        );
+                        None
+                    }
+                },
+            };
+            if let Some(pat) = pat {
+                attrs.push(IAttrCheck {
+                    key: AttrKey::Builtin(i, a.name),
+                    pat,
+                });
+            }
+        }
+        let _ = call;
+        self.new_op(IOp {
+            op: OpRef::Builtin(spec),
+            operands,
+            more,
+            attrs,
+            slot: None,
+        })
+    }
+
+    fn user_call(&mut self, path: &Path, args: Vec<&Expr>, _call: &Expr) -> usize {
+        let mut operands = Vec::new();
+        let mut attrs = Vec::new();
+        let mut more = false;
+        for a in args {
+            match a {
+                Expr::Assign(asg) => {
+                    let Some(k) = (match &*asg.left {
+                        Expr::Path(p) => p.path.get_ident(),
+                        _ => None,
+                    }) else {
+                        self.errs
+                            .spanned(&asg.left, "a keyword argument is `name = value`");
+                        continue;
+                    };
+                    let (pat, kind) = self.user_attr(&asg.right);
+                    if let Some(pat) = pat {
+                        attrs.push(IAttrCheck {
+                            key: AttrKey::User(k.clone(), kind),
+                            pat,
+                        });
+                    }
+                }
+                Expr::Range(r) if r.start.is_none() && r.end.is_none() => more = true,
+                e => {
+                    let n = self.tensor(e);
+                    operands.push(n);
+                }
+            }
+        }
+        self.new_op(IOp {
+            op: OpRef::User(path.clone()),
+            operands,
+            more,
+            attrs,
+            slot: None,
+        })
+    }
+
+    /// A keyword attribute of a user op: its pattern and, when known, its kind.
+    fn user_attr(&mut self, e: &Expr) -> (Option<IAttr>, Option<Kind>) {
+        let kind = match e {
+            Expr::Lit(l) => match &l.lit {
+                SynLit::Int(_) => Some(Kind::Int),
+                SynLit::Float(_) => Some(Kind::Float),
+                SynLit::Bool(_) => Some(Kind::Bool),
+                SynLit::Str(_) => Some(Kind::Str),
+                _ => None,
+            },
+            Expr::Unary(u) => match &*u.expr {
+                Expr::Lit(syn::ExprLit {
+                    lit: SynLit::Float(_),
+                    ..
+                }) => Some(Kind::Float),
+                _ => Some(Kind::Int),
+            },
+            Expr::Array(_) => Some(Kind::Ints),
+            Expr::Path(p) => match p.path.get_ident().and_then(|i| self.param(&i.to_string())) {
+                Some(i) => match self.params[i].kind {
+                    Some(PKind::Int) => Some(Kind::Int),
+                    Some(PKind::Float) => Some(Kind::Float),
+                    Some(PKind::Bool) => Some(Kind::Bool),
+                    Some(PKind::Ints) => Some(Kind::Ints),
+                    Some(PKind::Str) => Some(Kind::Str),
+                    Some(PKind::DType) => Some(Kind::DType),
+                    _ => None,
+                },
+                None => Some(Kind::DType),
+            },
+            _ => None,
+        };
+        match kind {
+            Some(k) => (self.attr(e, k, false, "user op", "attribute"), Some(k)),
+            None => (self.attr(e, Kind::Int, false, "user op", "attribute"), None),
+        }
+    }
+
+    /// A pattern for an attribute of kind `kind`; `None` means any.
+    fn attr(
+        &mut self,
+        e: &Expr,
+        kind: Kind,
+        nullable: bool,
+        op: &str,
+        attr: &str,
+    ) -> Option<IAttr> {
+        let want = PKind::of_attr(kind);
+        match e {
+            Expr::Infer(_) => return None,
+            Expr::Paren(p) => return self.attr(&p.expr, kind, nullable, op, attr),
+            Expr::Path(p) if p.path.get_ident().is_some() => {
+                let id = p.path.get_ident().expect("checked");
+                let name = id.to_string();
+                if let Some(i) = self.param(&name) {
+                    self.uses[i] += 1;
+                    match self.params[i].kind {
+                        Some(k) if k == want => return Some(IAttr::Param(i)),
+                        Some(PKind::Tensor) => {
+                            self.errs.spanned(id, format!("`{name}` is a tensor parameter but attribute `{attr}` of `{op}` is {}: a parameter is either a tensor or a scalar; declare a separate `{}` parameter for the attribute", want.describe(), want.type_name()));
+                        }
+                        Some(k) => {
+                            self.errs.spanned(id, format!("attribute `{attr}` of `{op}` is {}, but `{name}` is declared `{}`; declare it `{}`", want.describe(), k.type_name(), want.type_name()));
+                        }
+                        None => {}
+                    }
+                    return None;
+                }
+                if name == "None" && nullable {
+                    return Some(IAttr::Lit(Lit::Null));
+                }
+                if kind == Kind::DType {
+                    if let Some(d) = DTYPES.iter().find(|d| **d == name) {
+                        return Some(IAttr::Lit(Lit::DType(d)));
+                    }
+                }
+                if self.lets.contains_key(&name) {
+                    self.errs.spanned(id, format!("`{name}` is a tensor (a `let` binding) but attribute `{attr}` of `{op}` is {}", want.describe()));
+                    return None;
+                }
+            }
+            Expr::Binary(b) if matches!(b.op, BinOp::BitOr(_)) => {
+                let mut branches = Vec::new();
+                flatten_or(e, &mut branches);
+                let mut lits = Vec::new();
+                for b in branches {
+                    match self.attr(b, kind, nullable, op, attr) {
+                        Some(IAttr::Lit(l)) => lits.push(l),
+                        Some(_) => self
+                            .errs
+                            .spanned(b, "alternatives of an attribute are literals"),
+                        None => return None,
+                    }
+                }
+                return Some(IAttr::OneOf(lits));
+            }
+            _ => {}
+        }
+        if let Some(l) = literal(e) {
+            let fits = match (&l, kind) {
+                (Lit::Int(_), Kind::Int)
+                | (Lit::Float(_), Kind::Float)
+                | (Lit::Bool(_), Kind::Bool) => true,
+                (Lit::Ints(_), Kind::Ints) | (Lit::Str(_), Kind::Str) => true,
+                (Lit::Int(v), Kind::Float) => return Some(IAttr::Lit(Lit::Float(*v as f64))),
+                _ => false,
+            };
+            if fits {
+                return Some(IAttr::Lit(l));
+            }
+        }
+        let example = match kind {
+            Kind::Int => "`-1`",
+            Kind::Float => "`0.5`",
+            Kind::Bool => "`true`",
+            Kind::Ints => "`[0, 2, 1, 3]`",
+            Kind::Str => "`\"tanh\"`",
+            Kind::DType => "`f16`",
+        };
+        self.errs.spanned(
+            e,
+            format!("attribute `{attr}` of `{op}` is {}: expected a literal like {example}, {} `{}` parameter, or `_` for any", want.describe(), article(want.type_name()), want.type_name()),
+        );
+        None
+    }
+
+    fn repeat(&mut self, id: &Ident, args: &[&Expr], call: &Expr) -> usize {
+        const USAGE: &str = "write `repeat(x, |t| t.op(..), min..=max)`: the chain `t.op(..)` applied `min` to `max` times on top of `x`";
+        let [base, body, range] = args else {
+            self.errs
+                .spanned(call, format!("`repeat` takes three arguments; {USAGE}"));
+            return self.push(INode::Any);
+        };
+        if self.hole.is_some() {
+            self.errs.spanned(id, "nested `repeat` is not supported");
+            return self.push(INode::Any);
+        }
+        let Expr::Closure(cl) = body else {
+            self.errs.spanned(
+                body,
+                format!("the second argument of `repeat` is a closure; {USAGE}"),
+            );
+            return self.push(INode::Any);
+        };
+        let hole = match cl.inputs.iter().collect::<Vec<_>>().as_slice() {
+            [Pat::Ident(p)] => p.ident.to_string(),
+            _ => {
+                self.errs.spanned(
+                    &cl.inputs,
+                    format!("the closure of `repeat` takes one parameter; {USAGE}"),
+                );
+                return self.push(INode::Any);
+            }
+        };
+        let (min, max) = match range_bounds(range) {
+            Some(b) => b,
+            None => {
+                self.errs.spanned(range, format!("the count of `repeat` is a range of integer literals (`1..=4`, `2..`, `0..3`) or one integer; {USAGE}"));
+                (1, 1)
+            }
+        };
+        if max == 0 || min > max {
+            self.errs
+                .spanned(range, "the count range of `repeat` is empty");
+        }
+        let rep = self.push(INode::Any);
+        self.hole = Some((hole, rep, 0));
+        let body_node = self.tensor(&cl.body);
+        let (h, _, uses) = self.hole.take().expect("set above");
+        if uses != 1 {
+            self.errs.spanned(&cl.body, format!("the body of `repeat` must use `{h}` exactly once (found {uses}): it is where the previous iteration goes"));
+        } else if matches!(self.nodes[body_node], INode::Hole(_)) {
+            self.errs.spanned(
+                &cl.body,
+                "the body of `repeat` must apply at least one op to its parameter",
+            );
+        }
+        let base_node = self.tensor(base);
+        self.nodes[rep] = INode::Repeat {
+            body: body_node,
+            base: base_node,
+            min,
+            max,
+        };
+        rep
+    }
+
+    /// A tensor binding named in a `where` clause: its slot.
+    fn tensor_binding(&mut self, e: &Expr, what: &str) -> Option<usize> {
+        let id = match e {
+            Expr::Path(p) => p.path.get_ident(),
+            _ => None,
+        };
+        let Some(id) = id else {
+            self.errs.spanned(
+                e,
+                format!("`{what}(..)` takes the name of a tensor parameter or `let` binding"),
+            );
+            return None;
+        };
+        let name = id.to_string();
+        if let Some(i) = self.param(&name) {
+            if self.params[i].kind == Some(PKind::Tensor) {
+                return Some(i);
+            }
+            self.errs.spanned(
+                id,
+                format!(
+                    "`{what}(..)` needs a tensor, but `{name}` is declared `{}`",
+                    self.params[i].ty.to_token_stream()
+                ),
+            );
+            return None;
+        }
+        if let Some(&n) = self.lets.get(&name) {
+            match &self.nodes[n] {
+                INode::Op(o) => return o.slot,
+                INode::Tensor(p) => return Some(*p),
+                _ => {}
+            }
+        }
+        self.unknown_binding(id);
+        None
+    }
+
+    fn unknown_binding(&mut self, id: &Ident) {
+        let name = id.to_string();
+        let names = self.names();
+        self.errs.spanned(
+            id,
+            format!(
+                "the `where` clause names `{name}`, which is not a parameter or `let` binding of this pattern{}",
+                hint(&name, names.iter().map(String::as_str))
+            ),
+        );
+    }
+
+    /// A term of a comparison and its type (`n` number, `d` dim, `t` dtype, `b` bool).
+    fn term(&mut self, e: &Expr, reads: &mut Vec<usize>) -> Option<(ITerm, char)> {
+        match e {
+            Expr::Paren(p) => self.term(&p.expr, reads),
+            Expr::Call(c) => {
+                let f = match &*c.func {
+                    Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+                    _ => None,
+                };
+                let args: Vec<&Expr> = c.args.iter().collect();
+                let f = f.unwrap_or_default();
+                let (t, ty) = match (f.as_str(), args.as_slice()) {
+                    ("rank", [x]) => (ITerm::Rank(self.tensor_binding(x, "rank")?), 'n'),
+                    ("users", [x]) => (ITerm::Users(self.tensor_binding(x, "users")?), 'n'),
+                    ("dtype", [x]) => (ITerm::DType(self.tensor_binding(x, "dtype")?), 't'),
+                    ("dim", [x, i]) => {
+                        let s = self.tensor_binding(x, "dim")?;
+                        let Some(Lit::Int(i)) = literal(i) else {
+                            self.errs
+                                .spanned(i, "the index of `dim(x, i)` is an integer literal");
+                            return None;
+                        };
+                        (ITerm::Dim(s, i), 'd')
+                    }
+                    _ => {
+                        self.errs.spanned(&c.func, "in a `where` comparison, call `rank(x)`, `dtype(x)`, `dim(x, i)` or `users(x)`");
+                        return None;
+                    }
+                };
+                if let ITerm::Rank(s) | ITerm::Users(s) | ITerm::DType(s) | ITerm::Dim(s, _) = t {
+                    reads.push(s);
+                }
+                Some((t, ty))
+            }
+            Expr::Path(p) if p.path.get_ident().is_some() => {
+                let id = p.path.get_ident().expect("checked");
+                let name = id.to_string();
+                if let Some(i) = self.param(&name) {
+                    let ty = match self.params[i].kind? {
+                        PKind::Int | PKind::Float => 'n',
+                        PKind::Bool => 'b',
+                        PKind::DType => 't',
+                        PKind::Tensor => {
+                            self.errs.spanned(id, format!("compare a property of `{name}`: `rank({name})`, `dtype({name})`, `dim({name}, i)` or `users({name})`"));
+                            return None;
+                        }
+                        k => {
+                            self.errs.spanned(id, format!("`{name}` is {}, which comparisons do not support; use `check(|{name}| ..)`", k.describe()));
+                            return None;
+                        }
+                    };
+                    reads.push(i);
+                    return Some((ITerm::Param(i), ty));
+                }
+                if let Some(d) = DTYPES.iter().find(|d| **d == name) {
+                    return Some((ITerm::DTypeLit(d), 't'));
+                }
+                self.unknown_binding(id);
+                None
+            }
+            e => match literal(e) {
+                Some(Lit::Int(v)) => Some((ITerm::Int(v), 'n')),
+                Some(Lit::Float(v)) => Some((ITerm::Float(v), 'n')),
+                Some(Lit::Bool(v)) => Some((ITerm::Bool(v), 'b')),
+                _ => {
+                    self.errs.spanned(e, "unsupported term in a `where` comparison: use `rank(x)`, `dtype(x)`, `dim(x, i)`, `users(x)`, a scalar parameter, a number, a bool or a dtype (`f16`)");
+                    None
+                }
+            },
+        }
+    }
+
+    fn constraint(&mut self, e: &Expr) -> Option<IConstraint> {
+        let text = tidy(&e.to_token_stream().to_string());
+        match e {
+            Expr::Binary(b) => {
+                let cmp = match b.op {
+                    BinOp::Eq(_) => Cmp::Eq,
+                    BinOp::Ne(_) => Cmp::Ne,
+                    BinOp::Lt(_) => Cmp::Lt,
+                    BinOp::Le(_) => Cmp::Le,
+                    BinOp::Gt(_) => Cmp::Gt,
+                    BinOp::Ge(_) => Cmp::Ge,
+                    _ => {
+                        self.errs.spanned(e, CONSTRAINT_FORMS);
+                        return None;
+                    }
+                };
+                let mut reads = Vec::new();
+                let l = self.term(&b.left, &mut reads);
+                let r = self.term(&b.right, &mut reads);
+                let ((l, lt), (r, rt)) = (l?, r?);
+                let ok = match (lt, rt) {
+                    ('n' | 'd', 'n' | 'd') => true,
+                    ('t', 't') | ('b', 'b') => matches!(cmp, Cmp::Eq | Cmp::Ne),
+                    _ => false,
+                };
+                if !ok {
+                    self.errs.spanned(e, "these two sides cannot be compared (numbers and dims compare with each other; dtypes and bools only with `==` and `!=` against their own kind)");
+                    return None;
+                }
+                if reads.is_empty() {
+                    self.errs
+                        .spanned(e, "this constraint reads no binding of the pattern");
+                    return None;
+                }
+                reads.sort_unstable();
+                reads.dedup();
+                Some(IConstraint {
+                    reads,
+                    check: ICheck::Compare(l, cmp, r),
+                    text,
+                })
+            }
+            Expr::Call(c) if matches!(&*c.func, Expr::Path(p) if p.path.is_ident("check")) => {
+                let Some(Expr::Closure(cl)) = c.args.first().filter(|_| c.args.len() == 1) else {
+                    self.errs.spanned(e, "`check` takes one closure whose parameters name the bindings it reads: `check(|q, s| q.rank() == 4 && s > 0.0)`");
+                    return None;
+                };
+                let mut args = Vec::new();
+                for p in &cl.inputs {
+                    let Pat::Ident(pi) = p else {
+                        self.errs.spanned(p, "a parameter of a `check` closure is the name of a pattern binding (no type: it is given by the pattern)");
+                        continue;
+                    };
+                    let name = pi.ident.to_string();
+                    if let Some(i) = self.param(&name) {
+                        if let Some(k) = self.params[i].kind {
+                            args.push((pi.ident.clone(), i, k));
+                        }
+                    } else if let Some(s) =
+                        self.lets.get(&name).and_then(|&n| match &self.nodes[n] {
+                            INode::Op(o) => o.slot,
+                            INode::Tensor(p) => Some(*p),
+                            _ => None,
+                        })
+                    {
+                        args.push((pi.ident.clone(), s, PKind::Tensor));
+                    } else {
+                        self.unknown_binding(&pi.ident);
+                    }
+                }
+                let mut reads: Vec<usize> = args.iter().map(|a| a.1).collect();
+                if reads.is_empty() {
+                    reads = (0..self.params.len()).collect();
+                }
+                reads.sort_unstable();
+                reads.dedup();
+                Some(IConstraint {
+                    reads,
+                    check: ICheck::Closure(args, cl.body.clone()),
+                    text,
+                })
+            }
+            Expr::Call(c) if matches!(&*c.func, Expr::Path(p) if p.path.is_ident("pred")) => {
+                let Some(Expr::Path(p)) = c.args.first().filter(|_| c.args.len() == 1) else {
+                    self.errs.spanned(e, "`pred` takes the path of a `fn(&Graph, &Bindings) -> bool`: `pred(my_checks::is_causal)`");
+                    return None;
+                };
+                Some(IConstraint {
+                    reads: (0..self.params.len()).collect(),
+                    check: ICheck::Pred(p.path.clone()),
+                    text,
+                })
+            }
+            _ => {
+                self.errs.spanned(e, CONSTRAINT_FORMS);
+                None
+            }
+        }
+    }
+}
+
+const CONSTRAINT_FORMS: &str = "a constraint is a comparison (`rank(q) == 4`, `dtype(q) == f16`, `dim(q, -1) == dim(k, -1)`, `s > 0.0`, `users(x) == 1`), `check(|a, b| ..)` or `pred(path::to::fn)`";
+
+fn is_upper(s: &str) -> bool {
+    s.chars().any(|c| c.is_ascii_uppercase()) && !s.chars().any(|c| c.is_ascii_lowercase())
+}
+
+fn flatten_or<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Binary(b) if matches!(b.op, BinOp::BitOr(_)) => {
+            flatten_or(&b.left, out);
+            flatten_or(&b.right, out);
+        }
+        Expr::Paren(p) if matches!(&*p.expr, Expr::Binary(b) if matches!(b.op, BinOp::BitOr(_))) => {
+            flatten_or(&p.expr, out)
+        }
+        e => out.push(e),
+    }
+}
+
+fn number(l: &SynLit, _neg: bool) -> Option<f64> {
+    match l {
+        SynLit::Int(i) => i.base10_parse::<f64>().ok(),
+        SynLit::Float(f) => f.base10_parse::<f64>().ok(),
+        _ => None,
+    }
+}
+
+/// A literal: numbers (possibly negated), bools, strings, int lists.
+pub fn literal(e: &Expr) -> Option<Lit> {
+    match e {
+        Expr::Paren(p) => literal(&p.expr),
+        Expr::Lit(l) => match &l.lit {
+            SynLit::Int(i) => i.base10_parse::<i64>().ok().map(Lit::Int),
+            SynLit::Float(f) => f.base10_parse::<f64>().ok().map(Lit::Float),
+            SynLit::Bool(b) => Some(Lit::Bool(b.value)),
+            SynLit::Str(s) => Some(Lit::Str(s.value())),
+            _ => None,
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match literal(&u.expr)? {
+            Lit::Int(v) => Some(Lit::Int(-v)),
+            Lit::Float(v) => Some(Lit::Float(-v)),
+            _ => None,
+        },
+        Expr::Array(a) => a
+            .elems
+            .iter()
+            .map(|x| match literal(x) {
+                Some(Lit::Int(v)) => Some(v),
+                _ => None,
+            })
+            .collect::<Option<Vec<i64>>>()
+            .map(Lit::Ints),
+        _ => None,
+    }
+}
+
+fn range_bounds(e: &Expr) -> Option<(u16, u16)> {
+    let int = |e: &Expr| match literal(e) {
+        Some(Lit::Int(v)) if (0..u16::MAX as i64).contains(&v) => Some(v as u16),
+        _ => None,
+    };
+    match e {
+        Expr::Range(r) => {
+            let min = match &r.start {
+                Some(s) => int(s)?,
+                None => 0,
+            };
+            let max = match (&r.end, &r.limits) {
+                (None, _) => u16::MAX,
+                (Some(x), syn::RangeLimits::Closed(_)) => int(x)?,
+                (Some(x), syn::RangeLimits::HalfOpen(_)) => int(x)?.checked_sub(1)?,
+            };
+            Some((min, max))
+        }
+        e => int(e).map(|n| (n, n)),
+    }
+}
+
+fn default_lit(d: DefaultValue) -> Option<Lit> {
+    Some(match d {
+        DefaultValue::Required => return None,
+        DefaultValue::Null => Lit::Null,
+        DefaultValue::Int(v) => Lit::Int(v),
+        DefaultValue::Float(v) => Lit::Float(v),
+        DefaultValue::Bool(v) => Lit::Bool(v),
+        DefaultValue::Ints(v) => Lit::Ints(v.to_vec()),
+        DefaultValue::Str(v) => Lit::Str(v.to_string()),
+        DefaultValue::DType(v) => {
+            Lit::DType(DTYPES.iter().find(|d| **d == v).copied().unwrap_or("f32"))
+        }
+    })
+}
+
+/// "2 operands (input, other) and attributes dim0, dim1" for messages.
+pub fn signature(op: &OpSpec) -> String {
+    let ops: Vec<String> = op
+        .operands
+        .iter()
+        .map(|o| match o.arity {
+            Arity::Required => o.name.to_string(),
+            Arity::Optional => format!("{}?", o.name),
+            Arity::Variadic => format!("[{}..]", o.name),
+        })
+        .collect();
+    let n = op.operands.len();
+    let mut s = format!(
+        "{n} operand{} ({})",
+        if n == 1 { "" } else { "s" },
+        ops.join(", ")
+    );
+    if op.attrs.is_empty() {
+        s.push_str(" and no attributes");
+    } else {
+        let attrs: Vec<String> = op
+            .attrs
+            .iter()
+            .map(|a| match a.default {
+                DefaultValue::Required => a.name.to_string(),
+                _ => format!("{}?", a.name),
+            })
+            .collect();
+        s.push_str(&format!(" then attributes {}", attrs.join(", ")));
+    }
+    s
+}
+
+/// Token text made readable: `rank (q) == 4` -> `rank(q) == 4`.
+pub fn tidy(s: &str) -> String {
+    s.replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
+        .replace(" ,", ",")
+        .replace("- ", "-")
+        .replace("| ", "|")
+        .replace(" . ", ".")
+}

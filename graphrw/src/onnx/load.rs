@@ -1,0 +1,1399 @@
+//! ONNX import: a `ModelProto` becomes a [`Graph`] over the torch-like vocabulary.
+//!
+//! The importer reads the model (and its external data, relative to the model's
+//! folder), declares the graph inputs with their dtypes and shapes (`dim_param` becomes
+//! a symbolic dim), orders the nodes topologically (rejecting cycles and undefined
+//! values), and maps each ONNX node onto one or a few vocabulary ops (`Transpose` to
+//! `permute`, `Gemm` to `matmul` with transposes, scaling and bias, `Slice` to a chain
+//! of `slice`). Initialisers become constants the first time a node uses them, so the
+//! printed program shows each weight right before its first use. ONNX node names are
+//! kept on every graph node made for them, graph input names on the inputs, and output
+//! names on the graph outputs. Inputs the vocabulary takes as attributes (a `Reshape`'s
+//! shape, a `Slice`'s bounds, reduction axes) must be constants. The result is checked
+//! with [`crate::verify`].
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::Path;
+
+use prost::Message;
+
+use super::proto::{
+    attribute_type, AttributeProto, DimensionValue, GraphProto, ModelProto, NodeProto, TensorProto,
+    ValueInfoProto,
+};
+use super::tensor_pb::{dtype_from_onnx, tensor_from_proto, MAX_DIM};
+use super::OnnxError;
+use crate::graph::{normalize_attrs, Graph, NodeId, Value};
+use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
+use crate::ops::{self, AttrValue, OpDef};
+use crate::Tensor;
+
+/// The oldest default-domain opset whose semantics the importer implements.
+pub const MIN_OPSET: i64 = 13;
+/// The newest default-domain opset the importer accepts.
+pub const MAX_OPSET: i64 = 23;
+
+/// Loads an ONNX model file; external data is read relative to the file's folder.
+///
+/// ```no_run
+/// let graph = graphrw::onnx::load("model.onnx")?;
+/// println!("{graph}");
+/// # Ok::<(), graphrw::onnx::OnnxError>(())
+/// ```
+pub fn load(path: impl AsRef<Path>) -> Result<Graph, OnnxError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| OnnxError::io(path, e))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    load_bytes_in(&bytes, Some(dir))
+}
+
+/// Loads an ONNX model from bytes. A model with external data is an error (there is
+/// no folder to find it in); use [`load`] or [`load_bytes_in`].
+pub fn load_bytes(bytes: &[u8]) -> Result<Graph, OnnxError> {
+    load_bytes_in(bytes, None)
+}
+
+/// Loads an ONNX model from bytes, reading external data relative to `dir`.
+pub fn load_bytes_in(bytes: &[u8], dir: Option<&Path>) -> Result<Graph, OnnxError> {
+    let model = ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
+        what: "model".into(),
+        message: e.to_string(),
+    })?;
+    from_model(&model, dir)
+}
+
+/// Imports a decoded model; `dir` is the folder external data is read from.
+pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxError> {
+    let opset = default_opset(model)?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let mut imp = Importer::new(graph, dir, opset)?;
+    imp.declare_inputs()?;
+    for i in imp.node_order()? {
+        imp.import_node(&graph.node[i], i)?;
+    }
+    imp.finish()
+}
+
+fn default_opset(model: &ModelProto) -> Result<i64, OnnxError> {
+    let version = model
+        .opset_import
+        .iter()
+        .filter(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .max()
+        .ok_or_else(|| {
+            OnnxError::Model("the model imports no default-domain (ai.onnx) opset".into())
+        })?;
+    if !(MIN_OPSET..=MAX_OPSET).contains(&version) {
+        return Err(OnnxError::Model(format!(
+            "the model uses opset {version}; graphrw reads opsets {MIN_OPSET} to {MAX_OPSET} (convert it with onnx.version_converter)"
+        )));
+    }
+    Ok(version)
+}
+
+struct Importer<'m> {
+    proto: &'m GraphProto,
+    dir: Option<&'m Path>,
+    opset: i64,
+    graph: Graph,
+    /// Every defined value by ONNX name.
+    values: HashMap<&'m str, Value>,
+    /// Initialisers not yet made constants.
+    inits: HashMap<&'m str, &'m TensorProto>,
+}
+
+/// The inputs and attributes of one ONNX node, with its name for messages.
+struct At<'m> {
+    node: &'m NodeProto,
+    name: String,
+}
+
+impl At<'_> {
+    fn err(&self, message: impl Into<String>) -> OnnxError {
+        OnnxError::node(&self.node.op_type, &self.name, message)
+    }
+
+    fn attr(&self, name: &str) -> Option<&AttributeProto> {
+        self.node.attribute.iter().find(|a| a.name == name)
+    }
+
+    /// Refuses attributes the mapping does not know (they might change the meaning).
+    fn only_attrs(&self, known: &[&str]) -> Result<(), OnnxError> {
+        for a in &self.node.attribute {
+            if !known.contains(&a.name.as_str()) {
+                return Err(self.err(format!(
+                    "attribute `{}` is not supported (graphrw reads: {})",
+                    a.name,
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+            if !a.ref_attr_name.is_empty() {
+                return Err(self.err(format!(
+                    "attribute `{}` refers to a function attribute",
+                    a.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn kind_check(&self, a: &AttributeProto, want: i32, what: &str) -> Result<(), OnnxError> {
+        if a.r#type != 0 && a.r#type != want {
+            return Err(self.err(format!(
+                "attribute `{}` should be {what} (type {want}), found type {}",
+                a.name, a.r#type
+            )));
+        }
+        Ok(())
+    }
+
+    fn int(&self, name: &str, default: i64) -> Result<i64, OnnxError> {
+        match self.attr(name) {
+            Some(a) => {
+                self.kind_check(a, attribute_type::INT, "an int")?;
+                Ok(a.i)
+            }
+            None => Ok(default),
+        }
+    }
+
+    fn req_int(&self, name: &str) -> Result<i64, OnnxError> {
+        if self.attr(name).is_none() {
+            return Err(self.err(format!("attribute `{name}` is required")));
+        }
+        self.int(name, 0)
+    }
+
+    fn float(&self, name: &str, default: f32) -> Result<f32, OnnxError> {
+        match self.attr(name) {
+            Some(a) => {
+                self.kind_check(a, attribute_type::FLOAT, "a float")?;
+                Ok(a.f)
+            }
+            None => Ok(default),
+        }
+    }
+
+    fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, OnnxError> {
+        match self.attr(name) {
+            Some(a) => {
+                self.kind_check(a, attribute_type::INTS, "an int list")?;
+                Ok(Some(a.ints.clone()))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn string(&self, name: &str, default: &str) -> Result<String, OnnxError> {
+        match self.attr(name) {
+            Some(a) => {
+                self.kind_check(a, attribute_type::STRING, "a string")?;
+                String::from_utf8(a.s.clone())
+                    .map_err(|_| self.err(format!("attribute `{name}` is not UTF-8")))
+            }
+            None => Ok(default.to_string()),
+        }
+    }
+
+    /// The name of input `i`, `None` when absent or empty.
+    fn input_name(&self, i: usize) -> Option<&str> {
+        self.node
+            .input
+            .get(i)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    fn inputs_between(&self, min: usize, max: usize) -> Result<(), OnnxError> {
+        let n = self.node.input.len();
+        if n < min || n > max {
+            let want = if min == max {
+                format!("{min}")
+            } else {
+                format!("{min} to {max}")
+            };
+            return Err(self.err(format!("takes {want} inputs, found {n}")));
+        }
+        Ok(())
+    }
+
+    /// Refuses optional outputs past the first `n` that the mapping cannot produce.
+    fn only_outputs(&self, n: usize) -> Result<(), OnnxError> {
+        if let Some(extra) = self.node.output.iter().skip(n).find(|o| !o.is_empty()) {
+            return Err(self.err(format!(
+                "output `{extra}` is not supported (only the first {n} output(s))"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn int_attr(v: i64) -> AttrValue {
+    AttrValue::Int(v)
+}
+
+fn limit_ints(at: &At, what: &str, v: &[i64]) -> Result<(), OnnxError> {
+    let lim = MAX_DIM as i64;
+    if let Some(bad) = v.iter().find(|&&x| !(-lim..=lim).contains(&x)) {
+        return Err(at.err(format!(
+            "{what} value {bad} is out of range (|value| <= 2^48)"
+        )));
+    }
+    Ok(())
+}
+
+impl<'m> Importer<'m> {
+    fn new(
+        proto: &'m GraphProto,
+        dir: Option<&'m Path>,
+        opset: i64,
+    ) -> Result<Importer<'m>, OnnxError> {
+        let mut inits = HashMap::with_capacity(proto.initializer.len());
+        for t in &proto.initializer {
+            if t.name.is_empty() {
+                return Err(OnnxError::tensor("", "an initialiser has no name"));
+            }
+            if inits.insert(t.name.as_str(), t).is_some() {
+                return Err(OnnxError::tensor(
+                    &t.name,
+                    "two initialisers have this name",
+                ));
+            }
+        }
+        Ok(Importer {
+            proto,
+            dir,
+            opset,
+            graph: Graph::new(),
+            values: HashMap::new(),
+            inits,
+        })
+    }
+
+    fn declare_inputs(&mut self) -> Result<(), OnnxError> {
+        let proto = self.proto;
+        for vi in &proto.input {
+            if self.inits.contains_key(vi.name.as_str()) {
+                // An input with a default value (IR < 4 style): graphrw keeps the initialiser.
+                continue;
+            }
+            if self.values.contains_key(vi.name.as_str()) {
+                return Err(OnnxError::Input {
+                    name: vi.name.clone(),
+                    message: "is declared twice".into(),
+                });
+            }
+            let meta = input_meta(vi)?;
+            let v = self.graph.add_input(vi.name.clone(), meta);
+            self.values.insert(vi.name.as_str(), v);
+        }
+        Ok(())
+    }
+
+    fn node_name(&self, i: usize) -> String {
+        let n = &self.proto.node[i];
+        if n.name.is_empty() {
+            format!("n{i}")
+        } else {
+            n.name.clone()
+        }
+    }
+
+    /// Node indices in a topological order (file order when the file is sorted).
+    fn node_order(&self) -> Result<Vec<usize>, OnnxError> {
+        let nodes = &self.proto.node;
+        let mut producer: HashMap<&str, usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            for o in n.output.iter().filter(|o| !o.is_empty()) {
+                if self.values.contains_key(o.as_str())
+                    || self.inits.contains_key(o.as_str())
+                    || producer.insert(o, i).is_some()
+                {
+                    return Err(OnnxError::node(
+                        &n.op_type,
+                        &self.node_name(i),
+                        format!("output `{o}` is defined more than once (ONNX values are assigned once)"),
+                    ));
+                }
+            }
+        }
+        let mut indegree = vec![0usize; nodes.len()];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            let deps: BTreeSet<usize> = n
+                .input
+                .iter()
+                .filter_map(|name| producer.get(name.as_str()).copied())
+                .collect();
+            indegree[i] = deps.len();
+            for d in deps {
+                users[d].push(i);
+            }
+        }
+        let mut ready: BTreeSet<usize> = (0..nodes.len()).filter(|&i| indegree[i] == 0).collect();
+        let mut order = Vec::with_capacity(nodes.len());
+        while let Some(i) = ready.pop_first() {
+            order.push(i);
+            for &u in &users[i] {
+                indegree[u] -= 1;
+                if indegree[u] == 0 {
+                    ready.insert(u);
+                }
+            }
+        }
+        if order.len() != nodes.len() {
+            let on_cycle = (0..nodes.len()).find(|&i| indegree[i] > 0).unwrap_or(0);
+            return Err(OnnxError::Cycle {
+                node: self.node_name(on_cycle),
+            });
+        }
+        Ok(order)
+    }
+
+    /// The value named `name`, making an initialiser a constant on first use.
+    fn value(&mut self, name: &'m str, user: &str) -> Result<Value, OnnxError> {
+        if let Some(&v) = self.values.get(name) {
+            return Ok(v);
+        }
+        let Some(t) = self.inits.remove(name) else {
+            return Err(OnnxError::Undefined {
+                node: user.to_string(),
+                value: name.to_string(),
+            });
+        };
+        let tensor = tensor_from_proto(t, name, self.dir)?;
+        let v = self.graph.add_constant(tensor);
+        self.graph.set_name(v.node, name);
+        self.values.insert(name, v);
+        Ok(v)
+    }
+
+    /// Input `i` of the node, `None` when absent.
+    fn input(&mut self, at: &At<'m>, i: usize) -> Result<Option<Value>, OnnxError> {
+        match at
+            .node
+            .input
+            .get(i)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            Some(name) => self.value(name, &at.name).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn req(&mut self, at: &At<'m>, i: usize) -> Result<Value, OnnxError> {
+        self.input(at, i)?
+            .ok_or_else(|| at.err(format!("input {i} is required")))
+    }
+
+    /// The constant value of input `i` without adding it to the graph, or a message that
+    /// it is computed at run time.
+    fn const_input(
+        &mut self,
+        at: &At<'m>,
+        i: usize,
+        what: &str,
+    ) -> Result<Option<Tensor>, OnnxError> {
+        let Some(name) = at.input_name(i) else {
+            return Ok(None);
+        };
+        if let Some(&v) = self.values.get(name) {
+            if let Some(t) = self.graph.node(v.node).and_then(|n| n.payload()) {
+                return Ok(Some(t.clone()));
+            }
+            return Err(at.err(format!(
+                "{what} input `{name}` is computed at run time; only constant {what}s are supported"
+            )));
+        }
+        match self.inits.get(name) {
+            Some(t) => tensor_from_proto(t, name, self.dir).map(Some),
+            None => Err(OnnxError::Undefined {
+                node: at.name.clone(),
+                value: name.to_string(),
+            }),
+        }
+    }
+
+    fn const_ints(
+        &mut self,
+        at: &At<'m>,
+        i: usize,
+        what: &str,
+    ) -> Result<Option<Vec<i64>>, OnnxError> {
+        let v = self.const_ints_unlimited(at, i, what)?;
+        if let Some(v) = &v {
+            limit_ints(at, what, v)?;
+        }
+        Ok(v)
+    }
+
+    /// Like `const_ints` without the range check (slice bounds use `i64::MAX`).
+    fn const_ints_unlimited(
+        &mut self,
+        at: &At<'m>,
+        i: usize,
+        what: &str,
+    ) -> Result<Option<Vec<i64>>, OnnxError> {
+        match self.const_input(at, i, what)? {
+            None => Ok(None),
+            Some(t) if t.dtype().is_int() => {
+                if t.rank() > 1 {
+                    return Err(at.err(format!(
+                        "{what} input must be 0-D or 1-D, found shape {:?}",
+                        t.shape()
+                    )));
+                }
+                Ok(Some(t.to_i64_vec()))
+            }
+            Some(t) => Err(at.err(format!(
+                "{what} input must be int64 or int32, found {}",
+                t.dtype()
+            ))),
+        }
+    }
+
+    fn meta(&self, v: Value) -> Result<TensorMeta, OnnxError> {
+        self.graph.meta(v).cloned().map_err(OnnxError::verify)
+    }
+
+    /// Adds a vocabulary node for the ONNX node `at`, named after it.
+    fn op(
+        &mut self,
+        at: &At,
+        op: &str,
+        operands: &[Value],
+        attrs: &[(&str, AttrValue)],
+    ) -> Result<Vec<Value>, OnnxError> {
+        let def: &'static OpDef =
+            ops::lookup(op).ok_or_else(|| at.err(format!("vocabulary op `{op}` is missing")))?;
+        let wrap = |e| OnnxError::Graph {
+            op_type: at.node.op_type.clone(),
+            node: at.name.clone(),
+            source: Box::new(e),
+        };
+        let values = normalize_attrs(def, attrs).map_err(wrap)?;
+        let id: NodeId = self
+            .graph
+            .add_node(def, operands.to_vec(), values, Some(at.name.clone()))
+            .map_err(wrap)?;
+        let outputs = self
+            .graph
+            .node(id)
+            .map(|n| n.outputs().to_vec())
+            .unwrap_or_default();
+        for m in &outputs {
+            if m.shape
+                .dims()
+                .iter()
+                .any(|d| d.known().is_some_and(|n| n > MAX_DIM))
+            {
+                return Err(at.err(format!("`{op}` would make a tensor of shape {}, larger than graphrw accepts (dims <= 2^48)", m.shape)));
+            }
+        }
+        Ok((0..outputs.len() as u32)
+            .map(|o| Value::new(id, o))
+            .collect())
+    }
+
+    fn op1(
+        &mut self,
+        at: &At,
+        op: &str,
+        operands: &[Value],
+        attrs: &[(&str, AttrValue)],
+    ) -> Result<Value, OnnxError> {
+        self.op(at, op, operands, attrs)?
+            .first()
+            .copied()
+            .ok_or_else(|| at.err(format!("`{op}` made no output")))
+    }
+
+    fn scalar(&mut self, dtype: DType, value: f64) -> Value {
+        self.graph.add_constant(Tensor::full(dtype, &[], value))
+    }
+
+    fn import_node(&mut self, node: &'m NodeProto, index: usize) -> Result<(), OnnxError> {
+        let at = At {
+            node,
+            name: self.node_name(index),
+        };
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            return Err(OnnxError::UnknownOp {
+                op_type: node.op_type.clone(),
+                domain: node.domain.clone(),
+                node: at.name.clone(),
+            });
+        }
+        let outs = self.map_node(&at)?;
+        for (name, v) in node.output.iter().zip(outs) {
+            if !name.is_empty() {
+                self.values.insert(name.as_str(), v);
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps one ONNX node; returns a value per ONNX output (in order).
+    fn map_node(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        let op_type = at.node.op_type.as_str();
+        let simple_binary = match op_type {
+            "Add" => Some("add"),
+            "Sub" => Some("sub"),
+            "Mul" => Some("mul"),
+            "Div" => Some("div"),
+            "Pow" => Some("pow"),
+            "And" => Some("and"),
+            "Or" => Some("or"),
+            "Equal" => Some("eq"),
+            "Less" => Some("lt"),
+            "LessOrEqual" => Some("le"),
+            "Greater" => Some("gt"),
+            "GreaterOrEqual" => Some("ge"),
+            _ => None,
+        };
+        if let Some(op) = simple_binary {
+            at.only_attrs(&[])?;
+            at.inputs_between(2, 2)?;
+            let (a, b) = (self.req(at, 0)?, self.req(at, 1)?);
+            return Ok(vec![self.op1(at, op, &[a, b], &[])?]);
+        }
+        let simple_unary = match op_type {
+            "Neg" => Some("neg"),
+            "Abs" => Some("abs"),
+            "Reciprocal" => Some("reciprocal"),
+            "Sqrt" => Some("sqrt"),
+            "Exp" => Some("exp"),
+            "Log" => Some("log"),
+            "Sin" => Some("sin"),
+            "Cos" => Some("cos"),
+            "Erf" => Some("erf"),
+            "Tanh" => Some("tanh"),
+            "Sigmoid" => Some("sigmoid"),
+            "Relu" => Some("relu"),
+            "Not" => Some("not"),
+            "IsNaN" => Some("isnan"),
+            _ => None,
+        };
+        if let Some(op) = simple_unary {
+            at.only_attrs(&[])?;
+            at.inputs_between(1, 1)?;
+            let x = self.req(at, 0)?;
+            return Ok(vec![self.op1(at, op, &[x], &[])?]);
+        }
+        match op_type {
+            "Max" | "Min" => {
+                at.only_attrs(&[])?;
+                let op = if op_type == "Max" {
+                    "maximum"
+                } else {
+                    "minimum"
+                };
+                if at.node.input.is_empty() {
+                    return Err(at.err("takes at least one input"));
+                }
+                let mut acc = self.req(at, 0)?;
+                for i in 1..at.node.input.len() {
+                    let x = self.req(at, i)?;
+                    acc = self.op1(at, op, &[acc, x], &[])?;
+                }
+                Ok(vec![acc])
+            }
+            "Identity" => {
+                at.only_attrs(&[])?;
+                at.inputs_between(1, 1)?;
+                Ok(vec![self.req(at, 0)?])
+            }
+            "Dropout" => {
+                at.only_attrs(&["seed"])?;
+                at.only_outputs(1)?;
+                if let Some(t) = self.const_input(at, 2, "training_mode")? {
+                    if t.to_f64_vec().iter().any(|&v| v != 0.0) {
+                        return Err(
+                            at.err("training_mode is true; graphrw imports inference graphs")
+                        );
+                    }
+                }
+                Ok(vec![self.req(at, 0)?])
+            }
+            "Gelu" => {
+                at.only_attrs(&["approximate"])?;
+                let approximate = at.string("approximate", "none")?;
+                if approximate != "none" && approximate != "tanh" {
+                    return Err(at.err(format!(
+                        "approximate `{approximate}` is neither `none` nor `tanh`"
+                    )));
+                }
+                let x = self.req(at, 0)?;
+                Ok(vec![self.op1(
+                    at,
+                    "gelu",
+                    &[x],
+                    &[("approximate", AttrValue::Str(approximate))],
+                )?])
+            }
+            "Softmax" | "LogSoftmax" => {
+                at.only_attrs(&["axis"])?;
+                let axis = at.int("axis", -1)?;
+                let x = self.req(at, 0)?;
+                let op = if op_type == "Softmax" {
+                    "softmax"
+                } else {
+                    "log_softmax"
+                };
+                Ok(vec![self.op1(at, op, &[x], &[("dim", int_attr(axis))])?])
+            }
+            "Where" => {
+                at.only_attrs(&[])?;
+                at.inputs_between(3, 3)?;
+                let (c, x, y) = (self.req(at, 0)?, self.req(at, 1)?, self.req(at, 2)?);
+                Ok(vec![self.op1(at, "where", &[c, x, y], &[])?])
+            }
+            "Cast" => {
+                at.only_attrs(&["to", "saturate", "round_mode"])?;
+                let to = at.req_int("to")?;
+                let dtype = dtype_from_onnx(i32::try_from(to).unwrap_or(-1))
+                    .map_err(|m| at.err(format!("`to`: {m}")))?;
+                let x = self.req(at, 0)?;
+                Ok(vec![self.op1(
+                    at,
+                    "cast",
+                    &[x],
+                    &[("dtype", AttrValue::DType(dtype))],
+                )?])
+            }
+            "MatMul" => {
+                at.only_attrs(&[])?;
+                at.inputs_between(2, 2)?;
+                let (a, b) = (self.req(at, 0)?, self.req(at, 1)?);
+                Ok(vec![self.op1(at, "matmul", &[a, b], &[])?])
+            }
+            "Gemm" => self.gemm(at),
+            "Transpose" => {
+                at.only_attrs(&["perm"])?;
+                let x = self.req(at, 0)?;
+                let rank = self.meta(x)?.rank() as i64;
+                let perm = at
+                    .ints("perm")?
+                    .unwrap_or_else(|| (0..rank).rev().collect());
+                Ok(vec![self.op1(
+                    at,
+                    "permute",
+                    &[x],
+                    &[("dims", AttrValue::Ints(perm))],
+                )?])
+            }
+            "Reshape" => self.reshape(at),
+            "Slice" => self.slice(at),
+            "Unsqueeze" => {
+                at.only_attrs(&[])?;
+                let x = self.req(at, 0)?;
+                let axes = self
+                    .const_ints(at, 1, "axes")?
+                    .ok_or_else(|| at.err("input 1 (axes) is required"))?;
+                let out_rank = self.meta(x)?.rank() + axes.len();
+                let mut norm: Vec<usize> = Vec::with_capacity(axes.len());
+                for &a in &axes {
+                    let d = normalize_axis(a, out_rank).ok_or_else(|| {
+                        at.err(format!(
+                            "axis {a} is out of range for output rank {out_rank}"
+                        ))
+                    })?;
+                    if norm.contains(&d) {
+                        return Err(at.err(format!("axes {axes:?} repeat axis {d}")));
+                    }
+                    norm.push(d);
+                }
+                norm.sort_unstable();
+                let mut v = x;
+                for d in norm {
+                    v = self.op1(at, "unsqueeze", &[v], &[("dim", int_attr(d as i64))])?;
+                }
+                Ok(vec![v])
+            }
+            "Squeeze" => {
+                at.only_attrs(&[])?;
+                let x = self.req(at, 0)?;
+                let rank = self.meta(x)?.rank();
+                let mut dims: Vec<i64> = Vec::new();
+                for a in self.const_ints(at, 1, "axes")?.unwrap_or_default() {
+                    let d = normalize_axis(a, rank).ok_or_else(|| {
+                        at.err(format!("axis {a} is out of range for rank {rank}"))
+                    })?;
+                    dims.push(d as i64);
+                }
+                dims.sort_unstable();
+                dims.dedup();
+                Ok(vec![self.op1(
+                    at,
+                    "squeeze",
+                    &[x],
+                    &[("dims", AttrValue::Ints(dims))],
+                )?])
+            }
+            "Expand" => self.expand(at),
+            "Concat" => {
+                at.only_attrs(&["axis"])?;
+                let axis = at.req_int("axis")?;
+                let mut xs = Vec::with_capacity(at.node.input.len());
+                let mut total: u64 = 0;
+                for i in 0..at.node.input.len() {
+                    let x = self.req(at, i)?;
+                    let m = self.meta(x)?;
+                    if let Some(d) =
+                        normalize_axis(axis, m.rank()).and_then(|d| m.shape.dims()[d].known())
+                    {
+                        total = total.saturating_add(d);
+                    }
+                    xs.push(x);
+                }
+                if total > MAX_DIM {
+                    return Err(
+                        at.err("the concatenated dim would be larger than graphrw accepts (2^48)")
+                    );
+                }
+                Ok(vec![self.op1(
+                    at,
+                    "concat",
+                    &xs,
+                    &[("dim", int_attr(axis))],
+                )?])
+            }
+            "Split" => self.split(at),
+            "ReduceMean" | "ReduceSum" | "ReduceMax" => self.reduce(at),
+            "LayerNormalization" | "RMSNormalization" => {
+                at.only_attrs(&["axis", "epsilon", "stash_type"])?;
+                at.only_outputs(1)?;
+                let stash = at.int("stash_type", 1)?;
+                if stash != 1 {
+                    return Err(at.err(format!("stash_type {stash} is not supported (graphrw normalises in f32: stash_type 1)")));
+                }
+                let axis = at.int("axis", -1)?;
+                let eps = at.float("epsilon", 1e-5)? as f64;
+                let x = self.req(at, 0)?;
+                let scale = self.req(at, 1)?;
+                let attrs = [("axis", int_attr(axis)), ("eps", AttrValue::Float(eps))];
+                if op_type == "RMSNormalization" {
+                    at.inputs_between(2, 2)?;
+                    return Ok(vec![self.op1(at, "rms_norm", &[x, scale], &attrs)?]);
+                }
+                at.inputs_between(2, 3)?;
+                let mut operands = vec![x, scale];
+                if let Some(b) = self.input(at, 2)? {
+                    operands.push(b);
+                }
+                Ok(vec![self.op1(at, "layer_norm", &operands, &attrs)?])
+            }
+            "Gather" | "GatherElements" => {
+                at.only_attrs(&["axis"])?;
+                at.inputs_between(2, 2)?;
+                let axis = at.int("axis", 0)?;
+                let (x, i) = (self.req(at, 0)?, self.req(at, 1)?);
+                let op = if op_type == "Gather" {
+                    "gather"
+                } else {
+                    "gather_elements"
+                };
+                Ok(vec![self.op1(
+                    at,
+                    op,
+                    &[x, i],
+                    &[("dim", int_attr(axis))],
+                )?])
+            }
+            "GatherND" => {
+                at.only_attrs(&["batch_dims"])?;
+                at.inputs_between(2, 2)?;
+                let b = at.int("batch_dims", 0)?;
+                let (x, i) = (self.req(at, 0)?, self.req(at, 1)?);
+                Ok(vec![self.op1(
+                    at,
+                    "gather_nd",
+                    &[x, i],
+                    &[("batch_dims", int_attr(b))],
+                )?])
+            }
+            "Constant" => {
+                let t = self.constant_attr(at)?;
+                let v = self.graph.add_constant(t);
+                self.graph.set_name(v.node, at.name.clone());
+                Ok(vec![v])
+            }
+            "ConstantOfShape" => {
+                at.only_attrs(&["value"])?;
+                let size = self
+                    .const_ints(at, 0, "shape")?
+                    .ok_or_else(|| at.err("input 0 (shape) is required"))?;
+                let (dtype, value) = match at.attr("value") {
+                    Some(a) => {
+                        let t =
+                            a.t.as_ref()
+                                .ok_or_else(|| at.err("attribute `value` holds no tensor"))?;
+                        let t = tensor_from_proto(t, &format!("{}/value", at.name), None)?;
+                        if t.numel() != 1 {
+                            return Err(at.err("attribute `value` must hold one element"));
+                        }
+                        (t.dtype(), t.to_f64_vec().first().copied().unwrap_or(0.0))
+                    }
+                    None => (DType::F32, 0.0),
+                };
+                let attrs = [
+                    ("size", AttrValue::Ints(size)),
+                    ("value", AttrValue::Float(value)),
+                    ("dtype", AttrValue::DType(dtype)),
+                ];
+                Ok(vec![self.op1(at, "full", &[], &attrs)?])
+            }
+            "Range" => {
+                at.only_attrs(&[])?;
+                let mut bounds = [0.0f64; 3];
+                let mut dtype = DType::I64;
+                for (i, what) in ["start", "limit", "delta"].into_iter().enumerate() {
+                    let t = self
+                        .const_input(at, i, what)?
+                        .ok_or_else(|| at.err(format!("input {i} ({what}) is required")))?;
+                    if t.numel() != 1 {
+                        return Err(at.err(format!("{what} must be a scalar")));
+                    }
+                    dtype = t.dtype();
+                    bounds[i] = t.to_f64_vec().first().copied().unwrap_or(0.0);
+                }
+                let attrs = [
+                    ("start", AttrValue::Float(bounds[0])),
+                    ("end", AttrValue::Float(bounds[1])),
+                    ("step", AttrValue::Float(bounds[2])),
+                    ("dtype", AttrValue::DType(dtype)),
+                ];
+                Ok(vec![self.op1(at, "arange", &[], &attrs)?])
+            }
+            "Trilu" => {
+                at.only_attrs(&["upper"])?;
+                let upper = at.int("upper", 1)? != 0;
+                let x = self.req(at, 0)?;
+                let k = match self.const_ints(at, 1, "k")? {
+                    Some(v) => v.first().copied().unwrap_or(0),
+                    None => 0,
+                };
+                let op = if upper { "triu" } else { "tril" };
+                Ok(vec![self.op1(
+                    at,
+                    op,
+                    &[x],
+                    &[("diagonal", int_attr(k))],
+                )?])
+            }
+            "CumSum" => {
+                at.only_attrs(&["exclusive", "reverse"])?;
+                if at.int("exclusive", 0)? != 0 || at.int("reverse", 0)? != 0 {
+                    return Err(at.err("exclusive and reverse cumulative sums are not supported"));
+                }
+                let x = self.req(at, 0)?;
+                let axis = self
+                    .const_ints(at, 1, "axis")?
+                    .and_then(|v| v.first().copied())
+                    .ok_or_else(|| at.err("input 1 (axis) is required"))?;
+                Ok(vec![self.op1(
+                    at,
+                    "cumsum",
+                    &[x],
+                    &[("dim", int_attr(axis))],
+                )?])
+            }
+            "Conv" => self.conv(at),
+            "Attention" => self.attention(at),
+            _ => Err(OnnxError::UnknownOp {
+                op_type: op_type.to_string(),
+                domain: at.node.domain.clone(),
+                node: at.name.clone(),
+            }),
+        }
+    }
+
+    fn constant_attr(&self, at: &At) -> Result<Tensor, OnnxError> {
+        let Some(a) = at.node.attribute.first() else {
+            return Err(at.err("has no value attribute"));
+        };
+        if at.node.attribute.len() != 1 {
+            return Err(at.err("must have exactly one value attribute"));
+        }
+        let name = format!("{}/{}", at.name, a.name);
+        let bad = |e: graphrw_kernels::KernelError| OnnxError::tensor(&name, e.to_string());
+        match a.name.as_str() {
+            "value" => {
+                let t =
+                    a.t.as_ref()
+                        .ok_or_else(|| at.err("attribute `value` holds no tensor"))?;
+                tensor_from_proto(t, &name, self.dir)
+            }
+            "value_float" => Ok(Tensor::scalar(a.f)),
+            "value_int" => Ok(Tensor::scalar(a.i)),
+            "value_floats" => Tensor::from_vec(vec![a.floats.len()], a.floats.clone()).map_err(bad),
+            "value_ints" => Tensor::from_vec(vec![a.ints.len()], a.ints.clone()).map_err(bad),
+            other => Err(at.err(format!(
+                "attribute `{other}` is not supported (string and sparse constants are not)"
+            ))),
+        }
+    }
+
+    fn gemm(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&["alpha", "beta", "transA", "transB"])?;
+        at.inputs_between(2, 3)?;
+        let alpha = at.float("alpha", 1.0)? as f64;
+        let beta = at.float("beta", 1.0)? as f64;
+        let mut a = self.req(at, 0)?;
+        let mut b = self.req(at, 1)?;
+        let c = self.input(at, 2)?;
+        let swap = [("dim0", int_attr(0)), ("dim1", int_attr(1))];
+        if at.int("transA", 0)? != 0 {
+            a = self.op1(at, "transpose", &[a], &swap)?;
+        }
+        if at.int("transB", 0)? != 0 {
+            b = self.op1(at, "transpose", &[b], &swap)?;
+        }
+        for (v, which) in [(a, "A"), (b, "B")] {
+            let r = self.meta(v)?.rank();
+            if r != 2 {
+                return Err(at.err(format!("{which} must be 2-D, found rank {r}")));
+            }
+        }
+        let mut y = self.op1(at, "matmul", &[a, b], &[])?;
+        let dtype = self.meta(y)?.dtype;
+        if alpha != 1.0 {
+            let s = self.scalar(dtype, alpha);
+            y = self.op1(at, "mul", &[y, s], &[])?;
+        }
+        if let Some(mut c) = c {
+            if beta != 1.0 {
+                let s = self.scalar(dtype, beta);
+                c = self.op1(at, "mul", &[c, s], &[])?;
+            }
+            y = self.op1(at, "add", &[y, c], &[])?;
+        }
+        Ok(vec![y])
+    }
+
+    fn reshape(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&["allowzero"])?;
+        at.inputs_between(2, 2)?;
+        let allowzero = at.int("allowzero", 0)? != 0;
+        let x = self.req(at, 0)?;
+        let mut shape = self
+            .const_ints(at, 1, "shape")?
+            .ok_or_else(|| at.err("input 1 (shape) is required"))?;
+        if !allowzero {
+            let meta = self.meta(x)?;
+            for (i, d) in shape.iter_mut().enumerate() {
+                if *d == 0 {
+                    *d = match meta.shape.dims().get(i) {
+                        Some(Dim::Known(n)) => *n as i64,
+                        Some(Dim::Sym(s)) => {
+                            return Err(at.err(format!("shape entry {i} is 0 (copy the input's dim), but that dim is symbolic (`{s}`)")))
+                        }
+                        None => return Err(at.err(format!("shape entry {i} is 0 (copy the input's dim), but the input {} has no dim {i}", meta.shape))),
+                    };
+                }
+            }
+        }
+        Ok(vec![self.op1(
+            at,
+            "reshape",
+            &[x],
+            &[("shape", AttrValue::Ints(shape))],
+        )?])
+    }
+
+    fn slice(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&[])?;
+        at.inputs_between(3, 5)?;
+        let x = self.req(at, 0)?;
+        let starts = self
+            .const_ints_unlimited(at, 1, "starts")?
+            .ok_or_else(|| at.err("input 1 (starts) is required"))?;
+        let ends = self
+            .const_ints_unlimited(at, 2, "ends")?
+            .ok_or_else(|| at.err("input 2 (ends) is required"))?;
+        let n = starts.len();
+        let axes = self
+            .const_ints(at, 3, "axes")?
+            .unwrap_or_else(|| (0..n as i64).collect());
+        let steps = self
+            .const_ints(at, 4, "steps")?
+            .unwrap_or_else(|| vec![1; n]);
+        if ends.len() != n || axes.len() != n || steps.len() != n {
+            return Err(at.err(format!(
+                "starts, ends, axes and steps must have one length, found {}, {}, {}, {}",
+                n,
+                ends.len(),
+                axes.len(),
+                steps.len()
+            )));
+        }
+        let mut v = x;
+        let rank = self.meta(x)?.rank();
+        let mut seen = HashSet::new();
+        for k in 0..n {
+            let axis = normalize_axis(axes[k], rank).ok_or_else(|| {
+                at.err(format!("axis {} is out of range for rank {rank}", axes[k]))
+            })?;
+            if !seen.insert(axis) {
+                return Err(at.err(format!("axes {axes:?} repeat axis {axis}")));
+            }
+            if steps[k] < 1 {
+                return Err(at.err(format!(
+                    "step {} is not supported (only positive steps)",
+                    steps[k]
+                )));
+            }
+            let (mut start, mut end) = (starts[k], ends[k]);
+            match self.meta(v)?.shape.dims()[axis] {
+                Dim::Known(len) => {
+                    let len = len as i64;
+                    let clamp = |p: i64| if p < 0 { (p + len).max(0) } else { p.min(len) };
+                    start = clamp(start);
+                    end = clamp(end).max(start);
+                }
+                Dim::Sym(_) => {
+                    let lim = MAX_DIM as i64;
+                    start = start.clamp(-lim, lim);
+                    end = if end >= lim { i64::MAX } else { end.max(-lim) };
+                }
+            }
+            let attrs = [
+                ("dim", int_attr(axis as i64)),
+                ("start", int_attr(start)),
+                ("end", int_attr(end)),
+                ("step", int_attr(steps[k])),
+            ];
+            v = self.op1(at, "slice", &[v], &attrs)?;
+        }
+        Ok(vec![v])
+    }
+
+    fn expand(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&[])?;
+        at.inputs_between(2, 2)?;
+        let x = self.req(at, 0)?;
+        let shape = self
+            .const_ints(at, 1, "shape")?
+            .ok_or_else(|| at.err("input 1 (shape) is required"))?;
+        let meta = self.meta(x)?;
+        let r = meta.rank();
+        let out_rank = r.max(shape.len());
+        let mut size = Vec::with_capacity(out_rank);
+        // ONNX broadcasts both ways: a 1 in `shape` keeps the input's dim (-1).
+        for i in 0..out_rank {
+            let s = (i + shape.len()).checked_sub(out_rank).map(|j| shape[j]);
+            let has_input_dim = i + r >= out_rank;
+            size.push(match s {
+                None => -1,
+                Some(1) if has_input_dim => -1,
+                Some(s) if s < 0 => {
+                    return Err(at.err(format!("shape {shape:?} has a negative size {s}")))
+                }
+                Some(s) => s,
+            });
+        }
+        Ok(vec![self.op1(
+            at,
+            "expand",
+            &[x],
+            &[("size", AttrValue::Ints(size))],
+        )?])
+    }
+
+    fn split(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&["axis", "num_outputs"])?;
+        at.inputs_between(1, 2)?;
+        let x = self.req(at, 0)?;
+        let axis = at.int("axis", 0)?;
+        let meta = self.meta(x)?;
+        let d = normalize_axis(axis, meta.rank())
+            .ok_or_else(|| at.err(format!("axis {axis} is out of range for {}", meta.shape)))?;
+        let outputs = at.node.output.len();
+        let sizes = match self.const_ints(at, 1, "split")? {
+            Some(s) => s,
+            None => {
+                let k = match at.attr("num_outputs") {
+                    Some(_) => at.int("num_outputs", 0)?,
+                    None => outputs as i64,
+                };
+                if k < 1 || k as usize != outputs {
+                    return Err(at.err(format!(
+                        "num_outputs {k} does not match the {outputs} outputs"
+                    )));
+                }
+                let Some(n) = meta.shape.dims()[d].known() else {
+                    return Err(at.err(format!(
+                        "splitting symbolic dim {} into equal parts needs a constant `split` input",
+                        meta.shape.dims()[d]
+                    )));
+                };
+                let (n, k) = (n as i64, k);
+                let chunk = if self.opset >= 18 {
+                    (n + k - 1) / k
+                } else {
+                    n / k
+                };
+                if self.opset < 18 && n % k != 0 {
+                    return Err(at.err(format!("dim {n} does not split evenly into {k} parts")));
+                }
+                let last = n - chunk * (k - 1);
+                if last < 0 || (last == 0 && n > 0) {
+                    return Err(at.err(format!("dim {n} cannot be split into {k} parts")));
+                }
+                let mut s = vec![chunk; k as usize - 1];
+                s.push(last);
+                s
+            }
+        };
+        if sizes.len() != outputs {
+            return Err(at.err(format!(
+                "split {sizes:?} has {} parts but the node has {outputs} outputs",
+                sizes.len()
+            )));
+        }
+        if let Some(bad) = sizes.iter().find(|&&s| s < 0) {
+            return Err(at.err(format!(
+                "split sizes {sizes:?} include a negative size {bad}"
+            )));
+        }
+        let total = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
+        match (total, meta.shape.dims()[d].known()) {
+            (Some(t), Some(n)) if t as u64 == n => {}
+            (Some(_), None) => {}
+            _ => {
+                return Err(at.err(format!(
+                    "split sizes {sizes:?} do not add up to dim {} of {}",
+                    d, meta.shape
+                )))
+            }
+        }
+        self.op(
+            at,
+            "split",
+            &[x],
+            &[
+                ("split_sizes", AttrValue::Ints(sizes)),
+                ("dim", int_attr(axis)),
+            ],
+        )
+    }
+
+    fn reduce(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&["axes", "keepdims", "noop_with_empty_axes"])?;
+        at.inputs_between(1, 2)?;
+        let x = self.req(at, 0)?;
+        let keep = at.int("keepdims", 1)? != 0;
+        let noop = at.int("noop_with_empty_axes", 0)? != 0;
+        let axes = match self.const_ints(at, 1, "axes")? {
+            Some(a) => a,
+            None => at.ints("axes")?.unwrap_or_default(),
+        };
+        if axes.is_empty() && noop {
+            return Ok(vec![x]);
+        }
+        let op = match at.node.op_type.as_str() {
+            "ReduceMean" => "mean",
+            "ReduceSum" => "sum",
+            _ => "amax",
+        };
+        Ok(vec![self.op1(
+            at,
+            op,
+            &[x],
+            &[
+                ("dims", AttrValue::Ints(axes)),
+                ("keepdim", AttrValue::Bool(keep)),
+            ],
+        )?])
+    }
+
+    fn conv(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&[
+            "auto_pad",
+            "dilations",
+            "group",
+            "kernel_shape",
+            "pads",
+            "strides",
+        ])?;
+        at.inputs_between(2, 3)?;
+        let auto_pad = at.string("auto_pad", "NOTSET")?;
+        if auto_pad != "NOTSET" && auto_pad != "VALID" {
+            return Err(at.err(format!(
+                "auto_pad `{auto_pad}` is not supported (NOTSET or VALID)"
+            )));
+        }
+        let pads = at.ints("pads")?.unwrap_or_else(|| vec![0; 4]);
+        if pads.len() != 4 || pads[0] != pads[2] || pads[1] != pads[3] {
+            return Err(at.err(format!(
+                "pads {pads:?}: only symmetric 2-D padding is supported"
+            )));
+        }
+        let strides = at.ints("strides")?.unwrap_or_else(|| vec![1, 1]);
+        let dilations = at.ints("dilations")?.unwrap_or_else(|| vec![1, 1]);
+        let group = at.int("group", 1)?;
+        for (what, v) in [
+            ("pads", &pads),
+            ("strides", &strides),
+            ("dilations", &dilations),
+        ] {
+            if v.iter().any(|&p| !(0..=1 << 12).contains(&p)) {
+                return Err(at.err(format!("{what} {v:?} are out of range")));
+            }
+        }
+        if !(1..=1 << 32).contains(&group) {
+            return Err(at.err(format!("group {group} is out of range")));
+        }
+        let x = self.req(at, 0)?;
+        let w = self.req(at, 1)?;
+        let mut operands = vec![x, w];
+        if let Some(b) = self.input(at, 2)? {
+            operands.push(b);
+        }
+        let attrs = [
+            ("stride", AttrValue::Ints(strides)),
+            ("padding", AttrValue::Ints(pads[..2].to_vec())),
+            ("dilation", AttrValue::Ints(dilations)),
+            ("groups", int_attr(group)),
+        ];
+        Ok(vec![self.op1(at, "conv2d", &operands, &attrs)?])
+    }
+
+    fn attention(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&[
+            "is_causal",
+            "kv_num_heads",
+            "q_num_heads",
+            "qk_matmul_output_mode",
+            "scale",
+            "softcap",
+            "softmax_precision",
+        ])?;
+        at.only_outputs(1)?;
+        at.inputs_between(3, 4)?;
+        if at.float("softcap", 0.0)? != 0.0 {
+            return Err(at.err("softcap is not supported"));
+        }
+        if at.int("qk_matmul_output_mode", 0)? != 0 {
+            return Err(at.err("qk_matmul_output_mode is not supported"));
+        }
+        let (q, k, v) = (self.req(at, 0)?, self.req(at, 1)?, self.req(at, 2)?);
+        let (qm, km) = (self.meta(q)?, self.meta(k)?);
+        if qm.rank() != 4 || km.rank() != 4 {
+            return Err(at.err(format!(
+                "only 4-D query and key are supported, found {} and {}",
+                qm.shape, km.shape
+            )));
+        }
+        let mut operands = vec![q, k, v];
+        let mut bypassed = None;
+        if let Some(mut m) = self.input(at, 3)? {
+            // graphrw's exporter expands a padding mask for onnxruntime; undo that.
+            let marker = format!("{}/mask_expand", at.name);
+            if let Some(n) = self.graph.node(m.node) {
+                if n.op_name() == "expand"
+                    && n.name() == Some(marker.as_str())
+                    && self.graph.use_count(m) == 0
+                {
+                    bypassed = Some(m.node);
+                    m = n.operands()[0];
+                }
+            }
+            operands.push(m);
+        }
+        let gqa = matches!((qm.shape.dims()[1].known(), km.shape.dims()[1].known()), (Some(a), Some(b)) if a != b);
+        let scale = match at.attr("scale") {
+            Some(_) => AttrValue::Float(at.float("scale", 1.0)? as f64),
+            None => AttrValue::Null,
+        };
+        let attrs = [
+            ("is_causal", AttrValue::Bool(at.int("is_causal", 0)? != 0)),
+            ("scale", scale),
+            ("enable_gqa", AttrValue::Bool(gqa)),
+        ];
+        let out = self.op1(at, "scaled_dot_product_attention", &operands, &attrs)?;
+        if let Some(id) = bypassed {
+            if self.graph.consumers(id).is_empty()
+                && !self.graph.outputs().iter().any(|o| o.node == id)
+            {
+                self.graph.remove_node(id).map_err(OnnxError::verify)?;
+                self.values.retain(|_, v| v.node != id);
+            }
+        }
+        Ok(vec![out])
+    }
+
+    fn finish(mut self) -> Result<Graph, OnnxError> {
+        let proto = self.proto;
+        let mut outputs = Vec::with_capacity(proto.output.len());
+        for o in &proto.output {
+            let v = self.value(o.name.as_str(), "graph output")?;
+            outputs.push((o.name.clone(), v));
+        }
+        self.graph
+            .set_named_outputs(outputs)
+            .map_err(OnnxError::verify)?;
+        // Constants that only fed attributes (shapes, axes) are dead.
+        let unused: Vec<NodeId> = self
+            .graph
+            .nodes_with_op("constant")
+            .filter(|&id| {
+                self.graph.consumers(id).is_empty()
+                    && !self.graph.outputs().iter().any(|o| o.node == id)
+            })
+            .collect();
+        for id in unused {
+            self.graph.remove_node(id).map_err(OnnxError::verify)?;
+        }
+        crate::verify(&self.graph).map_err(OnnxError::verify)?;
+        Ok(self.graph)
+    }
+}
+
+fn input_meta(vi: &ValueInfoProto) -> Result<TensorMeta, OnnxError> {
+    let fail = |m: String| OnnxError::Input {
+        name: vi.name.clone(),
+        message: m,
+    };
+    let tt = vi
+        .r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .ok_or_else(|| {
+            fail("is not a tensor (sequences, maps and optionals are not supported)".into())
+        })?;
+    let dtype = dtype_from_onnx(tt.elem_type).map_err(fail)?;
+    let shape = tt
+        .shape
+        .as_ref()
+        .ok_or_else(|| fail("has no shape (graphrw needs at least the rank)".into()))?;
+    let mut dims = Vec::with_capacity(shape.dim.len());
+    for (i, d) in shape.dim.iter().enumerate() {
+        dims.push(match &d.value {
+            Some(DimensionValue::DimValue(n)) if *n < 0 => {
+                return Err(fail(format!("dim {i} is negative ({n})")))
+            }
+            Some(DimensionValue::DimValue(n)) if *n as u64 > MAX_DIM => {
+                return Err(fail(format!(
+                    "dim {i} is {n}, larger than graphrw accepts (2^48)"
+                )))
+            }
+            Some(DimensionValue::DimValue(n)) => Dim::Known(*n as u64),
+            Some(DimensionValue::DimParam(p)) if !p.is_empty() => Dim::sym(p),
+            _ => Dim::sym(&format!("{}_dim{i}", vi.name)),
+        });
+    }
+    Ok(TensorMeta::new(dtype, Shape(dims)))
+}

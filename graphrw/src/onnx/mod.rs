@@ -1,0 +1,31 @@
+//! ONNX in and out: [`load`] a model file (with its external data) as a [`Graph`](crate::Graph)
+//! over the torch-like vocabulary, [`save`] a graph as a valid ONNX model, and read or
+//! write the `TensorProto` files of the ONNX test-data layout ([`read_tensor_pb`]).
+//!
+//! The protobuf messages are `prost` derive structs written from the ONNX spec's field
+//! numbers ([`proto`]): no `protoc`, no build script, no generated files.
+//!
+//! ```no_run
+//! let graph = graphrw::onnx::load("model.onnx")?;
+//! println!("{graph}");
+//! graphrw::onnx::save(&graph, "copy.onnx")?;
+//! # Ok::<(), graphrw::onnx::OnnxError>(())
+//! ```
+//!
+//! Bad input is an [`OnnxError`] naming the node, input or initialiser and the problem;
+//! it never panics and never allocates a declared size before checking it against the
+//! bytes present.
+
+mod error;
+mod load;
+pub mod proto;
+mod save;
+mod tensor_pb;
+
+pub use error::OnnxError;
+pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
+pub use save::{save, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, IR_VERSION};
+pub use tensor_pb::{
+    decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,
+    write_tensor_pb, MAX_DIM,
+};

@@ -1,0 +1,748 @@
+//! ONNX export: a [`Graph`] becomes a valid ONNX model again.
+//!
+//! Nodes are written in the printer's deterministic topological order, so that
+//! `load(save(g))` prints the same program as `g`. Constants become initialisers with
+//! `raw_data` (named after the initialiser they came from when there is one); graph
+//! inputs and outputs keep their names. Vocabulary ops map onto ONNX opset 18 ops
+//! (`permute` to `Transpose`, `slice` to `Slice` with constant bounds, ...); a few ops
+//! need newer opsets and raise the model's opset: `gelu` (`Gelu`, 20), `rms_norm`
+//! (`RMSNormalization`, 23) and `scaled_dot_product_attention`, written as the
+//! standard ONNX `Attention` op (23). The IR version stays 10 so that current
+//! onnxruntime loads the model.
+//!
+//! onnxruntime's CPU `Attention` kernel rejects a mask without its full query dim (a
+//! padding mask `(B, 1, 1, Skv)`), so such a mask is first expanded to
+//! `(.., .., Sq, Skv)` by an `Expand` node named `<attention node>/mask_expand`; the
+//! importer recognises that node and gives the attention its original mask back. When
+//! the query length is symbolic the mask is written as it is.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use prost::Message;
+
+use super::proto::{
+    attribute_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+};
+use super::tensor_pb::{dtype_to_onnx, tensor_to_proto};
+use super::OnnxError;
+use crate::graph::{Graph, NodeId, Value};
+use crate::meta::{normalize_axis, Dim, TensorMeta};
+use crate::ops::{AttrValue, InferError};
+use crate::printer::Names;
+use crate::Tensor;
+
+/// The IR version written (10: what current onnxruntime reads).
+pub const IR_VERSION: i64 = 10;
+/// The default-domain opset written when no op needs a newer one.
+pub const BASE_OPSET: i64 = 18;
+/// The opset of the standard `Attention` op.
+pub const ATTENTION_OPSET: i64 = 23;
+
+/// Writes `graph` as an ONNX model file (all constants inline).
+///
+/// ```no_run
+/// let graph = graphrw::onnx::load("model.onnx")?;
+/// graphrw::onnx::save(&graph, "out.onnx")?;
+/// # Ok::<(), graphrw::onnx::OnnxError>(())
+/// ```
+pub fn save(graph: &Graph, path: impl AsRef<Path>) -> Result<(), OnnxError> {
+    let path = path.as_ref();
+    let bytes = to_bytes(graph)?;
+    std::fs::write(path, bytes).map_err(|e| OnnxError::io(path, e))
+}
+
+/// The ONNX model of `graph`, encoded.
+pub fn to_bytes(graph: &Graph) -> Result<Vec<u8>, OnnxError> {
+    Ok(to_model(graph)?.encode_to_vec())
+}
+
+/// The ONNX model of `graph`. The graph is verified first; an op with no ONNX form is
+/// an error naming the node.
+pub fn to_model(graph: &Graph) -> Result<ModelProto, OnnxError> {
+    crate::verify(graph).map_err(OnnxError::verify)?;
+    let mut ex = Exporter::new(graph);
+    ex.reserve_io()?;
+    let order: Vec<NodeId> = ex.printer.order().to_vec();
+    for id in order {
+        ex.node(id)?;
+    }
+    ex.finish()
+}
+
+struct Exporter<'g> {
+    graph: &'g Graph,
+    printer: Names,
+    names: HashMap<Value, String>,
+    taken: HashSet<String>,
+    node_names: HashSet<String>,
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    inputs: Vec<ValueInfoProto>,
+    /// Graph outputs that need an `Identity` (source value name, output name).
+    identities: Vec<(String, String)>,
+    opset: i64,
+    /// The ONNX name of the node being written, and the vocabulary op.
+    cur: String,
+    cur_op: &'static str,
+}
+
+fn a_int(name: &str, i: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INT,
+        i,
+        ..Default::default()
+    }
+}
+
+fn a_float(name: &str, f: f64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::FLOAT,
+        f: f as f32,
+        ..Default::default()
+    }
+}
+
+fn a_ints(name: &str, ints: Vec<i64>) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INTS,
+        ints,
+        ..Default::default()
+    }
+}
+
+fn a_str(name: &str, s: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::STRING,
+        s: s.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::TENSOR,
+        t: Some(t),
+        ..Default::default()
+    }
+}
+
+fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
+    let dim = meta
+        .shape
+        .dims()
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Dim::Known(n) => DimensionValue::DimValue(*n as i64),
+                Dim::Sym(s) => DimensionValue::DimParam(s.to_string()),
+            }),
+            denotation: String::new(),
+        })
+        .collect();
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: dtype_to_onnx(meta.dtype),
+                shape: Some(TensorShapeProto { dim }),
+            }),
+            denotation: String::new(),
+        }),
+        doc_string: String::new(),
+    }
+}
+
+fn unique(taken: &mut HashSet<String>, base: &str) -> String {
+    if taken.insert(base.to_string()) {
+        return base.to_string();
+    }
+    let mut k = 1;
+    loop {
+        let name = format!("{base}_{k}");
+        if taken.insert(name.clone()) {
+            return name;
+        }
+        k += 1;
+    }
+}
+
+impl<'g> Exporter<'g> {
+    fn new(graph: &'g Graph) -> Exporter<'g> {
+        Exporter {
+            graph,
+            printer: Names::new(graph),
+            names: HashMap::new(),
+            taken: HashSet::new(),
+            node_names: HashSet::new(),
+            nodes: Vec::new(),
+            inits: Vec::new(),
+            inputs: Vec::new(),
+            identities: Vec::new(),
+            opset: BASE_OPSET,
+            cur: String::new(),
+            cur_op: "",
+        }
+    }
+
+    fn err(&self, message: impl Into<String>) -> OnnxError {
+        OnnxError::node(self.cur_op, &self.cur, message)
+    }
+
+    fn input_name(&self, id: NodeId) -> String {
+        let Some(node) = self.graph.node(id) else {
+            return format!("input{}", id.index());
+        };
+        match node.attrs().get("name") {
+            Some(AttrValue::Str(s)) => s.clone(),
+            _ => node
+                .name()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("input{}", id.index())),
+        }
+    }
+
+    /// Reserves input names, then output names (so generated names avoid both).
+    fn reserve_io(&mut self) -> Result<(), OnnxError> {
+        for &id in self.graph.inputs() {
+            let name = self.input_name(id);
+            if !self.taken.insert(name.clone()) {
+                return Err(OnnxError::Model(format!(
+                    "two graph inputs are named `{name}`"
+                )));
+            }
+            self.names.insert(Value::from(id), name);
+        }
+        let outputs: Vec<(String, Value)> = self
+            .graph
+            .output_names()
+            .iter()
+            .cloned()
+            .zip(self.graph.outputs().iter().copied())
+            .collect();
+        let mut seen = HashSet::new();
+        for (name, v) in outputs {
+            if !seen.insert(name.clone()) {
+                return Err(OnnxError::Model(format!(
+                    "two graph outputs are named `{name}`"
+                )));
+            }
+            match self.names.get(&v) {
+                Some(existing) if *existing == name => {}
+                Some(existing) => {
+                    if !self.taken.insert(name.clone()) {
+                        return Err(OnnxError::Model(format!(
+                            "graph output `{name}` has the name of a graph input"
+                        )));
+                    }
+                    self.identities.push((existing.clone(), name));
+                }
+                None => {
+                    if !self.taken.insert(name.clone()) {
+                        return Err(OnnxError::Model(format!(
+                            "graph output `{name}` has the name of a graph input"
+                        )));
+                    }
+                    self.names.insert(v, name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn name_of(&self, v: Value) -> Result<String, OnnxError> {
+        self.names.get(&v).cloned().ok_or_else(|| {
+            self.err(format!(
+                "operand %{}.{} has no name yet (the graph is not in order)",
+                v.node.index(),
+                v.output
+            ))
+        })
+    }
+
+    fn meta(&self, v: Value) -> Result<TensorMeta, OnnxError> {
+        self.graph.meta(v).cloned().map_err(OnnxError::verify)
+    }
+
+    fn tmp(&mut self, what: &str) -> String {
+        let base = format!("{}/{what}", self.cur);
+        unique(&mut self.taken, &base)
+    }
+
+    fn push(
+        &mut self,
+        op_type: &str,
+        inputs: Vec<String>,
+        outputs: Vec<String>,
+        attribute: Vec<AttributeProto>,
+    ) {
+        let name = unique(&mut self.node_names, &self.cur.clone());
+        self.push_named(name, op_type, inputs, outputs, attribute);
+    }
+
+    fn push_named(
+        &mut self,
+        name: String,
+        op_type: &str,
+        inputs: Vec<String>,
+        outputs: Vec<String>,
+        attribute: Vec<AttributeProto>,
+    ) {
+        self.nodes.push(NodeProto {
+            input: inputs,
+            output: outputs,
+            name,
+            op_type: op_type.into(),
+            attribute,
+            ..Default::default()
+        });
+    }
+
+    /// An initialiser holding `t`, named after the current node and `what`.
+    fn init(&mut self, what: &str, t: &Tensor) -> String {
+        let name = self.tmp(what);
+        self.inits.push(tensor_to_proto(&name, t));
+        name
+    }
+
+    fn init_ints(&mut self, what: &str, v: &[i64]) -> Result<String, OnnxError> {
+        let t = Tensor::from_vec(vec![v.len()], v.to_vec()).map_err(|e| self.err(e.to_string()))?;
+        Ok(self.init(what, &t))
+    }
+
+    fn init_i64(&mut self, what: &str, v: i64) -> String {
+        self.init(what, &Tensor::scalar(v))
+    }
+
+    fn node(&mut self, id: NodeId) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        match node.op_name() {
+            "input" => {
+                let name = self.name_of(Value::from(id))?;
+                let meta = self.meta(Value::from(id))?;
+                self.inputs.push(value_info(&name, &meta));
+                Ok(())
+            }
+            "constant" => {
+                let v = Value::from(id);
+                let name = match self.names.get(&v) {
+                    Some(n) => n.clone(),
+                    None => {
+                        let base = node
+                            .name()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| self.printer.get(v));
+                        let n = unique(&mut self.taken, &base);
+                        self.names.insert(v, n.clone());
+                        n
+                    }
+                };
+                let t = node
+                    .payload()
+                    .ok_or_else(|| OnnxError::tensor(&name, "a constant without a value"))?;
+                self.inits.push(tensor_to_proto(&name, t));
+                Ok(())
+            }
+            op => {
+                self.cur_op = node.op_name();
+                self.cur = node
+                    .name()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("{op}_{}", id.index()));
+                let ins = node
+                    .operands()
+                    .iter()
+                    .map(|&v| self.name_of(v))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut outs = Vec::with_capacity(node.outputs().len());
+                for o in 0..node.outputs().len() as u32 {
+                    let v = Value::new(id, o);
+                    let name = match self.names.get(&v) {
+                        Some(n) => n.clone(),
+                        None => {
+                            let n = unique(&mut self.taken, &self.printer.get(v));
+                            self.names.insert(v, n.clone());
+                            n
+                        }
+                    };
+                    outs.push(name);
+                }
+                self.op(id, ins, outs)
+            }
+        }
+    }
+
+    fn op(&mut self, id: NodeId, ins: Vec<String>, outs: Vec<String>) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        let attrs = node.attrs();
+        let cur = self.cur.clone();
+        let bad = |e: InferError| OnnxError::node(node.op_name(), &cur, e.0);
+        let binary = match node.op_name() {
+            "add" => Some("Add"),
+            "sub" => Some("Sub"),
+            "mul" => Some("Mul"),
+            "div" => Some("Div"),
+            "pow" => Some("Pow"),
+            "maximum" => Some("Max"),
+            "minimum" => Some("Min"),
+            "and" => Some("And"),
+            "or" => Some("Or"),
+            "eq" => Some("Equal"),
+            "lt" => Some("Less"),
+            "le" => Some("LessOrEqual"),
+            "gt" => Some("Greater"),
+            "ge" => Some("GreaterOrEqual"),
+            "neg" => Some("Neg"),
+            "abs" => Some("Abs"),
+            "reciprocal" => Some("Reciprocal"),
+            "sqrt" => Some("Sqrt"),
+            "exp" => Some("Exp"),
+            "log" => Some("Log"),
+            "sin" => Some("Sin"),
+            "cos" => Some("Cos"),
+            "erf" => Some("Erf"),
+            "tanh" => Some("Tanh"),
+            "sigmoid" => Some("Sigmoid"),
+            "relu" => Some("Relu"),
+            "not" => Some("Not"),
+            "isnan" => Some("IsNaN"),
+            "where" => Some("Where"),
+            "matmul" => Some("MatMul"),
+            "contiguous" => Some("Identity"),
+            _ => None,
+        };
+        if let Some(op_type) = binary {
+            self.push(op_type, ins, outs, vec![]);
+            return Ok(());
+        }
+        match node.op_name() {
+            "ne" => {
+                let t = self.tmp("eq");
+                self.push("Equal", ins, vec![t.clone()], vec![]);
+                self.push("Not", vec![t], outs, vec![]);
+            }
+            "rsqrt" => {
+                let t = self.tmp("sqrt");
+                self.push("Sqrt", ins, vec![t.clone()], vec![]);
+                self.push("Reciprocal", vec![t], outs, vec![]);
+            }
+            "silu" => {
+                let t = self.tmp("sigmoid");
+                self.push("Sigmoid", ins.clone(), vec![t.clone()], vec![]);
+                self.push("Mul", vec![ins[0].clone(), t], outs, vec![]);
+            }
+            "gelu" => {
+                self.opset = self.opset.max(20);
+                let approximate = attrs.str("approximate").map_err(bad)?.to_string();
+                self.push("Gelu", ins, outs, vec![a_str("approximate", &approximate)]);
+            }
+            "dropout" => {
+                if attrs.bool("train").map_err(bad)? && attrs.float("p").map_err(bad)? != 0.0 {
+                    return Err(self.err("training-mode dropout has no ONNX inference form"));
+                }
+                self.push("Identity", ins, outs, vec![]);
+            }
+            "cast" => {
+                let to = dtype_to_onnx(attrs.dtype("dtype").map_err(bad)?);
+                self.push("Cast", ins, outs, vec![a_int("to", to as i64)]);
+            }
+            "masked_fill" => {
+                let dtype = self.meta(node.operands()[0])?.dtype;
+                let value = self.init(
+                    "value",
+                    &Tensor::full(dtype, &[], attrs.float("value").map_err(bad)?),
+                );
+                self.push(
+                    "Where",
+                    vec![ins[1].clone(), value, ins[0].clone()],
+                    outs,
+                    vec![],
+                );
+            }
+            "conv2d" => {
+                let pad = attrs.ints("padding").map_err(bad)?.to_vec();
+                let a = vec![
+                    a_ints("strides", attrs.ints("stride").map_err(bad)?.to_vec()),
+                    a_ints("pads", vec![pad[0], pad[1], pad[0], pad[1]]),
+                    a_ints("dilations", attrs.ints("dilation").map_err(bad)?.to_vec()),
+                    a_int("group", attrs.int("groups").map_err(bad)?),
+                ];
+                self.push("Conv", ins, outs, a);
+            }
+            "transpose" => {
+                let r = self.meta(node.operands()[0])?.rank();
+                let d0 = normalize_axis(attrs.int("dim0").map_err(bad)?, r)
+                    .ok_or_else(|| self.err("dim0 out of range"))?;
+                let d1 = normalize_axis(attrs.int("dim1").map_err(bad)?, r)
+                    .ok_or_else(|| self.err("dim1 out of range"))?;
+                let mut perm: Vec<i64> = (0..r as i64).collect();
+                perm.swap(d0, d1);
+                self.push("Transpose", ins, outs, vec![a_ints("perm", perm)]);
+            }
+            "permute" => {
+                let r = self.meta(node.operands()[0])?.rank();
+                let perm = attrs
+                    .ints("dims")
+                    .map_err(bad)?
+                    .iter()
+                    .map(|&d| normalize_axis(d, r).map(|d| d as i64))
+                    .collect::<Option<Vec<i64>>>()
+                    .ok_or_else(|| self.err("permute dims out of range"))?;
+                self.push("Transpose", ins, outs, vec![a_ints("perm", perm)]);
+            }
+            "reshape" => {
+                let shape = attrs.ints("shape").map_err(bad)?.to_vec();
+                let zero = shape.contains(&0);
+                let s = self.init_ints("shape", &shape)?;
+                let a = if zero {
+                    vec![a_int("allowzero", 1)]
+                } else {
+                    vec![]
+                };
+                self.push("Reshape", vec![ins[0].clone(), s], outs, a);
+            }
+            "expand" => {
+                let size: Vec<i64> = attrs
+                    .ints("size")
+                    .map_err(bad)?
+                    .iter()
+                    .map(|&d| if d == -1 { 1 } else { d })
+                    .collect();
+                let s = self.init_ints("shape", &size)?;
+                self.push("Expand", vec![ins[0].clone(), s], outs, vec![]);
+            }
+            "unsqueeze" => {
+                let a = self.init_ints("axes", &[attrs.int("dim").map_err(bad)?])?;
+                self.push("Unsqueeze", vec![ins[0].clone(), a], outs, vec![]);
+            }
+            "squeeze" => {
+                let dims = attrs.ints("dims").map_err(bad)?.to_vec();
+                let mut i = vec![ins[0].clone()];
+                if !dims.is_empty() {
+                    i.push(self.init_ints("axes", &dims)?);
+                }
+                self.push("Squeeze", i, outs, vec![]);
+            }
+            "concat" => {
+                let dim = attrs.int("dim").map_err(bad)?;
+                self.push("Concat", ins, outs, vec![a_int("axis", dim)]);
+            }
+            "split" => {
+                let sizes = attrs.ints("split_sizes").map_err(bad)?.to_vec();
+                let dim = attrs.int("dim").map_err(bad)?;
+                let s = self.init_ints("split", &sizes)?;
+                self.push(
+                    "Split",
+                    vec![ins[0].clone(), s],
+                    outs,
+                    vec![a_int("axis", dim)],
+                );
+            }
+            "slice" => {
+                let mut i = vec![ins[0].clone()];
+                for what in ["start", "end", "dim", "step"] {
+                    let v = attrs.int(what).map_err(bad)?;
+                    i.push(self.init_ints(what, &[v])?);
+                }
+                self.push("Slice", i, outs, vec![]);
+            }
+            "tril" | "triu" => {
+                let k = self.init_i64("k", attrs.int("diagonal").map_err(bad)?);
+                let upper = i64::from(node.op_name() == "triu");
+                self.push(
+                    "Trilu",
+                    vec![ins[0].clone(), k],
+                    outs,
+                    vec![a_int("upper", upper)],
+                );
+            }
+            "gather" | "index_select" => {
+                let dim = attrs.int("dim").map_err(bad)?;
+                self.push("Gather", ins, outs, vec![a_int("axis", dim)]);
+            }
+            "gather_elements" => {
+                let dim = attrs.int("dim").map_err(bad)?;
+                self.push("GatherElements", ins, outs, vec![a_int("axis", dim)]);
+            }
+            "gather_nd" => {
+                let b = attrs.int("batch_dims").map_err(bad)?;
+                self.push("GatherND", ins, outs, vec![a_int("batch_dims", b)]);
+            }
+            "cumsum" => {
+                let axis = self.init_i64("axis", attrs.int("dim").map_err(bad)?);
+                self.push("CumSum", vec![ins[0].clone(), axis], outs, vec![]);
+            }
+            "sum" | "mean" | "amax" => {
+                let op_type = match node.op_name() {
+                    "sum" => "ReduceSum",
+                    "mean" => "ReduceMean",
+                    _ => "ReduceMax",
+                };
+                let dims = attrs.ints("dims").map_err(bad)?.to_vec();
+                let keep = attrs.bool("keepdim").map_err(bad)?;
+                let mut i = vec![ins[0].clone()];
+                if !dims.is_empty() {
+                    i.push(self.init_ints("axes", &dims)?);
+                }
+                self.push(op_type, i, outs, vec![a_int("keepdims", i64::from(keep))]);
+            }
+            "softmax" | "log_softmax" => {
+                let op_type = if node.op_name() == "softmax" {
+                    "Softmax"
+                } else {
+                    "LogSoftmax"
+                };
+                let dim = attrs.int("dim").map_err(bad)?;
+                self.push(op_type, ins, outs, vec![a_int("axis", dim)]);
+            }
+            "layer_norm" | "rms_norm" => {
+                let axis = attrs.int("axis").map_err(bad)?;
+                let eps = attrs.float("eps").map_err(bad)?;
+                let mut i = ins.clone();
+                if i.len() < 2 {
+                    let meta = self.meta(node.operands()[0])?;
+                    let ax = normalize_axis(axis, meta.rank())
+                        .ok_or_else(|| self.err("axis out of range"))?;
+                    let dims: Option<Vec<usize>> = meta.shape.dims()[ax..]
+                        .iter()
+                        .map(|d| d.known().map(|n| n as usize))
+                        .collect();
+                    let dims = dims.ok_or_else(|| self.err(format!("without a weight, the normalised dims of {} must be known (ONNX needs a scale)", meta.shape)))?;
+                    i.push(self.init("scale", &Tensor::full(meta.dtype, &dims, 1.0)));
+                }
+                let op_type = if node.op_name() == "layer_norm" {
+                    "LayerNormalization"
+                } else {
+                    self.opset = self.opset.max(23);
+                    "RMSNormalization"
+                };
+                self.push(
+                    op_type,
+                    i,
+                    outs,
+                    vec![a_int("axis", axis), a_float("epsilon", eps)],
+                );
+            }
+            "arange" => {
+                let dtype = attrs.dtype("dtype").map_err(bad)?;
+                let mut i = Vec::with_capacity(3);
+                for what in ["start", "end", "step"] {
+                    let v = attrs.float(what).map_err(bad)?;
+                    i.push(self.init(what, &Tensor::full(dtype, &[], v)));
+                }
+                self.push("Range", i, outs, vec![]);
+            }
+            "full" | "zeros" | "ones" => {
+                let size = attrs.ints("size").map_err(bad)?.to_vec();
+                let dtype = attrs.dtype("dtype").map_err(bad)?;
+                let value = match node.op_name() {
+                    "full" => attrs.float("value").map_err(bad)?,
+                    "zeros" => 0.0,
+                    _ => 1.0,
+                };
+                let s = self.init_ints("shape", &size)?;
+                let v = tensor_to_proto("value", &Tensor::full(dtype, &[1], value));
+                self.push("ConstantOfShape", vec![s], outs, vec![a_tensor("value", v)]);
+            }
+            "scaled_dot_product_attention" => self.attention(id, ins, outs)?,
+            other => {
+                return Err(self.err(format!("op `{other}` has no ONNX form")));
+            }
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &mut self,
+        id: NodeId,
+        mut ins: Vec<String>,
+        outs: Vec<String>,
+    ) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        let attrs = node.attrs();
+        let cur = self.cur.clone();
+        let bad = |e: InferError| OnnxError::node(node.op_name(), &cur, e.0);
+        if attrs.float("dropout_p").map_err(bad)? != 0.0 {
+            return Err(self.err("ONNX Attention has no dropout; dropout_p must be 0"));
+        }
+        let q = self.meta(node.operands()[0])?;
+        let k = self.meta(node.operands()[1])?;
+        if q.rank() != 4 || k.rank() != 4 {
+            return Err(self.err(format!(
+                "ONNX Attention export takes 4-D (batch, heads, seq, dim) inputs, found {} and {}",
+                q.shape, k.shape
+            )));
+        }
+        self.opset = self.opset.max(ATTENTION_OPSET);
+        let attn_name = unique(&mut self.node_names, &self.cur.clone());
+        if let Some(&mask) = node.operands().get(3) {
+            let m = self.meta(mask)?;
+            let (sq, skv) = (&q.shape.dims()[2], &k.shape.dims()[2]);
+            let r = m.rank();
+            let full =
+                (r == 2 || r == 4) && &m.shape.dims()[r - 2] == sq && &m.shape.dims()[r - 1] == skv;
+            if let (false, Some(sq), Some(skv)) = (full, sq.known(), skv.known()) {
+                let shape = self.init_ints("mask_shape", &[1, 1, sq as i64, skv as i64])?;
+                let expanded = self.tmp("mask_expanded");
+                let name = unique(&mut self.node_names, &format!("{attn_name}/mask_expand"));
+                self.push_named(
+                    name,
+                    "Expand",
+                    vec![ins[3].clone(), shape],
+                    vec![expanded.clone()],
+                    vec![],
+                );
+                ins[3] = expanded;
+            }
+        }
+        let mut a = vec![a_int(
+            "is_causal",
+            i64::from(attrs.bool("is_causal").map_err(bad)?),
+        )];
+        if let Some(scale) = attrs.opt_float("scale").map_err(bad)? {
+            a.push(a_float("scale", scale));
+        }
+        self.push_named(attn_name, "Attention", ins, outs, a);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<ModelProto, OnnxError> {
+        let identities = std::mem::take(&mut self.identities);
+        for (src, dst) in identities {
+            self.cur = format!("output_{dst}");
+            self.push("Identity", vec![src], vec![dst], vec![]);
+        }
+        let mut outputs = Vec::with_capacity(self.graph.outputs().len());
+        for (name, &v) in self.graph.output_names().iter().zip(self.graph.outputs()) {
+            let meta = self.meta(v)?;
+            outputs.push(value_info(name, &meta));
+        }
+        Ok(ModelProto {
+            ir_version: IR_VERSION,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: self.opset,
+            }],
+            producer_name: "graphrw".into(),
+            producer_version: env!("CARGO_PKG_VERSION").into(),
+            graph: Some(GraphProto {
+                node: self.nodes,
+                name: "graphrw".into(),
+                initializer: self.inits,
+                input: self.inputs,
+                output: outputs,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+}

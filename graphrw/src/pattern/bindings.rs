@@ -1,0 +1,228 @@
+//! What a match binds: [`Bindings`] (slot by slot), [`Match`] (one match of a pattern in a
+//! graph) and [`PatternMatch`] (the typed struct `pattern!` emits per pattern).
+
+use crate::meta::{Dim, TensorMeta};
+use crate::pattern::{Pattern, Slot};
+use crate::{DType, Graph, Node, NodeId, Value};
+
+/// A bound value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Bound {
+    /// A value of the graph (tensor parameters and op nodes).
+    Value(Value),
+    /// An int.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A bool.
+    Bool(bool),
+    /// An int list.
+    Ints(Vec<i64>),
+    /// A string.
+    Str(String),
+    /// A dtype.
+    DType(DType),
+}
+
+/// The slots of a pattern as matching fills them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Bindings {
+    slots: Vec<Option<Bound>>,
+}
+
+impl Bindings {
+    /// `n` unbound slots.
+    pub fn new(n: usize) -> Bindings {
+        Bindings {
+            slots: vec![None; n],
+        }
+    }
+
+    /// Slot `slot`, if bound.
+    pub fn get(&self, slot: Slot) -> Option<&Bound> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    /// True when `slot` is bound.
+    pub fn is_bound(&self, slot: Slot) -> bool {
+        self.get(slot).is_some()
+    }
+
+    /// Binds `slot` (the matcher's job; overwrites).
+    pub fn set(&mut self, slot: Slot, value: Bound) {
+        self.slots[slot as usize] = Some(value);
+    }
+
+    /// Unbinds `slot`.
+    pub fn clear(&mut self, slot: Slot) {
+        self.slots[slot as usize] = None;
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when there are no slots.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The value bound to `slot`. Panics when it is not a bound value (generated code
+    /// only asks for slots the pattern guarantees).
+    pub fn value(&self, slot: Slot) -> Value {
+        match self.get(slot) {
+            Some(Bound::Value(v)) => *v,
+            other => panic!("slot {slot} is not a bound value: {other:?}"),
+        }
+    }
+
+    /// The float bound to `slot` (panics otherwise).
+    pub fn float(&self, slot: Slot) -> f64 {
+        match self.get(slot) {
+            Some(Bound::Float(v)) => *v,
+            other => panic!("slot {slot} is not a bound float: {other:?}"),
+        }
+    }
+
+    /// The int bound to `slot` (panics otherwise).
+    pub fn int(&self, slot: Slot) -> i64 {
+        match self.get(slot) {
+            Some(Bound::Int(v)) => *v,
+            other => panic!("slot {slot} is not a bound int: {other:?}"),
+        }
+    }
+
+    /// The bool bound to `slot` (panics otherwise).
+    pub fn bool(&self, slot: Slot) -> bool {
+        match self.get(slot) {
+            Some(Bound::Bool(v)) => *v,
+            other => panic!("slot {slot} is not a bound bool: {other:?}"),
+        }
+    }
+
+    /// The int list bound to `slot` (panics otherwise).
+    pub fn ints(&self, slot: Slot) -> Vec<i64> {
+        match self.get(slot) {
+            Some(Bound::Ints(v)) => v.clone(),
+            other => panic!("slot {slot} is not a bound int list: {other:?}"),
+        }
+    }
+
+    /// The string bound to `slot` (panics otherwise).
+    pub fn string(&self, slot: Slot) -> String {
+        match self.get(slot) {
+            Some(Bound::Str(v)) => v.clone(),
+            other => panic!("slot {slot} is not a bound string: {other:?}"),
+        }
+    }
+
+    /// The dtype bound to `slot` (panics otherwise).
+    pub fn dtype(&self, slot: Slot) -> DType {
+        match self.get(slot) {
+            Some(Bound::DType(v)) => *v,
+            other => panic!("slot {slot} is not a bound dtype: {other:?}"),
+        }
+    }
+
+    /// The value bound to `slot` with its graph, for predicates.
+    pub fn tensor<'g>(&self, graph: &'g Graph, slot: Slot) -> TensorRef<'g> {
+        TensorRef {
+            graph,
+            value: self.value(slot),
+        }
+    }
+}
+
+/// A bound value with its graph: what `check(|x, ..| ..)` predicates receive for tensor
+/// bindings.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorRef<'g> {
+    /// The graph.
+    pub graph: &'g Graph,
+    /// The value.
+    pub value: Value,
+}
+
+impl<'g> TensorRef<'g> {
+    /// The value's metadata.
+    pub fn meta(&self) -> &'g TensorMeta {
+        self.graph
+            .meta(self.value)
+            .expect("a bound value exists in its graph")
+    }
+
+    /// The producing node.
+    pub fn node(&self) -> &'g Node {
+        self.graph
+            .node(self.value.node)
+            .expect("a bound value exists in its graph")
+    }
+
+    /// The rank.
+    pub fn rank(&self) -> usize {
+        self.meta().shape.rank()
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        self.meta().dtype
+    }
+
+    /// Dim `i` (negative counts from the end).
+    pub fn dim(&self, i: i64) -> Option<&'g Dim> {
+        let shape = &self.meta().shape;
+        shape.axis(i).map(|a| &shape.dims()[a])
+    }
+
+    /// Users of the value (node operands, plus one if it is a graph output).
+    pub fn users(&self) -> usize {
+        self.graph.use_count(self.value) + usize::from(self.graph.is_output(self.value))
+    }
+
+    /// The number a constant node holds, when the value is a one-element constant.
+    pub fn scalar(&self) -> Option<f64> {
+        crate::pattern::matcher::constant_scalar(self.graph, self.value)
+    }
+}
+
+/// One match of a pattern in a graph.
+#[derive(Clone, Debug)]
+pub struct Match {
+    /// The pattern.
+    pub pattern: &'static Pattern,
+    /// The value each root matched (the first is the anchor's).
+    pub outputs: Vec<Value>,
+    /// Every node the pattern's ops and constants matched, each once, in match order.
+    pub nodes: Vec<NodeId>,
+    /// The slots.
+    pub bindings: Bindings,
+}
+
+impl Match {
+    /// What parameter `name` is bound to.
+    pub fn get(&self, name: &str) -> Option<&Bound> {
+        self.bindings.get(self.pattern.param_slot(name)?)
+    }
+
+    /// The typed match struct of the pattern (`sfdp_1::Match`). Panics when `M` belongs
+    /// to another pattern.
+    pub fn typed<M: PatternMatch>(&self) -> M {
+        assert!(
+            std::ptr::eq(M::pattern(), self.pattern),
+            "typed match of pattern `{}` asked of a match of `{}`",
+            M::pattern().name,
+            self.pattern.name
+        );
+        M::from_bindings(&self.bindings)
+    }
+}
+
+/// The typed match struct `pattern!` emits for each pattern: one field per parameter
+/// (`Value` for tensors, `f64`/`i64`/`bool`/`Vec<i64>`/`String`/`DType` for scalars).
+pub trait PatternMatch: Sized {
+    /// The pattern.
+    fn pattern() -> &'static Pattern;
+    /// Reads the fields from complete bindings of the pattern.
+    fn from_bindings(bindings: &Bindings) -> Self;
+}

@@ -1,0 +1,75 @@
+//! Rules (pattern + replacement + name + priority) and rule sets, as static items.
+
+use std::fmt;
+
+use crate::pattern::{Bindings, Pattern};
+use crate::{Builder, GraphError, Value};
+
+/// A replacement: builds the new subgraph on a builder holding the matched graph and
+/// returns one value per pattern output. What `replacement!` emits.
+pub type ReplaceFn = fn(&Builder, &Bindings) -> Result<Vec<Value>, GraphError>;
+
+/// A rewrite rule.
+#[derive(Clone, Copy)]
+pub struct Rule {
+    /// Name (for reports).
+    pub name: &'static str,
+    /// What it matches.
+    pub pattern: &'static Pattern,
+    /// What it builds instead.
+    pub replace: ReplaceFn,
+    /// Higher first; by default the number of ops the pattern matches.
+    pub priority: i32,
+}
+
+impl Rule {
+    /// A rule with the default priority (the pattern's op count).
+    pub const fn new(name: &'static str, pattern: &'static Pattern, replace: ReplaceFn) -> Rule {
+        Rule {
+            name,
+            pattern,
+            replace,
+            priority: pattern.op_count as i32,
+        }
+    }
+
+    /// The same rule with another priority.
+    pub const fn with_priority(self, priority: i32) -> Rule {
+        Rule { priority, ..self }
+    }
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("pattern", &self.pattern.name)
+            .field("priority", &self.priority)
+            .finish()
+    }
+}
+
+/// A set of rules, in the order they are tried: priority descending, then declaration
+/// order. `rule_set!` emits one, checked for shadowed and overlapping rules.
+#[derive(Clone, Copy, Debug)]
+pub struct RuleSet {
+    /// Name.
+    pub name: &'static str,
+    /// The rules, in the order they are tried.
+    pub rules: &'static [&'static Rule],
+}
+
+impl RuleSet {
+    /// The rule named `name`.
+    pub fn rule(&self, name: &str) -> Option<&'static Rule> {
+        self.rules.iter().copied().find(|r| r.name == name)
+    }
+
+    /// Rules whose anchor can be the op named `op`, in the order they are tried.
+    pub fn rules_for_op<'a>(&'a self, op: &'a str) -> impl Iterator<Item = &'static Rule> + 'a {
+        self.rules
+            .iter()
+            .copied()
+            .filter(move |r| r.pattern.anchors.iter().any(|a| a.name == op))
+    }
+}

@@ -1,0 +1,9 @@
+use graphrw::pattern;
+
+pattern! {
+    fn p(x: Tensor) -> Tensor {
+        x
+    }
+}
+
+fn main() {}

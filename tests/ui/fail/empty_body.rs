@@ -1,0 +1,7 @@
+use graphrw::pattern;
+
+pattern! {
+    fn p(x: Tensor) -> Tensor {}
+}
+
+fn main() {}
