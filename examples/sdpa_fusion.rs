@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::error::Error;
 use std::path::Path;
 
-use graphrw::exec::{plan, reference_stack, RunReport};
+use graphrw::exec::{default_stack, plan, RunReport};
 use graphrw::printer::{node_line, Names};
 use graphrw::{onnx, rules, verify, Builder, DType, Graph, NodeId, Shape, Tensor, TensorMeta, Var};
 
@@ -175,8 +175,9 @@ fn around_first_site(g: &Graph, anchor_op: &str) -> BTreeSet<NodeId> {
     set
 }
 
+/// Runs `g` on the default CPU stack (fused kernels first, reference kernels after).
 fn run(g: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, RunReport), Box<dyn Error>> {
-    Ok(plan(g, &reference_stack())?.run(inputs)?)
+    Ok(plan(g, &default_stack())?.run(inputs)?)
 }
 
 fn main() -> Result<(), Box<dyn Error>> {

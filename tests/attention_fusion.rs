@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use graphrw::exec::run_reference;
+use graphrw::exec::{default_stack, plan, run_reference, FUSED_CPU};
 use graphrw::{onnx, rules, verify, Tensor};
 
 fn corpus() -> PathBuf {
@@ -82,7 +82,20 @@ fn every_attention_site_of_the_corpus_is_fused_and_outputs_match() {
         let got = run_reference(&g, &inputs(&dir)).unwrap_or_else(|e| panic!("{model}: {e}"));
         let (err, ok) = max_err(&got[0], &expected);
         if !ok {
-            failures.push(format!("{model}: max error {err:e} after fusion"));
+            failures.push(format!(
+                "{model}: max error {err:e} after fusion (decomposed attention)"
+            ));
+        }
+        // The same graph with the fused CPU kernel claiming every attention node.
+        let p = plan(&g, &default_stack()).unwrap();
+        let claimed = p.assignments().filter(|(_, e)| *e == FUSED_CPU).count();
+        assert_eq!(claimed, sites, "{model}: fused kernel runs every site\n{p}");
+        let got = p.run(&inputs(&dir)).unwrap().0;
+        let (err, ok) = max_err(&got[0], &expected);
+        if !ok {
+            failures.push(format!(
+                "{model}: max error {err:e} after fusion (fused kernel)"
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -74,6 +74,13 @@ fn op_static(op: &OpSpec) -> TokenStream {
         let f = Ident::new(op.infer, Span::call_site());
         quote!(crate::ops::Infer::Fn(crate::ops::infer::#f))
     };
+    let decompose = match op.decompose {
+        Some(f) => {
+            let f = Ident::new(f, Span::call_site());
+            quote!(Some(crate::ops::decompose::#f))
+        }
+        None => quote!(None),
+    };
     quote! {
         #[doc = #doc]
         pub static #ident: crate::ops::OpDef = crate::ops::OpDef {
@@ -85,7 +92,7 @@ fn op_static(op: &OpSpec) -> TokenStream {
             commutative: #commutative,
             class: #class,
             infer: #infer,
-            decompose: None,
+            decompose: #decompose,
         };
     }
 }

@@ -90,6 +90,8 @@ pub struct OpSpec {
     pub class: Class,
     /// Name of the shape/dtype inference function in `graphrw::ops::infer`.
     pub infer: &'static str,
+    /// Name of the decomposition function in `graphrw::ops::decompose`, if any.
+    pub decompose: Option<&'static str>,
 }
 
 const fn req(name: &'static str) -> Operand {
@@ -133,6 +135,7 @@ const fn unary(name: &'static str, doc: &'static str, infer: &'static str) -> Op
         commutative: false,
         class: Class::Elementwise,
         infer,
+        decompose: None,
     }
 }
 
@@ -151,6 +154,7 @@ const fn binary(
         commutative,
         class: Class::Elementwise,
         infer,
+        decompose: None,
     }
 }
 
@@ -171,6 +175,7 @@ const fn op(
         commutative: false,
         class,
         infer,
+        decompose: None,
     }
 }
 
@@ -247,7 +252,7 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     op("unsqueeze", "Inserts a dimension of size 1 at `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Layout, "unsqueeze"),
     op("squeeze", "Removes the size-1 dimensions in `dims` (all of them when empty).", X, &[attr("dims", K::Ints, D::Ints(&[]))], Class::Layout, "squeeze"),
     op("concat", "Concatenates `tensors` along `dim`.", &[var("tensors")], &[attr("dim", K::Int, D::Int(0))], Class::Layout, "concat"),
-    OpSpec { name: "split", doc: "Splits along `dim` into pieces of `split_sizes`; one output per piece.", operands: X, attrs: &[attr("split_sizes", K::Ints, D::Required), attr("dim", K::Int, D::Int(0))], outputs: Outputs::PerElementOf("split_sizes"), commutative: false, class: Class::Layout, infer: "split" },
+    OpSpec { name: "split", doc: "Splits along `dim` into pieces of `split_sizes`; one output per piece.", operands: X, attrs: &[attr("split_sizes", K::Ints, D::Required), attr("dim", K::Int, D::Int(0))], outputs: Outputs::PerElementOf("split_sizes"), commutative: false, class: Class::Layout, infer: "split", decompose: None },
     op("slice", "`input[start:end:step]` along `dim` (bounds clamped, negative from the end).", X, &[attr("dim", K::Int, D::Int(0)), attr("start", K::Int, D::Int(0)), attr("end", K::Int, D::Int(i64::MAX)), attr("step", K::Int, D::Int(1))], Class::Layout, "slice"),
     op("tril", "Keeps the lower triangle (`j - i <= diagonal`) of the last two dims, zero elsewhere.", X, &[attr("diagonal", K::Int, D::Int(0))], Class::Layout, "identity"),
     op("triu", "Keeps the upper triangle (`j - i >= diagonal`) of the last two dims, zero elsewhere.", X, &[attr("diagonal", K::Int, D::Int(0))], Class::Layout, "identity"),
@@ -267,7 +272,7 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     op("layer_norm", "Layer normalisation over the dims from `axis` to the end, with optional affine `weight` and `bias`.", &[req("input"), opt("weight"), opt("bias")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-5))], Class::Normalization, "norm"),
     op("rms_norm", "RMS normalisation over the dims from `axis` to the end, with an optional `weight`.", &[req("input"), opt("weight")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-6))], Class::Normalization, "norm"),
     // --- attention -----------------------------------------------------------------
-    op("scaled_dot_product_attention", "`softmax(q @ k^T * scale + mask) @ v` over `[.., heads, seq, dim]` tensors; `attn_mask` is boolean (true = attend) or additive; `scale` defaults to `1/sqrt(head_dim)`; with `enable_gqa` the query heads are grouped over fewer kv heads.", &[req("query"), req("key"), req("value"), opt("attn_mask")], &[attr("dropout_p", K::Float, D::Float(0.0)), attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa"),
+    OpSpec { decompose: Some("sdpa"), ..op("scaled_dot_product_attention", "`softmax(q @ k^T * scale + mask) @ v` over `[.., heads, seq, dim]` tensors; `attn_mask` is boolean (true = attend) or additive; `scale` defaults to `1/sqrt(head_dim)`; query rows whose keys are all masked give zeros; with `enable_gqa` the query heads are grouped over fewer kv heads.", &[req("query"), req("key"), req("value"), opt("attn_mask")], &[attr("dropout_p", K::Float, D::Float(0.0)), attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa") },
 ];
 
 /// Looks an op up by name.

@@ -191,15 +191,28 @@ impl Builder {
     }
 
     fn resolve(&self, op: &'static OpDef, slots: Vec<Slot>) -> Result<Vec<Value>, GraphError> {
-        let dtype = slots.iter().find_map(|s| match s {
-            Slot::One(Arg::Value(v)) | Slot::Opt(Some(v)) => Some(*v),
-            Slot::Many(vs) => vs.first().copied(),
-            _ => None,
-        });
-        let dtype = match dtype {
-            Some(v) => self.meta(v)?.dtype,
-            None => DType::F32,
-        };
+        // A scalar takes the dtype of the op's first non-bool tensor operand (in
+        // `where(cond, x, 0.0)` the scalar is data, like `x`), else of the first one.
+        let mut dtype = None;
+        for s in &slots {
+            let vs: &[Value] = match s {
+                Slot::One(Arg::Value(v)) | Slot::Opt(Some(v)) => std::slice::from_ref(v),
+                Slot::Many(vs) => vs,
+                _ => &[],
+            };
+            for &v in vs {
+                let d = self.meta(v)?.dtype;
+                if d != DType::Bool {
+                    dtype = Some(d);
+                    break;
+                }
+                dtype = dtype.or(Some(d));
+            }
+            if dtype.is_some_and(|d| d != DType::Bool) {
+                break;
+            }
+        }
+        let dtype = dtype.unwrap_or(DType::F32);
         let mut operands = Vec::with_capacity(slots.len());
         let mut gap = None;
         for (i, slot) in slots.into_iter().enumerate() {

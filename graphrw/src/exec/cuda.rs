@@ -88,10 +88,15 @@ impl Executor for CudaExecutor {
         }
         let dtype = node.inputs[0].dtype;
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-            return Err(format!("dtype {dtype}: the CUDA kernel takes f32, f16 or bf16"));
+            return Err(format!(
+                "dtype {dtype}: the CUDA kernel takes f32, f16 or bf16"
+            ));
         }
         if let Some(mask) = node.inputs.get(3) {
-            if !matches!(mask.dtype, DType::Bool | DType::F32 | DType::F16 | DType::BF16) {
+            if !matches!(
+                mask.dtype,
+                DType::Bool | DType::F32 | DType::F16 | DType::BF16
+            ) {
                 return Err(format!("mask dtype {} is not bool or float", mask.dtype));
             }
         }

@@ -21,6 +21,7 @@
 #[cfg(feature = "cuda")]
 mod cuda;
 mod executor;
+mod fused_cpu;
 mod interpreter;
 mod plan;
 mod reference;
@@ -34,6 +35,7 @@ use graphrw_kernels::Tensor;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaExecutor, CUDA_MAX_HEAD_DIM};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
+pub use fused_cpu::{FusedCpu, FUSED_CPU};
 pub use interpreter::RunReport;
 pub use plan::{plan, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
@@ -82,9 +84,15 @@ pub enum ExecError {
     Graph(#[from] GraphError),
 }
 
-/// The default stack: the reference CPU executor alone.
+/// The reference stack: the reference CPU executor alone (attention runs through its
+/// decomposition).
 pub fn reference_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(ReferenceCpu)]
+}
+
+/// The default CPU stack: fused kernels first, then the reference kernels.
+pub fn default_stack() -> Vec<Arc<dyn Executor>> {
+    vec![Arc::new(FusedCpu), Arc::new(ReferenceCpu)]
 }
 
 /// Plans `graph` on the reference stack and runs it.

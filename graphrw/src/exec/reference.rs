@@ -26,6 +26,9 @@ impl Executor for ReferenceCpu {
         if let Some(m) = node.inputs.iter().find(|m| m.device != Device::Cpu) {
             return Err(format!("operand on {}, not the CPU", m.device));
         }
+        if node.op.name == "scaled_dot_product_attention" {
+            return Err("runs attention through its decomposition".into());
+        }
         if node.op.name == "dropout" && node.attrs.bool("train").unwrap_or(false) {
             return Err("training-mode dropout is not supported".into());
         }
@@ -158,21 +161,6 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
         )?,
         "zeros" => cpu::full(ints("size")?, 0.0, a.dtype("dtype").map_err(attr_err)?)?,
         "ones" => cpu::full(ints("size")?, 1.0, a.dtype("dtype").map_err(attr_err)?)?,
-        "scaled_dot_product_attention" => {
-            let p = float("dropout_p")?;
-            if p != 0.0 {
-                return Err(format!("dropout_p = {p} is not supported at inference").into());
-            }
-            cpu::sdpa_reference(
-                x[0],
-                x[1],
-                x[2],
-                x.get(3).copied(),
-                a.bool("is_causal").map_err(attr_err)?,
-                a.opt_float("scale").map_err(attr_err)?,
-                a.bool("enable_gqa").map_err(attr_err)?,
-            )?
-        }
         other => return Err(format!("the reference executor has no kernel for `{other}`").into()),
     };
     Ok(vec![one])

@@ -32,6 +32,7 @@
 //! ```
 
 pub mod builtin;
+pub mod decompose;
 pub mod infer;
 
 use std::fmt;

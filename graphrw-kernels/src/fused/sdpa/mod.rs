@@ -37,7 +37,7 @@ use tile::{scores_micro, values_micro, Acc, MR_K, MR_O, NR_O, NR_Q};
 pub const BLOCK_Q: usize = 64;
 /// Keys per tile. 64..256 measured about equal; 128 keeps the `[Bk, Bq]` score tile at
 /// 32 KiB (f32), inside L1/L2 next to the query and accumulator tiles.
-pub const BLOCK_K: usize = 192;
+pub const BLOCK_K: usize = 128;
 
 /// What a query row whose every key is masked out produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -525,19 +525,6 @@ fn process_item<T: Element, const FMA: bool>(
                     dv,
                 );
                 c += NR_O;
-            }
-            while c + 16 <= dv {
-                values_micro::<T::Acc, MR_O, 16, FMA>(
-                    nk,
-                    &s[i..],
-                    bqp,
-                    &vb[c..],
-                    dv,
-                    &alpha[i..],
-                    &mut o[i * dv + c..],
-                    dv,
-                );
-                c += 16;
             }
             while c + 8 <= dv {
                 values_micro::<T::Acc, MR_O, 8, FMA>(

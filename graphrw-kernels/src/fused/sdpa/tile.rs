@@ -95,13 +95,14 @@ impl Acc for f64 {
 
 /// Queries per score micro-tile (columns of `S^T`, the vector dimension).
 pub(super) const NR_Q: usize = 16;
-/// Keys per score micro-tile (rows of `S^T`): 6 x 2 vectors = 12 accumulators.
-pub(super) const MR_K: usize = 6;
+/// Keys per score micro-tile (rows of `S^T`): 4 x 2 vectors = 8 accumulators. (6 x 2
+/// was measured 4-5x slower: LLVM spills the accumulators.)
+pub(super) const MR_K: usize = 4;
 /// Query rows per value micro-tile.
 pub(super) const MR_O: usize = 4;
-/// Value columns per value micro-tile (the vector dimension): 4 x 3 vectors = 12
-/// accumulators; narrower tails use 16, 8, 4 and 1 columns.
-pub(super) const NR_O: usize = 24;
+/// Value columns per value micro-tile (the vector dimension): 4 x 2 vectors = 8
+/// accumulators; narrower tails use 8, 4 and 1 columns.
+pub(super) const NR_O: usize = 16;
 
 /// `s[r * lds + c] = sum_p k[r * d + p] * qt[p * ldq + c]` for `r < MR`, `c < NR`:
 /// `MR` keys (rows of `k`, length `d` each) against `NR` query columns of the packed,
