@@ -63,6 +63,23 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Apply rule sets (by default: attention fusion) and write the result as ONNX.
+    ///
+    /// Reports every rule that fired and how often. A fused attention node is written
+    /// as the standard ONNX `Attention` op (opset 23), which onnxruntime runs.
+    ///
+    /// Example: `graphrw optimize model.onnx -o fused.onnx && graphrw run . --model fused.onnx`
+    Optimize {
+        /// The ONNX model file.
+        model: PathBuf,
+        /// Where to write the optimised model.
+        #[arg(short, long, value_name = "OUT")]
+        output: PathBuf,
+        /// Rule sets to apply: `attention` (the whole fusion pipeline, the default) or
+        /// `canonical` (layout and scale canonicalisation only). Repeatable.
+        #[arg(long = "rules", value_name = "NAME")]
+        rules: Vec<String>,
+    },
     /// Run a model on its ONNX test data and report the max error and time.
     ///
     /// Runs `test_data_set_*/input_N.pb` with the reference executor and compares with
@@ -87,6 +104,11 @@ fn main() -> ExitCode {
         Command::Inspect { model } => commands::inspect::run(&model),
         Command::Print { model } => commands::print::run(&model),
         Command::Dot { model, output } => commands::dot::run(&model, output.as_deref()),
+        Command::Optimize {
+            model,
+            output,
+            rules,
+        } => commands::optimize::run(&model, &output, &rules),
         Command::Run { model_dir, model } => commands::run::run(&model_dir, model.as_deref()),
     };
     match result {

@@ -4,6 +4,7 @@
 pub mod dot;
 pub mod inspect;
 pub mod ops;
+pub mod optimize;
 pub mod print;
 pub mod run;
 

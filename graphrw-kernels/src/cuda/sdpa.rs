@@ -52,7 +52,7 @@ fn choose(dtype: DType, d: usize, dv: usize) -> Config {
         65..=128 => Config {
             mma,
             warps: 4,
-            block_n: 32,
+            block_n: 64,
             q_in_regs: false,
             m_tiles: 2,
         },

@@ -388,6 +388,10 @@ sdpa_mma(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __rest
         const u16* kt = kbuf + stage * BLOCK_N * QK_STRIDE;
         const u16* vt = vbuf + stage * BLOCK_N * V_STRIDE;
         const int n0 = nb * BLOCK_N;
+#if IS_CAUSAL
+        // every key of this tile is after every row of this warp: nothing to add
+        if (n0 > q0 + warp * WARP_M + WARP_M - 1) continue;
+#endif
 
         // S = Q K^T for this warp's 16 rows and BLOCK_N keys.
         float s[M_TILES][NTILES][4];
