@@ -114,15 +114,69 @@ fn dump(dev: &Arc<CudaDevice>, dir: &str) -> Res<()> {
     let mut meta = std::fs::File::create(format!("{dir}/cases.txt"))?;
     // name dtype b hq hkv sq skv d dv causal mask(none|bool|add)
     let cases: &[(&str, DType, [usize; 7], bool, &str)] = &[
-        ("f16_d64", DType::F16, [2, 8, 8, 256, 256, 64, 64], false, "none"),
-        ("f16_d128_causal", DType::F16, [2, 8, 8, 300, 300, 128, 128], true, "none"),
-        ("bf16_d128", DType::BF16, [2, 8, 8, 512, 512, 128, 128], false, "none"),
-        ("bf16_d64_causal_gqa", DType::BF16, [1, 8, 2, 1024, 1024, 64, 64], true, "none"),
-        ("f16_d128_sq_ne_skv_bool", DType::F16, [2, 4, 4, 100, 333, 128, 128], false, "bool"),
-        ("bf16_d64_additive", DType::BF16, [2, 4, 4, 128, 128, 64, 64], false, "add"),
-        ("f16_d256_causal", DType::F16, [1, 4, 4, 200, 200, 256, 256], true, "none"),
-        ("f32_d64", DType::F32, [2, 4, 4, 128, 160, 64, 64], false, "none"),
-        ("f16_d80", DType::F16, [1, 4, 4, 100, 100, 80, 80], true, "none"),
+        (
+            "f16_d64",
+            DType::F16,
+            [2, 8, 8, 256, 256, 64, 64],
+            false,
+            "none",
+        ),
+        (
+            "f16_d128_causal",
+            DType::F16,
+            [2, 8, 8, 300, 300, 128, 128],
+            true,
+            "none",
+        ),
+        (
+            "bf16_d128",
+            DType::BF16,
+            [2, 8, 8, 512, 512, 128, 128],
+            false,
+            "none",
+        ),
+        (
+            "bf16_d64_causal_gqa",
+            DType::BF16,
+            [1, 8, 2, 1024, 1024, 64, 64],
+            true,
+            "none",
+        ),
+        (
+            "f16_d128_sq_ne_skv_bool",
+            DType::F16,
+            [2, 4, 4, 100, 333, 128, 128],
+            false,
+            "bool",
+        ),
+        (
+            "bf16_d64_additive",
+            DType::BF16,
+            [2, 4, 4, 128, 128, 64, 64],
+            false,
+            "add",
+        ),
+        (
+            "f16_d256_causal",
+            DType::F16,
+            [1, 4, 4, 200, 200, 256, 256],
+            true,
+            "none",
+        ),
+        (
+            "f32_d64",
+            DType::F32,
+            [2, 4, 4, 128, 160, 64, 64],
+            false,
+            "none",
+        ),
+        (
+            "f16_d80",
+            DType::F16,
+            [1, 4, 4, 100, 100, 80, 80],
+            true,
+            "none",
+        ),
     ];
     for (i, &(name, dtype, [b, hq, hkv, sq, skv, d, dv], causal, mk)) in cases.iter().enumerate() {
         let seed = 10 * i as u64;

@@ -56,7 +56,9 @@ fn find_wheel_nvrtc() {
 /// A deterministic pseudo-random tensor with values in [-amp, amp).
 fn rand_tensor(dtype: DType, shape: &[usize], seed: u64, amp: f64) -> Tensor {
     let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let data: Vec<f64> = (0..n)
         .map(|_| {
             s = s
@@ -119,7 +121,7 @@ fn run_case(dev: &Arc<CudaDevice>, c: &Case, seed: u64) -> Result<f64, KernelErr
         0 => None,
         1 => {
             let data: Vec<bool> = (0..c.sq * c.skv)
-                .map(|i| (i * 7 + i / c.skv) % 5 != 0)
+                .map(|i| !(i * 7 + i / c.skv).is_multiple_of(5))
                 .collect();
             Some(Tensor::from_vec(vec![c.sq, c.skv], data)?)
         }
@@ -243,7 +245,10 @@ fn gpu_sdpa_matches_reference() {
             failures.push(i);
         }
     }
-    assert!(failures.is_empty(), "cases {failures:?} differ from the reference");
+    assert!(
+        failures.is_empty(),
+        "cases {failures:?} differ from the reference"
+    );
 }
 
 #[test]
@@ -271,7 +276,10 @@ fn gpu_fully_masked_row_is_nan_like_reference() {
         .to_host()
         .unwrap();
         let row2 = &got.to_f64_vec()[2 * d..3 * d];
-        assert!(row2.iter().all(|x| x.is_nan()), "{dtype}: row 2 should be NaN");
+        assert!(
+            row2.iter().all(|x| x.is_nan()),
+            "{dtype}: row 2 should be NaN"
+        );
         assert!(max_err(&got, &expected) <= tol(dtype));
     }
 }
@@ -315,7 +323,16 @@ fn gpu_sdpa_rejects_bad_input() {
         .upload(&rand_tensor(DType::F16, &[1, 1, 8, 320], 2, 1.0))
         .unwrap();
     let o = SdpaOptions::default();
-    assert!(cuda::sdpa(&q, &k, &k, None, &o).is_err(), "gqa without enable_gqa");
-    assert!(cuda::sdpa(&q, &k32, &k32, None, &o).is_err(), "dtype mismatch");
-    assert!(cuda::sdpa(&big, &big, &big, None, &o).is_err(), "head dim 320");
+    assert!(
+        cuda::sdpa(&q, &k, &k, None, &o).is_err(),
+        "gqa without enable_gqa"
+    );
+    assert!(
+        cuda::sdpa(&q, &k32, &k32, None, &o).is_err(),
+        "dtype mismatch"
+    );
+    assert!(
+        cuda::sdpa(&big, &big, &big, None, &o).is_err(),
+        "head dim 320"
+    );
 }

@@ -97,7 +97,9 @@ fn preload_nvrtc() {
     ONCE.get_or_init(|| {
         if let Ok(path) = std::env::var("GRAPHRW_NVRTC_LIB") {
             // NVRTC opens its builtins library by soname: load the one beside it first.
-            let dir = std::path::Path::new(&path).parent().map(|p| p.to_path_buf());
+            let dir = std::path::Path::new(&path)
+                .parent()
+                .map(|p| p.to_path_buf());
             let builtins = dir
                 .and_then(|d| std::fs::read_dir(d).ok())
                 .into_iter()
@@ -174,10 +176,12 @@ pub fn compile_ptx(
     .map_err(|_| cuda_err("nvrtc", "panicked (library symbols missing?)"))?;
     match ptx {
         Ok(p) => Ok(p.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(KernelError::Unsupported {
-            op: "cuda",
-            msg: format!("nvrtc failed on {name}:\n{}", log.to_string_lossy()),
-        }),
+        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => {
+            Err(KernelError::Unsupported {
+                op: "cuda",
+                msg: format!("nvrtc failed on {name}:\n{}", log.to_string_lossy()),
+            })
+        }
         Err(e) => Err(cuda_err("nvrtc", e)),
     }
 }
@@ -319,7 +323,11 @@ impl CudaDevice {
     }
 
     /// A zero-filled device tensor.
-    pub fn zeros(self: &Arc<Self>, dtype: DType, shape: &[usize]) -> Result<CudaTensor, KernelError> {
+    pub fn zeros(
+        self: &Arc<Self>,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<CudaTensor, KernelError> {
         let n: usize = shape.iter().product::<usize>() * dtype.size_in_bytes();
         let buf = self
             .stream

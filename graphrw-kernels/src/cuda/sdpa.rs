@@ -30,7 +30,8 @@ struct Config {
 }
 
 fn choose(dtype: DType, d: usize, dv: usize) -> Config {
-    let mma = matches!(dtype, DType::F16 | DType::BF16) && d.is_multiple_of(16) && dv.is_multiple_of(16);
+    let mma =
+        matches!(dtype, DType::F16 | DType::BF16) && d.is_multiple_of(16) && dv.is_multiple_of(16);
     if !mma {
         return Config {
             mma,

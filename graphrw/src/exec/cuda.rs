@@ -112,7 +112,7 @@ impl Executor for CudaExecutor {
             }
         }
         match node.attrs.float("dropout_p") {
-            Ok(p) if p == 0.0 => {}
+            Ok(0.0) => {}
             Ok(p) => return Err(format!("dropout_p = {p} is not supported")),
             Err(e) => return Err(e.0),
         }

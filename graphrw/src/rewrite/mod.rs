@@ -54,7 +54,7 @@ pub enum RewriteError {
         /// The anchor (`%id op "name"`).
         node: String,
         /// The error.
-        source: GraphError,
+        source: Box<GraphError>,
     },
     /// The graph failed verification after a rewrite (a bug in a rule or in graphrw).
     #[error("after rule `{rule}`: {source}")]
@@ -62,7 +62,7 @@ pub enum RewriteError {
         /// The rule that fired last.
         rule: &'static str,
         /// The verifier's error.
-        source: GraphError,
+        source: Box<GraphError>,
     },
 }
 
@@ -199,7 +199,7 @@ impl Rewriter {
                     RewriteError::Replacement {
                         rule: rule.name,
                         node: at.clone(),
-                        source,
+                        source: Box::new(source),
                     }
                 })?;
                 report.firings.push(Firing {
@@ -212,7 +212,7 @@ impl Rewriter {
                 if self.verify_each {
                     verify(graph).map_err(|source| RewriteError::Verify {
                         rule: rule.name,
-                        source,
+                        source: Box::new(source),
                     })?;
                 }
                 queue.extend(patch.rewired.iter().copied());

@@ -47,13 +47,7 @@ impl Acc for f32 {
         const LN2_LO: f32 = -2.121_944_4e-4;
         // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
         const MAGIC: f32 = 12_582_912.0;
-        let xc = if x < LO {
-            LO
-        } else if x > HI {
-            HI
-        } else {
-            x
-        };
+        let xc = x.clamp(LO, HI);
         let t = Self::fmadd::<FMA>(xc, LOG2E, MAGIC);
         let n = t - MAGIC;
         let r = Self::fmadd::<FMA>(n, -LN2_HI, xc);
@@ -63,7 +57,7 @@ impl Acc for f32 {
         p = Self::fmadd::<FMA>(p, r, 8.333_452e-3);
         p = Self::fmadd::<FMA>(p, r, 4.166_579_6e-2);
         p = Self::fmadd::<FMA>(p, r, 1.666_666_5e-1);
-        p = Self::fmadd::<FMA>(p, r, 5.000_000_1e-1);
+        p = Self::fmadd::<FMA>(p, r, 0.5);
         let e = Self::fmadd::<FMA>(p, r * r, r) + 1.0;
         // n is in [-126, 127]: the low bits of t hold it (two's complement offset).
         let n_int = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
