@@ -16,7 +16,12 @@
 //!   statistics (max, sum over keys) are vertical, vectorised over query rows;
 //! - `P V` reads P^T's rows and V's rows in place (no packing of V).
 //! - The inner loops are written for LLVM's auto-vectoriser and the whole work item is
-//!   compiled a second time with `avx2,fma` enabled, chosen at run time.
+//!   compiled a second time with `avx2,fma` enabled, chosen at run time (the one
+//!   `unsafe` call). It pays: f32, B=1, H=8, S=1024, D=64 on a 2-core Zen 3 ran at
+//!   49.9 GFLOP/s with it and 8.2 GFLOP/s with the baseline build
+//!   (`GRAPHRW_SDPA_BASELINE=1`).
+//! - Measured and rejected: a 6-key score micro-tile and a 24-column value micro-tile
+//!   (12 accumulators each): 4-5x slower, LLVM spills them.
 
 mod mask;
 mod tile;
