@@ -24,10 +24,10 @@ pub mod broadcast;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-pub mod fused;
 mod dtype;
 pub mod element;
 mod error;
+pub mod fused;
 mod tensor;
 
 pub use dtype::DType;
