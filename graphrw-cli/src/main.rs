@@ -62,6 +62,26 @@ enum Command {
         /// Write to this file instead of standard output.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Fill in the nodes of every match of this built-in rule (e.g. `attention_scale_mask`).
+        #[arg(long, value_name = "RULE")]
+        highlight: Option<String>,
+    },
+    /// Explain why a built-in rule matches or not.
+    ///
+    /// With `--node`, says where matching stopped at that node and why (the pattern
+    /// position, the graph node, what was expected and found). Without it, lists the
+    /// rule's near misses over the model, deepest first.
+    ///
+    /// Example: `graphrw explain model.onnx --rule attention_scale_mask --node t41`
+    Explain {
+        /// The ONNX model file.
+        model: PathBuf,
+        /// The rule's name (see `rules/` or the report of `graphrw optimize`).
+        #[arg(long, value_name = "NAME")]
+        rule: String,
+        /// The node: its printed name (`t41`, from `graphrw print`) or its ONNX name.
+        #[arg(long, value_name = "N")]
+        node: Option<String>,
     },
     /// Apply rule sets (by default: attention fusion) and write the result as ONNX.
     ///
@@ -103,7 +123,14 @@ fn main() -> ExitCode {
         Command::Ops { filter } => commands::ops::run(filter.as_deref()),
         Command::Inspect { model } => commands::inspect::run(&model),
         Command::Print { model } => commands::print::run(&model),
-        Command::Dot { model, output } => commands::dot::run(&model, output.as_deref()),
+        Command::Dot {
+            model,
+            output,
+            highlight,
+        } => commands::dot::run(&model, output.as_deref(), highlight.as_deref()),
+        Command::Explain { model, rule, node } => {
+            commands::explain::run(&model, &rule, node.as_deref())
+        }
         Command::Optimize {
             model,
             output,

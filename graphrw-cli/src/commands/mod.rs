@@ -2,6 +2,7 @@
 //! `main` prints as one line.
 
 pub mod dot;
+pub mod explain;
 pub mod inspect;
 pub mod ops;
 pub mod optimize;

@@ -43,19 +43,85 @@ pub fn find(pattern: &'static Pattern, graph: &Graph) -> Vec<Match> {
 
 /// The first match of `pattern` whose first root is output 0 of `anchor`.
 pub fn match_at(pattern: &'static Pattern, graph: &Graph, anchor: NodeId) -> Option<Match> {
-    let root = pattern.roots.first()?;
-    let node = graph.node(anchor)?;
-    if !pattern.anchors.iter().any(|op| *op == node.op()) {
-        return None;
-    }
+    run::<false>(pattern, graph, anchor).ok()
+}
+
+/// Where a failed match stopped: the deepest failure the matcher met (explain mode only).
+#[derive(Clone, Debug)]
+pub(crate) struct Failure {
+    /// Graph nodes matched when it stopped.
+    pub depth: usize,
+    /// The pattern node being matched (`None`: before the first root).
+    pub pat: Option<u16>,
+    /// The graph value it was matched against.
+    pub value: Value,
+    /// Why it failed.
+    pub why: Why,
+}
+
+/// The reason of a [`Failure`].
+#[derive(Clone, Debug)]
+pub(crate) enum Why {
+    /// The anchor's op is not one the pattern can start at.
+    Anchor,
+    /// A different op (or a constant where an op was expected).
+    Op { expected: Vec<&'static str> },
+    /// Not output 0 of its node.
+    Output,
+    /// Wrong number of operands.
+    Operands {
+        want: usize,
+        more: bool,
+        found: usize,
+    },
+    /// An attribute has another value.
+    Attr {
+        name: &'static str,
+        index: usize,
+        attr: usize,
+    },
+    /// Not a one-element constant.
+    NotConst,
+    /// A constant with another number.
+    ConstValue { want: f64, found: f64 },
+    /// An int parameter met a fractional constant.
+    NotInt { found: f64 },
+    /// A name already bound to something else.
+    Rebound { slot: Slot, old: Bound, new: Bound },
+    /// A shared (`let`) node already matched another value.
+    Shared { old: Value },
+    /// A `where` constraint failed.
+    Constraint { index: usize, detail: String },
+    /// No candidate for a further root of a multi-output pattern.
+    NoRoot { root: u16 },
+}
+
+/// Runs the matcher; in explain mode (`E`) a failure returns the deepest point reached.
+pub(crate) fn run<const E: bool>(
+    pattern: &'static Pattern,
+    graph: &Graph,
+    anchor: NodeId,
+) -> Result<Match, Option<Failure>> {
+    let root = pattern.roots.first().ok_or(None)?;
+    let node = graph.node(anchor).ok_or(None)?;
     let value = Value::new(anchor, 0);
-    let mut m = Matcher {
+    if !pattern.anchors.iter().any(|op| *op == node.op()) {
+        return Err(E.then_some(Failure {
+            depth: 0,
+            pat: Some(root.node),
+            value,
+            why: Why::Anchor,
+        }));
+    }
+    let mut m = Matcher::<E> {
         p: pattern,
         g: graph,
         b: Bindings::new(pattern.slots as usize),
         trail: Vec::new(),
         nodes: Vec::new(),
         roots: vec![value],
+        fail: None,
+        at: (Some(root.node), value),
     };
     let mut goals: Vec<Goal> = (1..pattern.roots.len() as u16)
         .rev()
@@ -67,11 +133,11 @@ pub fn match_at(pattern: &'static Pattern, graph: &Graph, anchor: NodeId) -> Opt
         iter: 0,
     });
     if !m.solve(goals) {
-        return None;
+        return Err(m.fail);
     }
     let mut seen = BTreeSet::new();
     let nodes = m.nodes.into_iter().filter(|n| seen.insert(*n)).collect();
-    Some(Match {
+    Ok(Match {
         pattern,
         outputs: m.roots,
         nodes,
@@ -100,18 +166,40 @@ enum Goal {
     Root(u16),
 }
 
-struct Matcher<'g> {
+struct Matcher<'g, const E: bool> {
     p: &'static Pattern,
     g: &'g Graph,
     b: Bindings,
     trail: Vec<Slot>,
     nodes: Vec<NodeId>,
     roots: Vec<Value>,
+    /// Explain mode: the deepest failure so far.
+    fail: Option<Failure>,
+    /// Explain mode: the pattern node and value being matched (for failures of `bind`).
+    at: (Option<u16>, Value),
 }
 
 type Mark = (usize, usize);
 
-impl Matcher<'_> {
+impl<const E: bool> Matcher<'_, E> {
+    /// Records a failure at the current depth when it is the deepest so far (explain
+    /// mode only; compiled out otherwise).
+    #[inline(always)]
+    fn record(&mut self, pat: Option<u16>, value: Value, why: impl FnOnce(&Self) -> Why) {
+        if E {
+            let depth = self.nodes.len();
+            if self.fail.as_ref().is_none_or(|f| depth > f.depth) {
+                let why = why(self);
+                self.fail = Some(Failure {
+                    depth,
+                    pat,
+                    value,
+                    why,
+                });
+            }
+        }
+    }
+
     fn mark(&self) -> Mark {
         (self.trail.len(), self.nodes.len())
     }
@@ -127,18 +215,46 @@ impl Matcher<'_> {
     /// Binds `slot` (or compares when bound) and runs the constraints that became ready.
     fn bind(&mut self, slot: Slot, value: Bound) -> bool {
         if let Some(old) = self.b.get(slot) {
-            return *old == value;
+            if *old == value {
+                return true;
+            }
+            if E {
+                let old = old.clone();
+                let (pat, at) = self.at;
+                self.record(pat, at, |_| Why::Rebound {
+                    slot,
+                    old,
+                    new: value,
+                });
+            }
+            return false;
         }
         self.b.set(slot, value);
         self.trail.push(slot);
-        self.p
-            .constraints
-            .iter()
-            .filter(|c| c.reads.contains(&slot) && c.reads.iter().all(|&s| self.b.is_bound(s)))
-            .all(|c| match c.check {
-                Check::Compare(l, op, r) => compare(self.g, &self.b, l, op, r),
-                Check::Pred(f) => f(self.g, &self.b),
-            })
+        let failed = self.p.constraints.iter().position(|c| {
+            c.reads.contains(&slot)
+                && c.reads.iter().all(|&s| self.b.is_bound(s))
+                && !match c.check {
+                    Check::Compare(l, op, r) => compare(self.g, &self.b, l, op, r),
+                    Check::Pred(f) => f(self.g, &self.b),
+                }
+        });
+        match failed {
+            None => true,
+            Some(index) => {
+                let (pat, at) = self.at;
+                self.record(pat, at, |m| Why::Constraint {
+                    index,
+                    detail: match m.p.constraints[index].check {
+                        Check::Compare(l, _, r) => {
+                            format!("{} vs {}", show(m.g, &m.b, l), show(m.g, &m.b, r))
+                        }
+                        Check::Pred(_) => String::new(),
+                    },
+                });
+                false
+            }
+        }
     }
 
     fn solve(&mut self, mut goals: Vec<Goal>) -> bool {
@@ -216,25 +332,41 @@ impl Matcher<'_> {
             }
             self.roots.pop();
         }
+        let at = self.roots[0];
+        self.record(None, at, |_| Why::NoRoot { root: k });
         false
     }
 
     fn match_node(&mut self, pat: u16, value: Value, iter: u16, mut goals: Vec<Goal>) -> bool {
         let mark = self.mark();
+        if E {
+            self.at = (Some(pat), value);
+        }
         let ok = match &self.p.nodes[pat as usize] {
             PatNode::Any => return self.solve(goals),
             PatNode::Tensor(slot) => self.bind(*slot, Bound::Value(value)) && self.solve(goals),
             PatNode::Const(c) => {
                 let Some(x) = constant_scalar(self.g, value) else {
+                    self.record(Some(pat), value, |_| Why::NotConst);
                     return false;
                 };
                 let dtype = self.g.meta(value).map(|m| m.dtype).unwrap_or(DType::F64);
                 let ok = match c {
-                    ConstPat::Value(want) => close(x, *want, dtype),
+                    ConstPat::Value(want) => {
+                        let ok = close(x, *want, dtype);
+                        if !ok {
+                            let want = *want;
+                            self.record(Some(pat), value, |_| Why::ConstValue { want, found: x });
+                        }
+                        ok
+                    }
                     ConstPat::Param(slot) => {
                         let bound = match self.p.params[*slot as usize].kind {
                             ParamKind::Int if x.fract() == 0.0 => Bound::Int(x as i64),
-                            ParamKind::Int => return false,
+                            ParamKind::Int => {
+                                self.record(Some(pat), value, |_| Why::NotInt { found: x });
+                                return false;
+                            }
                             _ => Bound::Float(x),
                         };
                         self.bind(*slot, bound)
@@ -247,26 +379,53 @@ impl Matcher<'_> {
                 let Some(node) = self.g.node(value.node) else {
                     return false;
                 };
-                if value.output != 0 || node.op() != o.op {
+                if node.op() != o.op {
+                    self.record(Some(pat), value, |_| Why::Op {
+                        expected: vec![o.op.name],
+                    });
+                    return false;
+                }
+                if value.output != 0 {
+                    self.record(Some(pat), value, |_| Why::Output);
                     return false;
                 }
                 if let Some(Bound::Value(v)) = o.slot.and_then(|s| self.b.get(s)) {
                     // A shared (`let`) node matched already.
-                    return *v == value && self.solve(goals);
+                    if *v != value {
+                        let old = *v;
+                        self.record(Some(pat), value, |_| Why::Shared { old });
+                        return false;
+                    }
+                    return self.solve(goals);
                 }
                 let n = node.operands().len();
                 if n < o.operands.len() || (!o.more_operands && n != o.operands.len()) {
+                    self.record(Some(pat), value, |_| Why::Operands {
+                        want: o.operands.len(),
+                        more: o.more_operands,
+                        found: n,
+                    });
                     return false;
                 }
                 let attrs = node.attr_values();
-                for a in o.attrs {
+                for (k, a) in o.attrs.iter().enumerate() {
                     let Some(v) = attrs.get(a.index) else {
                         return false;
                     };
                     if !self.match_attr(&a.pat, v) {
+                        if !matches!(a.pat, AttrPat::Param(_)) {
+                            self.record(Some(pat), value, |_| Why::Attr {
+                                name: a.name,
+                                index: a.index,
+                                attr: k,
+                            });
+                        }
                         self.undo(mark);
                         return false;
                     }
+                }
+                if E {
+                    self.at = (Some(pat), value);
                 }
                 if o.slot.is_some_and(|s| !self.bind(s, Bound::Value(value))) {
                     self.undo(mark);
@@ -448,5 +607,18 @@ fn compare(g: &Graph, b: &Bindings, l: Term, op: CmpOp, r: Term) -> bool {
         CmpOp::Eq => l == r,
         CmpOp::Ne => l != r,
         _ => false,
+    }
+}
+
+/// The value of a constraint term, for explanations.
+fn show(g: &Graph, b: &Bindings, t: Term) -> String {
+    match eval(g, b, t) {
+        Some(TermValue::Num(x)) if x.fract() == 0.0 => format!("{}", x as i64),
+        Some(TermValue::Num(x)) => format!("{x:?}"),
+        Some(TermValue::Dim(d)) => format!("{d}"),
+        Some(TermValue::DType(d)) => format!("{d}"),
+        Some(TermValue::Bool(x)) => format!("{x}"),
+        Some(TermValue::Other(o)) => format!("{o:?}"),
+        None => "unknown".to_string(),
     }
 }

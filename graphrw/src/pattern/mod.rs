@@ -202,6 +202,7 @@
 
 mod bindings;
 mod display;
+mod explain;
 pub mod matcher;
 #[doc(hidden)]
 pub mod private;
@@ -209,6 +210,7 @@ mod rule;
 mod tree;
 
 pub use bindings::{Bindings, Bound, Match, PatternMatch, TensorRef};
+pub use explain::{explain, explain_named, near_misses, Explanation};
 pub use rule::{ReplaceFn, Rule, RuleSet};
 pub use tree::{
     AttrCheck, AttrPat, Check, CmpOp, ConstPat, Constraint, Link, OpPat, Param, ParamKind, PatNode,
@@ -226,5 +228,10 @@ impl Pattern {
     /// The first match anchored at `node` (see [`matcher::match_at`]).
     pub fn match_at(&'static self, graph: &Graph, node: NodeId) -> Option<Match> {
         matcher::match_at(self, graph, node)
+    }
+
+    /// Why this pattern does or does not match at `node` (see [`explain()`]).
+    pub fn explain(&'static self, graph: &Graph, node: NodeId) -> Explanation {
+        explain::explain(self, graph, node)
     }
 }

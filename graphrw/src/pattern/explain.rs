@@ -1,0 +1,269 @@
+//! Why a pattern does not match: [`explain`] runs the matcher in explain mode at one
+//! node and reports the deepest point it reached, in words that name the pattern
+//! position and the graph node; [`near_misses`] does so for every anchor candidate.
+//!
+//! ```text
+//! operand 0 of `div`: expected `matmul`, found `bmm` t41
+//! the root: `softmax` t3 has dim=0, expected dim=-1
+//! the root: constraint `rank(x) == 4` failed (3 vs 4) binding x to t1
+//! ```
+//!
+//! The normal matcher ([`find`](crate::pattern::matcher::find),
+//! [`match_at`](crate::pattern::matcher::match_at)) records nothing: explain mode is a
+//! separate instantiation of it.
+
+use std::fmt;
+
+use crate::ops::AttrValue;
+use crate::pattern::matcher::{self, Failure, Why};
+use crate::pattern::{AttrPat, Bound, PatNode, Pattern};
+use crate::printer::Names;
+use crate::{Graph, NodeId, Value};
+
+/// The result of [`explain`]: a match, or where and why matching stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explanation {
+    /// The pattern's name.
+    pub pattern: &'static str,
+    /// The node the match was anchored at.
+    pub anchor: NodeId,
+    /// True when the pattern matches at `anchor`.
+    pub matched: bool,
+    /// Graph nodes matched before matching stopped (how far it got); for a match, the
+    /// number of nodes it covers.
+    pub depth: usize,
+    /// The graph node where matching stopped (`None` for a match).
+    pub node: Option<NodeId>,
+    /// The pattern position where it stopped (`operand 0 of `div``, `the root`).
+    pub position: String,
+    /// The failure sentence, or `matches`.
+    pub message: String,
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Why `pattern` does or does not match with its first root at output 0 of `node`.
+pub fn explain(pattern: &'static Pattern, graph: &Graph, node: NodeId) -> Explanation {
+    explain_named(pattern, graph, node, &Names::new(graph))
+}
+
+/// Every anchor candidate of `pattern` in `graph` (a node with one of the ops the
+/// pattern can start at) where the pattern does not match, with its explanation,
+/// deepest first (ties in node order).
+pub fn near_misses(pattern: &'static Pattern, graph: &Graph) -> Vec<(NodeId, Explanation)> {
+    let names = Names::new(graph);
+    let mut anchors: Vec<NodeId> = pattern
+        .anchors
+        .iter()
+        .flat_map(|op| graph.nodes_with_op(op.name))
+        .collect();
+    anchors.sort_unstable();
+    anchors.dedup();
+    let mut out: Vec<(NodeId, Explanation)> = anchors
+        .into_iter()
+        .map(|n| (n, explain_named(pattern, graph, n, &names)))
+        .filter(|(_, e)| !e.matched)
+        .collect();
+    out.sort_by_key(|(n, e)| (std::cmp::Reverse(e.depth), *n));
+    out
+}
+
+/// [`explain`] with the graph's names already computed.
+pub fn explain_named(
+    pattern: &'static Pattern,
+    graph: &Graph,
+    node: NodeId,
+    names: &Names,
+) -> Explanation {
+    let mut e = Explanation {
+        pattern: pattern.name,
+        anchor: node,
+        matched: false,
+        depth: 0,
+        node: Some(node),
+        position: "the root".into(),
+        message: String::new(),
+    };
+    match matcher::run::<true>(pattern, graph, node) {
+        Ok(m) => {
+            e.matched = true;
+            e.depth = m.nodes.len();
+            e.node = None;
+            e.message = "matches".into();
+        }
+        Err(None) => {
+            e.message = match graph.node(node) {
+                None => format!(
+                    "{} is not a node of the graph",
+                    names.get(Value::from(node))
+                ),
+                Some(_) => format!("`{}` has no roots", pattern.name),
+            };
+        }
+        Err(Some(f)) => {
+            e.depth = f.depth;
+            e.node = Some(f.value.node);
+            e.position = match f.pat {
+                Some(p) => position(pattern, p),
+                None => "the root".into(),
+            };
+            e.message = sentence(pattern, graph, names, &e.position, &f);
+        }
+    }
+    e
+}
+
+/// Where pattern node `n` sits: `the root`, `output 1`, `operand 0 of `div``.
+fn position(p: &Pattern, n: u16) -> String {
+    position_depth(p, n, 0)
+}
+
+fn position_depth(p: &Pattern, n: u16, guard: usize) -> String {
+    if let Some(k) = p.roots.iter().position(|r| r.node == n) {
+        return if p.roots.len() == 1 {
+            "the root".into()
+        } else {
+            format!("output {k}")
+        };
+    }
+    if guard > p.nodes.len() {
+        return format!("pattern node {n}");
+    }
+    for (i, node) in p.nodes.iter().enumerate() {
+        let i = i as u16;
+        match node {
+            PatNode::Op(o) => {
+                if let Some(j) = o.operands.iter().position(|&x| x == n) {
+                    return format!("operand {j} of `{}`", o.op.name);
+                }
+            }
+            PatNode::Alt(bs) if bs.contains(&n) => return position_depth(p, i, guard + 1),
+            PatNode::Repeat(r) if r.body == n => return position_depth(p, i, guard + 1),
+            PatNode::Repeat(r) if r.base == n => {
+                return format!(
+                    "the base of the repetition at {}",
+                    position_depth(p, i, guard + 1)
+                )
+            }
+            _ => {}
+        }
+    }
+    format!("pattern node {n}")
+}
+
+fn sentence(p: &Pattern, g: &Graph, names: &Names, pos: &str, f: &Failure) -> String {
+    let name = names.get(f.value);
+    let op = g.node(f.value.node).map_or("<removed>", |n| n.op_name());
+    let found = format!("`{op}` {name}");
+    let slot_name = |s: u16| {
+        p.params
+            .get(s as usize)
+            .map_or_else(|| format!("%{s}"), |x| x.name.to_string())
+    };
+    let bound = |b: &Bound| match b {
+        Bound::Value(v) => names.get(*v),
+        Bound::Int(x) => x.to_string(),
+        Bound::Float(x) => format!("{x:?}"),
+        Bound::Bool(x) => x.to_string(),
+        Bound::Ints(x) => format!("{x:?}"),
+        Bound::Str(x) => format!("{x:?}"),
+        Bound::DType(x) => x.to_string(),
+    };
+    match &f.why {
+        Why::Anchor => {
+            let ops: Vec<String> = p.anchors.iter().map(|o| format!("`{}`", o.name)).collect();
+            format!("{pos}: expected {}, found {found}", ops.join(" or "))
+        }
+        Why::Op { expected } => {
+            let ops: Vec<String> = expected.iter().map(|o| format!("`{o}`")).collect();
+            format!("{pos}: expected {}, found {found}", ops.join(" or "))
+        }
+        Why::Output => format!(
+            "{pos}: expected output 0 of `{op}`, found output {} ({name})",
+            f.value.output
+        ),
+        Why::Operands { want, more, found } => format!(
+            "{pos}: `{op}` {name} has {found} operand(s), expected {want}{}",
+            if *more { " or more" } else { "" }
+        ),
+        Why::Attr {
+            name: attr,
+            index,
+            attr: k,
+        } => {
+            let have = g
+                .node(f.value.node)
+                .and_then(|n| n.attr_values().get(*index))
+                .map_or_else(|| "<none>".to_string(), show_attr);
+            let want = match p.nodes.get(f.pat.unwrap_or(u16::MAX) as usize) {
+                Some(PatNode::Op(o)) => attr_pat(p, &o.attrs[*k].pat),
+                _ => "?".into(),
+            };
+            format!("{pos}: {found} has {attr}={have}, expected {attr}={want}")
+        }
+        Why::NotConst => format!("{pos}: expected a one-element constant, found {found}"),
+        Why::ConstValue { want, found: x } => {
+            format!("{pos}: expected the constant {want:?}, found {name} = {x:?}")
+        }
+        Why::NotInt { found: x } => {
+            format!("{pos}: expected an integral constant, found {name} = {x:?}")
+        }
+        Why::Rebound { slot, old, new } => format!(
+            "{pos}: `{}` is already bound to {}, found {}",
+            slot_name(*slot),
+            bound(old),
+            bound(new)
+        ),
+        Why::Shared { old } => format!(
+            "{pos}: the shared (`let`) node already matched {}, found {name}",
+            names.get(*old)
+        ),
+        Why::Constraint { index, detail } => {
+            let c = &p.constraints[*index];
+            let detail = if detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({detail})")
+            };
+            let what = match f.pat.and_then(|n| p.nodes.get(n as usize)) {
+                Some(PatNode::Tensor(s)) => format!("binding `{}` to {name}", slot_name(*s)),
+                _ => format!("at {found}"),
+            };
+            format!("{pos}: constraint `{}` failed{detail} {what}", c.text)
+        }
+        Why::NoRoot { root } => {
+            format!("output {root}: no consumer matches (the other outputs matched from {name})")
+        }
+    }
+}
+
+fn show_attr(v: &AttrValue) -> String {
+    match v {
+        AttrValue::Null => "None".into(),
+        v => v.to_string(),
+    }
+}
+
+fn attr_pat(p: &Pattern, a: &AttrPat) -> String {
+    match a {
+        AttrPat::Int(v) => v.to_string(),
+        AttrPat::Float(v) => format!("{v:?}"),
+        AttrPat::Bool(v) => v.to_string(),
+        AttrPat::Ints(v) => format!("{v:?}"),
+        AttrPat::Str(v) => format!("{v:?}"),
+        AttrPat::DType(v) => v.to_string(),
+        AttrPat::Null => "None".into(),
+        AttrPat::Param(s) => p
+            .params
+            .get(*s as usize)
+            .map_or_else(|| format!("%{s}"), |x| x.name.to_string()),
+        AttrPat::OneOf(alts) => {
+            let v: Vec<String> = alts.iter().map(|x| attr_pat(p, x)).collect();
+            v.join(" | ")
+        }
+    }
+}
