@@ -16,11 +16,6 @@
 //! - 29 with_callback: every graphrw replacement is already a function of the match's
 //!   bindings (`replacement!`); there is no separate callback form to test.
 
-// `replacement!`/`rule_set!` wrap a one-line replacement block in a call with the
-// user's span, so rustc's `unused_braces` fires at the user's `{ .. }` (a graphrw-macros
-// codegen issue, reported; multi-line blocks do not trigger it).
-#![allow(unused_braces)]
-
 use graphrw::exec::run_reference;
 use graphrw::pattern::{matcher, Bound, Match};
 use graphrw::rewrite::apply::{apply, check_safe};

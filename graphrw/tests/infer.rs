@@ -535,3 +535,21 @@ fn every_op_is_covered_by_these_tests() {
         );
     }
 }
+
+#[test]
+fn huge_dims_are_errors_not_overflows() {
+    let big = u64::MAX / 2 + 1;
+    let e = err(
+        "split",
+        &[f32s(&[4])],
+        &[("split_sizes", ints(&[i64::MAX, 2]))],
+    );
+    assert!(e.contains("overflow"), "{e}");
+    let b = Builder::new();
+    let a = b.input("a", f32s(&[big])).value();
+    let e = b.concat(&[a, a], 0).unwrap_err().to_string();
+    assert!(e.contains("concat") && e.contains("overflows"), "{e}");
+    let w = f32s(&[1, 1, big, 1]);
+    let x = f32s(&[1, 1, 4, 4]);
+    assert!(infer("conv2d", &[x, w], &[("dilation", ints(&[i64::MAX, 1]))]).is_err());
+}

@@ -554,7 +554,7 @@ pub fn replacement_fn(
             #destructure
             #out_check
             #(#checks)*
-            #[allow(unused_variables, unused_mut, clippy::all)]
+            #[allow(unused_variables, unused_mut, unused_braces, clippy::all)]
             fn __body<'__b>(#bparam #(#body_params),*) -> ::core::result::Result<#ret_ty, #p::GraphError> {
                 ::core::result::Result::Ok(#body)
             }

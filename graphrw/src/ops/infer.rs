@@ -295,8 +295,10 @@ pub fn conv2d(x: &[&TensorMeta], a: &Attrs) -> Out {
     for i in 0..2 {
         let size = match (inp.0[2 + i].known(), w.0[2 + i].known()) {
             (Some(n), Some(k)) => {
-                let eff = dil[i] as u64 * (k.saturating_sub(1)) + 1;
-                let padded = n + 2 * pad[i] as u64;
+                let eff = (dil[i] as u64)
+                    .saturating_mul(k.saturating_sub(1))
+                    .saturating_add(1);
+                let padded = n.saturating_add((pad[i] as u64).saturating_mul(2));
                 if padded < eff {
                     infer_bail!("conv2d kernel {w} is larger than the padded input {inp}");
                 }
@@ -463,7 +465,13 @@ pub fn concat(x: &[&TensorMeta], a: &Attrs) -> Out {
                 );
             }
         }
-        total = total.zip(t.shape.0[d].known()).map(|(a, b)| a + b);
+        total = match (total, t.shape.0[d].known()) {
+            (Some(a), Some(b)) => match a.checked_add(b) {
+                Some(sum) => Some(sum),
+                None => infer_bail!("concat along dim {d} overflows: {a} + {b}"),
+            },
+            _ => None,
+        };
     }
     let mut s = first.shape.clone();
     s.0[d] = match total {
@@ -481,7 +489,10 @@ pub fn split(x: &[&TensorMeta], a: &Attrs) -> Out {
         infer_bail!("split sizes {sizes:?} must be non-empty and non-negative");
     }
     if let Some(n) = x[0].shape.0[d].known() {
-        let sum: i64 = sizes.iter().sum();
+        let sum = sizes.iter().try_fold(0i64, |acc, &s| acc.checked_add(s));
+        let Some(sum) = sum else {
+            infer_bail!("split sizes {sizes:?} overflow");
+        };
         if sum as u64 != n {
             infer_bail!(
                 "split sizes {sizes:?} add up to {sum}, but dim {d} of {} is {n}",
