@@ -9,15 +9,17 @@ use crate::macros::dispatch_float;
 use crate::{DType, Element, KernelError, Real, Tensor};
 
 /// Validated sizes of one attention call.
-struct Dims {
+/// The sizes of an attention problem, shared by the reference and the fused kernels.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dims {
     /// Batch entries (product of the dims before the head dim).
-    batch: usize,
-    hq: usize,
-    hkv: usize,
-    sq: usize,
-    skv: usize,
-    d: usize,
-    dv: usize,
+    pub(crate) batch: usize,
+    pub(crate) hq: usize,
+    pub(crate) hkv: usize,
+    pub(crate) sq: usize,
+    pub(crate) skv: usize,
+    pub(crate) d: usize,
+    pub(crate) dv: usize,
 }
 
 /// A mask read through broadcast strides over `[batch..., Hq, Sq, Skv]`.
@@ -28,7 +30,9 @@ struct Mask {
     col_stride: usize,
 }
 
-fn check(
+/// Validates the shapes (one rank >= 2, consistent batch/head/sequence/head dims,
+/// grouped heads only with `enable_gqa`); returns the sizes and the scores' shape.
+pub(crate) fn check(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,

@@ -3,7 +3,7 @@
 //! Every kernel takes tensors by reference and returns a new tensor (or an error).
 //! Dims are `i64`; negative dims count from the end and are validated against the rank.
 
-mod attention_ref;
+pub(crate) mod attention_ref;
 mod conv;
 mod creation;
 mod elementwise;

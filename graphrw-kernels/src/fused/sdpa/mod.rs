@@ -28,6 +28,7 @@ mod tile;
 
 use rayon::prelude::*;
 
+use crate::cpu::attention_ref::Dims;
 use crate::macros::dispatch_float;
 use crate::{DType, Element, KernelError, Real, Tensor};
 use mask::{MaskData, MaskView};
@@ -70,18 +71,6 @@ pub struct SdpaOptions {
     /// The output of a row whose keys are all masked out (`-inf` scores). A float mask
     /// with large finite negatives does not mask a row fully.
     pub fully_masked_rows: FullyMaskedRows,
-}
-
-/// Sizes of one attention call.
-#[derive(Clone, Copy)]
-struct Dims {
-    batch: usize,
-    hq: usize,
-    hkv: usize,
-    sq: usize,
-    skv: usize,
-    d: usize,
-    dv: usize,
 }
 
 /// Fused scaled dot-product attention: `softmax(q k^T * scale + mask) v`, computed
@@ -173,51 +162,7 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, enable_gqa: bool) -> Result<Dims, K
             });
         }
     }
-    let r = q.rank();
-    let shapes = || format!("q {:?}, k {:?}, v {:?}", q.shape(), k.shape(), v.shape());
-    if r < 2 || k.rank() != r || v.rank() != r {
-        return Err(KernelError::shape(
-            op,
-            format!("q, k, v need one rank of at least 2: {}", shapes()),
-        ));
-    }
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let lead = r.saturating_sub(3);
-    let (hq, hkv, hv) = if r >= 3 {
-        (qs[r - 3], ks[r - 3], vs[r - 3])
-    } else {
-        (1, 1, 1)
-    };
-    let consistent = qs[..lead] == ks[..lead]
-        && qs[..lead] == vs[..lead]
-        && hkv == hv
-        && ks[r - 1] == qs[r - 1]
-        && vs[r - 2] == ks[r - 2];
-    if !consistent {
-        return Err(KernelError::shape(
-            op,
-            format!("incompatible shapes: {}", shapes()),
-        ));
-    }
-    if hq != hkv && !(enable_gqa && hkv > 0 && hq % hkv == 0) {
-        return Err(KernelError::shape(
-            op,
-            format!(
-                "{hq} query heads and {hkv} key/value heads need enable_gqa with Hq a \
-                 multiple of Hkv: {}",
-                shapes()
-            ),
-        ));
-    }
-    Ok(Dims {
-        batch: qs[..lead].iter().product(),
-        hq,
-        hkv,
-        sq: qs[r - 2],
-        skv: ks[r - 2],
-        d: qs[r - 1],
-        dv: vs[r - 1],
-    })
+    Ok(crate::cpu::attention_ref::check(q, k, v, enable_gqa)?.0)
 }
 
 /// Everything a work item reads.
