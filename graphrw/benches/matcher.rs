@@ -1,27 +1,101 @@
 //! Matcher and rewriter throughput on synthetic L-layer transformer graphs (attention
 //! block + MLP per layer, built with `Builder`), from about 1 k to about 1 M nodes.
 //!
-//! Two measurements per size, both reported per node (criterion's `Throughput::Elements`
-//! is the node count, so criterion prints elements/s; ns/node is its inverse):
+//! Measurements per size, all reported per node (criterion's `Throughput::Elements` is
+//! the node count, so criterion prints elements/s; ns/node is its inverse):
 //! - `find_sdpa`: one SDPA pattern's `Pattern::find` over the whole graph;
-//! - `rewrite_canonical_attention`: a `Rewriter` over `rules::{CANONICAL, ATTENTION}`
-//!   (match + rewrite + dead-code removal) on a fresh clone of the graph per iteration.
+//! - `match_1rule` / `match_30rules`: a matching pass without rewriting
+//!   (`Dispatch::first_matches`: every node, the first rule that matches there) with the
+//!   one SDPA rule, and with the 34 rules of `rules::{CANONICAL, ATTENTION}` plus the
+//!   bench-only Inductor-style set `EXTRA` below;
+//! - `rewrite_1rule` / `rewrite_30rules`: a `Rewriter` over the same rules (match +
+//!   rewrite + dead-code removal) on a fresh clone of the graph per iteration.
 //!
 //! `cargo bench -p graphrw --bench matcher` runs the sizes up to ~100 k nodes; set
-//! `GRAPHRW_BENCH_BIG=1` to add the ~1 M node graph.
+//! `GRAPHRW_BENCH_BIG=1` to add the ~1 M node graph. On a busy machine, set
+//! `GRAPHRW_BENCH_MIN=N` to print first a table of the fastest of N interleaved runs of
+//! each measurement at each size, in ns/node (the minimum is what load disturbs least).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use graphrw::pattern::dispatch::Dispatch;
+use graphrw::pattern::MatchOptions;
 use graphrw::rewrite::Rewriter;
 use graphrw::rules::{ATTENTION, CANONICAL};
-use graphrw::{pattern, Builder, DType, Graph, Tensor, TensorMeta, Var};
+use graphrw::{pattern, rule_set, Builder, DType, Graph, RuleSet, Tensor, TensorMeta, Var};
 
 pattern! {
     /// Inductor's first SDPA pattern: `q @ kᵀ / s`, softmax, `@ v`.
     pub fn sdpa(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor {
         query.matmul(key.transpose(-2, -1)).div(inv_scale).softmax(-1).matmul(value)
     }
+}
+
+rule_set! {
+    /// The one-rule pass: Inductor's first SDPA pattern, fused.
+    pub static ONE;
+    rule sfdp_1(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor {
+        query.matmul(key.transpose(-2, -1)).div(inv_scale).softmax(-1).matmul(value)
+    } => {
+        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
+    }
+}
+
+rule_set! {
+    /// Bench-only rules in the style of Inductor's SDPA patterns and simple algebra, on
+    /// top of the 22 built-in rules (34 in all): they anchor at the same ops as the
+    /// graph's nodes (`matmul`, `add`, `mul`) but mostly cannot match there.
+    pub static EXTRA;
+
+    rule sfdp_2(query: Tensor, key: Tensor, value: Tensor, s: f64) -> Tensor {
+        query.matmul(key.transpose(-2, -1)).mul(s).softmax(-1).matmul(value)
+    } => {
+        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(s), false)?
+    }
+    rule sfdp_3(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64, p: f64) -> Tensor {
+        query.matmul(key.transpose(-2, -1)).div(inv_scale).softmax(-1).dropout(p, false).matmul(value)
+    } => {
+        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
+    }
+    rule sfdp_4(query: Tensor, key: Tensor, value: Tensor, s: f64, p: f64) -> Tensor {
+        query.matmul(key.transpose(-2, -1)).mul(s).softmax(-1).dropout(p, false).matmul(value)
+    } => {
+        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(s), false)?
+    }
+    rule sfdp_5(query: Tensor, key: Tensor, value: Tensor, mask: Tensor, d: f64) -> Tensor {
+        query.matmul(key.transpose(-2, -1)).div(d).add(mask).softmax(-1).matmul(value)
+    } => {
+        query.scaled_dot_product_attention(key, value, Some(mask), 0.0, false, Some(1.0 / d), false)?
+    }
+    rule sfdp_11(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor {
+        let q = query.permute([0, 2, 1, 3]);
+        let k = key.permute([0, 2, 1, 3]);
+        let v = value.permute([0, 2, 1, 3]);
+        q.matmul(k.transpose(-2, -1)).div(inv_scale).softmax(-1).matmul(v)
+    } => {
+        let q = query.permute(&[0, 2, 1, 3])?;
+        let k = key.permute(&[0, 2, 1, 3])?;
+        let v = value.permute(&[0, 2, 1, 3])?;
+        q.scaled_dot_product_attention(k, v, None, 0.0, false, Some(1.0 / inv_scale), false)?
+    }
+    rule sfdp_13(query: Tensor, key: Tensor, value: Tensor, p: f64) -> Tensor
+    where rank(query) == 3
+    {
+        query.matmul(key.permute([0, 2, 1])).softmax(-1).dropout(p, false).matmul(value)
+    } => {
+        query.scaled_dot_product_attention(key, value, None, 0.0, false, None, false)?
+    }
+    rule add_zero(x: Tensor) -> Tensor { x.add(0.0) } => { x }
+    rule mul_one(x: Tensor) -> Tensor { x.mul(1.0) } => { x }
+    rule silu(x: Tensor) -> Tensor { x.mul(x.sigmoid()) } => { x.silu()? }
+    rule gelu_erf(x: Tensor) -> Tensor {
+        x.mul(0.5).mul(x.mul(0.7071067811865476).erf().add(1.0))
+    } => {
+        x.gelu("none")?
+    }
+    rule relu_relu(x: Tensor) -> Tensor { x.relu().relu() } => { x.relu()? }
+    rule exp_log(x: Tensor) -> Tensor { x.log().exp() } => { x }
 }
 
 const SEQ: usize = 4;
@@ -97,19 +171,85 @@ fn transformer(layers: usize) -> Graph {
 }
 
 fn sizes() -> Vec<usize> {
-    let mut s = vec![30, 300, 3_000];
+    // ~1.1 k, ~16 k and ~111 k nodes (and ~1.1 M).
+    let mut s = vec![30, 440, 3_000];
     if std::env::var("GRAPHRW_BENCH_BIG").is_ok_and(|v| v == "1") {
         s.push(30_000);
     }
     s
 }
 
+/// The 34-rule pass.
+const MANY: [&RuleSet; 3] = [&CANONICAL, &ATTENTION, &EXTRA];
+
+/// Seconds of the fastest of `rounds` runs of each measurement, sizes interleaved.
+fn min_table(rounds: usize) {
+    let graphs: Vec<(usize, Graph)> = sizes().into_iter().map(|l| (l, transformer(l))).collect();
+    let options = MatchOptions::new();
+    let (one, many) = (Dispatch::for_sets(&[&ONE]), Dispatch::for_sets(&MANY));
+    let names = [
+        "find_sdpa",
+        "match_1rule",
+        "match_30rules",
+        "rewrite_1rule",
+        "rewrite_30rules",
+    ];
+    let mut best = vec![[f64::INFINITY; 5]; graphs.len()];
+    let time = |f: &mut dyn FnMut() -> usize| {
+        let t = Instant::now();
+        std::hint::black_box(f());
+        t.elapsed().as_secs_f64()
+    };
+    for _ in 0..rounds {
+        for (i, (_, g)) in graphs.iter().enumerate() {
+            let t = [
+                time(&mut || sdpa::PATTERN.find(g).len()),
+                time(&mut || one.first_matches(g, &options).len()),
+                time(&mut || many.first_matches(g, &options).len()),
+                {
+                    let mut c = g.clone();
+                    let r = Rewriter::new(&[&ONE]).with_verify_each(false);
+                    time(&mut || r.run(&mut c).unwrap().total())
+                },
+                {
+                    let mut c = g.clone();
+                    let r = Rewriter::new(&MANY).with_verify_each(false);
+                    time(&mut || r.run(&mut c).unwrap().total())
+                },
+            ];
+            for k in 0..5 {
+                best[i][k] = best[i][k].min(t[k]);
+            }
+        }
+    }
+    eprintln!("fastest of {rounds} runs, ns/node:");
+    eprintln!(
+        "{:>10} {}",
+        "nodes",
+        names.map(|n| format!("{n:>16}")).join("")
+    );
+    for ((_, g), b) in graphs.iter().zip(&best) {
+        let n = g.node_count() as f64;
+        let cells: String = b.iter().map(|t| format!("{:>16.1}", t * 1e9 / n)).collect();
+        eprintln!("{:>10} {cells}", g.node_count());
+    }
+}
+
 fn bench(c: &mut Criterion) {
+    if let Some(rounds) = std::env::var("GRAPHRW_BENCH_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        min_table(rounds);
+    }
     let mut group = c.benchmark_group("matcher");
     group
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
+    let rules: usize = MANY.iter().map(|s| s.rules.len()).sum();
+    assert!(rules >= 30, "{rules} rules");
+    let options = MatchOptions::new();
     for layers in sizes() {
         let graph = transformer(layers);
         let nodes = graph.node_count();
@@ -119,26 +259,47 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("find_sdpa", &id), &graph, |bch, g| {
             bch.iter(|| sdpa::PATTERN.find(g).len())
         });
-        let rewriter = Rewriter::new(&[&CANONICAL, &ATTENTION]);
-        let mut fused = graph.clone();
-        let report = rewriter.run(&mut fused).unwrap();
-        let sdpa_nodes = fused.nodes_with_op("scaled_dot_product_attention").count();
+        let one = Dispatch::for_sets(&[&ONE]);
+        let many = Dispatch::for_sets(&MANY);
+        assert_eq!(one.first_matches(&graph, &options).len(), layers);
         eprintln!(
-            "{id}: {} rewrites, {sdpa_nodes} attention nodes fused, {} nodes after",
-            report.total(),
-            fused.node_count()
+            "{id}: {} rules, {} first matches",
+            many.rules().len(),
+            many.first_matches(&graph, &options).len()
         );
-        group.bench_with_input(
-            BenchmarkId::new("rewrite_canonical_attention", &id),
-            &graph,
-            |bch, g| {
+        group.bench_with_input(BenchmarkId::new("match_1rule", &id), &graph, |bch, g| {
+            bch.iter(|| one.first_matches(g, &options).len())
+        });
+        group.bench_with_input(BenchmarkId::new("match_30rules", &id), &graph, |bch, g| {
+            bch.iter(|| many.first_matches(g, &options).len())
+        });
+        for (name, sets) in [
+            ("rewrite_1rule", &[&ONE][..]),
+            ("rewrite_30rules", &MANY[..]),
+        ] {
+            let rewriter = Rewriter::new(sets).with_verify_each(false);
+            let mut fused = graph.clone();
+            let report = rewriter.run(&mut fused).unwrap();
+            let sdpa_nodes = fused.nodes_with_op("scaled_dot_product_attention").count();
+            assert_eq!(sdpa_nodes, layers);
+            eprintln!(
+                "{id} {name}: {} rewrites, {} match attempts, {sdpa_nodes} attention nodes fused, {} nodes after",
+                report.total(),
+                report.attempts,
+                fused.node_count()
+            );
+            group.bench_with_input(BenchmarkId::new(name, &id), &graph, |bch, g| {
                 bch.iter_batched(
                     || g.clone(),
-                    |mut g| rewriter.run(&mut g).unwrap().total(),
+                    // The graph is returned so that dropping it is not timed.
+                    |mut g| {
+                        rewriter.run(&mut g).unwrap();
+                        g
+                    },
                     BatchSize::LargeInput,
                 )
-            },
-        );
+            });
+        }
     }
     group.finish();
 }

@@ -6,6 +6,7 @@
 //!   parameters, not named interior (`let`) nodes; there is no name→node map yet.
 //!   (`Match::nodes` lists the matched nodes in match order.)
 
+use graphrw::pattern::{find_with, MatchOptions};
 use graphrw::{pattern, Builder, DType, Graph, Tensor, TensorMeta};
 
 fn meta(shape: &[usize]) -> TensorMeta {
@@ -29,6 +30,8 @@ pattern! {
     fn add_literal_ignored(x: Tensor) -> Tensor { x.add(_) }
     fn sum_any(x: Tensor) -> Tensor { x.sum(..) }
     fn sum_defaults(x: Tensor) -> Tensor { x.sum() }
+    fn softmax_last(x: Tensor) -> Tensor { x.softmax(-1) }
+    fn add_one_relu(x: Tensor) -> Tensor { x.add(1.0).relu() }
 }
 
 #[test]
@@ -77,14 +80,53 @@ fn matcher_utils_03_with_list_bad() {
 
 #[test]
 fn matcher_utils_04_ignore_literals() {
-    // `add(x, 1)` does not match `add(x, 2)`; graphrw's per-site `_` plays the role of
-    // FX's `ignore_literals` (and, unlike FX, never leaves a pattern node unmapped).
+    // `add(x, 1)` does not match `add(x, 2)`; graphrw's per-site `_` ignores one literal,
+    // `MatchOptions::ignore_literals` all of them (and, unlike FX, neither leaves a
+    // pattern node unmapped).
     let g = build(|b| {
         let x = b.input("x", meta(&[3]));
         b.output(&[x.add(2.0).unwrap()]).unwrap();
     });
     assert_eq!(add_one::PATTERN.find(&g).len(), 0);
     assert_eq!(add_literal_ignored::PATTERN.find(&g).len(), 1);
+    // FX's option: with ignore_literals, `add(x, 1)` matches `add(x, 2)`.
+    let ignore = MatchOptions::new().ignore_literals(true);
+    assert_eq!(
+        find_with(&add_one::PATTERN, &g, &MatchOptions::new()).len(),
+        0
+    );
+    assert_eq!(find_with(&add_one::PATTERN, &g, &ignore).len(), 1);
+}
+
+#[test]
+fn matcher_utils_04_ignore_literals_attributes_and_computed_values() {
+    // Attribute literals are ignored too (`softmax(x, -1)` matches `dim=0`), but a literal
+    // only ever matches a one-element constant: FX's known failure (a pattern literal
+    // matching a computed node, left unmapped) cannot happen.
+    let ignore = MatchOptions::new().ignore_literals(true);
+    let g = build(|b| {
+        let x = b.input("x", meta(&[2, 3]));
+        b.output(&[x.softmax(0).unwrap()]).unwrap();
+    });
+    assert_eq!(
+        find_with(&softmax_last::PATTERN, &g, &MatchOptions::new()).len(),
+        0
+    );
+    assert_eq!(find_with(&softmax_last::PATTERN, &g, &ignore).len(), 1);
+    let g = build(|b| {
+        let x = b.input("x", meta(&[3]));
+        let y = x.add(x.neg().unwrap()).unwrap().relu().unwrap();
+        b.output(&[y]).unwrap();
+    });
+    assert_eq!(find_with(&add_one_relu::PATTERN, &g, &ignore).len(), 0);
+    let g = build(|b| {
+        let x = b.input("x", meta(&[3]));
+        b.output(&[x.add(5.0).unwrap().relu().unwrap()]).unwrap();
+    });
+    let found = find_with(&add_one_relu::PATTERN, &g, &ignore);
+    assert_eq!(found.len(), 1);
+    // Every op and constant of the pattern is mapped.
+    assert_eq!(found[0].nodes.len(), 3);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! PyTorch FX's subgraph-rewriter tests (`test/fx/test_subgraph_rewriter.py`, as
 //! described in `shared/peers/fx_suite.md`), written anew in graphrw's DSL. Each test is
 //! named after its origin. graphrw semantics (asserted here, which is where FX differs):
-//! patterns are always "FF" (no match_output / match_placeholder), dead code is removed
+//! patterns match "FF" by default (`Rewriter::with_options` takes FX's `match_output`,
+//! `match_placeholder` and `ignore_literals`: the `*_options` tests), dead code is removed
 //! after a rewrite, the rewriter never applies two overlapping matches, and a rule keeps
 //! firing to a fixed point (FX runs one pass; where a replacement would match its own
 //! pattern again these tests use `find` + `apply` once, as FX does).
@@ -17,6 +18,7 @@
 //!   bindings (`replacement!`); there is no separate callback form to test.
 
 use graphrw::exec::run_reference;
+use graphrw::pattern::MatchOptions;
 use graphrw::pattern::{matcher, Bound, Match};
 use graphrw::rewrite::apply::{apply, check_safe};
 use graphrw::rewrite::Rewriter;
@@ -700,4 +702,110 @@ fn subgraph_rewriter_28_replaced_nodes() {
         .collect();
     assert_eq!(added, vec!["mul", "sub"]);
     assert_eq!(patch.removed, 1);
+}
+
+#[test]
+fn subgraph_rewriter_12_placeholder_matching_options() {
+    // FX's QuantizationModel through the rewriter: with match_placeholder the pattern's
+    // input may not bind the compute node `x + 3`, so nothing is rewritten; a chain that
+    // starts at a graph input is.
+    let chain = |from_input: bool| {
+        build(|b| {
+            let x = b.input("x", meta());
+            let y = if from_input { x } else { x.add(3.0).unwrap() };
+            b.output(&[y.neg().unwrap().sigmoid().unwrap().abs().unwrap()])
+                .unwrap();
+        })
+    };
+    let placeholders = MatchOptions::new().match_placeholder(true);
+    let mut g = chain(false);
+    let report = Rewriter::new(&[&CHAIN3])
+        .with_options(placeholders.clone())
+        .run(&mut g)
+        .unwrap();
+    assert_eq!(report.total(), 0);
+    assert_eq!(ops(&g), ops(&chain(false)));
+    let mut g = chain(true);
+    let report = Rewriter::new(&[&CHAIN3])
+        .with_options(placeholders)
+        .run(&mut g)
+        .unwrap();
+    assert_eq!(report.total(), 1);
+    assert_eq!(ops(&g), vec![("input", 1)]);
+}
+
+#[test]
+fn subgraph_rewriter_15_replace_consecutive_match_output() {
+    // `sigmoid³` with match_output: only the sigmoid that is the graph's output is
+    // replaced (FX's TF: one match).
+    let mut g = build(|b| {
+        let x = b.input("x", meta());
+        let y = x.sigmoid().unwrap().sigmoid().unwrap().sigmoid().unwrap();
+        b.output(&[y]).unwrap();
+    });
+    let report = Rewriter::new(&[&SIGMOID_TO_EXP])
+        .with_options(MatchOptions::new().match_output(true))
+        .run(&mut g)
+        .unwrap();
+    // The replacement `exp` is the new output; the next sigmoid is not an output.
+    assert_eq!(report.total(), 1);
+    assert_eq!(ops(&g), vec![("exp", 1), ("input", 1), ("sigmoid", 2)]);
+}
+
+#[test]
+fn subgraph_rewriter_26_replacement_with_attrs_ignore_literals() {
+    // `x + 1` → `x - (-1)` applied to `x + 2`: no match unless literals are ignored;
+    // then the replacement uses its own constant (FX's ignore_literals rewrites with the
+    // replacement as written too).
+    let graph = || {
+        build(|b| {
+            let x = b.input("x", meta());
+            b.output(&[x.add(2.0).unwrap()]).unwrap();
+        })
+    };
+    let mut g = graph();
+    assert_eq!(run(&mut g, &ADD_CONST), vec![]);
+    let report = Rewriter::new(&[&ADD_CONST])
+        .with_options(MatchOptions::new().ignore_literals(true))
+        .run(&mut g)
+        .unwrap();
+    assert_eq!(report.total(), 1);
+    assert_eq!(ops(&g), vec![("constant", 1), ("input", 1), ("sub", 1)]);
+    // A literal never matches a computed value, even when literals are ignored.
+    let mut g = build(|b| {
+        let x = b.input("x", meta());
+        b.output(&[x.add(x.relu().unwrap()).unwrap()]).unwrap();
+    });
+    let report = Rewriter::new(&[&ADD_CONST])
+        .with_options(MatchOptions::new().ignore_literals(true))
+        .run(&mut g)
+        .unwrap();
+    assert_eq!(report.total(), 0);
+}
+
+#[test]
+fn subgraph_rewriter_24_filters_before_overlap_removal() {
+    // FX runs match filters after overlap removal, so a refused match still hides the
+    // match it displaced. graphrw filters first. In `sigmoid³` the matches anchored at
+    // the second and third sigmoids overlap; the filter refuses the first of them (its
+    // `x` is the graph input): FX would keep nothing, graphrw keeps the other.
+    let g = build(|b| {
+        let mut y = b.input("x", meta());
+        for _ in 0..3 {
+            y = y.sigmoid().unwrap();
+        }
+        b.output(&[y]).unwrap();
+    });
+    fn not_on_input(g: &Graph, m: &Match) -> bool {
+        let x = m.get("x").unwrap();
+        !matches!(x, Bound::Value(v) if g.node(v.node).unwrap().op_name() == "input")
+    }
+    let all = graphrw::pattern::find_with(&sigmoid_sigmoid::PATTERN, &g, &MatchOptions::new());
+    assert_eq!(all.len(), 1);
+    assert!(!not_on_input(&g, &all[0]));
+    let o = MatchOptions::new().filter(not_on_input);
+    let found = graphrw::pattern::find_with(&sigmoid_sigmoid::PATTERN, &g, &o);
+    assert_eq!(found.len(), 1);
+    assert!(not_on_input(&g, &found[0]));
+    assert_eq!(found[0].outputs, g.outputs());
 }

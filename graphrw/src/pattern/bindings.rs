@@ -38,6 +38,19 @@ impl Bindings {
         }
     }
 
+    /// `n` unbound slots, reusing this one's memory.
+    pub fn reset(&mut self, n: usize) {
+        self.slots.clear();
+        self.slots.resize(n, None);
+    }
+
+    /// `n` slots when every slot is unbound already (the matcher's reuse between
+    /// candidates): only the length changes.
+    pub(crate) fn resize_unbound(&mut self, n: usize) {
+        debug_assert!(self.slots.iter().all(Option::is_none));
+        self.slots.resize(n, None);
+    }
+
     /// Slot `slot`, if bound.
     pub fn get(&self, slot: Slot) -> Option<&Bound> {
         self.slots.get(slot as usize).and_then(Option::as_ref)

@@ -11,7 +11,12 @@
 //!
 //! The API is two functions: [`find`] (every match, one per anchor node, in node order)
 //! and [`match_at`] (the first match anchored at one node). [`Pattern::find`] and
-//! [`Pattern::match_at`] call them.
+//! [`Pattern::match_at`] call them; [`find_with`](crate::pattern::find_with) adds FX's
+//! options, and [`Dispatch`](crate::pattern::dispatch::Dispatch) runs many rules at once.
+//!
+//! Pending work lives on one goal stack (a failed goal leaves the stack as it found it),
+//! and the bindings, trail and stack are buffers reused from one candidate to the next:
+//! trying a candidate allocates nothing; only a match found is copied out.
 //!
 //! What the matcher does not check (the rewriter's job): that interior values have no
 //! users outside the match, and that a multi-output match is convex.
@@ -26,24 +31,57 @@ use crate::pattern::{
 use crate::{DType, Dim, Graph, NodeId, Value};
 
 /// Every match of `pattern` in `graph`: at most one per anchor candidate, in anchor
-/// node order.
+/// node order. Overlapping matches are all reported and nothing checks that a match is
+/// safe to replace; [`find_with`](crate::pattern::find_with) applies FX's options.
 pub fn find(pattern: &'static Pattern, graph: &Graph) -> Vec<Match> {
-    let mut anchors: Vec<NodeId> = pattern
-        .anchors
-        .iter()
-        .flat_map(|op| graph.nodes_with_op(op.name))
-        .collect();
-    anchors.sort_unstable();
-    anchors.dedup();
-    anchors
+    let mut scratch = Scratch::default();
+    anchor_candidates(pattern, graph)
         .into_iter()
-        .filter_map(|n| match_at(pattern, graph, n))
+        .filter_map(|n| run_in::<false>(pattern, graph, n, Flags::default(), &mut scratch).ok())
         .collect()
 }
 
 /// The first match of `pattern` whose first root is output 0 of `anchor`.
 pub fn match_at(pattern: &'static Pattern, graph: &Graph, anchor: NodeId) -> Option<Match> {
     run::<false>(pattern, graph, anchor).ok()
+}
+
+/// The nodes whose op is one the pattern's anchor can have, in node order.
+pub(crate) fn anchor_candidates(pattern: &Pattern, graph: &Graph) -> Vec<NodeId> {
+    let mut anchors: Vec<NodeId> = pattern
+        .anchors
+        .iter()
+        .flat_map(|op| graph.nodes_with_op(op.name))
+        .collect();
+    if pattern.anchors.len() > 1 {
+        anchors.sort_unstable();
+        anchors.dedup();
+    }
+    anchors
+}
+
+/// The matching options that act inside the matcher (the others act on whole matches:
+/// see [`MatchOptions`](crate::pattern::MatchOptions)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Flags {
+    /// The pattern's outputs must be the graph's outputs, all of them, in order.
+    pub match_output: bool,
+    /// Tensor parameters must bind graph inputs.
+    pub match_placeholder: bool,
+    /// Literals of the pattern (constants and attribute values) match any value.
+    pub ignore_literals: bool,
+}
+
+/// Buffers the matcher reuses from one candidate to the next, so that trying a
+/// candidate allocates nothing (only a match found is copied out).
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    b: Bindings,
+    trail: Vec<Slot>,
+    nodes: Vec<NodeId>,
+    roots: Vec<Value>,
+    goals: Vec<Goal>,
+    ops: Vec<&'static str>,
 }
 
 /// Where a failed match stopped: the deepest failure the matcher met (explain mode only).
@@ -102,6 +140,23 @@ pub(crate) fn run<const E: bool>(
     graph: &Graph,
     anchor: NodeId,
 ) -> Result<Match, Option<Failure>> {
+    run_in::<E>(
+        pattern,
+        graph,
+        anchor,
+        Flags::default(),
+        &mut Scratch::default(),
+    )
+}
+
+/// [`run`] with options, in reused buffers.
+pub(crate) fn run_in<const E: bool>(
+    pattern: &'static Pattern,
+    graph: &Graph,
+    anchor: NodeId,
+    flags: Flags,
+    scratch: &mut Scratch,
+) -> Result<Match, Option<Failure>> {
     let root = pattern.roots.first().ok_or(None)?;
     let node = graph.node(anchor).ok_or(None)?;
     let value = Value::new(anchor, 0);
@@ -113,36 +168,55 @@ pub(crate) fn run<const E: bool>(
             why: Why::Anchor,
         }));
     }
-    let mut m = Matcher::<E> {
-        p: pattern,
-        g: graph,
-        b: Bindings::new(pattern.slots as usize),
-        trail: Vec::new(),
-        nodes: Vec::new(),
-        roots: vec![value],
-        fail: None,
-        at: (Some(root.node), value),
-    };
-    let mut goals: Vec<Goal> = (1..pattern.roots.len() as u16)
-        .rev()
-        .map(Goal::Root)
-        .collect();
-    goals.push(Goal::Match {
+    if flags.match_output
+        && (graph.outputs().len() != pattern.roots.len() || graph.outputs()[0] != value)
+    {
+        return Err(None);
+    }
+    let s = scratch;
+    // Every binding is undone before a run ends, so the slots are all unbound here.
+    s.b.resize_unbound(pattern.slots as usize);
+    s.trail.clear();
+    s.nodes.clear();
+    s.roots.clear();
+    s.roots.push(value);
+    s.goals.clear();
+    s.goals
+        .extend((1..pattern.roots.len() as u16).rev().map(Goal::Root));
+    s.goals.push(Goal::Match {
         pat: root.node,
         value,
         iter: 0,
     });
-    if !m.solve(goals) {
-        return Err(m.fail);
-    }
-    let mut seen = BTreeSet::new();
-    let nodes = m.nodes.into_iter().filter(|n| seen.insert(*n)).collect();
-    Ok(Match {
-        pattern,
-        outputs: m.roots,
-        nodes,
-        bindings: m.b,
-    })
+    let mut m = Matcher::<E> {
+        p: pattern,
+        g: graph,
+        flags,
+        s,
+        fail: None,
+        at: (Some(root.node), value),
+    };
+    // Constraints that read nothing run once, before anything is bound.
+    let ok = m.unconditional() && m.solve();
+    let result = if ok {
+        // Each node once, in match order (matches are small: a scan beats a set).
+        let mut nodes: Vec<NodeId> = Vec::with_capacity(m.s.nodes.len());
+        for &n in &m.s.nodes {
+            if !nodes.contains(&n) {
+                nodes.push(n);
+            }
+        }
+        Ok(Match {
+            pattern,
+            outputs: m.s.roots.clone(),
+            nodes,
+            bindings: m.s.b.clone(),
+        })
+    } else {
+        Err(m.fail.take())
+    };
+    m.undo((0, 0));
+    result
 }
 
 /// The number a one-element `constant` node holds.
@@ -166,13 +240,11 @@ enum Goal {
     Root(u16),
 }
 
-struct Matcher<'g, const E: bool> {
+struct Matcher<'g, 's, const E: bool> {
     p: &'static Pattern,
     g: &'g Graph,
-    b: Bindings,
-    trail: Vec<Slot>,
-    nodes: Vec<NodeId>,
-    roots: Vec<Value>,
+    flags: Flags,
+    s: &'s mut Scratch,
     /// Explain mode: the deepest failure so far.
     fail: Option<Failure>,
     /// Explain mode: the pattern node and value being matched (for failures of `bind`).
@@ -181,13 +253,13 @@ struct Matcher<'g, const E: bool> {
 
 type Mark = (usize, usize);
 
-impl<const E: bool> Matcher<'_, E> {
+impl<const E: bool> Matcher<'_, '_, E> {
     /// Records a failure at the current depth when it is the deepest so far (explain
     /// mode only; compiled out otherwise).
     #[inline(always)]
     fn record(&mut self, pat: Option<u16>, value: Value, why: impl FnOnce(&Self) -> Why) {
         if E {
-            let depth = self.nodes.len();
+            let depth = self.s.nodes.len();
             if self.fail.as_ref().is_none_or(|f| depth > f.depth) {
                 let why = why(self);
                 self.fail = Some(Failure {
@@ -201,20 +273,32 @@ impl<const E: bool> Matcher<'_, E> {
     }
 
     fn mark(&self) -> Mark {
-        (self.trail.len(), self.nodes.len())
+        (self.s.trail.len(), self.s.nodes.len())
     }
 
+    /// Rolls bindings and matched nodes back to `mark`.
     fn undo(&mut self, (trail, nodes): Mark) {
-        while self.trail.len() > trail {
-            let s = self.trail.pop().expect("trail is longer than the mark");
-            self.b.clear(s);
+        while self.s.trail.len() > trail {
+            let s = self.s.trail.pop().expect("trail is longer than the mark");
+            self.s.b.clear(s);
         }
-        self.nodes.truncate(nodes);
+        self.s.nodes.truncate(nodes);
+    }
+
+    /// Runs the constraints that read no slot.
+    fn unconditional(&mut self) -> bool {
+        self.p.constraints.iter().all(|c| {
+            !c.reads.is_empty()
+                || match c.check {
+                    Check::Compare(l, op, r) => compare(self.g, &self.s.b, l, op, r),
+                    Check::Pred(f) => f(self.g, &self.s.b),
+                }
+        })
     }
 
     /// Binds `slot` (or compares when bound) and runs the constraints that became ready.
     fn bind(&mut self, slot: Slot, value: Bound) -> bool {
-        if let Some(old) = self.b.get(slot) {
+        if let Some(old) = self.s.b.get(slot) {
             if *old == value {
                 return true;
             }
@@ -229,14 +313,14 @@ impl<const E: bool> Matcher<'_, E> {
             }
             return false;
         }
-        self.b.set(slot, value);
-        self.trail.push(slot);
+        self.s.b.set(slot, value);
+        self.s.trail.push(slot);
         let failed = self.p.constraints.iter().position(|c| {
             c.reads.contains(&slot)
-                && c.reads.iter().all(|&s| self.b.is_bound(s))
+                && c.reads.iter().all(|&s| self.s.b.is_bound(s))
                 && !match c.check {
-                    Check::Compare(l, op, r) => compare(self.g, &self.b, l, op, r),
-                    Check::Pred(f) => f(self.g, &self.b),
+                    Check::Compare(l, op, r) => compare(self.g, &self.s.b, l, op, r),
+                    Check::Pred(f) => f(self.g, &self.s.b),
                 }
         });
         match failed {
@@ -247,7 +331,7 @@ impl<const E: bool> Matcher<'_, E> {
                     index,
                     detail: match m.p.constraints[index].check {
                         Check::Compare(l, _, r) => {
-                            format!("{} vs {}", show(m.g, &m.b, l), show(m.g, &m.b, r))
+                            format!("{} vs {}", show(m.g, &m.s.b, l), show(m.g, &m.s.b, r))
                         }
                         Check::Pred(_) => String::new(),
                     },
@@ -257,94 +341,132 @@ impl<const E: bool> Matcher<'_, E> {
         }
     }
 
-    fn solve(&mut self, mut goals: Vec<Goal>) -> bool {
-        let Some(goal) = goals.pop() else {
+    /// Solves the goals on the stack, last first. On failure the stack is left exactly
+    /// as it was, so a caller can push alternatives, fail, truncate and try the next.
+    fn solve(&mut self) -> bool {
+        let Some(goal) = self.s.goals.pop() else {
             return true;
         };
-        match goal {
-            Goal::Match { pat, value, iter } => self.match_node(pat, value, iter, goals),
-            Goal::Repeat { pat, value, count } => {
-                let PatNode::Repeat(r) = &self.p.nodes[pat as usize] else {
-                    unreachable!("a repeat goal names a repeat node")
-                };
-                if count < r.max {
-                    let mut more = goals.clone();
-                    more.push(Goal::Match {
-                        pat: r.body,
-                        value,
-                        iter: count + 1,
-                    });
-                    if self.solve(more) {
-                        return true;
-                    }
-                }
-                if count >= r.min {
-                    goals.push(Goal::Match {
-                        pat: r.base,
-                        value,
-                        iter: 0,
-                    });
-                    return self.solve(goals);
-                }
-                false
-            }
-            Goal::Root(k) => self.match_root(k, goals),
+        let ok = match goal {
+            Goal::Match { pat, value, iter } => self.match_node(pat, value, iter),
+            Goal::Repeat { pat, value, count } => self.repeat(pat, value, count),
+            Goal::Root(k) => self.match_root(k),
+        };
+        if !ok {
+            self.s.goals.push(goal);
         }
+        ok
     }
 
-    fn match_root(&mut self, k: u16, goals: Vec<Goal>) -> bool {
-        let root = self.p.roots[k as usize];
-        let mut ops = Vec::new();
-        anchor_ops(self.p, root.node, &mut ops);
-        let candidates: Vec<NodeId> = match root.link {
-            Some(Link { slot, depth }) => {
-                let Some(Bound::Value(v)) = self.b.get(slot) else {
-                    return false;
-                };
-                let mut frontier = BTreeSet::from([v.node]);
-                for _ in 0..depth {
-                    frontier = frontier.iter().flat_map(|&n| self.g.consumers(n)).collect();
-                }
-                frontier.into_iter().collect()
-            }
-            None => {
-                let mut all: Vec<NodeId> =
-                    ops.iter().flat_map(|op| self.g.nodes_with_op(op)).collect();
-                all.sort_unstable();
-                all
-            }
-        };
-        for c in candidates {
-            let Some(node) = self.g.node(c) else { continue };
-            let value = Value::new(c, 0);
-            if !ops.contains(&node.op_name()) || self.roots.contains(&value) {
-                continue;
-            }
-            self.roots.push(value);
-            let mut more = goals.clone();
-            more.push(Goal::Match {
-                pat: root.node,
-                value,
-                iter: 0,
-            });
-            if self.solve(more) {
-                return true;
-            }
-            self.roots.pop();
+    /// Pushes `goal`, solves, and on failure pops it again.
+    fn attempt(&mut self, goal: Goal) -> bool {
+        let base = self.s.goals.len();
+        self.s.goals.push(goal);
+        if self.solve() {
+            return true;
         }
-        let at = self.roots[0];
-        self.record(None, at, |_| Why::NoRoot { root: k });
+        self.s.goals.truncate(base);
         false
     }
 
-    fn match_node(&mut self, pat: u16, value: Value, iter: u16, mut goals: Vec<Goal>) -> bool {
+    fn repeat(&mut self, pat: u16, value: Value, count: u16) -> bool {
+        let PatNode::Repeat(r) = &self.p.nodes[pat as usize] else {
+            unreachable!("a repeat goal names a repeat node")
+        };
+        let more = Goal::Match {
+            pat: r.body,
+            value,
+            iter: count + 1,
+        };
+        if count < r.max && self.attempt(more) {
+            return true;
+        }
+        count >= r.min
+            && self.attempt(Goal::Match {
+                pat: r.base,
+                value,
+                iter: 0,
+            })
+    }
+
+    fn match_root(&mut self, k: u16) -> bool {
+        let root = self.p.roots[k as usize];
+        let mut ops = std::mem::take(&mut self.s.ops);
+        ops.clear();
+        anchor_ops(self.p, root.node, &mut ops);
+        let candidates: Vec<NodeId> = if self.flags.match_output {
+            // The pattern's outputs are the graph's, in order: one candidate.
+            let v = self.g.outputs()[k as usize];
+            if v.output == 0 {
+                vec![v.node]
+            } else {
+                Vec::new()
+            }
+        } else {
+            match root.link {
+                Some(Link { slot, depth }) => {
+                    let Some(Bound::Value(v)) = self.s.b.get(slot) else {
+                        self.s.ops = ops;
+                        return false;
+                    };
+                    let mut frontier = BTreeSet::from([v.node]);
+                    for _ in 0..depth {
+                        frontier = frontier.iter().flat_map(|&n| self.g.consumers(n)).collect();
+                    }
+                    frontier.into_iter().collect()
+                }
+                None => {
+                    let mut all: Vec<NodeId> =
+                        ops.iter().flat_map(|op| self.g.nodes_with_op(op)).collect();
+                    all.sort_unstable();
+                    all
+                }
+            }
+        };
+        let mut found = false;
+        for c in candidates {
+            let Some(node) = self.g.node(c) else { continue };
+            let value = Value::new(c, 0);
+            if !ops.contains(&node.op_name()) || self.s.roots.contains(&value) {
+                continue;
+            }
+            self.s.roots.push(value);
+            if self.attempt(Goal::Match {
+                pat: root.node,
+                value,
+                iter: 0,
+            }) {
+                found = true;
+                break;
+            }
+            self.s.roots.pop();
+        }
+        self.s.ops = ops;
+        if !found {
+            let at = self.s.roots[0];
+            self.record(None, at, |_| Why::NoRoot { root: k });
+        }
+        found
+    }
+
+    fn match_node(&mut self, pat: u16, value: Value, iter: u16) -> bool {
         let mark = self.mark();
         if E {
             self.at = (Some(pat), value);
         }
         let ok = match &self.p.nodes[pat as usize] {
-            PatNode::Any => return self.solve(goals),
-            PatNode::Tensor(slot) => self.bind(*slot, Bound::Value(value)) && self.solve(goals),
+            PatNode::Any => return self.solve(),
+            PatNode::Tensor(slot) => {
+                if self.flags.match_placeholder
+                    && !self
+                        .g
+                        .node(value.node)
+                        .is_some_and(|n| *n.op() == crate::ops::builtin::INPUT)
+                {
+                    return false;
+                }
+                self.bind(*slot, Bound::Value(value)) && self.solve()
+            }
             PatNode::Const(c) => {
                 let Some(x) = constant_scalar(self.g, value) else {
                     self.record(Some(pat), value, |_| Why::NotConst);
@@ -352,6 +474,7 @@ impl<const E: bool> Matcher<'_, E> {
                 };
                 let dtype = self.g.meta(value).map(|m| m.dtype).unwrap_or(DType::F64);
                 let ok = match c {
+                    ConstPat::Value(_) if self.flags.ignore_literals => true,
                     ConstPat::Value(want) => {
                         let ok = close(x, *want, dtype);
                         if !ok {
@@ -372,8 +495,8 @@ impl<const E: bool> Matcher<'_, E> {
                         self.bind(*slot, bound)
                     }
                 };
-                self.nodes.push(value.node);
-                ok && self.solve(goals)
+                self.s.nodes.push(value.node);
+                ok && self.solve()
             }
             PatNode::Op(o) => {
                 let Some(node) = self.g.node(value.node) else {
@@ -389,14 +512,14 @@ impl<const E: bool> Matcher<'_, E> {
                     self.record(Some(pat), value, |_| Why::Output);
                     return false;
                 }
-                if let Some(Bound::Value(v)) = o.slot.and_then(|s| self.b.get(s)) {
+                if let Some(Bound::Value(v)) = o.slot.and_then(|s| self.s.b.get(s)) {
                     // A shared (`let`) node matched already.
                     if *v != value {
                         let old = *v;
                         self.record(Some(pat), value, |_| Why::Shared { old });
                         return false;
                     }
-                    return self.solve(goals);
+                    return self.solve();
                 }
                 let n = node.operands().len();
                 if n < o.operands.len() || (!o.more_operands && n != o.operands.len()) {
@@ -431,59 +554,49 @@ impl<const E: bool> Matcher<'_, E> {
                     self.undo(mark);
                     return false;
                 }
-                self.nodes.push(value.node);
+                self.s.nodes.push(value.node);
                 let operands = node.operands();
                 let swap = o.op.commutative && o.operands.len() >= 2;
+                let base = self.s.goals.len();
+                let mut ok = false;
                 for order in 0..1 + usize::from(swap) {
-                    let mut more = goals.clone();
                     for (i, &sub) in o.operands.iter().enumerate().rev() {
                         let j = match (order, i) {
                             (1, 0) => 1,
                             (1, 1) => 0,
                             _ => i,
                         };
-                        more.push(Goal::Match {
+                        self.s.goals.push(Goal::Match {
                             pat: sub,
                             value: operands[j],
                             iter,
                         });
                     }
-                    if self.solve(more) {
-                        return true;
+                    if self.solve() {
+                        ok = true;
+                        break;
                     }
+                    self.s.goals.truncate(base);
                 }
-                false
+                ok
             }
-            PatNode::Alt(branches) => {
-                for &b in *branches {
-                    let mut more = goals.clone();
-                    more.push(Goal::Match {
-                        pat: b,
-                        value,
-                        iter,
-                    });
-                    if self.solve(more) {
-                        return true;
-                    }
-                }
-                false
-            }
-            PatNode::Repeat(_) => {
-                goals.push(Goal::Repeat {
-                    pat,
+            PatNode::Alt(branches) => branches.iter().any(|&b| {
+                self.attempt(Goal::Match {
+                    pat: b,
                     value,
-                    count: 0,
-                });
-                self.solve(goals)
-            }
-            PatNode::Hole(rep) => {
-                goals.push(Goal::Repeat {
-                    pat: *rep,
-                    value,
-                    count: iter,
-                });
-                self.solve(goals)
-            }
+                    iter,
+                })
+            }),
+            PatNode::Repeat(_) => self.attempt(Goal::Repeat {
+                pat,
+                value,
+                count: 0,
+            }),
+            PatNode::Hole(rep) => self.attempt(Goal::Repeat {
+                pat: *rep,
+                value,
+                count: iter,
+            }),
         };
         if !ok {
             self.undo(mark);
@@ -493,14 +606,6 @@ impl<const E: bool> Matcher<'_, E> {
 
     fn match_attr(&mut self, pat: &AttrPat, v: &AttrValue) -> bool {
         match (pat, v) {
-            (AttrPat::Int(a), AttrValue::Int(b)) => a == b,
-            (AttrPat::Float(a), AttrValue::Float(b)) => a == b,
-            (AttrPat::Bool(a), AttrValue::Bool(b)) => a == b,
-            (AttrPat::Ints(a), AttrValue::Ints(b)) => *a == b.as_slice(),
-            (AttrPat::Str(a), AttrValue::Str(b)) => *a == b,
-            (AttrPat::DType(a), AttrValue::DType(b)) => a == b,
-            (AttrPat::Null, AttrValue::Null) => true,
-            (AttrPat::OneOf(alts), v) => alts.iter().any(|a| self.match_attr(a, v)),
             (AttrPat::Param(slot), v) => {
                 let bound = match v {
                     AttrValue::Int(x) => Bound::Int(*x),
@@ -513,8 +618,24 @@ impl<const E: bool> Matcher<'_, E> {
                 };
                 self.bind(*slot, bound)
             }
-            _ => false,
+            _ if self.flags.ignore_literals => true,
+            _ => attr_literal_matches(pat, v),
         }
+    }
+}
+
+/// Whether an attribute literal of a pattern (anything but a parameter) accepts `v`.
+pub(crate) fn attr_literal_matches(pat: &AttrPat, v: &AttrValue) -> bool {
+    match (pat, v) {
+        (AttrPat::Int(a), AttrValue::Int(b)) => a == b,
+        (AttrPat::Float(a), AttrValue::Float(b)) => a == b,
+        (AttrPat::Bool(a), AttrValue::Bool(b)) => a == b,
+        (AttrPat::Ints(a), AttrValue::Ints(b)) => *a == b.as_slice(),
+        (AttrPat::Str(a), AttrValue::Str(b)) => *a == b,
+        (AttrPat::DType(a), AttrValue::DType(b)) => a == b,
+        (AttrPat::Null, AttrValue::Null) => true,
+        (AttrPat::OneOf(alts), v) => alts.iter().any(|a| attr_literal_matches(a, v)),
+        _ => false,
     }
 }
 

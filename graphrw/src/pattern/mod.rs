@@ -200,10 +200,21 @@
 //! assert_eq!(div_to_mul::RULE.priority, 1);
 //! ```
 
+//! # Matching options and many rules at once
+//!
+//! [`find_with`] and [`Rewriter::with_options`](crate::rewrite::Rewriter::with_options)
+//! take FX's `SubgraphMatcher` options as a [`MatchOptions`] builder (`match_output`,
+//! `match_placeholder`, `remove_overlapping_matches`, `ignore_literals`, plus
+//! `fully_contained` and filters). [`dispatch::Dispatch`] merges the rules of rule sets
+//! into one decision tree per anchor op, so a node is tried only against the rules
+//! that can match it.
+
 mod bindings;
+pub mod dispatch;
 mod display;
 mod explain;
 pub mod matcher;
+mod options;
 #[doc(hidden)]
 pub mod private;
 mod rule;
@@ -211,6 +222,7 @@ mod tree;
 
 pub use bindings::{Bindings, Bound, Match, PatternMatch, TensorRef};
 pub use explain::{explain, explain_named, near_misses, Explanation};
+pub use options::{find_with, match_at_with, MatchFilter, MatchOptions};
 pub use rule::{ReplaceFn, Rule, RuleSet};
 pub use tree::{
     AttrCheck, AttrPat, Check, CmpOp, ConstPat, Constraint, Link, OpPat, Param, ParamKind, PatNode,
@@ -223,6 +235,11 @@ impl Pattern {
     /// Every match in `graph` (see [`matcher::find`]).
     pub fn find(&'static self, graph: &Graph) -> Vec<Match> {
         matcher::find(self, graph)
+    }
+
+    /// Every match in `graph` under FX-style `options` (see [`find_with`]).
+    pub fn find_with(&'static self, graph: &Graph, options: &MatchOptions) -> Vec<Match> {
+        options::find_with(self, graph, options)
     }
 
     /// The first match anchored at `node` (see [`matcher::match_at`]).

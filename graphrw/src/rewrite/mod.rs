@@ -1,13 +1,16 @@
 //! The rewriter: applies rule sets greedily to a fixed point.
 //!
 //! A worklist of nodes, smallest id first (deterministic). For each node, the rules
-//! whose anchor op is the node's op are tried in priority order (dispatch by anchor op:
-//! a pass costs the rules that can anchor at each node, not every rule); the first
+//! that can match it are tried in priority order: they come from the rule sets' merged
+//! decision trees ([`Dispatch`], built once per list of rule sets), which look at the
+//! node's op, the ops of its operands and its attributes once for all rules, so rules
+//! that cannot match a node cost nothing. The first
 //! match that is safe to replace ([`apply::check_safe`]) is replaced atomically
 //! ([`apply::apply`]), and the new nodes and their users go back on the worklist.
 //! Matches never overlap: each replacement happens on the graph as it is after the
 //! previous one. An iteration guard turns a rule ping-pong into an error naming the
-//! rules; dead code is removed at the end. Configured egg-style with builder methods.
+//! rules; dead code is removed at the end. Configured egg-style with builder methods;
+//! FX's matching options come as [`MatchOptions`] ([`Rewriter::with_options`]).
 //!
 //! ```
 //! # use graphrw::rewrite::Rewriter;
@@ -19,21 +22,23 @@
 
 pub mod apply;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use crate::graph::{Graph, NodeId, Value};
-use crate::pattern::{matcher, Match, Rule, RuleSet};
+use crate::pattern::dispatch::Dispatch;
+use crate::pattern::matcher::{self, Scratch};
+use crate::pattern::{MatchOptions, Rule, RuleSet};
 use crate::verify::verify;
 use crate::GraphError;
 
 pub use apply::{check_safe, Patch, Unsafe};
 
-/// A filter on matches: return false to skip a match (FX's `match_filters`).
-pub type MatchFilter = fn(&Graph, &Match) -> bool;
+pub use crate::pattern::MatchFilter;
 
 /// Why rewriting failed.
 #[derive(Debug, Error)]
@@ -86,6 +91,8 @@ pub struct Report {
     pub dead_removed: usize,
     /// Nodes taken from the worklist.
     pub visited: usize,
+    /// Full match attempts (a rule tried at a node its decision tree let through).
+    pub attempts: usize,
     /// Time spent.
     pub time: Duration,
 }
@@ -129,25 +136,33 @@ impl fmt::Display for Report {
 /// Applies rule sets to a fixed point.
 #[derive(Clone)]
 pub struct Rewriter {
-    rules: Vec<&'static Rule>,
+    sets: Vec<&'static RuleSet>,
     iteration_limit: Option<usize>,
     verify_each: bool,
-    filters: Vec<MatchFilter>,
+    options: MatchOptions,
 }
 
 impl Rewriter {
     /// A rewriter over the rules of `sets`, tried in priority order (higher first, then
     /// set order, then declaration order).
     pub fn new(sets: &[&'static RuleSet]) -> Rewriter {
-        let mut rules: Vec<&'static Rule> =
-            sets.iter().flat_map(|s| s.rules.iter().copied()).collect();
-        rules.sort_by_key(|r| std::cmp::Reverse(r.priority)); // stable: keeps declaration order
         Rewriter {
-            rules,
+            sets: sets.to_vec(),
             iteration_limit: None,
             verify_each: cfg!(debug_assertions),
-            filters: Vec::new(),
+            options: MatchOptions::new(),
         }
+    }
+
+    /// The rules, in the order they are tried.
+    pub fn rules(&self) -> Vec<&'static Rule> {
+        self.dispatch().rules().to_vec()
+    }
+
+    /// The merged decision trees of the rule sets (built at the first use of this list
+    /// of sets, then shared).
+    fn dispatch(&self) -> Arc<Dispatch> {
+        Dispatch::for_sets(&self.sets)
     }
 
     /// At most `limit` rewrites (default: 4 × nodes + 1000).
@@ -164,7 +179,17 @@ impl Rewriter {
 
     /// Skip matches the filter refuses.
     pub fn with_filter(mut self, filter: MatchFilter) -> Rewriter {
-        self.filters.push(filter);
+        self.options = self.options.filter(filter);
+        self
+    }
+
+    /// Match with FX's options: `match_output`, `match_placeholder`,
+    /// `ignore_literals` and filters apply to every match tried.
+    /// `remove_overlapping_matches` and `fully_contained` do not change anything here:
+    /// rewrites happen one at a time on the graph as the previous one left it (so they
+    /// never overlap), and only safe matches are ever replaced.
+    pub fn with_options(mut self, options: MatchOptions) -> Rewriter {
+        self.options = options;
         self
     }
 
@@ -174,20 +199,26 @@ impl Rewriter {
         let limit = self
             .iteration_limit
             .unwrap_or(4 * graph.node_count() + 1000);
-        let by_op = self.dispatch_table();
+        let dispatch = self.dispatch();
+        let flags = self.options.flags;
+        let mut scratch = Scratch::default();
+        let mut candidates = Vec::new();
         let mut report = Report::default();
-        let mut queue: BTreeSet<NodeId> = graph.node_ids().collect();
-        while let Some(id) = queue.pop_first() {
+        let mut queue = Worklist::default();
+        for id in graph.node_ids() {
+            queue.insert(id);
+        }
+        while let Some(id) = queue.pop() {
             report.visited += 1;
             let Some(node) = graph.node(id) else { continue };
-            let Some(candidates) = by_op.get(node.op_name()) else {
-                continue;
-            };
-            for &rule in candidates {
-                let Some(m) = matcher::match_at(rule.pattern, graph, id) else {
+            dispatch.candidates(graph, node, flags.ignore_literals, &mut candidates);
+            for &rule in &candidates {
+                report.attempts += 1;
+                let Ok(m) = matcher::run_in::<false>(rule.pattern, graph, id, flags, &mut scratch)
+                else {
                     continue;
                 };
-                if !self.filters.iter().all(|f| f(graph, &m)) {
+                if !self.options.accepts(graph, &m) {
                     continue;
                 }
                 if check_safe(graph, &m).is_err() {
@@ -215,7 +246,9 @@ impl Rewriter {
                         source: Box::new(source),
                     })?;
                 }
-                queue.extend(patch.rewired.iter().copied());
+                for &n in &patch.rewired {
+                    queue.insert(n);
+                }
                 for &n in &patch.added {
                     queue.insert(n);
                     for o in 0..graph.node(n).map_or(0, |n| n.outputs().len()) {
@@ -231,16 +264,42 @@ impl Rewriter {
         report.time = start.elapsed();
         Ok(report)
     }
+}
 
-    /// Rules by anchor op name, each list in priority order.
-    fn dispatch_table(&self) -> BTreeMap<&'static str, Vec<&'static Rule>> {
-        let mut t: BTreeMap<&'static str, Vec<&'static Rule>> = BTreeMap::new();
-        for &r in &self.rules {
-            for op in r.pattern.anchors {
-                t.entry(op.name).or_default().push(r);
-            }
+/// The nodes still to visit: a bit per node index, popped smallest first (a freed
+/// index reused by a new node goes back on the list like any other).
+#[derive(Debug, Default)]
+struct Worklist {
+    bits: Vec<u64>,
+    /// No bit below this index is set.
+    first: usize,
+}
+
+impl Worklist {
+    fn insert(&mut self, id: NodeId) {
+        let i = id.index();
+        if i / 64 >= self.bits.len() {
+            self.bits.resize(i / 64 + 1, 0);
         }
-        t
+        self.bits[i / 64] |= 1 << (i % 64);
+        self.first = self.first.min(i);
+    }
+
+    fn pop(&mut self) -> Option<NodeId> {
+        let mut w = self.first / 64;
+        while w < self.bits.len() {
+            let word = self.bits[w];
+            if word != 0 {
+                let b = word.trailing_zeros() as usize;
+                self.bits[w] &= !(1u64 << b);
+                let i = w * 64 + b;
+                self.first = i + 1;
+                return Some(NodeId::new(i));
+            }
+            w += 1;
+        }
+        self.first = self.bits.len() * 64;
+        None
     }
 }
 

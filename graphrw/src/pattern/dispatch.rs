@@ -1,0 +1,419 @@
+//! Rules merged into one decision structure per anchor op, so that a node is matched
+//! only against the rules that can match it.
+//!
+//! Built once per rule list (see [`Dispatch::for_sets`], cached for the life of the
+//! program) from the static pattern trees, which stay as `pattern!` emits them. For each
+//! anchor op it holds a decision tree that switches on the op of the node's operand 0,
+//! then of operand 1, … (up to [`MAX_SWITCHED`] positions), with the rules that need
+//! nothing at a position copied into every branch, so a lookup follows one path. At a
+//! leaf, each rule keeps the checks of its anchor that remain (operand count, literal
+//! attributes); an attribute check shared by several rules is evaluated once per node.
+//! A commutative anchor is entered once per operand order.
+//!
+//! So the cost of a node is one hash lookup of its op, one per switched operand, and
+//! the leaf's checks: rules anchored at other ops, or needing other operand ops, cost
+//! nothing. The result is a superset of the rules that match: the full matcher still
+//! runs on each candidate, in priority order.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::ops::AttrValue;
+use crate::pattern::matcher::{self, attr_literal_matches, Scratch};
+use crate::pattern::{AttrPat, Match, MatchOptions, PatNode, Pattern, Rule, RuleSet};
+use crate::{Graph, Node};
+
+/// Operand positions the decision trees switch on.
+pub const MAX_SWITCHED: usize = 3;
+
+/// Rules by anchor op, each op's rules merged into one decision tree.
+#[derive(Debug)]
+pub struct Dispatch {
+    rules: Vec<&'static Rule>,
+    by_op: HashMap<&'static str, OpTree, BuildHasherDefault<FxHasher>>,
+}
+
+/// The decision tree of one anchor op.
+#[derive(Debug, Default)]
+struct OpTree {
+    /// Distinct literal-attribute checks of the anchor, shared by the leaves.
+    tests: Vec<(usize, &'static AttrPat)>,
+    /// Node 0 is the root.
+    nodes: Vec<TreeNode>,
+}
+
+#[derive(Debug)]
+enum TreeNode {
+    /// Go to the branch of the op of operand `pos` (or `default` when no rule names it
+    /// or the node has no such operand).
+    Switch {
+        pos: usize,
+        branches: HashMap<&'static str, u32, BuildHasherDefault<FxHasher>>,
+        default: u32,
+    },
+    /// The rules left, in priority order.
+    Leaf(Vec<Entry>),
+}
+
+/// What a rule still needs of a node that reached a leaf.
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    /// Index in [`Dispatch::rules`].
+    rule: u32,
+    /// Operands listed in the pattern, and whether more are allowed.
+    operands: usize,
+    more: bool,
+    /// Indices into [`OpTree::tests`].
+    tests: Vec<u16>,
+}
+
+/// One way a rule's anchor can match (a rule with an alternative at its root, or a
+/// commutative anchor, has several).
+#[derive(Clone, Debug)]
+struct Need {
+    /// Per operand position, the ops its producer may have (`None`: anything).
+    operand_ops: Vec<Option<Vec<&'static str>>>,
+    entry: Entry,
+}
+
+impl Dispatch {
+    /// The dispatch of the rules of `sets`, sorted as the rewriter tries them (priority
+    /// descending, then set order, then declaration order). Built at the first call for
+    /// a list of sets and cached.
+    pub fn for_sets(sets: &[&'static RuleSet]) -> Arc<Dispatch> {
+        type Cache = Mutex<HashMap<Vec<usize>, Arc<Dispatch>>>;
+        static CACHE: OnceLock<Cache> = OnceLock::new();
+        let key: Vec<usize> = sets.iter().map(|s| *s as *const RuleSet as usize).collect();
+        let cache = CACHE.get_or_init(Default::default);
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .entry(key)
+            .or_insert_with(|| {
+                let mut rules: Vec<&'static Rule> =
+                    sets.iter().flat_map(|s| s.rules.iter().copied()).collect();
+                rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
+                Arc::new(Dispatch::new(rules))
+            })
+            .clone()
+    }
+
+    /// The dispatch of `rules`, tried in the given order.
+    pub fn new(rules: Vec<&'static Rule>) -> Dispatch {
+        let mut needs: BTreeMap<&'static str, Vec<Need>> = BTreeMap::new();
+        let mut tests: BTreeMap<&'static str, Vec<(usize, &'static AttrPat)>> = BTreeMap::new();
+        for (i, rule) in rules.iter().enumerate() {
+            let p = rule.pattern;
+            let Some(root) = p.roots.first() else {
+                continue;
+            };
+            for op in p.anchors {
+                let tests = tests.entry(op.name).or_default();
+                let list = needs.entry(op.name).or_default();
+                let mut found = Vec::new();
+                anchor_needs(p, root.node, op.name, i as u32, tests, &mut found);
+                for n in found {
+                    if !list
+                        .iter()
+                        .any(|m| m.entry == n.entry && m.operand_ops == n.operand_ops)
+                    {
+                        list.push(n);
+                    }
+                }
+            }
+        }
+        let by_op = needs
+            .into_iter()
+            .map(|(op, needs)| {
+                let mut tree = OpTree {
+                    tests: tests.remove(op).unwrap_or_default(),
+                    nodes: Vec::new(),
+                };
+                let switched = needs
+                    .iter()
+                    .map(|n| n.operand_ops.len())
+                    .max()
+                    .unwrap_or(0)
+                    .min(MAX_SWITCHED);
+                build(&mut tree.nodes, needs, 0, switched);
+                (op, tree)
+            })
+            .collect();
+        Dispatch { rules, by_op }
+    }
+
+    /// The rules, in the order they are tried.
+    pub fn rules(&self) -> &[&'static Rule] {
+        &self.rules
+    }
+
+    /// The rules that may match with their anchor at `node`, in the order they are
+    /// tried, written to `out` (cleared first). With `ignore_literals`, literal
+    /// attributes are not checked.
+    pub fn candidates(
+        &self,
+        graph: &Graph,
+        node: &Node,
+        ignore_literals: bool,
+        out: &mut Vec<&'static Rule>,
+    ) {
+        out.clear();
+        let Some(tree) = self.by_op.get(node.op_name()) else {
+            return;
+        };
+        let mut at = 0usize;
+        let entries = loop {
+            match &tree.nodes[at] {
+                TreeNode::Switch {
+                    pos,
+                    branches,
+                    default,
+                } => {
+                    let op = node
+                        .operands()
+                        .get(*pos)
+                        .and_then(|v| graph.node(v.node))
+                        .map(|n| n.op_name());
+                    at = op
+                        .and_then(|op| branches.get(op))
+                        .unwrap_or(default)
+                        .to_owned() as usize;
+                }
+                TreeNode::Leaf(entries) => break entries,
+            }
+        };
+        // 0: not evaluated, 1: passes, 2: fails.
+        let mut memo = [0u8; 64];
+        let attrs = node.attr_values();
+        let n = node.operands().len();
+        let mut last = u32::MAX;
+        for e in entries {
+            if e.rule == last || n < e.operands || (!e.more && n != e.operands) {
+                continue;
+            }
+            let pass = ignore_literals
+                || e.tests.iter().all(|&t| {
+                    let t = t as usize;
+                    let (index, pat) = tree.tests[t];
+                    let eval = || attrs.get(index).is_some_and(|v| literal(pat, v));
+                    match memo.get_mut(t) {
+                        Some(m) => {
+                            if *m == 0 {
+                                *m = if eval() { 1 } else { 2 };
+                            }
+                            *m == 1
+                        }
+                        None => eval(),
+                    }
+                });
+            if pass {
+                out.push(self.rules[e.rule as usize]);
+                last = e.rule;
+            }
+        }
+    }
+}
+
+impl Dispatch {
+    /// A matching pass without rewriting: for every node, in node order, the first rule
+    /// (in the order rules are tried) that matches with its anchor there, under
+    /// `options`' matching flags and filters. Safety and overlaps are not checked (the
+    /// rewriter's job).
+    pub fn first_matches(
+        &self,
+        graph: &Graph,
+        options: &MatchOptions,
+    ) -> Vec<(&'static Rule, Match)> {
+        let mut scratch = Scratch::default();
+        let mut candidates = Vec::new();
+        let mut out = Vec::new();
+        for id in graph.node_ids() {
+            let Some(node) = graph.node(id) else { continue };
+            self.candidates(graph, node, options.flags.ignore_literals, &mut candidates);
+            for &rule in &candidates {
+                let Ok(m) =
+                    matcher::run_in::<false>(rule.pattern, graph, id, options.flags, &mut scratch)
+                else {
+                    continue;
+                };
+                if options.accepts(graph, &m) {
+                    out.push((rule, m));
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
+
+fn literal(pat: &AttrPat, v: &AttrValue) -> bool {
+    attr_literal_matches(pat, v)
+}
+
+/// The ways the pattern node `at` can match a node of op `op` as the anchor.
+fn anchor_needs(
+    p: &'static Pattern,
+    at: u16,
+    op: &'static str,
+    rule: u32,
+    tests: &mut Vec<(usize, &'static AttrPat)>,
+    out: &mut Vec<Need>,
+) {
+    match &p.nodes[at as usize] {
+        PatNode::Op(o) if o.op.name == op => {
+            let mut ids: Vec<u16> = o
+                .attrs
+                .iter()
+                .filter(|a| !matches!(a.pat, AttrPat::Param(_)))
+                .map(|a| {
+                    let key = (a.index, &a.pat);
+                    match tests.iter().position(|t| t.0 == key.0 && *t.1 == a.pat) {
+                        Some(i) => i as u16,
+                        None => {
+                            tests.push(key);
+                            (tests.len() - 1) as u16
+                        }
+                    }
+                })
+                .collect();
+            ids.sort_unstable();
+            let entry = Entry {
+                rule,
+                operands: o.operands.len(),
+                more: o.more_operands,
+                tests: ids,
+            };
+            let operand_ops: Vec<Option<Vec<&'static str>>> =
+                o.operands.iter().map(|&s| top_ops(p, s)).collect();
+            if o.op.commutative && operand_ops.len() >= 2 {
+                let mut swapped = operand_ops.clone();
+                swapped.swap(0, 1);
+                out.push(Need {
+                    operand_ops: swapped,
+                    entry: entry.clone(),
+                });
+            }
+            out.push(Need { operand_ops, entry });
+        }
+        PatNode::Op(_) => {}
+        PatNode::Alt(bs) => {
+            for &b in *bs {
+                anchor_needs(p, b, op, rule, tests, out);
+            }
+        }
+        // Anything else at the root: a candidate wherever its op is an anchor op.
+        _ => out.push(Need {
+            operand_ops: Vec::new(),
+            entry: Entry {
+                rule,
+                operands: 0,
+                more: true,
+                tests: Vec::new(),
+            },
+        }),
+    }
+}
+
+/// The ops the graph node matched by pattern node `at` may have (`None`: any).
+fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
+    match &p.nodes[at as usize] {
+        PatNode::Op(o) => Some(vec![o.op.name]),
+        PatNode::Const(_) => Some(vec!["constant"]),
+        PatNode::Alt(bs) => {
+            let mut all = Vec::new();
+            for &b in *bs {
+                all.extend(top_ops(p, b)?);
+            }
+            Some(all)
+        }
+        PatNode::Repeat(r) => {
+            let mut all = top_ops(p, r.body)?;
+            if r.min == 0 {
+                all.extend(top_ops(p, r.base)?);
+            }
+            Some(all)
+        }
+        PatNode::Any | PatNode::Tensor(_) | PatNode::Hole(_) => None,
+    }
+}
+
+/// Builds the subtree of `needs` switching from operand `pos`; returns its index.
+fn build(nodes: &mut Vec<TreeNode>, needs: Vec<Need>, pos: usize, switched: usize) -> u32 {
+    let at = nodes.len() as u32;
+    let need_at = |n: &Need| n.operand_ops.get(pos).cloned().flatten();
+    let mut names: Vec<&'static str> = needs.iter().filter_map(need_at).flatten().collect();
+    names.sort_unstable();
+    names.dedup();
+    if pos < switched && !needs.is_empty() && names.is_empty() {
+        // Nothing to switch on here: try the next position.
+        return build(nodes, needs, pos + 1, switched);
+    }
+    if pos >= switched || needs.is_empty() {
+        let mut entries: Vec<Entry> = needs.into_iter().map(|n| n.entry).collect();
+        entries.sort_by_key(|e| e.rule);
+        entries.dedup();
+        nodes.push(TreeNode::Leaf(entries));
+        return at;
+    }
+    nodes.push(TreeNode::Leaf(Vec::new())); // placeholder, replaced below
+    let default_needs: Vec<Need> = needs
+        .iter()
+        .filter(|n| need_at(n).is_none())
+        .cloned()
+        .collect();
+    let default = build(nodes, default_needs, pos + 1, switched);
+    let mut branches = HashMap::default();
+    for name in names {
+        let sub: Vec<Need> = needs
+            .iter()
+            .filter(|n| need_at(n).is_none_or(|ops| ops.contains(&name)))
+            .cloned()
+            .collect();
+        branches.insert(name, build(nodes, sub, pos + 1, switched));
+    }
+    nodes[at as usize] = TreeNode::Switch {
+        pos,
+        branches,
+        default,
+    };
+    at
+}
+
+/// A small fast hasher for op names (FxHash's mixing).
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+}
+
+impl FxHasher {
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}

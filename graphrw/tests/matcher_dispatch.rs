@@ -1,0 +1,196 @@
+//! The merged decision trees (`pattern::dispatch`) and backtracking hygiene: rules that
+//! cannot match a node are never tried there (counted by `Report::attempts`, not
+//! timed), the trees keep every rule that can match, constraints run as soon as their
+//! bindings exist, and a failed branch leaves no binding behind.
+
+use std::sync::Mutex;
+
+use graphrw::pattern::dispatch::Dispatch;
+use graphrw::rewrite::Rewriter;
+use graphrw::{pattern, rule_set, Builder, DType, Graph, TensorMeta};
+
+rule_set! {
+    /// One rule that fires.
+    pub static ONE;
+    rule neg_neg(x: Tensor) -> Tensor { x.neg().neg() } => { x }
+}
+
+rule_set! {
+    /// Rules anchored at the graph's ops but needing other operand ops or attributes:
+    /// none can match the test graph.
+    pub static CANNOT_MATCH;
+    rule neg_of_exp(x: Tensor) -> Tensor { x.exp().neg() } => { x.exp()?.mul(-1.0)? }
+    rule neg_of_tanh(x: Tensor) -> Tensor { x.tanh().neg() } => { x.tanh()?.mul(-1.0)? }
+    rule neg_of_log(x: Tensor) -> Tensor { x.log().neg() } => { x.log()?.mul(-1.0)? }
+    rule neg_of_abs(x: Tensor) -> Tensor { x.abs().neg() } => { x.abs()?.mul(-1.0)? }
+    rule add_of_exps(x: Tensor, y: Tensor) -> Tensor { x.exp().add(y.exp()) } => {
+        x.exp()?.sub(y.exp()?.neg()?)?
+    }
+    rule add_of_tanh(x: Tensor, y: Tensor) -> Tensor { x.tanh().add(y) } => {
+        x.tanh()?.sub(y.neg()?)?
+    }
+    #[overlap]
+    rule add_of_log(x: Tensor, y: Tensor) -> Tensor { x.log().add(y) } => {
+        x.log()?.sub(y.neg()?)?
+    }
+    rule softmax_dim0(x: Tensor) -> Tensor { x.softmax(0) } => { x.softmax(0)? }
+    rule softmax_of_exp(x: Tensor) -> Tensor { x.exp().softmax(-1) } => {
+        x.exp()?.softmax(-1)?
+    }
+    rule relu_of_exp(x: Tensor) -> Tensor { x.exp().relu() } => { x.exp()? }
+    rule relu_of_sigmoid(x: Tensor) -> Tensor { x.sigmoid().relu() } => { x.sigmoid()? }
+    rule relu_of_relu(x: Tensor) -> Tensor { x.relu().relu() } => { x.relu()? }
+}
+
+fn meta() -> TensorMeta {
+    TensorMeta::new(DType::F32, [2usize, 3])
+}
+
+/// Layers of `neg(neg(x)) + relu(x)` then `softmax(-1)`.
+fn graph(layers: usize) -> Graph {
+    let b = Builder::new();
+    let mut x = b.input("x", meta());
+    for _ in 0..layers {
+        let n = x.neg().unwrap().neg().unwrap();
+        x = n.add(x.relu().unwrap()).unwrap().softmax(-1).unwrap();
+    }
+    b.output(&[x]).unwrap();
+    b.finish()
+}
+
+#[test]
+fn rules_that_cannot_match_are_never_tried() {
+    let (mut a, mut b) = (graph(20), graph(20));
+    let one = Rewriter::new(&[&ONE]).run(&mut a).unwrap();
+    let more = Rewriter::new(&[&ONE, &CANNOT_MATCH]).run(&mut b).unwrap();
+    assert_eq!(one.total(), 20);
+    assert_eq!(more.total(), 20);
+    assert_eq!(a.to_string(), b.to_string());
+    // The twelve extra rules, anchored at `neg`, `add`, `softmax` and `relu` like the
+    // graph's nodes, cost not one match attempt.
+    assert_eq!(more.attempts, one.attempts);
+    assert_eq!(more.visited, one.visited);
+}
+
+#[test]
+fn dispatch_keeps_every_rule_that_matches() {
+    // A graph where each extra rule matches once.
+    let b = Builder::new();
+    let x = b.input("x", meta());
+    let outs = [
+        x.exp().unwrap().neg().unwrap(),
+        x.tanh().unwrap().neg().unwrap(),
+        x.abs().unwrap().neg().unwrap(),
+        x.exp().unwrap().add(x.exp().unwrap()).unwrap(),
+        x.relu().unwrap().add(x.tanh().unwrap()).unwrap(), // commutative: tanh second
+        x.softmax(0).unwrap(),
+        x.exp().unwrap().softmax(-1).unwrap(),
+        x.sigmoid().unwrap().relu().unwrap(),
+    ];
+    b.output(&outs).unwrap();
+    let g = b.finish();
+    let dispatch = Dispatch::for_sets(&[&ONE, &CANNOT_MATCH]);
+    let mut cands = Vec::new();
+    let mut matched = 0;
+    for id in g.node_ids() {
+        dispatch.candidates(&g, g.node(id).unwrap(), false, &mut cands);
+        for rule in dispatch.rules() {
+            let m = rule.pattern.match_at(&g, id).is_some();
+            matched += usize::from(m);
+            let listed = cands.iter().any(|r| r.name == rule.name);
+            assert!(
+                !m || listed,
+                "{} matches at {id:?} but was dropped",
+                rule.name
+            );
+        }
+        // Candidates come in the order rules are tried.
+        let order: Vec<usize> = cands
+            .iter()
+            .map(|c| {
+                dispatch
+                    .rules()
+                    .iter()
+                    .position(|r| r.name == c.name)
+                    .unwrap()
+            })
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+    }
+    assert!(matched >= 8, "{matched}");
+    // The softmax(-1) node of `exp().softmax(-1)` is no candidate of `softmax_dim0`.
+    let sm = g.nodes_with_op("softmax").collect::<Vec<_>>();
+    let mut names = Vec::new();
+    for id in sm {
+        dispatch.candidates(&g, g.node(id).unwrap(), false, &mut cands);
+        names.push(cands.iter().map(|r| r.name).collect::<Vec<_>>());
+    }
+    names.sort();
+    assert_eq!(names, vec![vec!["softmax_dim0"], vec!["softmax_of_exp"]]);
+    // With literals ignored, the attribute check is skipped.
+    let id = g.nodes_with_op("softmax").last().unwrap();
+    dispatch.candidates(&g, g.node(id).unwrap(), true, &mut cands);
+    assert!(cands.iter().any(|r| r.name == "softmax_dim0"));
+}
+
+pattern! {
+    /// The first branch binds `x`, the op slots of `relu` and `add`, then fails at
+    /// `y.neg()`; the second must start from clean bindings.
+    fn leaky(x: Tensor, y: Tensor) -> Tensor { x.relu().add(y.neg()) | x.add(y) }
+}
+
+/// What the constraints of `early` saw, in order.
+static SEEN: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+fn saw(what: &'static str, ok: bool) -> bool {
+    SEEN.lock().unwrap().push(what);
+    ok
+}
+
+pattern! {
+    /// The check of `x` fails; it must run as soon as `x` is bound, so the check of `y`
+    /// (bound later) never runs.
+    fn early(x: Tensor, y: Tensor) -> Tensor
+    where
+        check(|y| saw("y", y.rank() > 0)),
+        check(|x| saw("x", x.rank() == 7)),
+    {
+        x.relu().add(y.exp())
+    }
+}
+
+#[test]
+fn constraints_run_as_soon_as_their_bindings_exist() {
+    let b = Builder::new();
+    let (a, c) = (b.input("a", meta()), b.input("c", meta()));
+    b.output(&[a.relu().unwrap().add(c.exp().unwrap()).unwrap()])
+        .unwrap();
+    let g = b.finish();
+    assert!(early::PATTERN.find(&g).is_empty());
+    assert_eq!(*SEEN.lock().unwrap(), vec!["x"]);
+}
+
+#[test]
+fn a_failed_branch_leaves_no_binding() {
+    let b = Builder::new();
+    let (a, c) = (b.input("a", meta()), b.input("c", meta()));
+    let r = a.relu().unwrap();
+    b.output(&[r.add(c).unwrap()]).unwrap();
+    let (r, c) = (r.value(), c.value());
+    let g = b.finish();
+    let m = leaky::PATTERN.find(&g).remove(0);
+    // x binds the relu (second branch), not `a` (what the first branch bound).
+    assert_eq!(m.get("x"), Some(&graphrw::pattern::Bound::Value(r)));
+    assert_eq!(m.get("y"), Some(&graphrw::pattern::Bound::Value(c)));
+    assert_eq!(
+        m.nodes.len(),
+        1,
+        "only the add of the second branch: {:?}",
+        m.nodes
+    );
+    let bound: Vec<usize> = (0..m.bindings.len())
+        .filter(|&s| m.bindings.get(s as u16).is_some())
+        .collect();
+    // x, y and the second branch's add; nothing of the first branch.
+    assert_eq!(bound.len(), 3, "{:?}", m.bindings);
+}
