@@ -10,6 +10,19 @@
 //! `S x S` scores of every head it works on; it is skipped at S = 4096 (about 1 s per
 //! call and 64 MiB per score matrix, which makes the run take minutes).
 //!
+//! The f32 FMA peak the GFLOP/s are compared with is printed first, two ways:
+//! - nominal: cores x clock (`cpu MHz` of /proc/cpuinfo) x 2 FMA units x 8 lanes x 2
+//!   flops (AVX2 cores of the Zen and Skylake families have two 256-bit FMA units);
+//! - measured: `fused::sdpa::fma_peak_gflops`, 12 independent FMA chains per thread
+//!   on every rayon thread (lower than nominal when other processes share the cores).
+//!
+//! The machine is often shared (other processes take the cores), which lowers wall-clock
+//! GFLOP/s. So the f32 D=64/128 S=1024/2048 shapes are also timed in CPU time (the
+//! process's user + system time from /proc/self/stat, over a few seconds of calls):
+//! flops per CPU-second times the thread count estimates the uncontended rate, printed
+//! as a fraction of the nominal and of the CPU-time FMA probe (rayon's idle spinning
+//! counts as CPU time, so this errs low).
+//!
 //! Peak extra bytes are computed analytically and printed once per shape:
 //! - unfused graph: the `[B, H, S, S]` scores and probabilities, both live between
 //!   `softmax` and the second `matmul` (in the tensor dtype);
@@ -20,7 +33,7 @@
 use std::time::Duration;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use graphrw_kernels::fused::sdpa::{BLOCK_K, BLOCK_Q};
+use graphrw_kernels::fused::sdpa::{fma_peak_gflops, BLOCK_K, BLOCK_Q};
 use graphrw_kernels::fused::{sdpa, SdpaOptions};
 use graphrw_kernels::{cpu, DType, Tensor};
 
@@ -39,8 +52,101 @@ fn mib(bytes: usize) -> String {
     format!("{:.2} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
+/// The clock of the first core in /proc/cpuinfo, in GHz.
+fn nominal_ghz() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("cpu MHz"))?;
+    Some(line.split(':').nth(1)?.trim().parse::<f64>().ok()? / 1000.0)
+}
+
+fn print_peak(threads: usize) {
+    if let Some(ghz) = nominal_ghz() {
+        println!(
+            "f32 FMA peak, nominal: {threads} cores x {ghz:.3} GHz x 2 FMA units x 8 lanes x 2 \
+             = {:.1} GFLOP/s",
+            threads as f64 * ghz * 32.0
+        );
+    }
+    match fma_peak_gflops(threads, 50_000_000) {
+        Some(g) => println!("f32 FMA peak, measured: {g:.1} GFLOP/s on {threads} threads"),
+        None => println!("f32 FMA peak, measured: no AVX2+FMA on this CPU"),
+    }
+}
+
+/// The process's CPU time (user + system) in seconds, from /proc/self/stat (Linux;
+/// clock ticks of 1/100 s).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Runs `f` for about `secs` seconds of wall time; returns (calls, CPU seconds).
+fn cpu_time_of(secs: f64, mut f: impl FnMut()) -> Option<(usize, f64)> {
+    let start = std::time::Instant::now();
+    let c0 = cpu_seconds()?;
+    let mut calls = 0;
+    while start.elapsed().as_secs_f64() < secs {
+        f();
+        calls += 1;
+    }
+    Some((calls, cpu_seconds()? - c0))
+}
+
+/// The CPU-time estimates described in the module docs.
+fn print_cpu_time_rates(threads: usize) {
+    let ghz = nominal_ghz().unwrap_or(f64::NAN);
+    let nominal = threads as f64 * ghz * 32.0;
+    let probe_iters = 200_000_000;
+    let (Some(c0), Some(_), Some(c1)) = (
+        cpu_seconds(),
+        fma_peak_gflops(threads, probe_iters),
+        cpu_seconds(),
+    ) else {
+        return;
+    };
+    let probe_cpu = c1 - c0;
+    let probe = (threads * probe_iters * 12 * 16) as f64 / probe_cpu * threads as f64 / 1e9;
+    println!(
+        "cpu-time f32 FMA probe: {probe:.1} GFLOP/s ({threads} threads x flops per CPU-second)"
+    );
+    for (d, s) in [(64usize, 1024usize), (64, 2048), (128, 1024), (128, 2048)] {
+        let q = ramp(DType::F32, &[B, H, s, d], 0);
+        let k = ramp(DType::F32, &[B, H, s, d], 1);
+        let v = ramp(DType::F32, &[B, H, s, d], 2);
+        let flops = (4 * B * H * s * s * d) as f64;
+        let opts = SdpaOptions::default();
+        let fused = cpu_time_of(3.0, || {
+            black_box(sdpa(&q, &k, &v, None, &opts).expect("sdpa"));
+        });
+        let unfused = cpu_time_of(3.0, || {
+            black_box(
+                cpu::sdpa_reference(&q, &k, &v, None, false, None, false).expect("sdpa_reference"),
+            );
+        });
+        if let (Some((nf, cf)), Some((nu, cu))) = (fused, unfused) {
+            let gf = flops * nf as f64 / cf * threads as f64 / 1e9;
+            let gu = flops * nu as f64 / cu * threads as f64 / 1e9;
+            println!(
+                "cpu-time sdpa/f32/d{d}/s{s}: fused {gf:.1} GFLOP/s ({:.0}% of nominal, {:.0}% of \
+                 probe), unfused {gu:.1} GFLOP/s, fused/unfused {:.2}x",
+                100.0 * gf / nominal,
+                100.0 * gf / probe,
+                gf / gu
+            );
+        }
+    }
+}
+
 fn bench_sdpa(c: &mut Criterion) {
     let threads = rayon::current_num_threads();
+    print_peak(threads);
+    if std::env::var_os("SDPA_CPU_TIME").is_some() {
+        print_cpu_time_rates(threads);
+    }
     let mut g = c.benchmark_group("sdpa");
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(300))

@@ -319,6 +319,60 @@ fn odd_sizes_scale_and_f64() {
     }
 }
 
+/// Sizes around the register tiles of the AVX2 path (6 rows x 16 columns of the score
+/// and value tiles, 8-column and scalar value tails) and around the key/query blocks.
+#[test]
+fn micro_tile_boundaries() {
+    let base = Case {
+        dtype: DType::F32,
+        b: 1,
+        hq: 2,
+        hkv: 1,
+        sq: 1,
+        skv: 1,
+        d: 16,
+        dv: 16,
+        mask: MaskKind::None,
+        causal: false,
+        scale: None,
+    };
+    let mut seed = 900;
+    for (sq, skv) in [
+        (5, 6),
+        (6, 5),
+        (12, 11),
+        (16, 13),
+        (17, 127),
+        (63, 129),
+        (65, 134),
+        (97, 257),
+    ] {
+        for (d, dv) in [(16, 8), (8, 16), (24, 40), (32, 9), (48, 31)] {
+            for (dtype, mask, causal) in [
+                (DType::F32, MaskKind::None, true),
+                (DType::F32, MaskKind::Square, false),
+                (DType::F16, MaskKind::Padding, false),
+                (DType::BF16, MaskKind::Additive, false),
+            ] {
+                check(
+                    Case {
+                        dtype,
+                        sq,
+                        skv,
+                        d,
+                        dv,
+                        mask,
+                        causal,
+                        ..base
+                    },
+                    seed,
+                );
+                seed += 1;
+            }
+        }
+    }
+}
+
 #[test]
 fn rank_two_and_several_batch_dims() {
     let mut rng = Rng(30);

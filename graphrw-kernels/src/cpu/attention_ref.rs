@@ -23,11 +23,11 @@ pub(crate) struct Dims {
 }
 
 /// A mask read through broadcast strides over `[batch..., Hq, Sq, Skv]`.
-struct Mask {
+pub(crate) struct Mask {
     /// Mask element offset of each (batch, head) pair.
-    head_offsets: Vec<usize>,
-    row_stride: usize,
-    col_stride: usize,
+    pub(crate) head_offsets: Vec<usize>,
+    pub(crate) row_stride: usize,
+    pub(crate) col_stride: usize,
 }
 
 /// Validates the shapes (one rank >= 2, consistent batch/head/sequence/head dims,
@@ -90,7 +90,7 @@ pub(crate) fn check(
     Ok((dims, score_shape))
 }
 
-fn mask_layout(mask: &Tensor, score_shape: &[usize]) -> Result<Mask, KernelError> {
+pub(crate) fn mask_layout(mask: &Tensor, score_shape: &[usize]) -> Result<Mask, KernelError> {
     if broadcast_shapes(mask.shape(), score_shape).as_deref() != Some(score_shape) {
         return Err(KernelError::shape(
             "sdpa",

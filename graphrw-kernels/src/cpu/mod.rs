@@ -9,10 +9,10 @@ mod creation;
 mod elementwise;
 mod indexing;
 mod layout;
-mod matmul;
+pub(crate) mod matmul;
 mod norm;
 mod reduce;
-mod util;
+pub(crate) mod util;
 
 pub use attention_ref::sdpa_reference;
 pub use conv::conv2d;

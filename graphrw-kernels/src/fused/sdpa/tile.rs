@@ -7,7 +7,34 @@
 //! target. Without the `FMA` flag, `fmadd` is a plain multiply-add (`mul_add` would call
 //! the slow software `fmaf` there).
 
-use crate::Real;
+use std::ops::Range;
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use crate::{Real, Tensor};
+
+/// A key or value tensor stored as f16 or bf16, for bulk conversion to f32 (half's
+/// slice conversion uses F16C for f16 where the CPU has it; bf16 is a shift).
+#[derive(Clone, Copy)]
+pub(super) enum HalfSrc<'a> {
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+    None,
+}
+
+impl<'a> HalfSrc<'a> {
+    /// The f16/bf16 elements of `t`, if that is its dtype.
+    pub(super) fn of(t: &'a Tensor) -> Self {
+        if let Ok(s) = t.as_slice::<f16>() {
+            HalfSrc::F16(s)
+        } else if let Ok(s) = t.as_slice::<bf16>() {
+            HalfSrc::BF16(s)
+        } else {
+            HalfSrc::None
+        }
+    }
+}
 
 /// The compute type of the fused kernel: `f32` (for f32, f16, bf16) or `f64`.
 pub(super) trait Acc: Real {
@@ -15,6 +42,46 @@ pub(super) trait Acc: Real {
     fn fmadd<const FMA: bool>(a: Self, b: Self, c: Self) -> Self;
     /// `e^x`, in a form LLVM vectorises; exactly 0 for `-inf` and very negative `x`.
     fn exp_fast<const FMA: bool>(x: Self) -> Self;
+    /// The score tile `s[j][c] = sum_p k[j][p] qt[p][c]` for `j < nk` keys (rows of
+    /// `k`, length `d`) and all `ldq` query columns of the packed, transposed query
+    /// block `qt` (`[d, ldq]`, `ldq` a multiple of [`NR_Q`]); `s` has stride `ldq`.
+    #[inline(always)]
+    fn scores_tile<const FMA: bool>(
+        nk: usize,
+        d: usize,
+        k: &[Self],
+        qt: &[Self],
+        ldq: usize,
+        s: &mut [Self],
+    ) {
+        scores_tile_generic::<Self, FMA>(nk, d, k, qt, ldq, s)
+    }
+
+    /// The value update `o[i][c] = alpha[i] o[i][c] + sum_j pt[j][i] v[j][c]` for all
+    /// `ldp` query rows, `c < dv`, `j < nk`; the probabilities are stored transposed
+    /// (`pt` is `[nk, ldp]`), `v` is `[nk, dv]`, `o` is `[ldp, dv]`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn values_tile<const FMA: bool>(
+        nk: usize,
+        ldp: usize,
+        dv: usize,
+        pt: &[Self],
+        v: &[Self],
+        alpha: &[Self],
+        o: &mut [Self],
+    ) {
+        values_tile_generic::<Self, FMA>(nk, ldp, dv, pt, v, alpha, o)
+    }
+
+    /// Fills `dst` with `src[range]` converted, when `src` is f16/bf16 and this is f32;
+    /// false (and `dst` untouched) otherwise.
+    #[inline(always)]
+    fn from_half(src: HalfSrc<'_>, range: Range<usize>, dst: &mut Vec<Self>) -> bool {
+        let _ = (src, range, dst);
+        false
+    }
+
     /// The larger of two values (a select LLVM turns into `max`).
     #[inline(always)]
     fn vmax(a: Self, b: Self) -> Self {
@@ -27,6 +94,58 @@ pub(super) trait Acc: Real {
 }
 
 impl Acc for f32 {
+    #[inline(always)]
+    fn from_half(src: HalfSrc<'_>, range: Range<usize>, dst: &mut Vec<f32>) -> bool {
+        if matches!(src, HalfSrc::None) {
+            return false;
+        }
+        dst.clear();
+        dst.resize(range.len(), 0.0);
+        match src {
+            HalfSrc::F16(s) => s[range].convert_to_f32_slice(dst),
+            HalfSrc::BF16(s) => s[range].convert_to_f32_slice(dst),
+            HalfSrc::None => {}
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn scores_tile<const FMA: bool>(
+        nk: usize,
+        d: usize,
+        k: &[f32],
+        qt: &[f32],
+        ldq: usize,
+        s: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if FMA && avx2_fma() {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            unsafe { super::avx2::scores_tile(nk, d, k, qt, ldq, ldq, s, ldq) };
+            return;
+        }
+        scores_tile_generic::<f32, FMA>(nk, d, k, qt, ldq, s)
+    }
+
+    #[inline(always)]
+    fn values_tile<const FMA: bool>(
+        nk: usize,
+        ldp: usize,
+        dv: usize,
+        pt: &[f32],
+        v: &[f32],
+        alpha: &[f32],
+        o: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if FMA && avx2_fma() {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            unsafe { super::avx2::values_tile(nk, ldp, dv, pt, ldp, v, alpha, o) };
+            return;
+        }
+        values_tile_generic::<f32, FMA>(nk, ldp, dv, pt, v, alpha, o)
+    }
+
     #[inline(always)]
     fn fmadd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
         if FMA {
@@ -87,23 +206,145 @@ impl Acc for f64 {
     }
 }
 
+/// Whether the register-blocked AVX2+FMA tiles can run (detection is cached by std;
+/// `GRAPHRW_SDPA_NO_MICRO` turns them off, to measure what they bring).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn avx2_fma() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::env::var_os("GRAPHRW_SDPA_NO_MICRO").is_none()
+    })
+}
+
+/// [`Acc::scores_tile`] with the portable micro-kernels (auto-vectorised).
+#[inline(always)]
+fn scores_tile_generic<F: Acc, const FMA: bool>(
+    nk: usize,
+    d: usize,
+    kb: &[F],
+    qt: &[F],
+    bqp: usize,
+    s: &mut [F],
+) {
+    let mut j = 0;
+    while j + MR_K <= nk {
+        for c0 in (0..bqp).step_by(NR_Q) {
+            scores_micro::<F, MR_K, NR_Q, FMA>(
+                d,
+                &kb[j * d..],
+                &qt[c0..],
+                bqp,
+                &mut s[j * bqp + c0..],
+                bqp,
+            );
+        }
+        j += MR_K;
+    }
+    while j < nk {
+        for c0 in (0..bqp).step_by(NR_Q) {
+            scores_micro::<F, 1, NR_Q, FMA>(
+                d,
+                &kb[j * d..],
+                &qt[c0..],
+                bqp,
+                &mut s[j * bqp + c0..],
+                bqp,
+            );
+        }
+        j += 1;
+    }
+}
+
+/// [`Acc::values_tile`] with the portable micro-kernels (auto-vectorised).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn values_tile_generic<F: Acc, const FMA: bool>(
+    nk: usize,
+    bqp: usize,
+    dv: usize,
+    s: &[F],
+    vb: &[F],
+    alpha: &[F],
+    o: &mut [F],
+) {
+    for i in (0..bqp).step_by(MR_O) {
+        let mut c = 0;
+        while c + NR_O <= dv {
+            values_micro::<F, MR_O, NR_O, FMA>(
+                nk,
+                &s[i..],
+                bqp,
+                &vb[c..],
+                dv,
+                &alpha[i..],
+                &mut o[i * dv + c..],
+                dv,
+            );
+            c += NR_O;
+        }
+        while c + 8 <= dv {
+            values_micro::<F, MR_O, 8, FMA>(
+                nk,
+                &s[i..],
+                bqp,
+                &vb[c..],
+                dv,
+                &alpha[i..],
+                &mut o[i * dv + c..],
+                dv,
+            );
+            c += 8;
+        }
+        while c + 4 <= dv {
+            values_micro::<F, MR_O, 4, FMA>(
+                nk,
+                &s[i..],
+                bqp,
+                &vb[c..],
+                dv,
+                &alpha[i..],
+                &mut o[i * dv + c..],
+                dv,
+            );
+            c += 4;
+        }
+        while c < dv {
+            values_micro::<F, MR_O, 1, FMA>(
+                nk,
+                &s[i..],
+                bqp,
+                &vb[c..],
+                dv,
+                &alpha[i..],
+                &mut o[i * dv + c..],
+                dv,
+            );
+            c += 1;
+        }
+    }
+}
+
 /// Queries per score micro-tile (columns of `S^T`, the vector dimension).
 pub(super) const NR_Q: usize = 16;
 /// Keys per score micro-tile (rows of `S^T`): 4 x 2 vectors = 8 accumulators. (6 x 2
 /// was measured 4-5x slower: LLVM spills the accumulators.)
-pub(super) const MR_K: usize = 4;
+const MR_K: usize = 4;
 /// Query rows per value micro-tile.
-pub(super) const MR_O: usize = 4;
+const MR_O: usize = 4;
 /// Value columns per value micro-tile (the vector dimension): 4 x 2 vectors = 8
 /// accumulators; narrower tails use 8, 4 and 1 columns.
-pub(super) const NR_O: usize = 16;
+const NR_O: usize = 16;
 
 /// `s[r * lds + c] = sum_p k[r * d + p] * qt[p * ldq + c]` for `r < MR`, `c < NR`:
 /// `MR` keys (rows of `k`, length `d` each) against `NR` query columns of the packed,
 /// transposed query block `qt` (`d` rows of stride `ldq`, starting at column 0 of the
 /// slices given).
 #[inline(always)]
-pub(super) fn scores_micro<F: Acc, const MR: usize, const NR: usize, const FMA: bool>(
+fn scores_micro<F: Acc, const MR: usize, const NR: usize, const FMA: bool>(
     d: usize,
     k: &[F],
     qt: &[F],
@@ -132,7 +373,7 @@ pub(super) fn scores_micro<F: Acc, const MR: usize, const NR: usize, const FMA: 
 /// against `NR` value columns, with the probabilities stored transposed (`pt[j][i]`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) fn values_micro<F: Acc, const MR: usize, const NR: usize, const FMA: bool>(
+fn values_micro<F: Acc, const MR: usize, const NR: usize, const FMA: bool>(
     nk: usize,
     pt: &[F],
     ldp: usize,
