@@ -32,16 +32,30 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
 use cudarc::nvrtc::CompileOptions;
 
 use crate::{DType, KernelError, Tensor};
 
+mod elementwise;
+mod indexing;
+mod launch;
+mod layout;
+mod matmul;
+mod reduce;
 mod sdpa;
+mod tensor;
 
 /// The cudarc crate this module is built on (for streams, events and raw buffers).
 pub use cudarc;
+pub use elementwise::{binary, cast, unary, where_};
+pub use indexing::{gather, gather_elements, gather_nd, index_select};
+pub use layout::{concat, contiguous, expand, permute, slice, split, transpose};
+pub use matmul::matmul;
+pub use reduce::{layer_norm, log_softmax, reduce, rms_norm, softmax};
 pub use sdpa::{sdpa, SdpaOptions};
+pub use tensor::CudaTensor;
 
 /// The CUDA C sources of the kernels, compiled by NVRTC at first use.
 pub mod kernels {
@@ -49,39 +63,134 @@ pub mod kernels {
     /// `sdpa_generic` for everything else).
     pub const SDPA: &str = include_str!("kernels/sdpa.cu");
 
+    /// Elementwise ops with broadcasting and casts (with the shared prelude).
+    pub const ELEMENTWISE: &str = concat!(
+        include_str!("kernels/common.cuh"),
+        include_str!("kernels/elementwise.cu")
+    );
+
+    /// Strided copies and gathers by index (with the shared prelude).
+    pub const LAYOUT: &str = concat!(
+        include_str!("kernels/common.cuh"),
+        include_str!("kernels/layout.cu")
+    );
+
+    /// Softmax, layer/rms norm and reductions (with the shared prelude).
+    pub const REDUCE: &str = concat!(
+        include_str!("kernels/common.cuh"),
+        include_str!("kernels/reduce.cu")
+    );
+
     /// A set of `-D NAME=VALUE` defines.
     pub type Defines = &'static [(&'static str, &'static str)];
 
     /// Every kernel source with its file name, and sets of defines that together
     /// instantiate every code path (used by the NVRTC compile test).
-    pub const SOURCES: &[(&str, &str, &[Defines])] = &[(
-        "sdpa.cu",
-        SDPA,
-        &[
-            &[("DTYPE_ID", "0"), ("HEAD_DIM", "64"), ("MASK_KIND", "2")],
-            &[("DTYPE_ID", "1"), ("HEAD_DIM", "128"), ("IS_CAUSAL", "1")],
+    pub const SOURCES: &[(&str, &str, &[Defines])] = &[
+        (
+            "elementwise.cu",
+            ELEMENTWISE,
             &[
-                ("DTYPE_ID", "2"),
-                ("HEAD_DIM", "128"),
-                ("M_TILES", "2"),
-                ("Q_IN_REGS", "0"),
-                ("BLOCK_N", "32"),
-                ("MASK_KIND", "1"),
-                ("IS_CAUSAL", "1"),
+                &[
+                    ("NIN", "1"),
+                    ("OP", "0"),
+                    ("DT_O", "3"),
+                    ("DT_A", "0"),
+                    ("ACC", "0"),
+                ],
+                &[
+                    ("NIN", "1"),
+                    ("OP", "0"),
+                    ("DT_O", "0"),
+                    ("DT_A", "3"),
+                    ("ACC", "2"),
+                ],
+                &[("NIN", "1"), ("OP", "10"), ("DT_O", "1"), ("ACC", "0")],
+                &[("NIN", "1"), ("OP", "15"), ("DT_O", "2"), ("ACC", "0")],
+                &[("NIN", "1"), ("OP", "12"), ("DT_O", "6"), ("ACC", "1")],
+                &[
+                    ("NIN", "1"),
+                    ("OP", "18"),
+                    ("DT_O", "5"),
+                    ("DT_A", "0"),
+                    ("ACC", "0"),
+                ],
+                &[("NIN", "1"), ("OP", "17"), ("DT_O", "5"), ("ACC", "2")],
+                &[("NIN", "1"), ("OP", "1"), ("DT_O", "3"), ("ACC", "2")],
+                &[
+                    ("NIN", "2"),
+                    ("OP", "24"),
+                    ("DT_O", "0"),
+                    ("DT_B", "3"),
+                    ("ACC", "0"),
+                ],
+                &[("NIN", "2"), ("OP", "25"), ("DT_O", "4"), ("ACC", "2")],
+                &[("NIN", "2"), ("OP", "27"), ("DT_O", "5"), ("ACC", "2")],
+                &[
+                    ("NIN", "2"),
+                    ("OP", "31"),
+                    ("DT_O", "5"),
+                    ("DT_A", "1"),
+                    ("ACC", "0"),
+                ],
+                &[
+                    ("NIN", "3"),
+                    ("OP", "40"),
+                    ("DT_O", "0"),
+                    ("DT_A", "5"),
+                    ("DT_B", "0"),
+                    ("ACC", "0"),
+                ],
             ],
-            &[("DTYPE_ID", "1"), ("HEAD_DIM", "64"), ("M_TILES", "2")],
-            &[("DTYPE_ID", "2"), ("HEAD_DIM", "64"), ("MASK_KIND", "1")],
+        ),
+        (
+            "layout.cu",
+            LAYOUT,
             &[
-                ("DTYPE_ID", "1"),
-                ("HEAD_DIM", "256"),
-                ("HEAD_DIM_V", "96"),
-                ("Q_IN_REGS", "0"),
-                ("BLOCK_N", "32"),
-                ("MASK_KIND", "3"),
+                &[("ESZ", "1"), ("IDX_DT", "3")],
+                &[("ESZ", "2"), ("IDX_DT", "4")],
+                &[("ESZ", "4"), ("IDX_DT", "3")],
+                &[("ESZ", "8"), ("IDX_DT", "3")],
             ],
-            &[("DTYPE_ID", "2"), ("HEAD_DIM", "40"), ("MASK_KIND", "4")],
-        ],
-    )];
+        ),
+        (
+            "reduce.cu",
+            REDUCE,
+            &[
+                &[("DT", "0"), ("LOG", "1"), ("HAS_W", "1"), ("HAS_B", "1")],
+                &[("DT", "1"), ("DT_W", "0"), ("HAS_W", "1"), ("RED", "2")],
+                &[("DT", "2"), ("RMS", "1"), ("HAS_W", "1"), ("RED", "1")],
+            ],
+        ),
+        (
+            "sdpa.cu",
+            SDPA,
+            &[
+                &[("DTYPE_ID", "0"), ("HEAD_DIM", "64"), ("MASK_KIND", "2")],
+                &[("DTYPE_ID", "1"), ("HEAD_DIM", "128"), ("IS_CAUSAL", "1")],
+                &[
+                    ("DTYPE_ID", "2"),
+                    ("HEAD_DIM", "128"),
+                    ("M_TILES", "2"),
+                    ("Q_IN_REGS", "0"),
+                    ("BLOCK_N", "32"),
+                    ("MASK_KIND", "1"),
+                    ("IS_CAUSAL", "1"),
+                ],
+                &[("DTYPE_ID", "1"), ("HEAD_DIM", "64"), ("M_TILES", "2")],
+                &[("DTYPE_ID", "2"), ("HEAD_DIM", "64"), ("MASK_KIND", "1")],
+                &[
+                    ("DTYPE_ID", "1"),
+                    ("HEAD_DIM", "256"),
+                    ("HEAD_DIM_V", "96"),
+                    ("Q_IN_REGS", "0"),
+                    ("BLOCK_N", "32"),
+                    ("MASK_KIND", "3"),
+                ],
+                &[("DTYPE_ID", "2"), ("HEAD_DIM", "40"), ("MASK_KIND", "4")],
+            ],
+        ),
+    ];
 }
 
 /// A CUDA failure as a [`KernelError`].
@@ -206,6 +315,7 @@ pub struct CudaDevice {
     name: String,
     cc: (i32, i32),
     functions: Mutex<HashMap<String, CudaFunction>>,
+    blas: OnceLock<Result<Mutex<CudaBlas>, String>>,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -261,6 +371,7 @@ impl CudaDevice {
                 name,
                 cc,
                 functions: Mutex::new(HashMap::new()),
+                blas: OnceLock::new(),
             })
         })
         .map_err(|_| cuda_err("driver", "panicked (library symbols missing?)"))??;
@@ -314,12 +425,12 @@ impl CudaDevice {
             self.stream.clone_htod(&bytes)
         }
         .map_err(|e| cuda_err("upload", e))?;
-        Ok(CudaTensor {
-            dev: self.clone(),
+        Ok(CudaTensor::from_buffer(
+            self.clone(),
             buf,
-            dtype: t.dtype(),
-            shape: t.shape().to_vec(),
-        })
+            t.dtype(),
+            t.shape().to_vec(),
+        ))
     }
 
     /// A zero-filled device tensor.
@@ -328,17 +439,20 @@ impl CudaDevice {
         dtype: DType,
         shape: &[usize],
     ) -> Result<CudaTensor, KernelError> {
-        let n: usize = shape.iter().product::<usize>() * dtype.size_in_bytes();
+        let n = shape
+            .iter()
+            .try_fold(dtype.size_in_bytes(), |a, &d| a.checked_mul(d))
+            .ok_or_else(|| KernelError::shape("cuda alloc", format!("{shape:?} is too large")))?;
         let buf = self
             .stream
             .alloc_zeros::<u8>(n.max(1))
             .map_err(|e| cuda_err("alloc", e))?;
-        Ok(CudaTensor {
-            dev: self.clone(),
+        Ok(CudaTensor::from_buffer(
+            self.clone(),
             buf,
             dtype,
-            shape: shape.to_vec(),
-        })
+            shape.to_vec(),
+        ))
     }
 
     /// A device buffer holding `data` (kernel parameters: offsets and the like).
@@ -352,6 +466,30 @@ impl CudaDevice {
         self.stream
             .clone_htod(data)
             .map_err(|e| cuda_err("upload", e))
+    }
+
+    /// The device's cuBLAS handle, created at first use (an error, never a panic, when
+    /// the cuBLAS library cannot be loaded).
+    pub(crate) fn blas(&self) -> Result<std::sync::MutexGuard<'_, CudaBlas>, KernelError> {
+        let blas = self.blas.get_or_init(|| {
+            // SAFETY: only tries to dlopen the library and drops the handle.
+            if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+                return Err("cuBLAS (libcublas.so) not found".to_string());
+            }
+            let stream = self.stream.clone();
+            match catch_unwind(AssertUnwindSafe(|| CudaBlas::new(stream))) {
+                Ok(Ok(b)) => Ok(Mutex::new(b)),
+                Ok(Err(e)) => Err(format!("cuBLAS handle: {e:?}")),
+                Err(_) => Err("cuBLAS panicked (library symbols missing?)".to_string()),
+            }
+        });
+        match blas {
+            Ok(m) => m.lock().map_err(|_| cuda_err("cublas", "poisoned")),
+            Err(e) => Err(KernelError::Unsupported {
+                op: "cuda matmul",
+                msg: e.clone(),
+            }),
+        }
     }
 
     /// The NVRTC architecture this device compiles for.
@@ -394,87 +532,5 @@ impl CudaDevice {
             .map_err(|e| cuda_err("load function", e))?;
         cache.insert(key, f.clone());
         Ok(f)
-    }
-}
-
-/// A contiguous tensor in device memory: dtype, shape and a buffer on one [`CudaDevice`].
-pub struct CudaTensor {
-    dev: Arc<CudaDevice>,
-    buf: CudaSlice<u8>,
-    dtype: DType,
-    shape: Vec<usize>,
-}
-
-impl fmt::Debug for CudaTensor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "CudaTensor({}{:?} on cuda:{})",
-            self.dtype,
-            self.shape,
-            self.dev.ordinal()
-        )
-    }
-}
-
-impl CudaTensor {
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The shape.
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
-    /// The number of elements.
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    /// Size of the data in bytes.
-    pub fn nbytes(&self) -> usize {
-        self.numel() * self.dtype.size_in_bytes()
-    }
-
-    /// The device holding the data.
-    pub fn device(&self) -> &Arc<CudaDevice> {
-        &self.dev
-    }
-
-    /// The raw buffer (for kernels).
-    pub(crate) fn buf(&self) -> &CudaSlice<u8> {
-        &self.buf
-    }
-
-    /// The raw buffer, writable (for kernels).
-    pub(crate) fn buf_mut(&mut self) -> &mut CudaSlice<u8> {
-        &mut self.buf
-    }
-
-    /// The same data under another shape with as many elements.
-    pub fn reshape(self, shape: Vec<usize>) -> Result<CudaTensor, KernelError> {
-        if shape.iter().product::<usize>() != self.numel() {
-            return Err(KernelError::NumelMismatch {
-                op: "cuda reshape",
-                shape,
-                expected: self.numel(),
-                got: self.numel(),
-            });
-        }
-        Ok(CudaTensor { shape, ..self })
-    }
-
-    /// Copies the data back to the host (waits for queued work on the stream).
-    pub fn to_host(&self) -> Result<Tensor, KernelError> {
-        let n = self.nbytes();
-        let mut bytes = self
-            .dev
-            .stream
-            .clone_dtoh(&self.buf)
-            .map_err(|e| cuda_err("download", e))?;
-        bytes.truncate(n);
-        Tensor::from_raw_bytes(self.dtype, &self.shape, &bytes)
     }
 }

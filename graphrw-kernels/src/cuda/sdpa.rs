@@ -171,7 +171,7 @@ pub fn sdpa(
     let bh = batch * hq;
     let mut out_shape = qs[..r - 1].to_vec();
     out_shape.push(dv);
-    let mut out = dev.zeros(dtype, &out_shape)?;
+    let out = dev.zeros(dtype, &out_shape)?;
     if bh == 0 || sq == 0 {
         return Ok(out);
     }
@@ -277,13 +277,14 @@ pub fn sdpa(
         shared_mem_bytes: smem as u32,
     };
     let stream = dev.stream().clone();
-    let mask_buf = mask.map_or(q.buf(), |m| m.buf());
+    let (qv, kv, vv, ov) = (q.view(), k.view(), v.view(), out.view());
+    let mv = mask.unwrap_or(q).view();
     let mut b = stream.launch_builder(&f);
-    b.arg(q.buf())
-        .arg(k.buf())
-        .arg(v.buf())
-        .arg(out.buf_mut())
-        .arg(mask_buf)
+    b.arg(&qv)
+        .arg(&kv)
+        .arg(&vv)
+        .arg(&ov)
+        .arg(&mv)
         .arg(&head_off_dev)
         .arg(&row_stride)
         .arg(&col_stride)

@@ -1,0 +1,168 @@
+//! The CUDA executor's checker: which nodes it takes, judged from metadata and
+//! attributes only (op, dtypes, head dims, flags), with the reason when it does not.
+
+use graphrw_kernels::DType;
+
+use super::super::executor::NodeView;
+use super::CUDA_MAX_HEAD_DIM;
+use crate::meta::TensorMeta;
+
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+}
+
+fn is_half_or_f32(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+fn need(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(why())
+    }
+}
+
+fn operand<'a>(node: &NodeView<'a>, i: usize) -> Result<&'a TensorMeta, String> {
+    node.inputs
+        .get(i)
+        .copied()
+        .ok_or_else(|| format!("`{}` needs operand {i}", node.op.name))
+}
+
+fn float_input(node: &NodeView<'_>, kinds: &str, ok: fn(DType) -> bool) -> Result<(), String> {
+    let d = operand(node, 0)?.dtype;
+    need(ok(d), || {
+        format!(
+            "dtype {d}: the CUDA `{}` kernel takes {kinds}",
+            node.op.name
+        )
+    })
+}
+
+fn same_dtypes(node: &NodeView<'_>, from: usize) -> Result<DType, String> {
+    let d = operand(node, from)?.dtype;
+    for m in &node.inputs[from..] {
+        need(m.dtype == d, || {
+            format!(
+                "operands of dtypes {d} and {} (the CUDA kernels take one)",
+                m.dtype
+            )
+        })?;
+    }
+    Ok(d)
+}
+
+fn index_operand(node: &NodeView<'_>, i: usize) -> Result<(), String> {
+    let d = operand(node, i)?.dtype;
+    need(matches!(d, DType::I64 | DType::I32), || {
+        format!("index dtype {d}: the CUDA gathers take i64 or i32")
+    })
+}
+
+fn sdpa(node: &NodeView<'_>) -> Result<(), String> {
+    need(node.inputs.len() >= 3, || "needs q, k and v".into())?;
+    let dtype = node.inputs[0].dtype;
+    need(is_half_or_f32(dtype), || {
+        format!("dtype {dtype}: the CUDA attention kernel takes f32, f16 or bf16")
+    })?;
+    if let Some(mask) = node.inputs.get(3) {
+        need(
+            matches!(
+                mask.dtype,
+                DType::Bool | DType::F32 | DType::F16 | DType::BF16
+            ),
+            || format!("mask dtype {} is not bool or float", mask.dtype),
+        )?;
+    }
+    for (what, m) in [("q/k", node.inputs[0]), ("v", node.inputs[2])] {
+        match m.shape.dims().last().and_then(|d| d.known()) {
+            Some(d) if (1..=CUDA_MAX_HEAD_DIM).contains(&d) => {}
+            Some(d) => {
+                return Err(format!(
+                    "{what} head dim {d} is over the kernel's {CUDA_MAX_HEAD_DIM}"
+                ))
+            }
+            None => return Err(format!("{what} head dim is not known")),
+        }
+    }
+    match node.attrs.float("dropout_p") {
+        Ok(0.0) => Ok(()),
+        Ok(p) => Err(format!("dropout_p = {p} is not supported")),
+        Err(e) => Err(e.0),
+    }
+}
+
+/// Whether the CUDA kernels take this node (devices are checked by the executor).
+pub(super) fn check_op(node: &NodeView<'_>) -> Result<(), String> {
+    let name = node.op.name;
+    match name {
+        "exp" | "log" | "sqrt" | "rsqrt" | "reciprocal" | "sin" | "cos" | "erf" | "tanh"
+        | "sigmoid" | "silu" => float_input(node, "float dtypes", is_float),
+        "gelu" => {
+            float_input(node, "float dtypes", is_float)?;
+            match node.attrs.str("approximate").map_err(|e| e.0)? {
+                "none" | "tanh" => Ok(()),
+                other => Err(format!("gelu approximation {other:?} is not supported")),
+            }
+        }
+        "neg" | "abs" | "relu" => {
+            let d = operand(node, 0)?.dtype;
+            need(d != DType::Bool, || format!("`{name}` of bool"))
+        }
+        "not" => float_input(node, "bool", |d| d == DType::Bool),
+        "isnan" | "cast" | "contiguous" | "permute" | "transpose" | "reshape" | "expand"
+        | "unsqueeze" | "squeeze" | "slice" | "split" => Ok(()),
+        "dropout" => match node.attrs.bool("train") {
+            Ok(false) => Ok(()),
+            Ok(true) => Err("training-mode dropout is not supported".into()),
+            Err(e) => Err(e.0),
+        },
+        "concat" => same_dtypes(node, 0).map(|_| ()),
+        "add" | "sub" | "mul" | "maximum" | "minimum" => {
+            let d = same_dtypes(node, 0)?;
+            need(d != DType::Bool, || format!("`{name}` of bool"))
+        }
+        "div" => {
+            let d = same_dtypes(node, 0)?;
+            need(is_float(d), || {
+                format!("integer division ({d}) runs on the CPU (zero divisors are checked there)")
+            })
+        }
+        "pow" => {
+            let (a, b) = (operand(node, 0)?.dtype, operand(node, 1)?.dtype);
+            need(is_float(a) && is_float(b), || {
+                format!("pow of {a} by {b}: the CUDA kernel takes floats")
+            })
+        }
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => same_dtypes(node, 0).map(|_| ()),
+        "and" | "or" => {
+            let d = same_dtypes(node, 0)?;
+            need(d == DType::Bool, || {
+                format!("`{name}` of {d} (bool needed)")
+            })
+        }
+        "where" => {
+            let c = operand(node, 0)?.dtype;
+            need(c == DType::Bool, || format!("condition of dtype {c}"))?;
+            same_dtypes(node, 1).map(|_| ())
+        }
+        "matmul" => {
+            let d = same_dtypes(node, 0)?;
+            need(is_float(d), || {
+                format!("matmul of {d}: cuBLAS runs float dtypes")
+            })
+        }
+        "softmax" | "log_softmax" | "sum" | "mean" | "amax" => {
+            float_input(node, "f32, f16 or bf16", is_half_or_f32)
+        }
+        "layer_norm" | "rms_norm" => {
+            float_input(node, "f32, f16 or bf16", is_half_or_f32)?;
+            same_dtypes(node, 0).map(|_| ())
+        }
+        "gather" | "gather_elements" | "gather_nd" => index_operand(node, 1),
+        "index_select" => index_operand(node, 1),
+        "scaled_dot_product_attention" => sdpa(node),
+        _ => Err(format!("has no CUDA kernel for `{name}`")),
+    }
+}
