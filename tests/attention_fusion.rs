@@ -1,6 +1,7 @@
 //! Attention fusion on the real corpus: every attention site (the manifest's count)
 //! becomes one `scaled_dot_product_attention`, and the fused model still matches
-//! onnxruntime's reference output.
+//! onnxruntime's reference output — also after causal masks became `is_causal`
+//! (`rules::causal::mark_causal`), whose per-model counts the test prints.
 
 use std::path::{Path, PathBuf};
 
@@ -57,6 +58,7 @@ fn max_err(a: &Tensor, b: &Tensor) -> (f64, bool) {
 #[test]
 fn every_attention_site_of_the_corpus_is_fused_and_outputs_match() {
     let mut failures = Vec::new();
+    let mut causal = Vec::new();
     for (model, sites) in manifest() {
         let dir = corpus().join(&model);
         let mut g = onnx::load(dir.join("model.onnx")).expect("load");
@@ -76,6 +78,17 @@ fn every_attention_site_of_the_corpus_is_fused_and_outputs_match() {
             ));
             continue;
         }
+        let report = rules::causal::mark_causal(&mut g).unwrap_or_else(|e| panic!("{model}: {e}"));
+        verify(&g).unwrap();
+        let flagged = g
+            .nodes_with_op("scaled_dot_product_attention")
+            .filter(|&id| g.node(id).unwrap().attrs().bool("is_causal").unwrap())
+            .count();
+        assert_eq!(flagged, report.converted, "{model}: causal flags vs report");
+        causal.push(format!(
+            "{model}: {}/{sites} sites causal ({} keep a padding mask, {} masks unchanged)",
+            report.converted, report.with_remainder, report.unchanged
+        ));
         let expected = onnx::read_tensor_pb(dir.join("test_data_set_0/output_0.pb"))
             .unwrap()
             .1;
@@ -98,5 +111,6 @@ fn every_attention_site_of_the_corpus_is_fused_and_outputs_match() {
             ));
         }
     }
+    println!("{}", causal.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

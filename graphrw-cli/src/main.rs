@@ -85,8 +85,11 @@ enum Command {
     },
     /// Apply rule sets (by default: attention fusion) and write the result as ONNX.
     ///
-    /// Reports every rule that fired and how often. A fused attention node is written
-    /// as the standard ONNX `Attention` op (opset 23), which onnxruntime runs.
+    /// Reports every rule that fired and how often, the fused kernels made and the node
+    /// count before and after. A fused attention node is written as the standard ONNX
+    /// `Attention` op (opset 23), a generated kernel as its standard ONNX op where one
+    /// exists (LayerNormalization, RMSNormalization, Gelu) or else as a model-local
+    /// function (domain `graphrw`) whose body is its decomposition; onnxruntime runs both.
     ///
     /// Example: `graphrw optimize model.onnx -o fused.onnx && graphrw run . --model fused.onnx`
     Optimize {
@@ -95,8 +98,9 @@ enum Command {
         /// Where to write the optimised model.
         #[arg(short, long, value_name = "OUT")]
         output: PathBuf,
-        /// Rule sets to apply: `attention` (the whole fusion pipeline, the default) or
-        /// `canonical` (layout and scale canonicalisation only). Repeatable.
+        /// Rule sets to apply, in one pass: `all` (the default: attention fusion, causal
+        /// masks, then the generated kernels), `canonical`, `attention`, `kernels` (every
+        /// generated kernel) or one kernel (`rms_norm`, `bias_gelu`, ...). Repeatable.
         #[arg(long = "rules", value_name = "NAME")]
         rules: Vec<String>,
     },

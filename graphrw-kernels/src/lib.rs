@@ -26,6 +26,7 @@ pub mod cpu;
 pub mod cuda;
 mod dtype;
 pub mod element;
+pub mod elementwise;
 mod error;
 pub mod fused;
 mod tensor;

@@ -4,6 +4,7 @@
 //! the built-in op vocabulary as data ([`vocab`]), the one table that both the
 //! compile-time pattern checks and `graphrw`'s op declarations are made from.
 
+mod fused;
 mod optable;
 mod pattern;
 mod vocab;
@@ -49,6 +50,19 @@ pub fn replacement(input: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn rule_set(input: TokenStream) -> TokenStream {
     pattern::expand_rule_set(input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Defines a fused kernel from one elementwise expression (with optional last-dimension
+/// reductions), in the pattern syntax: `fused_kernel! { fn name(x: Tensor, eps: f64) ->
+/// Tensor { .. } }` emits a module `name` with the op (`OP`, `like` its decomposition),
+/// the rules that fuse the decomposed form (`RULES`), the CPU kernel (`cpu`), its CUDA
+/// source (`CUDA_SOURCE`), with `#[grad]` its vjp kernels (`VJP`), and `KERNEL` tying
+/// them together. See `graphrw::fused`.
+#[proc_macro]
+pub fn fused_kernel(input: TokenStream) -> TokenStream {
+    fused::expand(input.into())
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

@@ -191,6 +191,12 @@ const SIZE_DTYPE: &[Attr] = &[
     attr("dtype", K::DType, D::DType("f32")),
 ];
 
+const CE_ATTRS: &[Attr] = &[
+    attr("ignore_index", K::Int, D::Int(-100)),
+    attr("label_smoothing", K::Float, D::Float(0.0)),
+    attr("reduction", K::Str, D::Str("mean")),
+];
+
 /// Every built-in op. Names and signatures follow ATen/PyTorch; ops that only ONNX
 /// has (`gather_nd`) keep ONNX's semantics. Reductions with empty `dims` reduce all
 /// dimensions.
@@ -269,10 +275,14 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     op("softmax", "Softmax along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Normalization, "same_float"),
     op("log_softmax", "Log-softmax along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Normalization, "same_float"),
     // --- normalisation -------------------------------------------------------------
-    op("layer_norm", "Layer normalisation over the dims from `axis` to the end, with optional affine `weight` and `bias`.", &[req("input"), opt("weight"), opt("bias")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-5))], Class::Normalization, "norm"),
-    op("rms_norm", "RMS normalisation over the dims from `axis` to the end, with an optional `weight`.", &[req("input"), opt("weight")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-6))], Class::Normalization, "norm"),
+    OpSpec { decompose: Some("layer_norm"), ..op("layer_norm", "Layer normalisation over the dims from `axis` to the end, with optional affine `weight` and `bias`.", &[req("input"), opt("weight"), opt("bias")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-5))], Class::Normalization, "norm") },
+    OpSpec { decompose: Some("rms_norm"), ..op("rms_norm", "RMS normalisation over the dims from `axis` to the end, with an optional `weight`.", &[req("input"), opt("weight")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-6))], Class::Normalization, "norm") },
     // --- attention -----------------------------------------------------------------
     OpSpec { decompose: Some("sdpa"), ..op("scaled_dot_product_attention", "`softmax(q @ k^T * scale + mask) @ v` over `[.., heads, seq, dim]` tensors; `attn_mask` is boolean (true = attend) or additive; `scale` defaults to `1/sqrt(head_dim)`; query rows whose keys are all masked give zeros; with `enable_gqa` the query heads are grouped over fewer kv heads.", &[req("query"), req("key"), req("value"), opt("attn_mask")], &[attr("dropout_p", K::Float, D::Float(0.0)), attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa") },
+    OpSpec { outputs: Outputs::Fixed(3), decompose: Some("sdpa_backward"), ..op("scaled_dot_product_attention_backward", "The gradients `(dq, dk, dv)` of `scaled_dot_product_attention(query, key, value, attn_mask)` given its output `out` and the output's cotangent `grad_out` (the probabilities are recomputed); grouped kv heads get their group's summed gradients.", &[req("grad_out"), req("query"), req("key"), req("value"), req("out"), opt("attn_mask")], &[attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa_backward") },
+    // --- losses --------------------------------------------------------------------
+    OpSpec { decompose: Some("cross_entropy"), ..op("cross_entropy", "Softmax cross-entropy of logits `input` `[.., C]` against class indices `target` `[..]` (i64), as `torch.nn.functional.cross_entropy` with the classes last: rows whose target is `ignore_index` count zero; `label_smoothing` mixes in the uniform distribution; `reduction` is `\"mean\"` (over non-ignored rows), `\"sum\"` or `\"none\"`.", &[req("input"), req("target")], CE_ATTRS, Class::Normalization, "cross_entropy") },
+    OpSpec { decompose: Some("cross_entropy_backward"), ..op("cross_entropy_backward", "The gradient of `cross_entropy(input, target)` with respect to `input`, given the loss's cotangent `grad_out` (the softmax is recomputed).", &[req("grad_out"), req("input"), req("target")], CE_ATTRS, Class::Normalization, "cross_entropy_backward") },
 ];
 
 /// Looks an op up by name.

@@ -26,6 +26,8 @@ pub mod builder;
 pub mod dot;
 mod error;
 pub mod exec;
+pub mod fused;
+pub mod grad;
 pub mod graph;
 pub mod meta;
 pub mod onnx;
@@ -42,7 +44,7 @@ pub use graph::{Graph, Node, NodeId, Use, Value};
 pub use meta::{DType, Device, Dim, Shape, TensorMeta};
 pub use verify::verify;
 
-pub use graphrw_macros::{pattern, replacement, rule_set};
+pub use graphrw_macros::{fused_kernel, pattern, replacement, rule_set};
 pub use pattern::{Match, Pattern, PatternMatch, Rule, RuleSet};
 
 #[doc(hidden)]

@@ -499,6 +499,71 @@ fn attention() {
 }
 
 #[test]
+fn attention_backward_and_cross_entropy() {
+    let q = f32s(&[2, 8, 16, 64]);
+    let kv = f32s(&[2, 2, 32, 64]);
+    let gqa = [("enable_gqa", AttrValue::Bool(true))];
+    let bwd = "scaled_dot_product_attention_backward";
+    let outs = infer(
+        bwd,
+        &[q.clone(), q.clone(), kv.clone(), kv.clone(), q.clone()],
+        &gqa,
+    )
+    .unwrap();
+    assert_eq!(outs, vec![q.clone(), kv.clone(), kv.clone()]);
+    let e = err(
+        bwd,
+        &[
+            f32s(&[2, 8, 16, 63]),
+            q.clone(),
+            kv.clone(),
+            kv.clone(),
+            q.clone(),
+        ],
+        &gqa,
+    );
+    assert!(e.contains("grad_out"), "{e}");
+    err(
+        bwd,
+        &[q.clone(), q.clone(), kv.clone(), kv.clone(), q.clone()],
+        &[],
+    );
+    let logits = f32s(&[4, 10]);
+    let target = meta(DType::I64, &[4]);
+    assert_eq!(
+        ok1("cross_entropy", &[logits.clone(), target.clone()], &[]),
+        f32s(&[])
+    );
+    let none = [("reduction", AttrValue::Str("none".into()))];
+    assert_eq!(
+        ok1("cross_entropy", &[logits.clone(), target.clone()], &none),
+        f32s(&[4])
+    );
+    let e = err(
+        "cross_entropy",
+        &[logits.clone(), meta(DType::I64, &[5])],
+        &[],
+    );
+    assert!(e.contains("without the class dim"), "{e}");
+    err("cross_entropy", &[logits.clone(), f32s(&[4])], &[]);
+    let e = err(
+        "cross_entropy",
+        &[logits.clone(), target.clone()],
+        &[("reduction", AttrValue::Str("max".into()))],
+    );
+    assert!(e.contains("reduction"), "{e}");
+    assert_eq!(
+        ok1(
+            "cross_entropy_backward",
+            &[f32s(&[4]), logits.clone(), target.clone()],
+            &none
+        ),
+        logits
+    );
+    err("cross_entropy_backward", &[f32s(&[4]), logits, target], &[]);
+}
+
+#[test]
 fn signature_errors() {
     let e = err("softmax", &[f32s(&[2])], &[]);
     assert!(e.contains("`dim` is required"), "{e}");

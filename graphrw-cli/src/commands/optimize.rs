@@ -9,32 +9,46 @@ use graphrw::{rules, verify};
 
 use super::CmdResult;
 
-/// Rule sets by name, in the order given; `attention` alone (the default) runs the
-/// whole fusion pipeline (canonicalise, then fuse with canonicalisation on).
+/// Rule sets by name, in the order given; with none (or `all`) runs the whole pipeline
+/// ([`rules::optimize`]: attention fusion, causal masks, generated fused kernels).
 pub fn run(model: &Path, output: &Path, names: &[String]) -> CmdResult {
     let mut graph = super::load(model)?;
-    let before = graph.nodes_with_op("softmax").count();
-    let reports = if names.is_empty() || names == ["attention"] {
-        rules::fuse_attention(&mut graph)?
+    if names.is_empty() || names == ["all"] {
+        let done = rules::optimize(&mut graph)?;
+        verify(&graph)?;
+        for r in done.attention.iter().chain([&done.kernels]) {
+            print!("{r}");
+        }
+        println!("{done}");
     } else {
+        let before = graph.node_count();
         let mut sets = Vec::new();
         for name in names {
-            sets.push(rules::rule_set(name).ok_or_else(|| {
-                format!("unknown rule set `{name}` (known: canonical, attention)")
-            })?);
+            match name.as_str() {
+                "kernels" => sets.extend(graphrw::fused::builtin_rules()),
+                _ => sets.push(rules::rule_set(name).ok_or_else(|| {
+                    format!(
+                        "unknown rule set `{name}` (known: all, canonical, attention, kernels, \
+                         or one kernel: {})",
+                        kernel_names().join(", ")
+                    )
+                })?),
+            }
         }
-        vec![Rewriter::new(&sets).run(&mut graph)?]
-    };
-    verify(&graph)?;
-    for r in &reports {
-        print!("{r}");
+        let report = Rewriter::new(&sets).run(&mut graph)?;
+        verify(&graph)?;
+        print!("{report}");
+        println!("nodes: {before} -> {}", graph.node_count());
     }
-    let fused = graph.nodes_with_op("scaled_dot_product_attention").count();
-    println!(
-        "attention: {fused} fused node(s); softmax {before} -> {}",
-        graph.nodes_with_op("softmax").count()
-    );
     graphrw::onnx::save(&graph, output)?;
     println!("wrote {}", output.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The built-in generated kernels' names, as `--rules` takes them.
+fn kernel_names() -> Vec<&'static str> {
+    graphrw::fused::builtin::ALL
+        .iter()
+        .filter_map(|k| k.op.name.strip_prefix("fused."))
+        .collect()
 }

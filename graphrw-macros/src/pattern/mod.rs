@@ -9,8 +9,8 @@ mod codegen;
 mod error;
 mod lower;
 mod overlap;
-mod parse;
-mod sema;
+pub(crate) mod parse;
+pub(crate) mod sema;
 #[cfg(test)]
 mod tests;
 

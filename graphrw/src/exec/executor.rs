@@ -10,8 +10,12 @@ use std::sync::Arc;
 
 use graphrw_kernels::Tensor;
 
+use super::value::RunValue;
+use crate::graph::{Graph, NodeId};
 use crate::meta::TensorMeta;
 use crate::ops::{Attrs, DecomposeFn, OpDef};
+
+use super::ExecError;
 
 /// What an executor's checker and kernel see of a node: its op, attributes and the
 /// metadata of its operands and outputs — never tensor values.
@@ -53,8 +57,40 @@ pub trait Executor: Send + Sync {
         None
     }
 
+    /// A graph-level execution transform, run once every node has an executor: it may
+    /// replace nodes for which `movable` is true (those planned on executors after this
+    /// one) by nodes this executor accepts, e.g. a group of elementwise nodes by one
+    /// fused node. Returns whether it changed the graph (the planner then plans again).
+    fn transform_graph(
+        &self,
+        _graph: &mut Graph,
+        _movable: &dyn Fn(NodeId) -> bool,
+    ) -> Result<bool, ExecError> {
+        Ok(false)
+    }
+
     /// Runs an accepted node.
     fn run(&self, node: &NodeView<'_>, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure>;
+
+    /// Runs an accepted node on the values the interpreter holds. The default brings
+    /// device values to the host and calls [`Executor::run`]; a device executor overrides
+    /// it to keep its results on the device.
+    fn run_values(
+        &self,
+        node: &NodeView<'_>,
+        inputs: &[&RunValue],
+    ) -> Result<Vec<RunValue>, KernelFailure> {
+        let host = inputs
+            .iter()
+            .map(|v| v.to_host())
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&Tensor> = host.iter().collect();
+        Ok(self
+            .run(node, &refs)?
+            .into_iter()
+            .map(RunValue::Host)
+            .collect())
+    }
 }
 
 impl fmt::Debug for dyn Executor {

@@ -1,6 +1,8 @@
 //! The fused CPU executor: `scaled_dot_product_attention` through the blocked
 //! online-softmax kernel of `graphrw-kernels::fused`, for the cases its checker accepts;
 //! other attention nodes fall through to the next executor or the op's decomposition.
+//! It also runs the attention backward and the softmax cross-entropy (forward and
+//! backward) on their fused kernels.
 
 use graphrw_kernels::fused::{self, FullyMaskedRows, SdpaOptions};
 use graphrw_kernels::Tensor;
@@ -21,6 +23,11 @@ impl Executor for FusedCpu {
     }
 
     fn check(&self, node: &NodeView<'_>) -> Result<(), String> {
+        match node.op.name {
+            "scaled_dot_product_attention_backward" => return check_sdpa_backward(node),
+            "cross_entropy" | "cross_entropy_backward" => return check_cross_entropy(node),
+            _ => {}
+        }
         if node.op.name != "scaled_dot_product_attention" {
             return Err(format!("has no kernel for `{}`", node.op.name));
         }
@@ -43,6 +50,11 @@ impl Executor for FusedCpu {
     }
 
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
+        match node.op.name {
+            "scaled_dot_product_attention_backward" => return run_sdpa_backward(node, x),
+            "cross_entropy" | "cross_entropy_backward" => return run_cross_entropy(node, x),
+            _ => {}
+        }
         let a = &node.attrs;
         let opts = SdpaOptions {
             is_causal: a.bool("is_causal")?,
@@ -58,4 +70,72 @@ impl Executor for FusedCpu {
             &opts,
         )?])
     }
+}
+
+/// The fused attention backward: float q/k/v on the CPU, a bool or same-dtype mask.
+fn check_sdpa_backward(node: &NodeView<'_>) -> Result<(), String> {
+    let q = node.inputs[1];
+    if !matches!(q.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
+        return Err(format!("no fused attention backward for {}", q.dtype));
+    }
+    if let Some(m) = node.inputs.iter().find(|m| m.device != Device::Cpu) {
+        return Err(format!("operand on {}, not the CPU", m.device));
+    }
+    if let Some(mask) = node.inputs.get(5) {
+        if mask.dtype != DType::Bool && mask.dtype != q.dtype {
+            return Err(format!("mask of {} with {} inputs", mask.dtype, q.dtype));
+        }
+    }
+    Ok(())
+}
+
+fn run_sdpa_backward(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
+    let a = &node.attrs;
+    let opts = SdpaOptions {
+        is_causal: a.bool("is_causal")?,
+        scale: a.opt_float("scale")?,
+        enable_gqa: a.bool("enable_gqa")?,
+        fully_masked_rows: FullyMaskedRows::Zero,
+    };
+    let g = fused::sdpa_backward::sdpa_backward(
+        x[0],
+        x[1],
+        x[2],
+        x[3],
+        x[4],
+        x.get(5).copied(),
+        &opts,
+    )?;
+    Ok(vec![g.dq, g.dk, g.dv])
+}
+
+/// The fused softmax cross-entropy (apex's xentropy): float logits on the CPU.
+fn check_cross_entropy(node: &NodeView<'_>) -> Result<(), String> {
+    let input = node.inputs[if node.op.name == "cross_entropy" {
+        0
+    } else {
+        1
+    }];
+    if !input.dtype.is_float() {
+        return Err(format!("no fused cross-entropy for {}", input.dtype));
+    }
+    if let Some(m) = node.inputs.iter().find(|m| m.device != Device::Cpu) {
+        return Err(format!("operand on {}, not the CPU", m.device));
+    }
+    Ok(())
+}
+
+fn run_cross_entropy(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
+    use fused::cross_entropy::{self as ce, CrossEntropyOptions, Reduction};
+    let a = &node.attrs;
+    let opts = CrossEntropyOptions {
+        ignore_index: a.int("ignore_index")?,
+        label_smoothing: a.float("label_smoothing")?,
+        reduction: Reduction::parse(a.str("reduction")?)?,
+    };
+    Ok(vec![if node.op.name == "cross_entropy" {
+        ce::cross_entropy(x[0], x[1], &opts)?
+    } else {
+        ce::cross_entropy_backward(x[0], x[1], x[2], &opts)?
+    }])
 }

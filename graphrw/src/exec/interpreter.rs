@@ -1,5 +1,10 @@
 //! The interpreter: runs a [`Plan`] on input tensors, freeing each intermediate after
 //! its last use, and reports time per op and peak live bytes.
+//!
+//! Values are held as [`RunValue`]s: a device executor's results stay on its device
+//! and feed its next nodes directly; a host executor given a device value gets a host
+//! copy ([`Executor::run_values`](super::Executor::run_values)), and graph outputs are
+//! brought to the host at the end.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -12,6 +17,7 @@ use crate::meta::{Dim, TensorMeta};
 use crate::printer::{node_line, Names};
 
 use super::plan::{view, Plan};
+use super::value::RunValue;
 use super::ExecError;
 
 /// What a run measured.
@@ -22,8 +28,10 @@ pub struct RunReport {
     /// Wall time of the whole run.
     pub total: Duration,
     /// The most bytes of intermediate tensors alive at once (graph inputs and
-    /// constants excluded: the caller and the graph own them).
+    /// constants excluded: the caller and the graph own them), host and device alike.
     pub peak_live_bytes: usize,
+    /// Graph outputs that were on a device and were copied to the host at the end.
+    pub outputs_downloaded: usize,
 }
 
 impl fmt::Display for RunReport {
@@ -71,23 +79,25 @@ impl Plan {
             .map(|(i, &n)| (n, i))
             .collect();
 
-        let mut values: HashMap<Value, Tensor> = HashMap::new();
+        let mut values: HashMap<Value, RunValue> = HashMap::new();
         let mut owned_bytes: HashMap<Value, usize> = HashMap::new();
         let mut live = 0usize;
         let mut report = RunReport::default();
         for (step, &(id, ex)) in self.steps.iter().enumerate() {
             let node = g.try_node(id)?;
-            let outs: Vec<Tensor> = match ex {
+            let outs: Vec<RunValue> = match ex {
                 None => match node.op_name() {
-                    "input" => vec![inputs[input_index[&id]].clone()],
-                    _ => vec![node.payload().cloned().ok_or_else(|| ExecError::Kernel {
-                        node: self.line(id),
-                        executor: "interpreter".into(),
-                        message: "constant without a value".into(),
-                    })?],
+                    "input" => vec![RunValue::Host(inputs[input_index[&id]].clone())],
+                    _ => vec![RunValue::Host(node.payload().cloned().ok_or_else(
+                        || ExecError::Kernel {
+                            node: self.line(id),
+                            executor: "interpreter".into(),
+                            message: "constant without a value".into(),
+                        },
+                    )?)],
                 },
                 Some(e) => {
-                    let args: Vec<&Tensor> = node
+                    let args: Vec<&RunValue> = node
                         .operands()
                         .iter()
                         .map(|v| {
@@ -104,14 +114,13 @@ impl Plan {
                         .collect::<Result<_, _>>()?;
                     let nv = view(g, id)?;
                     let t0 = Instant::now();
-                    let outs =
-                        self.executors[e]
-                            .run(&nv, &args)
-                            .map_err(|err| ExecError::Kernel {
-                                node: self.line(id),
-                                executor: self.executors[e].name().to_string(),
-                                message: err.to_string(),
-                            })?;
+                    let outs = self.executors[e].run_values(&nv, &args).map_err(|err| {
+                        ExecError::Kernel {
+                            node: self.line(id),
+                            executor: self.executors[e].name().to_string(),
+                            message: err.to_string(),
+                        }
+                    })?;
                     let entry = report.per_op.entry(node.op_name()).or_default();
                     entry.0 += t0.elapsed();
                     entry.1 += 1;
@@ -138,17 +147,21 @@ impl Plan {
                 }
             }
         }
-        let outputs = g
-            .outputs()
-            .iter()
-            .map(|v| {
-                values.get(v).cloned().ok_or_else(|| ExecError::Kernel {
-                    node: format!("output %{}.{}", v.node.index(), v.output),
-                    executor: "interpreter".into(),
-                    message: "the output was never computed".into(),
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let mut outputs = Vec::with_capacity(g.outputs().len());
+        for v in g.outputs() {
+            let fail = |message: String| ExecError::Kernel {
+                node: format!("output %{}.{}", v.node.index(), v.output),
+                executor: "interpreter".into(),
+                message,
+            };
+            let value = values
+                .get(v)
+                .ok_or_else(|| fail("the output was never computed".into()))?;
+            if matches!(value, RunValue::Device(_)) {
+                report.outputs_downloaded += 1;
+            }
+            outputs.push(value.to_host().map_err(|e| fail(e.to_string()))?);
+        }
         report.total = start.elapsed();
         Ok((outputs, report))
     }
@@ -210,7 +223,7 @@ impl Plan {
         Ok(())
     }
 
-    fn check_outputs(&self, id: NodeId, outs: &[Tensor]) -> Result<(), ExecError> {
+    fn check_outputs(&self, id: NodeId, outs: &[RunValue]) -> Result<(), ExecError> {
         let node = self.graph.try_node(id)?;
         let fail = |message: String| ExecError::Kernel {
             node: self.line(id),
@@ -225,7 +238,7 @@ impl Plan {
             )));
         }
         for (t, m) in outs.iter().zip(node.outputs()) {
-            let shape_ok = t.rank() == m.rank()
+            let shape_ok = t.shape().len() == m.rank()
                 && m.shape
                     .dims()
                     .iter()

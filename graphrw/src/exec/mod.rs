@@ -25,6 +25,8 @@ mod fused_cpu;
 mod interpreter;
 mod plan;
 mod reference;
+pub mod tile;
+mod value;
 
 use std::sync::Arc;
 
@@ -33,12 +35,14 @@ use thiserror::Error;
 use graphrw_kernels::Tensor;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{CudaExecutor, CUDA_MAX_HEAD_DIM};
+pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
 pub use interpreter::RunReport;
 pub use plan::{plan, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
+pub use tile::{tile_executor, TileCpu, TILE_CPU};
+pub use value::{DeviceValue, RunValue};
 
 use crate::{Graph, GraphError};
 
@@ -90,9 +94,16 @@ pub fn reference_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(ReferenceCpu)]
 }
 
-/// The default CPU stack: fused kernels first, then the reference kernels.
+/// The default CPU stack: the generated fused kernels ([`crate::fused`]) and the fused
+/// attention/cross-entropy kernels first, then the tile executor (groups of elementwise
+/// nodes left to the reference kernels run as one node each), then the reference kernels.
 pub fn default_stack() -> Vec<Arc<dyn Executor>> {
-    vec![Arc::new(FusedCpu), Arc::new(ReferenceCpu)]
+    vec![
+        Arc::new(crate::fused::generated_executor()),
+        Arc::new(FusedCpu),
+        tile_executor(),
+        Arc::new(ReferenceCpu),
+    ]
 }
 
 /// Plans `graph` on the reference stack and runs it.

@@ -2,6 +2,7 @@
 //! it, applying execution transforms and falling back to an op's decomposition when
 //! no executor takes it.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -152,6 +153,26 @@ pub(crate) fn expand_node(graph: &mut Graph, id: NodeId, f: DecomposeFn) -> Resu
     Ok(())
 }
 
+/// Gives each executor, in stack order, its graph-level transform over the nodes planned
+/// on executors after it; true as soon as one changed the graph.
+fn graph_transforms(
+    graph: &mut Graph,
+    executors: &[Arc<dyn Executor>],
+    steps: &[(NodeId, Option<usize>)],
+) -> Result<bool, ExecError> {
+    let assigned: HashMap<NodeId, usize> = steps
+        .iter()
+        .filter_map(|&(n, e)| e.map(|e| (n, e)))
+        .collect();
+    for (i, ex) in executors.iter().enumerate() {
+        let movable = |n: NodeId| assigned.get(&n).is_some_and(|&e| e > i);
+        if ex.transform_graph(graph, &movable)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Plans `graph` on `executors` (tried in order).
 pub fn plan(graph: &Graph, executors: &[Arc<dyn Executor>]) -> Result<Plan, ExecError> {
     let mut g = graph.clone();
@@ -180,6 +201,16 @@ pub fn plan(graph: &Graph, executors: &[Arc<dyn Executor>]) -> Result<Plan, Exec
                     continue 'replan;
                 }
             }
+        }
+        if graph_transforms(&mut g, executors, &steps)? {
+            expansions += 1;
+            if expansions > limit {
+                return Err(ExecError::Transform {
+                    op: "graph",
+                    message: "graph-level execution transforms keep changing the graph".into(),
+                });
+            }
+            continue 'replan;
         }
         if cfg!(debug_assertions) {
             verify(&g)?;

@@ -29,6 +29,12 @@ impl Executor for ReferenceCpu {
         if node.op.name == "scaled_dot_product_attention" {
             return Err("runs attention through its decomposition".into());
         }
+        if matches!(
+            node.op.name,
+            "scaled_dot_product_attention_backward" | "cross_entropy" | "cross_entropy_backward"
+        ) {
+            return Err(format!("runs `{}` through its decomposition", node.op.name));
+        }
         if node.op.name == "dropout" && node.attrs.bool("train").unwrap_or(false) {
             return Err("training-mode dropout is not supported".into());
         }

@@ -72,6 +72,8 @@ pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxE
         .graph
         .as_ref()
         .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
+    let inlined = super::functions::inline_functions(model, graph)?;
+    let graph = inlined.as_ref().unwrap_or(graph);
     let mut imp = Importer::new(graph, dir, opset)?;
     imp.declare_inputs()?;
     for i in imp.node_order()? {

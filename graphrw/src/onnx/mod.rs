@@ -17,6 +17,7 @@
 //! bytes present.
 
 mod error;
+mod functions;
 mod load;
 pub mod proto;
 mod save;
@@ -24,7 +25,9 @@ mod tensor_pb;
 
 pub use error::OnnxError;
 pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
-pub use save::{save, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, IR_VERSION};
+pub use save::{
+    save, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
+};
 pub use tensor_pb::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,
     write_tensor_pb, MAX_DIM,

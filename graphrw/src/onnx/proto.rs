@@ -3,7 +3,7 @@
 //! Written by hand from the field numbers of the ONNX spec (`onnx.proto`, IR version
 //! 10/11), keeping only the messages and fields an importer of inference graphs needs.
 //! Fields not declared here (training info, sparse tensors, device configurations,
-//! functions) are skipped by the decoder. No `protoc`, no build script: the structs are
+//! function attributes) are skipped by the decoder. No `protoc`, no build script: the structs are
 //! plain Rust, so a fresh machine builds them.
 //!
 //! prost decodes defensively: a truncated or corrupt buffer, a length prefix past the
@@ -266,8 +266,9 @@ pub struct TensorProto {
     pub uint64_data: Vec<u64>,
 }
 
-/// A model-local function (read so that its presence can be reported; graphrw does
-/// not inline functions).
+/// A model-local function: a node whose `(domain, op_type)` is the function's
+/// `(domain, name)` stands for the function's body (graphrw writes fused ops without a
+/// standard ONNX form this way, and the loader inlines them back).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct FunctionProto {
     #[prost(string, tag = "1")]
@@ -278,6 +279,10 @@ pub struct FunctionProto {
     pub output: Vec<String>,
     #[prost(message, repeated, tag = "7")]
     pub node: Vec<NodeProto>,
+    #[prost(string, tag = "8")]
+    pub doc_string: String,
+    #[prost(message, repeated, tag = "9")]
+    pub opset_import: Vec<OperatorSetIdProto>,
     #[prost(string, tag = "10")]
     pub domain: String,
 }

@@ -15,6 +15,15 @@
 //! `(.., .., Sq, Skv)` by an `Expand` node named `<attention node>/mask_expand`; the
 //! importer recognises that node and gives the attention its original mask back. When
 //! the query length is symbolic the mask is written as it is.
+//!
+//! Fused ops (the generated kernels' `fused.*` ops, user ops declared `like` a
+//! decomposition, the tile executor's `fused.elementwise_group`) are written as their
+//! standard ONNX op where one exists (`fused.layer_norm` as `LayerNormalization`,
+//! `fused.rms_norm` as `RMSNormalization`, `fused.gelu_erf`/`fused.gelu_tanh` as
+//! `Gelu`), and otherwise as a call of a model-local ONNX function in domain
+//! [`FUNCTION_DOMAIN`] whose body is the op's decomposition (one function per distinct
+//! body), so that onnxruntime still runs the model; [`load`](super::load) inlines such
+//! functions back.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -22,11 +31,13 @@ use std::path::Path;
 use prost::Message;
 
 use super::proto::{
-    attribute_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+    attribute_type, AttributeProto, Dimension, DimensionValue, FunctionProto, GraphProto,
+    ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
+    TypeProtoTensor, ValueInfoProto,
 };
 use super::tensor_pb::{dtype_to_onnx, tensor_to_proto};
 use super::OnnxError;
+use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::{normalize_axis, Dim, TensorMeta};
 use crate::ops::{AttrValue, InferError};
@@ -39,6 +50,8 @@ pub const IR_VERSION: i64 = 10;
 pub const BASE_OPSET: i64 = 18;
 /// The opset of the standard `Attention` op.
 pub const ATTENTION_OPSET: i64 = 23;
+/// The domain of the model-local functions written for fused ops.
+pub const FUNCTION_DOMAIN: &str = "graphrw";
 
 /// Writes `graph` as an ONNX model file (all constants inline).
 ///
@@ -86,6 +99,10 @@ struct Exporter<'g> {
     /// The ONNX name of the node being written, and the vocabulary op.
     cur: String,
     cur_op: &'static str,
+    /// Model-local functions written so far, callees before callers.
+    functions: Vec<FunctionProto>,
+    /// Function name by encoded body, so equal bodies share one function.
+    function_names: HashMap<Vec<u8>, String>,
 }
 
 fn a_int(name: &str, i: i64) -> AttributeProto {
@@ -188,6 +205,8 @@ impl<'g> Exporter<'g> {
             opset: BASE_OPSET,
             cur: String::new(),
             cur_op: "",
+            functions: Vec::new(),
+            function_names: HashMap::new(),
         }
     }
 
@@ -654,7 +673,15 @@ impl<'g> Exporter<'g> {
             }
             "scaled_dot_product_attention" => self.attention(id, ins, outs)?,
             other => {
-                return Err(self.err(format!("op `{other}` has no ONNX form")));
+                if self.standard_fused(id, &ins, &outs)? {
+                    return Ok(());
+                }
+                if node.op().decompose.is_some() {
+                    return self.function_call(id, ins, outs);
+                }
+                return Err(self.err(format!(
+                    "op `{other}` has no ONNX form and no decomposition"
+                )));
             }
         }
         Ok(())
@@ -715,11 +742,197 @@ impl<'g> Exporter<'g> {
         Ok(())
     }
 
+    /// Writes a fused op as its standard ONNX op when it has one and the node has the
+    /// usual form; false when it does not.
+    fn standard_fused(
+        &mut self,
+        id: NodeId,
+        ins: &[String],
+        outs: &[String],
+    ) -> Result<bool, OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        if outs.len() != 1 {
+            return Ok(false);
+        }
+        // The epsilon: the op's float attribute named like `eps`.
+        let eps = node
+            .attrs()
+            .iter()
+            .find(|(n, _)| n.contains("eps"))
+            .and_then(|(_, v)| match v {
+                AttrValue::Float(f) => Some(*f),
+                _ => None,
+            });
+        match (node.op_name(), ins.len(), eps) {
+            ("fused.layer_norm", 2 | 3, Some(eps)) => self.push(
+                "LayerNormalization",
+                ins.to_vec(),
+                outs.to_vec(),
+                vec![a_int("axis", -1), a_float("epsilon", eps)],
+            ),
+            ("fused.rms_norm", 2, Some(eps)) => {
+                self.opset = self.opset.max(23);
+                self.push(
+                    "RMSNormalization",
+                    ins.to_vec(),
+                    outs.to_vec(),
+                    vec![a_int("axis", -1), a_float("epsilon", eps)],
+                );
+            }
+            ("fused.gelu_erf" | "fused.gelu_tanh", 1, _) => {
+                self.opset = self.opset.max(20);
+                let approximate = if node.op_name() == "fused.gelu_tanh" {
+                    "tanh"
+                } else {
+                    "none"
+                };
+                self.push(
+                    "Gelu",
+                    ins.to_vec(),
+                    outs.to_vec(),
+                    vec![a_str("approximate", approximate)],
+                );
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Writes node `id` as a call of a model-local function whose body is the op's
+    /// decomposition for this node's operands and attributes.
+    fn function_call(
+        &mut self,
+        id: NodeId,
+        ins: Vec<String>,
+        outs: Vec<String>,
+    ) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        let Some(decompose) = node.op().decompose else {
+            return Err(self.err("the op has no decomposition"));
+        };
+        let b = Builder::new();
+        let params: Vec<Value> = node
+            .operands()
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| Ok(b.input(&format!("in{i}"), self.meta(v)?).value()))
+            .collect::<Result<_, OnnxError>>()?;
+        let results = decompose(&b, &params, &node.attrs())
+            .map_err(|e| self.err(format!("its decomposition failed: {e}")))?;
+        let named = results
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (format!("out{i}"), v))
+            .collect();
+        let mut body = b.finish();
+        body.set_named_outputs(named).map_err(OnnxError::verify)?;
+        body.remove_dead();
+        crate::verify(&body).map_err(|e| self.err(format!("its decomposition: {e}")))?;
+
+        let mut child = Exporter::new(&body);
+        child.functions = std::mem::take(&mut self.functions);
+        child.function_names = std::mem::take(&mut self.function_names);
+        let written = child.function_body();
+        self.functions = std::mem::take(&mut child.functions);
+        self.function_names = std::mem::take(&mut child.function_names);
+        let mut f = written?;
+        self.opset = self.opset.max(child.opset);
+        f.doc_string = node.op().doc.to_string();
+        let key = f.encode_to_vec();
+        let name = match self.function_names.get(&key) {
+            Some(n) => n.clone(),
+            None => {
+                let base: String = node
+                    .op_name()
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                    .collect();
+                let taken: HashSet<&str> = self.functions.iter().map(|f| f.name.as_str()).collect();
+                let mut n = base.clone();
+                let mut k = 2;
+                while taken.contains(n.as_str()) {
+                    n = format!("{base}_{k}");
+                    k += 1;
+                }
+                f.name = n.clone();
+                self.function_names.insert(key, n.clone());
+                self.functions.push(f);
+                n
+            }
+        };
+        let node_name = unique(&mut self.node_names, &self.cur.clone());
+        self.nodes.push(NodeProto {
+            input: ins,
+            output: outs,
+            name: node_name,
+            op_type: name,
+            domain: FUNCTION_DOMAIN.into(),
+            ..Default::default()
+        });
+        Ok(())
+    }
+
+    /// This exporter's graph as a function body (unnamed): constants become `Constant`
+    /// nodes (functions have no initialisers).
+    fn function_body(&mut self) -> Result<FunctionProto, OnnxError> {
+        self.reserve_io()?;
+        let order: Vec<NodeId> = self.printer.order().to_vec();
+        for id in order {
+            self.node(id)?;
+        }
+        let identities = std::mem::take(&mut self.identities);
+        for (src, dst) in identities {
+            self.cur = format!("output_{dst}");
+            self.push("Identity", vec![src], vec![dst], vec![]);
+        }
+        let mut nodes: Vec<NodeProto> = std::mem::take(&mut self.inits)
+            .into_iter()
+            .map(|t| NodeProto {
+                output: vec![t.name.clone()],
+                name: format!("{}/const", t.name),
+                op_type: "Constant".into(),
+                attribute: vec![a_tensor("value", t)],
+                ..Default::default()
+            })
+            .collect();
+        nodes.append(&mut self.nodes);
+        let input = self
+            .graph
+            .inputs()
+            .iter()
+            .map(|&id| self.input_name(id))
+            .collect();
+        Ok(FunctionProto {
+            name: String::new(),
+            input,
+            output: self.graph.output_names().to_vec(),
+            node: nodes,
+            domain: FUNCTION_DOMAIN.into(),
+            ..Default::default()
+        })
+    }
+
     fn finish(mut self) -> Result<ModelProto, OnnxError> {
         let identities = std::mem::take(&mut self.identities);
         for (src, dst) in identities {
             self.cur = format!("output_{dst}");
             self.push("Identity", vec![src], vec![dst], vec![]);
+        }
+        let mut opset_import = vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: self.opset,
+        }];
+        if !self.functions.is_empty() {
+            opset_import.push(OperatorSetIdProto {
+                domain: FUNCTION_DOMAIN.into(),
+                version: 1,
+            });
+        }
+        let mut functions = std::mem::take(&mut self.functions);
+        for f in &mut functions {
+            f.opset_import = opset_import.clone();
         }
         let mut outputs = Vec::with_capacity(self.graph.outputs().len());
         for (name, &v) in self.graph.output_names().iter().zip(self.graph.outputs()) {
@@ -728,10 +941,8 @@ impl<'g> Exporter<'g> {
         }
         Ok(ModelProto {
             ir_version: IR_VERSION,
-            opset_import: vec![OperatorSetIdProto {
-                domain: String::new(),
-                version: self.opset,
-            }],
+            opset_import,
+            functions,
             producer_name: "graphrw".into(),
             producer_version: env!("CARGO_PKG_VERSION").into(),
             graph: Some(GraphProto {

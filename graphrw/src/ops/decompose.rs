@@ -90,3 +90,237 @@ pub fn sdpa(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphErro
     let p = p.isnan()?.where_(0.0, p)?;
     Ok(vec![p.matmul(v)?.value()])
 }
+
+fn attr_error(op: &'static str) -> impl Fn(super::InferError) -> GraphError {
+    move |e| GraphError::Signature {
+        op,
+        node: None,
+        message: e.0,
+    }
+}
+
+/// The dims from `axis` to the end of a rank-`r` tensor.
+fn trailing_dims(op: &'static str, axis: i64, r: usize) -> Result<Vec<i64>, GraphError> {
+    let ax = crate::meta::normalize_axis(axis, r).ok_or_else(|| GraphError::Signature {
+        op,
+        node: None,
+        message: format!("axis {axis} is out of range for rank {r}"),
+    })?;
+    Ok((ax as i64..r as i64).collect())
+}
+
+/// `layer_norm`: `(x - mean) * rsqrt(var + eps) * weight + bias` over the dims from
+/// `axis` on (biased variance).
+pub fn layer_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
+    let err = attr_error("layer_norm");
+    let input = b.var(x[0]);
+    let dims = trailing_dims(
+        "layer_norm",
+        a.int("axis").map_err(&err)?,
+        input.meta()?.rank(),
+    )?;
+    let eps = a.float("eps").map_err(&err)?;
+    let xc = input.sub(input.mean(&dims, true)?)?;
+    let var = xc.mul(xc)?.mean(&dims, true)?;
+    let mut y = xc.mul(var.add(eps)?.rsqrt()?)?;
+    if let Some(&w) = x.get(1) {
+        y = y.mul(w)?;
+    }
+    if let Some(&bias) = x.get(2) {
+        y = y.add(bias)?;
+    }
+    Ok(vec![y.value()])
+}
+
+/// `rms_norm`: `x * rsqrt(mean(x^2) + eps) * weight` over the dims from `axis` on.
+pub fn rms_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
+    let err = attr_error("rms_norm");
+    let input = b.var(x[0]);
+    let dims = trailing_dims(
+        "rms_norm",
+        a.int("axis").map_err(&err)?,
+        input.meta()?.rank(),
+    )?;
+    let eps = a.float("eps").map_err(&err)?;
+    let ms = input.mul(input)?.mean(&dims, true)?;
+    let mut y = input.mul(ms.add(eps)?.rsqrt()?)?;
+    if let Some(&w) = x.get(1) {
+        y = y.mul(w)?;
+    }
+    Ok(vec![y.value()])
+}
+
+/// `scaled_dot_product_attention_backward` in plain ops: recompute the probabilities
+/// `p`, then `dv = p^T dout`, `dp = dout v^T`, `ds = p * (dp - rowsum(dp * p))`,
+/// `dq = scale * ds k`, `dk = scale * ds^T q`; grouped kv heads sum their group.
+pub fn sdpa_backward(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
+    let op = "scaled_dot_product_attention_backward";
+    let err = attr_error(op);
+    let (dout, q, k, v) = (b.var(x[0]), b.var(x[1]), b.var(x[2]), b.var(x[3]));
+    let (qm, km) = (q.meta()?, k.meta()?);
+    let r = qm.rank();
+    let known = |d: &crate::meta::Dim, what: &str| {
+        d.known().ok_or_else(|| GraphError::Signature {
+            op,
+            node: None,
+            message: format!("the {what} must be known"),
+        })
+    };
+    let head_dim = known(&qm.shape.dims()[r - 1], "head dim")?;
+    let scale = a
+        .opt_float("scale")
+        .map_err(&err)?
+        .unwrap_or(1.0 / (head_dim as f64).sqrt());
+    // Grouped heads: repeat k and v to the query heads, and sum their gradients back.
+    let mut group = None;
+    if a.bool("enable_gqa").map_err(&err)? && r >= 3 {
+        let hq = known(&qm.shape.dims()[r - 3], "query head count")?;
+        let hkv = known(&km.shape.dims()[r - 3], "key head count")?;
+        if hq != hkv {
+            group = Some((hq as i64, hkv as i64, (hq / hkv) as i64));
+        }
+    }
+    let lead: Vec<i64> = qm.shape.dims()[..r.saturating_sub(3)]
+        .iter()
+        .map(|d| known(d, "batch dim").map(|n| n as i64))
+        .collect::<Result<_, _>>()?;
+    let (mut kr, mut vr) = (k, v);
+    if let Some((hq, _, rep)) = group {
+        let repeat = |t: crate::Var<'_>| -> Result<Value, GraphError> {
+            let tm = t.meta()?;
+            let (s, d) = (
+                known(&tm.shape.dims()[r - 2], "sequence length")? as i64,
+                known(&tm.shape.dims()[r - 1], "head dim")? as i64,
+            );
+            let mut size = vec![-1i64; r + 1];
+            size[r - 2] = rep;
+            let mut shape = lead.clone();
+            shape.extend([hq, s, d]);
+            Ok(t.unsqueeze(r as i64 - 2)?
+                .expand(&size)?
+                .reshape(&shape)?
+                .value())
+        };
+        kr = b.var(repeat(k)?);
+        vr = b.var(repeat(v)?);
+    }
+    let mut scores = q.matmul(kr.transpose(-2, -1)?)?.mul(scale)?;
+    if a.bool("is_causal").map_err(&err)? {
+        let s = scores.meta()?;
+        let sd = s.shape.dims();
+        let (sq, skv) = (
+            known(&sd[r - 2], "query length")? as i64,
+            known(&sd[r - 1], "key length")? as i64,
+        );
+        let visible = b.tril(b.ones(&[sq, skv], DType::Bool)?, 0)?;
+        scores = b.var(visible).where_(scores, f64::NEG_INFINITY)?;
+    }
+    if let Some(&mask) = x.get(5) {
+        let mask = b.var(mask);
+        scores = if mask.meta()?.dtype == DType::Bool {
+            mask.where_(scores, f64::NEG_INFINITY)?
+        } else {
+            scores.add(mask)?
+        };
+    }
+    let p = scores.softmax(-1)?;
+    let p = p.isnan()?.where_(0.0, p)?;
+    let dv = p.transpose(-2, -1)?.matmul(dout)?;
+    let dp = dout.matmul(vr.transpose(-2, -1)?)?;
+    let ds = p.mul(dp.sub(dp.mul(p)?.sum(&[-1], true)?)?)?;
+    let dq = ds.matmul(kr)?.mul(scale)?;
+    let dk = ds.transpose(-2, -1)?.matmul(q)?.mul(scale)?;
+    let (dk, dv) = match group {
+        None => (dk, dv),
+        Some((_, hkv, rep)) => {
+            let fold = |t: crate::Var<'_>| -> Result<Value, GraphError> {
+                let tm = t.meta()?;
+                let mut shape = lead.clone();
+                shape.extend([
+                    hkv,
+                    rep,
+                    known(&tm.shape.dims()[r - 2], "sequence length")? as i64,
+                    known(&tm.shape.dims()[r - 1], "head dim")? as i64,
+                ]);
+                Ok(t.reshape(&shape)?.sum(&[r as i64 - 2], false)?.value())
+            };
+            (b.var(fold(dk)?), b.var(fold(dv)?))
+        }
+    };
+    Ok(vec![dq.value(), dk.value(), dv.value()])
+}
+
+/// Per-row cross-entropy terms shared by the forward and backward decompositions:
+/// the one-hot target (bool, `[.., C]`), the valid-row mask and the class count.
+fn cross_entropy_parts<'b>(
+    b: &'b Builder,
+    input: crate::Var<'b>,
+    target: crate::Var<'b>,
+    ignore_index: i64,
+) -> Result<(crate::Var<'b>, crate::Var<'b>, i64), GraphError> {
+    let m = input.meta()?;
+    let c = m.shape.dims()[m.rank() - 1]
+        .known()
+        .ok_or_else(|| GraphError::Signature {
+            op: "cross_entropy",
+            node: None,
+            message: "the class count must be known".into(),
+        })? as i64;
+    let classes = b.var(b.arange(0.0, c as f64, 1.0, DType::I64)?);
+    let onehot = target.unsqueeze(-1)?.eq(classes)?;
+    let valid = target.ne(ignore_index as f64)?;
+    Ok((onehot, valid, c))
+}
+
+/// `cross_entropy`: `-(1 - ls) * log_softmax(x)[target] - ls * mean(log_softmax(x))`
+/// per row, zero where `target == ignore_index`, then reduced.
+pub fn cross_entropy(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
+    let err = attr_error("cross_entropy");
+    let (input, target) = (b.var(x[0]), b.var(x[1]));
+    let ls = a.float("label_smoothing").map_err(&err)?;
+    let (onehot, valid, _) =
+        cross_entropy_parts(b, input, target, a.int("ignore_index").map_err(&err)?)?;
+    let logp = input.log_softmax(-1)?;
+    let mut loss = onehot.where_(logp, 0.0)?.sum(&[-1], false)?.neg()?;
+    if ls != 0.0 {
+        let smooth = logp.mean(&[-1], false)?.neg()?;
+        loss = loss.mul(1.0 - ls)?.add(smooth.mul(ls)?)?;
+    }
+    let loss = valid.where_(loss, 0.0)?;
+    let dtype = input.meta()?.dtype;
+    let out = match a.str("reduction").map_err(&err)? {
+        "none" => loss,
+        "sum" => loss.sum(&[], false)?,
+        _ => loss
+            .sum(&[], false)?
+            .div(valid.cast(dtype)?.sum(&[], false)?)?,
+    };
+    Ok(vec![out.value()])
+}
+
+/// `cross_entropy_backward`: `(softmax(x) - (1 - ls) * onehot - ls / C) * g` per row,
+/// zero on ignored rows, with `g` the loss cotangent (divided by the valid-row count
+/// for `"mean"`).
+pub fn cross_entropy_backward(
+    b: &Builder,
+    x: &[Value],
+    a: &Attrs,
+) -> Result<Vec<Value>, GraphError> {
+    let err = attr_error("cross_entropy_backward");
+    let (g, input, target) = (b.var(x[0]), b.var(x[1]), b.var(x[2]));
+    let ls = a.float("label_smoothing").map_err(&err)?;
+    let (onehot, valid, c) =
+        cross_entropy_parts(b, input, target, a.int("ignore_index").map_err(&err)?)?;
+    let dtype = input.meta()?.dtype;
+    let mut d = input.softmax(-1)?.sub(onehot.cast(dtype)?.mul(1.0 - ls)?)?;
+    if ls != 0.0 {
+        d = d.sub(ls / c as f64)?;
+    }
+    let row = match a.str("reduction").map_err(&err)? {
+        "none" => g.unsqueeze(-1)?,
+        "sum" => g,
+        _ => g.div(valid.cast(dtype)?.sum(&[], false)?)?,
+    };
+    let d = valid.unsqueeze(-1)?.where_(d.mul(row)?, 0.0)?;
+    Ok(vec![d.value()])
+}

@@ -724,3 +724,68 @@ pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
     }
     one(q.dtype, out, q)
 }
+
+/// `scaled_dot_product_attention_backward(grad_out, query, key, value, out,
+/// attn_mask?)`: the forward's checks, `grad_out` and `out` of the forward's output
+/// metadata; outputs the metadata of query, key and value.
+pub fn sdpa_backward(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let mut fwd: Vec<&TensorMeta> = vec![x[1], x[2], x[3]];
+    fwd.extend(x.get(5).copied());
+    let out = sdpa(&fwd, a)?.remove(0);
+    for (what, m) in [("grad_out", x[0]), ("out", x[4])] {
+        if m.dtype != out.dtype || m.shape != out.shape {
+            infer_bail!("{what} is {m}, expected the attention output's {out}");
+        }
+    }
+    Ok(vec![x[1].clone(), x[2].clone(), x[3].clone()])
+}
+
+/// The loss shape of `cross_entropy(input, target)` after checking both.
+fn cross_entropy_loss(x: &[&TensorMeta], a: &Attrs) -> Result<TensorMeta, InferError> {
+    let (input, target) = (x[0], x[1]);
+    if !input.dtype.is_float() || input.rank() == 0 {
+        infer_bail!("input must be float logits [.., C], found {input}");
+    }
+    if target.dtype != DType::I64 {
+        infer_bail!("target must be i64 class indices, found {}", target.dtype);
+    }
+    let rows = Shape(input.shape.0[..input.rank() - 1].to_vec());
+    if target.shape != rows {
+        infer_bail!(
+            "target {} must have the input's shape without the class dim, {rows}",
+            target.shape
+        );
+    }
+    let ls = a.float("label_smoothing")?;
+    if !(0.0..=1.0).contains(&ls) {
+        infer_bail!("label_smoothing must be in [0, 1], found {ls}");
+    }
+    a.int("ignore_index")?;
+    Ok(match a.str("reduction")? {
+        "none" => TensorMeta {
+            dtype: input.dtype,
+            shape: rows,
+            device: input.device,
+        },
+        "mean" | "sum" => TensorMeta {
+            dtype: input.dtype,
+            shape: Shape(vec![]),
+            device: input.device,
+        },
+        other => infer_bail!("reduction must be \"mean\", \"sum\" or \"none\", found {other:?}"),
+    })
+}
+
+/// `cross_entropy(input, target)`: a scalar, or one loss per row with `reduction="none"`.
+pub fn cross_entropy(x: &[&TensorMeta], a: &Attrs) -> Out {
+    Ok(vec![cross_entropy_loss(x, a)?])
+}
+
+/// `cross_entropy_backward(grad_out, input, target)`: the input's metadata.
+pub fn cross_entropy_backward(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let loss = cross_entropy_loss(&x[1..], a)?;
+    if x[0].dtype != loss.dtype || x[0].shape != loss.shape {
+        infer_bail!("grad_out is {}, expected the loss's {loss}", x[0]);
+    }
+    Ok(vec![x[1].clone()])
+}

@@ -3,9 +3,12 @@
 
 pub mod attention;
 pub mod canonical;
+pub mod causal;
+mod pipeline;
 
 pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
+pub use pipeline::{optimize, OptimizeError, Optimized};
 
 use crate::rewrite::{Report, RewriteError, Rewriter};
 use crate::Graph;
@@ -25,6 +28,9 @@ pub fn rule_set(name: &str) -> Option<&'static crate::RuleSet> {
     match name {
         "canonical" => Some(&CANONICAL),
         "attention" => Some(&ATTENTION),
-        _ => None,
+        kernel => crate::fused::builtin::ALL
+            .iter()
+            .find(|k| k.op.name.strip_prefix("fused.") == Some(kernel))
+            .map(|k| k.rules),
     }
 }

@@ -1,0 +1,111 @@
+//! The built-in fused kernels, chosen from what exported transformers compute in
+//! decomposed form. Each body lists, as `|` alternatives, the orderings exporters and
+//! model authors write (checked at compile time to be the same function); `#[matches]`
+//! adds forms built from composite ops (`layer_norm`, `softmax`).
+//!
+//! Not here: rotary position embedding. Its rotate-half is `slice`/`neg`/`concat` along the
+//! last dimension, which is a permutation of the row, not an elementwise expression, so it
+//! does not fit this expression model; it needs a row-gather operand in the kernel
+//! language (future work).
+
+use crate::fused_kernel;
+
+use super::FusedKernel;
+
+fused_kernel! {
+    /// GELU, erf form: `x * 0.5 * (1 + erf(x / sqrt(2)))`.
+    #[op = "fused.gelu_erf"]
+    #[grad]
+    pub fn gelu_erf(x: Tensor) -> Tensor {
+        let e = (x.div(1.4142135623730951) | x.mul(0.7071067811865476)).erf().add(1.0);
+        x.mul(0.5).mul(e) | x.mul(e.mul(0.5)) | x.mul(e).mul(0.5)
+    }
+
+    /// GELU, tanh form: `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`.
+    #[op = "fused.gelu_tanh"]
+    #[grad]
+    pub fn gelu_tanh(x: Tensor) -> Tensor {
+        let inner = x.add((x.pow(3.0) | x.mul(x).mul(x)).mul(0.044715)).mul(0.7978845608028654);
+        let t = inner.tanh().add(1.0);
+        x.mul(0.5).mul(t) | x.mul(t.mul(0.5)) | x.mul(t).mul(0.5)
+    }
+
+    /// Bias + GELU (erf form): `gelu(x + bias)`.
+    #[op = "fused.bias_gelu"]
+    #[grad]
+    pub fn bias_gelu(x: Tensor, bias: Tensor) -> Tensor {
+        let h = x.add(bias);
+        let e = (h.div(1.4142135623730951) | h.mul(0.7071067811865476)).erf().add(1.0);
+        h.mul(0.5).mul(e) | h.mul(e.mul(0.5)) | h.mul(e).mul(0.5)
+    }
+
+    /// SwiGLU: `silu(gate) * up`.
+    #[op = "fused.swiglu"]
+    #[grad]
+    pub fn swiglu(gate: Tensor, up: Tensor) -> Tensor {
+        (gate.mul(gate.sigmoid()) | gate.silu()).mul(up)
+    }
+
+    /// RMSNorm over the last dimension: `weight * x / sqrt(mean(x^2) + eps)`.
+    #[op = "fused.rms_norm"]
+    #[grad]
+    pub fn rms_norm(x: Tensor, weight: Tensor, eps: f64) -> Tensor {
+        let ms = (x.pow(2.0) | x.mul(x)).mean(dims = [-1], keepdim = true).add(eps);
+        let r = ms.sqrt().reciprocal() | ms.rsqrt();
+        x.mul(r).mul(weight) | x.div(ms.sqrt()).mul(weight)
+    }
+
+    /// LayerNorm over the last dimension with weight and bias.
+    #[op = "fused.layer_norm"]
+    #[grad]
+    #[matches(x.layer_norm(weight, bias, axis = -1, eps = eps))]
+    pub fn layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: f64) -> Tensor {
+        let d = x.sub(x.mean(dims = [-1], keepdim = true));
+        let var = (d.pow(2.0) | d.mul(d)).mean(dims = [-1], keepdim = true).add(eps);
+        (d.div(var.sqrt()) | d.mul(var.rsqrt())).mul(weight).add(bias)
+    }
+
+    /// Softmax over the last dimension of `x * scale + mask` (an additive mask).
+    #[op = "fused.softmax_scale_mask"]
+    #[grad]
+    #[matches(x.mul(scale).add(mask).softmax(dim = -1))]
+    pub fn softmax_scale_mask(x: Tensor, mask: Tensor, scale: f64) -> Tensor {
+        let y = x.mul(scale).add(mask);
+        let e = y.sub(y.amax(dims = [-1], keepdim = true)).exp();
+        e.div(e.sum(dims = [-1], keepdim = true))
+    }
+
+    /// Residual add + RMSNorm: `rms_norm(x + residual)` (the sum must have no other user).
+    #[op = "fused.add_rms_norm"]
+    #[grad]
+    pub fn add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: f64) -> Tensor {
+        let h = x.add(residual);
+        let ms = (h.pow(2.0) | h.mul(h)).mean(dims = [-1], keepdim = true).add(eps);
+        let r = ms.sqrt().reciprocal() | ms.rsqrt();
+        h.mul(r).mul(weight) | h.div(ms.sqrt()).mul(weight)
+    }
+
+    /// Residual add + LayerNorm: `layer_norm(x + residual)` (the sum must have no other user).
+    #[op = "fused.add_layer_norm"]
+    #[grad]
+    #[matches(x.add(residual).layer_norm(weight, bias, axis = -1, eps = eps))]
+    pub fn add_layer_norm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, eps: f64) -> Tensor {
+        let h = x.add(residual);
+        let d = h.sub(h.mean(dims = [-1], keepdim = true));
+        let var = (d.pow(2.0) | d.mul(d)).mean(dims = [-1], keepdim = true).add(eps);
+        (d.div(var.sqrt()) | d.mul(var.rsqrt())).mul(weight).add(bias)
+    }
+}
+
+/// Every built-in kernel.
+pub static ALL: &[&FusedKernel] = &[
+    &gelu_erf::KERNEL,
+    &gelu_tanh::KERNEL,
+    &bias_gelu::KERNEL,
+    &swiglu::KERNEL,
+    &rms_norm::KERNEL,
+    &layer_norm::KERNEL,
+    &softmax_scale_mask::KERNEL,
+    &add_rms_norm::KERNEL,
+    &add_layer_norm::KERNEL,
+];

@@ -1,0 +1,98 @@
+//! The whole built-in optimisation pipeline, in the order the passes depend on each
+//! other: attention fusion, causal masks turned into `is_causal`, then the generated
+//! fused kernels on the chains that remain.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use thiserror::Error;
+
+use super::causal::{mark_causal, CausalReport};
+use crate::rewrite::{Report, RewriteError};
+use crate::{Graph, GraphError};
+
+/// Why [`optimize`] failed. The graph may be partly optimised (every finished pass left
+/// it valid).
+#[derive(Debug, Error)]
+pub enum OptimizeError {
+    /// A rewrite pass failed.
+    #[error(transparent)]
+    Rewrite(#[from] RewriteError),
+    /// The causal-mask analysis failed.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+/// What [`optimize`] did.
+#[derive(Debug, Clone)]
+pub struct Optimized {
+    /// Node count before.
+    pub nodes_before: usize,
+    /// Node count after.
+    pub nodes_after: usize,
+    /// The attention-fusion passes (canonicalise, then fuse).
+    pub attention: Vec<Report>,
+    /// Attention nodes whose mask became `is_causal`.
+    pub causal: CausalReport,
+    /// The generated-kernel pass ([`crate::fused::fuse_kernels`]).
+    pub kernels: Report,
+    /// Nodes per op after the pipeline, for the ops it creates
+    /// (`scaled_dot_product_attention` and every `fused.*` op).
+    pub fused_nodes: BTreeMap<&'static str, usize>,
+}
+
+/// Runs the built-in pipeline on `graph`: [`super::fuse_attention`], then
+/// [`mark_causal`], then [`crate::fused::fuse_kernels`].
+///
+/// ```
+/// use graphrw::{rules, Builder, DType, TensorMeta};
+///
+/// let g = Builder::new();
+/// let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 8]));
+/// // tanh-form GELU, as GPT-2 writes it.
+/// let inner = x.pow(3.0)?.mul(0.044715)?.add(x)?.mul(0.7978845608028654)?.tanh()?;
+/// let y = x.mul(0.5)?.mul(inner.add(1.0)?)?;
+/// g.output(&[y])?;
+/// let mut graph = g.finish();
+/// let done = rules::optimize(&mut graph)?;
+/// assert_eq!(done.fused_nodes.get("fused.gelu_tanh"), Some(&1));
+/// assert!(done.nodes_after < done.nodes_before);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn optimize(graph: &mut Graph) -> Result<Optimized, OptimizeError> {
+    let nodes_before = graph.node_count();
+    let attention = super::fuse_attention(graph)?;
+    let causal = mark_causal(graph)?;
+    let kernels = crate::fused::fuse_kernels(graph)?;
+    let mut fused_nodes = BTreeMap::new();
+    for op in graph
+        .node_ids()
+        .filter_map(|id| graph.node(id).map(|n| n.op_name()))
+    {
+        if op == "scaled_dot_product_attention" || op.starts_with("fused.") {
+            *fused_nodes.entry(op).or_insert(0) += 1;
+        }
+    }
+    Ok(Optimized {
+        nodes_before,
+        nodes_after: graph.node_count(),
+        attention,
+        causal,
+        kernels,
+        fused_nodes,
+    })
+}
+
+impl fmt::Display for Optimized {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "nodes: {} -> {}", self.nodes_before, self.nodes_after)?;
+        for (op, n) in &self.fused_nodes {
+            writeln!(f, "  {op}: {n}")?;
+        }
+        write!(
+            f,
+            "  causal masks: {} attention node(s) made causal ({} kept a padding mask), {} left with their mask",
+            self.causal.converted, self.causal.with_remainder, self.causal.unchanged
+        )
+    }
+}

@@ -1,0 +1,337 @@
+//! Every built-in generated kernel against its decomposition on the reference executor
+//! (f32, f16, bf16; broadcast shapes; sizes 0, 1, odd and larger than a tile; NaN and
+//! inf), the rules that fuse decomposed chains, the checker's refusals, and the
+//! symbolically derived vjp against finite differences in f64.
+
+use std::sync::Arc;
+
+use graphrw::exec::{plan, Executor, ReferenceCpu};
+use graphrw::fused::{builtin, generated_executor, FusedKernel};
+use graphrw::ops::AttrValue;
+use graphrw::{Builder, DType, Dim, Graph, Tensor, TensorMeta};
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+    }
+}
+
+fn shape_of(param: &str, rows: usize, n: usize) -> Vec<usize> {
+    match param {
+        "weight" | "bias" => vec![n],
+        "mask" => vec![1, n],
+        _ => vec![rows, n],
+    }
+}
+
+fn scalar_of(name: &str) -> f64 {
+    match name {
+        "eps" => 1e-5,
+        "scale" => 0.125,
+        _ => 1.0,
+    }
+}
+
+/// A graph with one node of the kernel's op.
+fn one_node(k: &FusedKernel, shapes: &[Vec<usize>], dtype: DType) -> Graph {
+    let g = Builder::new();
+    let ins: Vec<_> = k
+        .tensors
+        .iter()
+        .zip(shapes)
+        .map(|(n, s)| {
+            g.input(
+                n,
+                TensorMeta::new(dtype, s.iter().map(|&d| Dim::from(d)).collect::<Vec<Dim>>()),
+            )
+            .value()
+        })
+        .collect();
+    let attrs: Vec<(&str, AttrValue)> = k
+        .scalars
+        .iter()
+        .map(|s| (*s, AttrValue::Float(scalar_of(s))))
+        .collect();
+    let out = g.apply(k.op, &ins, &attrs).expect("fused node");
+    g.output(&[g.var(out[0])]).unwrap();
+    g.finish()
+}
+
+fn run(graph: &Graph, stack: &[Arc<dyn Executor>], inputs: &[Tensor]) -> Tensor {
+    try_run(graph, stack, inputs).expect("run")
+}
+
+fn try_run(
+    graph: &Graph,
+    stack: &[Arc<dyn Executor>],
+    inputs: &[Tensor],
+) -> Result<Tensor, String> {
+    let p = plan(graph, stack).map_err(|e| e.to_string())?;
+    Ok(p.run(inputs).map_err(|e| e.to_string())?.0.remove(0))
+}
+
+fn generated() -> Vec<Arc<dyn Executor>> {
+    vec![Arc::new(generated_executor()), Arc::new(ReferenceCpu)]
+}
+
+fn reference() -> Vec<Arc<dyn Executor>> {
+    vec![Arc::new(ReferenceCpu)]
+}
+
+fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    for (i, (g, w)) in got
+        .to_f64_vec()
+        .into_iter()
+        .zip(want.to_f64_vec())
+        .enumerate()
+    {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs());
+        assert!(
+            ok,
+            "{what}: element {i} is {g}, the decomposition gives {w}"
+        );
+    }
+}
+
+fn check_kernel(k: &FusedKernel, rows: usize, n: usize, dtype: DType, rng: &mut Lcg) {
+    let shapes: Vec<Vec<usize>> = k.tensors.iter().map(|t| shape_of(t, rows, n)).collect();
+    let graph = one_node(k, &shapes, dtype);
+    let inputs: Vec<Tensor> = shapes
+        .iter()
+        .map(|s| {
+            let vals: Vec<f64> = (0..s.iter().product::<usize>())
+                .map(|_| rng.next())
+                .collect();
+            Tensor::from_f64_slice(dtype, s, &vals).unwrap()
+        })
+        .collect();
+    let what = format!("{} {dtype} [{rows}, {n}]", k.op.name);
+    let want = match try_run(&graph, &reference(), &inputs) {
+        Ok(t) => t,
+        Err(e) => {
+            // The decomposition refuses (amax over empty rows): so must the kernel.
+            let got = try_run(&graph, &generated(), &inputs);
+            assert!(
+                got.is_err(),
+                "{what}: the decomposition fails ({e}) but the kernel runs"
+            );
+            return;
+        }
+    };
+    let got = run(&graph, &generated(), &inputs);
+    let tol = match dtype {
+        DType::F16 => 2e-2,
+        DType::BF16 => 5e-2,
+        _ => 2e-5,
+    };
+    assert_close(&what, &got, &want, tol);
+}
+
+#[test]
+fn every_kernel_matches_its_decomposition() {
+    let mut rng = Lcg(1);
+    for k in builtin::ALL {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for (rows, n) in [(1, 1), (3, 37), (2, 1500), (0, 8), (5, 0)] {
+                check_kernel(k, rows, n, dtype, &mut rng);
+            }
+        }
+        check_kernel(k, 70, 1031, DType::F32, &mut rng); // parallel path (> 65536 elements)
+    }
+}
+
+#[test]
+fn the_plan_names_the_generated_executor() {
+    let k = &builtin::rms_norm::KERNEL;
+    let graph = one_node(k, &[vec![2, 8], vec![8]], DType::F32);
+    let p = plan(&graph, &generated()).unwrap();
+    assert!(p.to_string().contains("cpu-generated"), "{p}");
+}
+
+#[test]
+fn nan_and_inf_propagate_as_in_the_decomposition() {
+    for k in [
+        &builtin::gelu_erf::KERNEL,
+        &builtin::rms_norm::KERNEL,
+        &builtin::softmax_scale_mask::KERNEL,
+        &builtin::swiglu::KERNEL,
+    ] {
+        let shapes: Vec<Vec<usize>> = k.tensors.iter().map(|t| shape_of(t, 3, 4)).collect();
+        let graph = one_node(k, &shapes, DType::F32);
+        let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.0, -0.5, 0.0];
+        let inputs: Vec<Tensor> = shapes
+            .iter()
+            .enumerate()
+            .map(|(j, s)| {
+                let vals: Vec<f64> = (0..s.iter().product::<usize>())
+                    .map(|i| special[(i + j) % special.len()])
+                    .collect();
+                Tensor::from_f64_slice(DType::F32, s, &vals).unwrap()
+            })
+            .collect();
+        let want = run(&graph, &reference(), &inputs);
+        let got = run(&graph, &generated(), &inputs);
+        assert_close(k.op.name, &got, &want, 1e-5);
+    }
+}
+
+#[test]
+fn decomposed_chains_are_fused_in_each_common_spelling() {
+    let g = Builder::new();
+    let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 16]));
+    let w = g.input("w", TensorMeta::new(DType::F32, [16usize]));
+    // GELU as BERT exports it: x * (0.5 * (erf(x * 0.7071) + 1)).
+    let e = x
+        .mul(std::f64::consts::FRAC_1_SQRT_2)
+        .unwrap()
+        .erf()
+        .unwrap()
+        .add(1.0)
+        .unwrap();
+    let gelu = x.mul(g.var(g.mul(0.5, e).unwrap())).unwrap();
+    // GPT-2's tanh GELU: (x * 0.5) * (tanh((x + x^3 * 0.044715) * 0.79788) + 1).
+    let inner = x
+        .add(x.pow(3.0).unwrap().mul(0.044715).unwrap())
+        .unwrap()
+        .mul(0.7978845608)
+        .unwrap();
+    let gt = x
+        .mul(0.5)
+        .unwrap()
+        .mul(inner.tanh().unwrap().add(1.0).unwrap())
+        .unwrap();
+    // Llama's RMSNorm: w * (x * reciprocal(sqrt(mean(x^2) + eps))).
+    let ms = x
+        .pow(2.0)
+        .unwrap()
+        .mean(&[-1], true)
+        .unwrap()
+        .add(1e-6)
+        .unwrap();
+    let rms = g.var(
+        g.mul(w, x.mul(ms.sqrt().unwrap().reciprocal().unwrap()).unwrap())
+            .unwrap(),
+    );
+    // SwiGLU: silu(x) * w, as x * sigmoid(x) * w.
+    let sw = x.mul(x.sigmoid().unwrap()).unwrap().mul(w).unwrap();
+    g.output(&[gelu, gt, rms, sw]).unwrap();
+    let mut graph = g.finish();
+    let before = graph.clone();
+    let report = graphrw::fused::fuse_kernels(&mut graph).unwrap();
+    let ops = graph.op_counts();
+    for op in [
+        "fused.gelu_erf",
+        "fused.gelu_tanh",
+        "fused.rms_norm",
+        "fused.swiglu",
+    ] {
+        assert!(ops.contains_key(op), "{op} did not fire: {report}\n{graph}");
+    }
+    let inputs = vec![
+        Tensor::from_f64_slice(
+            DType::F32,
+            &[2, 16],
+            &(0..32).map(|i| i as f64 / 8.0 - 2.0).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+        Tensor::from_f64_slice(
+            DType::F32,
+            &[16],
+            &(0..16).map(|i| 1.0 + i as f64 / 16.0).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+    ];
+    let want = plan(&before, &reference()).unwrap().run(&inputs).unwrap().0;
+    let got = plan(&graph, &generated()).unwrap().run(&inputs).unwrap().0;
+    for (g, w) in got.iter().zip(&want) {
+        assert_close("fused graph", g, w, 1e-5);
+    }
+}
+
+#[test]
+fn the_checker_refuses_what_the_kernel_does_not_take() {
+    let k = &builtin::rms_norm::KERNEL;
+    // x broadcast along the last dim, weight full: the reduction's row is not the output's.
+    let graph = one_node(k, &[vec![2, 1], vec![8]], DType::F32);
+    let p = plan(&graph, &generated()).unwrap();
+    assert!(!p.to_string().contains("cpu-generated"), "{p}");
+    // It still runs, through the decomposition.
+    let x = Tensor::from_vec(vec![2, 1], vec![1f32, 2.0]).unwrap();
+    let w = Tensor::from_vec(vec![8], vec![1f32; 8]).unwrap();
+    let out = p.run(&[x, w]).unwrap().0.remove(0);
+    assert_eq!(out.shape(), &[2, 8]);
+    // The kernel itself refuses it too, with a message.
+    let x = Tensor::from_vec(vec![2, 1], vec![1f32, 2.0]).unwrap();
+    let w = Tensor::from_vec(vec![8], vec![1f32; 8]).unwrap();
+    let err = (k.cpu)(&[&x, &w], &[1e-6], DType::F32).unwrap_err();
+    assert!(err.to_string().contains("reduction"), "{err}");
+    // Shapes that do not broadcast: an error, not a panic.
+    let a = Tensor::from_vec(vec![3], vec![1f32; 3]).unwrap();
+    let b = Tensor::from_vec(vec![4], vec![1f32; 4]).unwrap();
+    let err = (builtin::swiglu::KERNEL.cpu)(&[&a, &b], &[], DType::F32).unwrap_err();
+    assert!(err.to_string().contains("broadcast"), "{err}");
+    // An integer output: refused.
+    let err = (builtin::swiglu::KERNEL.cpu)(&[&a, &a], &[], DType::I64).unwrap_err();
+    assert!(err.to_string().contains("unsupported dtype"), "{err}");
+}
+
+/// Sum over the output of `g * f(inputs)` as a function of one input element.
+fn objective(k: &FusedKernel, ins: &[Tensor], scalars: &[f64], g: &[f64]) -> f64 {
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let y = (k.cpu)(&refs, scalars, DType::F64).unwrap().to_f64_vec();
+    y.iter().zip(g).map(|(a, b)| a * b).sum()
+}
+
+#[test]
+fn vjp_matches_finite_differences_in_f64() {
+    let mut rng = Lcg(9);
+    for k in builtin::ALL {
+        assert_eq!(k.vjp.len(), k.tensors.len(), "{}", k.op.name);
+        let (rows, n) = (2, 5);
+        // Full-shape parameters only: the vjp gives gradients at the output's shape.
+        let shapes: Vec<Vec<usize>> = k.tensors.iter().map(|_| vec![rows, n]).collect();
+        let mut ins: Vec<Tensor> = shapes
+            .iter()
+            .map(|s| {
+                let v: Vec<f64> = (0..rows * n).map(|_| rng.next()).collect();
+                Tensor::from_f64_slice(DType::F64, s, &v).unwrap()
+            })
+            .collect();
+        let scalars: Vec<f64> = k.scalars.iter().map(|s| scalar_of(s)).collect();
+        let g: Vec<f64> = (0..rows * n).map(|_| rng.next()).collect();
+        let gt = Tensor::from_f64_slice(DType::F64, &[rows, n], &g).unwrap();
+        for (p, vjp) in k.vjp.iter().enumerate() {
+            let mut args: Vec<&Tensor> = ins.iter().collect();
+            args.push(&gt);
+            let grad = (vjp.cpu)(&args, &scalars, DType::F64).unwrap().to_f64_vec();
+            for i in 0..rows * n {
+                let h = 1e-6;
+                let base = ins[p].to_f64_vec();
+                let mut plus = base.clone();
+                plus[i] += h;
+                let mut minus = base.clone();
+                minus[i] -= h;
+                ins[p] = Tensor::from_f64_slice(DType::F64, &[rows, n], &plus).unwrap();
+                let fp = objective(k, &ins, &scalars, &g);
+                ins[p] = Tensor::from_f64_slice(DType::F64, &[rows, n], &minus).unwrap();
+                let fm = objective(k, &ins, &scalars, &g);
+                ins[p] = Tensor::from_f64_slice(DType::F64, &[rows, n], &base).unwrap();
+                let fd = (fp - fm) / (2.0 * h);
+                assert!(
+                    (fd - grad[i]).abs() <= 1e-5 * (1.0 + fd.abs()),
+                    "{} d/d{}[{i}]: vjp {} vs finite difference {fd}",
+                    k.op.name,
+                    vjp.param,
+                    grad[i]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The built-in fused kernels on the real corpus: after attention fusion, the chains the
+//! exporters emit (erf/tanh GELU, RMSNorm, SwiGLU, residual add + LayerNorm) become fused
+//! nodes, run on the generated kernels, and the model still matches onnxruntime's
+//! `output_0.pb` (1e-4 absolute + 1e-3 relative).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use graphrw::exec::{plan, Executor, FusedCpu, ReferenceCpu};
+use graphrw::fused::{fuse_kernels, generated_executor, GENERATED_CPU};
+use graphrw::{onnx, rules, verify, Tensor};
+
+const MODELS: [&str; 8] = [
+    "bert_eager",
+    "bert_sdpa",
+    "gpt2_eager",
+    "gpt2_sdpa",
+    "llama_eager",
+    "llama_sdpa",
+    "t5_eager",
+    "bart_sdpa",
+];
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
+}
+
+fn inputs(dir: &Path) -> Vec<Tensor> {
+    let mut v = Vec::new();
+    for i in 0.. {
+        let p = dir.join(format!("test_data_set_0/input_{i}.pb"));
+        if !p.exists() {
+            break;
+        }
+        v.push(onnx::read_tensor_pb(&p).expect("input").1);
+    }
+    v
+}
+
+#[test]
+fn fused_kernels_fire_on_the_corpus_and_outputs_match() {
+    let stack: Vec<Arc<dyn Executor>> = vec![
+        Arc::new(generated_executor()),
+        Arc::new(FusedCpu),
+        Arc::new(ReferenceCpu),
+    ];
+    let mut failures = Vec::new();
+    let mut total: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for model in MODELS {
+        let dir = corpus().join(model);
+        let mut graph = onnx::load(dir.join("model.onnx")).expect("load");
+        rules::fuse_attention(&mut graph).expect("attention fusion");
+        let report = fuse_kernels(&mut graph).expect("kernel fusion");
+        verify(&graph).expect("verified");
+        let mut fired: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for (op, n) in graph.op_counts() {
+            if op.starts_with("fused.") {
+                fired.insert(op, n);
+                *total.entry(op).or_default() += n;
+            }
+        }
+        println!("{model}: {fired:?}");
+        if fired.is_empty() {
+            failures.push(format!("{model}: no fused kernel fired\n{report}"));
+            continue;
+        }
+        let p = plan(&graph, &stack).expect("plan");
+        let text = p.to_string();
+        if !text.contains(GENERATED_CPU) {
+            failures.push(format!(
+                "{model}: fused nodes not run by the generated kernels"
+            ));
+        }
+        let (mut out, _) = p.run(&inputs(&dir)).expect("run");
+        let (_, want) =
+            onnx::read_tensor_pb(dir.join("test_data_set_0/output_0.pb")).expect("output");
+        let got = out.remove(0);
+        assert_eq!(got.shape(), want.shape(), "{model}");
+        for (i, (g, w)) in got
+            .to_f64_vec()
+            .into_iter()
+            .zip(want.to_f64_vec())
+            .enumerate()
+        {
+            if (g - w).abs() > 1e-4 + 1e-3 * w.abs() {
+                failures.push(format!(
+                    "{model}: element {i} is {g}, onnxruntime gives {w}"
+                ));
+                break;
+            }
+        }
+    }
+    println!("fused nodes over the corpus: {total:?}");
+    // What the corpus computes in decomposed form (see the README of graphrw::fused).
+    for op in [
+        "fused.gelu_tanh",
+        "fused.bias_gelu",
+        "fused.rms_norm",
+        "fused.swiglu",
+        "fused.add_layer_norm",
+    ] {
+        if !total.contains_key(op) {
+            failures.push(format!("{op} fired nowhere in the corpus"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
