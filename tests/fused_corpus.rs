@@ -1,7 +1,7 @@
 //! The built-in fused kernels on the real corpus: after attention fusion, the chains the
-//! exporters emit (erf/tanh GELU, RMSNorm, SwiGLU, residual add + LayerNorm) become fused
-//! nodes, run on the generated kernels, and the model still matches onnxruntime's
-//! `output_0.pb` (1e-4 absolute + 1e-3 relative).
+//! exporters emit (erf/tanh GELU, RMSNorm, SwiGLU, residual add + LayerNorm, the Llama
+//! rotary embeddings' rotate-half) become fused nodes, run on the generated kernels, and
+//! the model still matches onnxruntime's `output_0.pb` (1e-4 absolute + 1e-3 relative).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,6 +50,8 @@ fn fused_kernels_fire_on_the_corpus_and_outputs_match() {
     for model in MODELS {
         let dir = corpus().join(model);
         let mut graph = onnx::load(dir.join("model.onnx")).expect("load");
+        // Each rotate-half chain (slice, slice, neg, concat) holds the model's only `neg`s.
+        let rotate_halves = graph.nodes_with_op("neg").count();
         rules::fuse_attention(&mut graph).expect("attention fusion");
         let report = fuse_kernels(&mut graph).expect("kernel fusion");
         verify(&graph).expect("verified");
@@ -61,6 +63,22 @@ fn fused_kernels_fire_on_the_corpus_and_outputs_match() {
             }
         }
         println!("{model}: {fired:?}");
+        if model.starts_with("llama") {
+            let rotary = fired.get("fused.rotary_embedding").copied().unwrap_or(0);
+            println!(
+                "{model}: {rotary} rotary embeddings fused of {rotate_halves} rotate-half chains"
+            );
+            if rotate_halves == 0 || rotary != rotate_halves {
+                failures.push(format!(
+                    "{model}: {rotary} fused.rotary_embedding nodes for {rotate_halves} rotate-half chains\n{report}"
+                ));
+            }
+            if graph.nodes_with_op("neg").count() != 0 {
+                failures.push(format!(
+                    "{model}: a rotate-half chain is left unfused\n{graph}"
+                ));
+            }
+        }
         if fired.is_empty() {
             failures.push(format!("{model}: no fused kernel fired\n{report}"));
             continue;
@@ -71,6 +89,13 @@ fn fused_kernels_fire_on_the_corpus_and_outputs_match() {
             failures.push(format!(
                 "{model}: fused nodes not run by the generated kernels"
             ));
+        }
+        for n in p.graph().nodes_with_op("fused.rotary_embedding") {
+            if p.executor_of(n) != Some(GENERATED_CPU) {
+                failures.push(format!(
+                    "{model}: a rotary embedding not run by its generated kernel\n{p}"
+                ));
+            }
         }
         let (mut out, _) = p.run(&inputs(&dir)).expect("run");
         let (_, want) =
@@ -99,6 +124,7 @@ fn fused_kernels_fire_on_the_corpus_and_outputs_match() {
         "fused.rms_norm",
         "fused.swiglu",
         "fused.add_layer_norm",
+        "fused.rotary_embedding",
     ] {
         if !total.contains_key(op) {
             failures.push(format!("{op} fired nowhere in the corpus"));

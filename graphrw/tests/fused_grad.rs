@@ -28,7 +28,7 @@ impl Lcg {
 fn shape_of(param: &str, rows: usize, n: usize) -> Vec<usize> {
     match param {
         "weight" | "bias" => vec![n],
-        "mask" => vec![1, n],
+        "mask" | "cos" | "sin" => vec![1, n],
         _ => vec![rows, n],
     }
 }
@@ -191,7 +191,8 @@ fn the_generated_executor_claims_the_vjp_nodes() {
 fn vjp_ops_match_finite_differences_in_f64() {
     let reg = with_fused();
     for k in grad_kernels() {
-        for (rows, n) in [(1, 1), (2, 3), (3, 7)] {
+        // Odd rows and even ones (rotate_half kernels take even rows only).
+        for (rows, n) in [(1, 1), (2, 3), (3, 7), (3, 4)] {
             let (graph, wrt) = loss_graph(k, rows, n, DType::F64);
             let x = inputs(k, rows, n, DType::F64, 5);
             for (stack, name) in [(generated(), "vjp kernels"), (reference(), "decomposition")] {
@@ -213,7 +214,7 @@ fn vjp_ops_match_the_gradient_through_the_decomposition() {
     let plain = GradRegistry::with_builtins();
     for k in grad_kernels() {
         for (dtype, tol) in [(DType::F64, 1e-9), (DType::F32, 1e-4)] {
-            for (rows, n) in [(1, 1), (2, 5), (4, 33)] {
+            for (rows, n) in [(1, 1), (2, 5), (4, 33), (3, 32)] {
                 let (graph, wrt) = loss_graph(k, rows, n, dtype);
                 let x = inputs(k, rows, n, dtype, 11);
                 let with_vjp = grad_with(&graph, &wrt, &fused, Cotangents::Scalar).unwrap();
@@ -250,5 +251,53 @@ fn vjp_kernels_match_the_vjp_decomposition_in_half_precision() {
                 assert_close(&what, &kernels, &decomposed, tol);
             }
         }
+    }
+}
+
+#[test]
+fn rotary_vjp_kernels_match_finite_differences_in_f64() {
+    let k = &builtin::rotary_embedding::KERNEL;
+    let reg = with_fused();
+    // Even rows: the vjp kernels (not their decompositions) run; d = 2 and rows longer
+    // than a tile; cos/sin broadcast over the rows (their gradients are summed back).
+    for (rows, n) in [(3, 2), (2, 8), (1, 2050)] {
+        let (graph, wrt) = loss_graph(k, rows, n, DType::F64);
+        let backward = grad_with(&graph, &wrt, &reg, Cotangents::Scalar).unwrap();
+        let p = plan(&backward, &generated()).unwrap();
+        for v in k.vjp {
+            let node = p.graph().nodes_with_op(v.op.name).next().expect("vjp node");
+            assert_eq!(
+                p.executor_of(node),
+                Some(GENERATED_CPU),
+                "{}: {p}",
+                v.op.name
+            );
+        }
+        let x = inputs(k, rows, n, DType::F64, 17);
+        let report = check_grad(&graph, &wrt, &x, &reg, &generated(), 1e-6).unwrap();
+        assert!(report.max_error() < 1e-6, "[{rows}, {n}]:\n{report}");
+    }
+    // By hand: d/dx of sum(rotate_half(x) * w) is rotate_half^T(w) = -rotate_half(w) for
+    // an even row, so with cos = 0, sin = 1 and g = e_j the gradient of x is -e_{j+h}
+    // for j < h and e_{j-h} otherwise.
+    let vjp_x = k.vjp[0];
+    assert_eq!(vjp_x.param, "x");
+    let x = Tensor::from_f64_slice(DType::F64, &[1, 4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let cos = Tensor::from_f64_slice(DType::F64, &[1, 4], &[0.0; 4]).unwrap();
+    let sin = Tensor::from_f64_slice(DType::F64, &[1, 4], &[1.0; 4]).unwrap();
+    for j in 0..4 {
+        let mut g = [0.0; 4];
+        g[j] = 1.0;
+        let g = Tensor::from_f64_slice(DType::F64, &[1, 4], &g).unwrap();
+        let got = (vjp_x.cpu)(&[&x, &cos, &sin, &g], &[], DType::F64)
+            .unwrap()
+            .to_f64_vec();
+        let mut want = vec![0.0; 4];
+        if j < 2 {
+            want[j + 2] = -1.0;
+        } else {
+            want[j - 2] = 1.0;
+        }
+        assert_eq!(got, want, "g = e_{j}");
     }
 }

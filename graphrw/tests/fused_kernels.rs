@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use graphrw::exec::{plan, Executor, ReferenceCpu};
-use graphrw::fused::{builtin, generated_executor, FusedKernel};
+use graphrw::fused::{builtin, generated_executor, CudaLaunch, FusedKernel, GENERATED_CPU};
 use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Graph, Tensor, TensorMeta};
 
@@ -162,6 +162,7 @@ fn nan_and_inf_propagate_as_in_the_decomposition() {
         &builtin::rms_norm::KERNEL,
         &builtin::softmax_scale_mask::KERNEL,
         &builtin::swiglu::KERNEL,
+        &builtin::rotary_embedding::KERNEL,
     ] {
         let shapes: Vec<Vec<usize>> = k.tensors.iter().map(|t| shape_of(t, 3, 4)).collect();
         let graph = one_node(k, &shapes, DType::F32);
@@ -294,7 +295,8 @@ fn vjp_matches_finite_differences_in_f64() {
     let mut rng = Lcg(9);
     for k in builtin::ALL {
         assert_eq!(k.vjp.len(), k.tensors.len(), "{}", k.op.name);
-        let (rows, n) = (2, 5);
+        // An even row: rotate_half kernels take even rows only.
+        let (rows, n) = (2, 6);
         // Full-shape parameters only: the vjp gives gradients at the output's shape.
         let shapes: Vec<Vec<usize>> = k.tensors.iter().map(|_| vec![rows, n]).collect();
         let mut ins: Vec<Tensor> = shapes
@@ -334,4 +336,309 @@ fn vjp_matches_finite_differences_in_f64() {
             }
         }
     }
+}
+
+fn random(dtype: DType, shape: &[usize], rng: &mut Lcg) -> Tensor {
+    let vals: Vec<f64> = (0..shape.iter().product::<usize>())
+        .map(|_| rng.next())
+        .collect();
+    Tensor::from_f64_slice(dtype, shape, &vals).unwrap()
+}
+
+/// The executor a one-node graph's fused node runs on (`None` when the plan runs its
+/// decomposition instead).
+fn executor_of_fused(graph: &Graph, k: &FusedKernel) -> Option<String> {
+    let p = plan(graph, &generated()).unwrap();
+    let node = p.graph().nodes_with_op(k.op.name).next()?;
+    p.executor_of(node).map(str::to_string)
+}
+
+/// `x * cos + rotate_half(x) * sin` computed directly (f64), over rows of `d`.
+fn rotary_by_hand(x: &[f64], cos: &[f64], sin: &[f64], d: usize) -> Vec<f64> {
+    let h = d / 2;
+    (0..x.len())
+        .map(|i| {
+            let (row, j) = (i / d, i % d);
+            let rot = if j < h {
+                -x[row * d + j + h]
+            } else {
+                x[row * d + j - h]
+            };
+            x[i] * cos[i] + rot * sin[i]
+        })
+        .collect()
+}
+
+#[test]
+fn rotary_matches_its_decomposition_on_llama_shapes() {
+    let k = &builtin::rotary_embedding::KERNEL;
+    let mut rng = Lcg(21);
+    // x [B, H, S, D] against cos/sin [1, 1, S, D] (Llama) and other broadcasts; d = 2,
+    // odd row counts, rows longer than a tile (2050 > 1024, a tile crossing the halves),
+    // size 0 in the rows and in the last dimension.
+    let cases: [(Vec<usize>, Vec<usize>); 9] = [
+        (vec![1, 4, 16, 16], vec![1, 1, 16, 16]),
+        (vec![2, 3, 5, 8], vec![1, 1, 5, 8]),
+        (vec![3, 2], vec![3, 2]),
+        (vec![7, 2], vec![1, 2]),
+        (vec![3, 2050], vec![1, 2050]),
+        (vec![1, 3, 1, 1030], vec![1, 1, 1, 1030]),
+        (vec![2, 5, 6], vec![5, 1]),
+        (vec![0, 4, 8], vec![1, 4, 8]),
+        (vec![3, 0], vec![1, 0]),
+    ];
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (xs, cs) in &cases {
+            let graph = one_node(k, &[xs.clone(), cs.clone(), cs.clone()], dtype);
+            assert_eq!(
+                executor_of_fused(&graph, k).as_deref(),
+                Some(GENERATED_CPU),
+                "{xs:?} x {cs:?}: the kernel should take it"
+            );
+            let inputs = vec![
+                random(dtype, xs, &mut rng),
+                random(dtype, cs, &mut rng),
+                random(dtype, cs, &mut rng),
+            ];
+            let want = run(&graph, &reference(), &inputs);
+            let got = run(&graph, &generated(), &inputs);
+            let tol = match dtype {
+                DType::F16 => 2e-2,
+                DType::BF16 => 5e-2,
+                _ => 2e-6,
+            };
+            assert_close(&format!("rotary {dtype} {xs:?} x {cs:?}"), &got, &want, tol);
+        }
+    }
+    // The decomposition itself is rotate-half (checked by hand, full shapes).
+    let (x, c, s) = (
+        random(DType::F64, &[3, 6], &mut rng),
+        random(DType::F64, &[3, 6], &mut rng),
+        random(DType::F64, &[3, 6], &mut rng),
+    );
+    let graph = one_node(k, &[vec![3, 6], vec![3, 6], vec![3, 6]], DType::F64);
+    let want = rotary_by_hand(&x.to_f64_vec(), &c.to_f64_vec(), &s.to_f64_vec(), 6);
+    for stack in [reference(), generated()] {
+        let got = run(&graph, &stack, &[x.clone(), c.clone(), s.clone()]).to_f64_vec();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() < 1e-12, "element {i}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn rotary_refuses_odd_rows_and_broadcast_x() {
+    let k = &builtin::rotary_embedding::KERNEL;
+    let mut rng = Lcg(5);
+    // Odd last dimension and x broadcast along it: the checker refuses with a reason, the
+    // node runs its decomposition, and the kernel itself returns an error (no panic).
+    for (xs, cs, why) in [
+        (vec![2, 3, 5], vec![1, 3, 5], "odd"),
+        (vec![4, 1], vec![4, 1], "odd"),
+        (vec![2, 1], vec![2, 8], "broadcast"),
+    ] {
+        let graph = one_node(k, &[xs.clone(), cs.clone(), cs.clone()], DType::F32);
+        assert_ne!(
+            executor_of_fused(&graph, k).as_deref(),
+            Some(GENERATED_CPU),
+            "{xs:?} x {cs:?}"
+        );
+        let inputs = vec![
+            random(DType::F32, &xs, &mut rng),
+            random(DType::F32, &cs, &mut rng),
+            random(DType::F32, &cs, &mut rng),
+        ];
+        let want = run(&graph, &reference(), &inputs);
+        let got = run(&graph, &generated(), &inputs);
+        assert_close(&format!("rotary fallback {xs:?}"), &got, &want, 0.0);
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let err = (k.cpu)(&refs, &[], DType::F32).unwrap_err().to_string();
+        assert!(
+            err.contains(if why == "odd" { "even" } else { "broadcast" }),
+            "{err}"
+        );
+    }
+    // Odd rows through the decomposition are rotate-half with h = d / 2 rounded down.
+    let x = Tensor::from_vec(vec![1, 5], vec![1f32, 2.0, 3.0, 4.0, 5.0]).unwrap();
+    let one = Tensor::from_vec(vec![1, 5], vec![0f32; 5]).unwrap();
+    let sin = Tensor::from_vec(vec![1, 5], vec![1f32; 5]).unwrap();
+    let graph = one_node(k, &[vec![1, 5], vec![1, 5], vec![1, 5]], DType::F32);
+    let got = run(&graph, &generated(), &[x, one, sin]);
+    assert_eq!(got.to_f64_vec(), vec![-3.0, -4.0, -5.0, 1.0, 2.0]);
+}
+
+#[test]
+fn rotary_nan_propagates_as_in_the_decomposition() {
+    let k = &builtin::rotary_embedding::KERNEL;
+    let graph = one_node(k, &[vec![2, 8], vec![1, 8], vec![1, 8]], DType::F32);
+    let mut xv: Vec<f32> = (0..16).map(|i| i as f32 / 4.0 - 2.0).collect();
+    xv[1] = f32::NAN; // first half of row 0: read by position 5 (rotated)
+    xv[14] = f32::INFINITY; // second half of row 1: read (negated) by position 2 of row 1
+    let x = Tensor::from_vec(vec![2, 8], xv).unwrap();
+    let c = Tensor::from_vec(vec![1, 8], vec![1f32, 0.5, 0.0, -1.0, 2.0, 1.0, 0.25, 0.0]).unwrap();
+    let s = Tensor::from_vec(vec![1, 8], vec![0f32, 1.0, 0.5, 1.0, -1.0, 0.0, 1.0, 2.0]).unwrap();
+    let inputs = vec![x, c, s];
+    let want = run(&graph, &reference(), &inputs);
+    let got = run(&graph, &generated(), &inputs);
+    assert_close("rotary NaN/inf", &got, &want, 1e-6);
+    let w = want.to_f64_vec();
+    assert!(w[1].is_nan() && w[5].is_nan(), "{w:?}");
+    assert!(w[8 + 6].is_nan() || w[8 + 6].is_infinite(), "{w:?}");
+    assert_eq!(w[8 + 2], f64::NEG_INFINITY, "{w:?}");
+}
+
+/// The rotate-half chain as the corpus Llama exports write it: slices on `axis` (`rank - 1`
+/// or `-1`) with `end` (`d` or `i64::MAX`), then `neg`, `concat`, `mul` by sin, plus
+/// `x * cos`, in the operand orders given.
+fn llama_rotary(
+    g: &Builder,
+    x: graphrw::Value,
+    cos: graphrw::Value,
+    sin: graphrw::Value,
+    (axis, end, swapped): (i64, i64, bool),
+) -> graphrw::Value {
+    let d = g
+        .meta(x)
+        .unwrap()
+        .shape
+        .dims()
+        .last()
+        .unwrap()
+        .known()
+        .unwrap() as i64;
+    let lo = g.slice(x, axis, 0, d / 2, 1).unwrap();
+    let hi = g.slice(x, axis, d / 2, end, 1).unwrap();
+    let rot = g.concat(&[g.neg(hi).unwrap(), lo], axis).unwrap();
+    if swapped {
+        let xc = g.mul(cos, x).unwrap();
+        let rs = g.mul(sin, rot).unwrap();
+        g.add(rs, xc).unwrap()
+    } else {
+        let xc = g.mul(x, cos).unwrap();
+        let rs = g.mul(rot, sin).unwrap();
+        g.add(xc, rs).unwrap()
+    }
+}
+
+#[test]
+fn rotary_chains_are_fused_in_the_spellings_exporters_write() {
+    let g = Builder::new();
+    let meta = |s: [usize; 4]| TensorMeta::new(DType::F32, s);
+    let q = g.input("q", meta([1, 4, 6, 8])).value();
+    let kx = g.input("k", meta([1, 2, 6, 8])).value();
+    let cos = g.input("cos", meta([1, 1, 6, 8])).value();
+    let sin = g.input("sin", meta([1, 1, 6, 8])).value();
+    let mut outs = Vec::new();
+    for spelling in [
+        (3, 8, false),
+        (-1, i64::MAX, true),
+        (3, i64::MAX, true),
+        (-1, 8, false),
+    ] {
+        outs.push(g.var(llama_rotary(&g, q, cos, sin, spelling)));
+        outs.push(g.var(llama_rotary(&g, kx, cos, sin, spelling)));
+    }
+    // Not rotate-half: halves swapped without the sign, and a split off the middle.
+    let lo = g.slice(q, 3, 0, 4, 1).unwrap();
+    let hi = g.slice(q, 3, 4, 8, 1).unwrap();
+    let roll = g.concat(&[hi, lo], -1).unwrap();
+    outs.push(
+        g.var(
+            g.add(g.mul(q, cos).unwrap(), g.mul(roll, sin).unwrap())
+                .unwrap(),
+        ),
+    );
+    let lo = g.slice(q, 3, 0, 3, 1).unwrap();
+    let hi = g.slice(q, 3, 3, 8, 1).unwrap();
+    let off = g.concat(&[g.neg(hi).unwrap(), lo], -1).unwrap();
+    outs.push(
+        g.var(
+            g.add(g.mul(q, cos).unwrap(), g.mul(off, sin).unwrap())
+                .unwrap(),
+        ),
+    );
+    g.output(&outs).unwrap();
+    let mut graph = g.finish();
+    let before = graph.clone();
+    let report = graphrw::fused::fuse_kernels(&mut graph).unwrap();
+    assert_eq!(
+        graph.nodes_with_op("fused.rotary_embedding").count(),
+        8,
+        "{report}\n{graph}"
+    );
+    // The two look-alikes stay as they are.
+    assert_eq!(graph.nodes_with_op("concat").count(), 2, "{graph}");
+    let mut rng = Lcg(3);
+    let inputs = vec![
+        random(DType::F32, &[1, 4, 6, 8], &mut rng),
+        random(DType::F32, &[1, 2, 6, 8], &mut rng),
+        random(DType::F32, &[1, 1, 6, 8], &mut rng),
+        random(DType::F32, &[1, 1, 6, 8], &mut rng),
+    ];
+    let want = plan(&before, &reference()).unwrap().run(&inputs).unwrap().0;
+    let p = plan(&graph, &generated()).unwrap();
+    for n in p.graph().nodes_with_op("fused.rotary_embedding") {
+        assert_eq!(p.executor_of(n), Some(GENERATED_CPU), "{p}");
+    }
+    let got = p.run(&inputs).unwrap().0;
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(&format!("output {i}"), g, w, 1e-6);
+    }
+}
+
+#[test]
+fn rotary_chains_over_odd_rows_fuse_and_run_their_decomposition() {
+    let g = Builder::new();
+    let x = g
+        .input("x", TensorMeta::new(DType::F32, [2usize, 3, 7]))
+        .value();
+    let cos = g
+        .input("cos", TensorMeta::new(DType::F32, [3usize, 7]))
+        .value();
+    let sin = g
+        .input("sin", TensorMeta::new(DType::F32, [3usize, 7]))
+        .value();
+    let out = g.var(llama_rotary(&g, x, cos, sin, (2, i64::MAX, false)));
+    g.output(&[out]).unwrap();
+    let mut graph = g.finish();
+    let before = graph.clone();
+    graphrw::fused::fuse_kernels(&mut graph).unwrap();
+    assert_eq!(
+        graph.nodes_with_op("fused.rotary_embedding").count(),
+        1,
+        "{graph}"
+    );
+    let p = plan(&graph, &generated()).unwrap();
+    assert!(!p.to_string().contains(GENERATED_CPU), "{p}");
+    let mut rng = Lcg(8);
+    let inputs = vec![
+        random(DType::F32, &[2, 3, 7], &mut rng),
+        random(DType::F32, &[3, 7], &mut rng),
+        random(DType::F32, &[3, 7], &mut rng),
+    ];
+    let want = plan(&before, &reference()).unwrap().run(&inputs).unwrap().0;
+    let got = p.run(&inputs).unwrap().0;
+    assert_close("odd rows", &got[0], &want[0], 0.0);
+}
+
+#[test]
+fn rotary_cuda_source_runs_by_rows_and_reads_rotated() {
+    let k = &builtin::rotary_embedding::KERNEL;
+    assert_eq!(k.cuda.launch, CudaLaunch::Rows);
+    assert!(
+        k.cuda.source.contains("((j + hh) % n)"),
+        "{}",
+        k.cuda.source
+    );
+    assert!(k.cuda.source.contains("j < hh ?"), "{}", k.cuda.source);
+    // The vjp of cos (g * x) has no rotation; the others read rotated.
+    let rotated: Vec<&str> = k
+        .vjp
+        .iter()
+        .filter(|v| v.cuda_source.contains("% n)"))
+        .map(|v| v.param)
+        .collect();
+    assert_eq!(rotated, ["x", "sin"]);
+    assert_eq!(builtin::swiglu::KERNEL.cuda.launch, CudaLaunch::Elementwise);
 }

@@ -229,7 +229,12 @@ fn narrow(x: &Tensor, d: usize, start: usize, len: usize, step: usize) -> Tensor
     let mut shape = x.shape().to_vec();
     shape[d] = len;
     let strides = contiguous_strides(x.shape());
-    let offset = if len == 0 { 0 } else { start * strides[d] };
+    // An empty result (or input) reads nothing: no offset past the end of the storage.
+    let offset = if len == 0 || x.numel() == 0 {
+        0
+    } else {
+        start * strides[d]
+    };
     if step == 1 && prod(&x.shape()[..d]) <= 1 {
         return x.window(offset, shape);
     }

@@ -51,6 +51,32 @@ impl<'a> Row<'_, 'a> {
         F::convert(&self.srcs[k], off, stride, buf);
         buf
     }
+
+    /// Operand `k` at row positions `j .. j + buf.len()` rotated by half a row, as compute
+    /// values in `buf`: position `p` holds the operand at `(p + n / 2) mod n` (`n` the
+    /// row's length; no sign change, a kernel applies it). An operand broadcast along
+    /// the row reads its one value. The operand must span the row (the generated kernel
+    /// checks it before running) and `j + buf.len() <= n`.
+    #[inline]
+    pub fn load_rot<'b, F: Compute>(&self, k: usize, j: usize, buf: &'b mut [F]) -> &'b [F] {
+        let (off, stride) = self.plan.row_start(k, self.row);
+        if stride == 0 {
+            F::convert(&self.srcs[k], off, 0, buf);
+            return buf;
+        }
+        let n = self.plan.inner;
+        let h = n / 2;
+        // Positions before `n - h` read `p + h`, the others `p - (n - h)`.
+        let cut = (n - h).saturating_sub(j).min(buf.len());
+        let (first, second) = buf.split_at_mut(cut);
+        if !first.is_empty() {
+            F::convert(&self.srcs[k], off + j + h, 1, first);
+        }
+        if !second.is_empty() {
+            F::convert(&self.srcs[k], off + j + cut - (n - h), 1, second);
+        }
+        buf
+    }
 }
 
 fn check_srcs(op: &'static str, plan: &Plan, srcs: &[Src<'_>]) -> Result<(), KernelError> {

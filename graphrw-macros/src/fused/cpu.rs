@@ -4,7 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use super::ir::{operands, topo, Bin, Dag, Id, Node, Red, Un};
+use super::ir::{has_rot, lower_rot, operands, rotation_inputs, topo, Bin, Dag, Id, Node, Red, Un};
 
 /// Which nodes are constant along a row (no tensor read outside a reduction).
 pub fn row_constant(dag: &Dag) -> Vec<bool> {
@@ -12,7 +12,12 @@ pub fn row_constant(dag: &Dag) -> Vec<bool> {
     for (id, n) in dag.nodes.iter().enumerate() {
         // Nodes are added operands first, so one forward sweep suffices.
         out[id] = match n {
-            Node::Input(_) => false,
+            // Position-dependent: reads along the row and the rotations.
+            Node::Input(_)
+            | Node::InputRot(_)
+            | Node::Rot(_)
+            | Node::RotT(_)
+            | Node::HalfNeg(_) => false,
             Node::Scalar(_) | Node::Lit(_) | Node::Reduce(..) => true,
             _ => operands(n).iter().all(|&o| out[o]),
         };
@@ -34,8 +39,9 @@ pub fn levels(dag: &Dag) -> Vec<usize> {
 }
 
 /// The tensor parameters read (outside nested reductions) by the elementwise part
-/// of `root`, treating `avail` nodes as known.
-fn inputs_of(dag: &Dag, root: Id, avail: &[bool]) -> Vec<usize> {
+/// of `root`, treating `avail` nodes as known: `(k, rotated)`, `rotated` for the reads
+/// at positions rotated by half a row (`InputRot`).
+fn inputs_of(dag: &Dag, root: Id, avail: &[bool]) -> Vec<(usize, bool)> {
     let mut out = Vec::new();
     let mut stack = vec![root];
     let mut seen = vec![false; dag.nodes.len()];
@@ -44,9 +50,14 @@ fn inputs_of(dag: &Dag, root: Id, avail: &[bool]) -> Vec<usize> {
             continue;
         }
         seen[n] = true;
-        if let Node::Input(k) = dag.nodes[n] {
-            if !out.contains(&k) {
-                out.push(k);
+        let read = match dag.nodes[n] {
+            Node::Input(k) => Some((k, false)),
+            Node::InputRot(k) => Some((k, true)),
+            _ => None,
+        };
+        if let Some(r) = read {
+            if !out.contains(&r) {
+                out.push(r);
             }
         }
         stack.extend(operands(&dag.nodes[n]));
@@ -66,6 +77,14 @@ fn stmt(dag: &Dag, id: Id) -> TokenStream {
         Node::Input(k) => {
             let a = format_ident!("a{}", k);
             quote!(#a[__j])
+        }
+        Node::InputRot(k) => {
+            let a = format_ident!("r{}", k);
+            quote!(#a[__j])
+        }
+        Node::HalfNeg(a) => {
+            let a = v(a);
+            quote!(if __j0 + __j < __h { -#a } else { #a })
         }
         Node::Scalar(k) => {
             let s = format_ident!("s{}", k);
@@ -129,6 +148,7 @@ fn stmt(dag: &Dag, id: Id) -> TokenStream {
             quote!(__rt::round_as(#a, graphrw::DType::#d))
         }
         Node::Reduce(..) => unreachable!("reductions are computed per row"),
+        Node::Rot(_) | Node::RotT(_) => unreachable!("rotations are lowered first"),
     };
     quote!(let #out: F = #e;)
 }
@@ -159,12 +179,19 @@ fn topo_avail(dag: &Dag, root: Id, avail: &[bool]) -> Vec<Id> {
     out
 }
 
-/// Loads of tensor parameters `ks` for a tile at row position `__j0` of `__len` values.
-fn loads(ks: &[usize]) -> TokenStream {
-    let ls = ks.iter().map(|&k| {
-        let a = format_ident!("a{}", k);
-        let b = format_ident!("b{}", k);
-        quote!(let #a = &__row.load(#k, __j0, &mut #b[..__len])[..__len];)
+/// Loads of tensor parameters `ks` for a tile at row position `__j0` of `__len` values
+/// (rotated reads into their own buffers).
+fn loads(ks: &[(usize, bool)]) -> TokenStream {
+    let ls = ks.iter().map(|&(k, rot)| {
+        if rot {
+            let a = format_ident!("r{}", k);
+            let b = format_ident!("c{}", k);
+            quote!(let #a = &__row.load_rot(#k, __j0, &mut #b[..__len])[..__len];)
+        } else {
+            let a = format_ident!("a{}", k);
+            let b = format_ident!("b{}", k);
+            quote!(let #a = &__row.load(#k, __j0, &mut #b[..__len])[..__len];)
+        }
     });
     quote!(#(#ls)*)
 }
@@ -174,11 +201,17 @@ pub struct CpuKernel {
     pub tokens: TokenStream,
     /// Per reduction, the tensor parameters it reads (for the row-length check).
     pub reduction_inputs: Vec<Vec<usize>>,
+    /// Per rotation, the tensor parameters it reads (one must span the output's row).
+    pub rotate_inputs: Vec<Vec<usize>>,
     pub has_reductions: bool,
 }
 
 /// Generates `pub fn cpu(inputs, scalars, out_dtype) -> Result<Tensor, KernelError>`.
 pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str) -> CpuKernel {
+    let rotate_inputs = rotation_inputs(dag, root);
+    let (lowered, root) = lower_rot(dag, root);
+    let dag = &lowered;
+    let rotates = has_rot(dag, root);
     let rowc = row_constant(dag);
     let lv = levels(dag);
     let nodes = topo(dag, root);
@@ -189,7 +222,8 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
         .collect();
     let max_level = reds.iter().map(|&r| lv[r]).max().unwrap_or(0);
     let nred = reds.len();
-    let scratch_tiles = ntensors + nred;
+    let nrot = if rotates { ntensors } else { 0 };
+    let scratch_tiles = ntensors + nrot + nred;
     let scalars_bind = (0..nscalars).map(|k| {
         let s = format_ident!("s{}", k);
         quote!(let #s: F = <F as __rt::Compute>::lit(__sc[#k]);)
@@ -197,6 +231,10 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
     let bufs = (0..ntensors).map(|k| {
         let b = format_ident!("b{}", k);
         quote!(let (#b, __s) = __s.split_at_mut(__rt::TILE);)
+    });
+    let cbufs = (0..nrot).map(|k| {
+        let c = format_ident!("c{}", k);
+        quote!(let (#c, __s) = __s.split_at_mut(__rt::TILE);)
     });
     let tbufs = reds.iter().map(|&r| {
         let t = format_ident!("t{}", r);
@@ -206,11 +244,14 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
         #(#scalars_bind)*
         let __s = __scratch;
         #(#bufs)*
+        #(#cbufs)*
         #(#tbufs)*
         let _ = __s;
     };
     let mut reduction_inputs = Vec::new();
-    let body = if reds.is_empty() {
+    // Rows of the last dimension when reducing or rotating along it.
+    let row_mode = !reds.is_empty() || rotates;
+    let body = if !row_mode {
         // Elementwise: `__j0`, `__len` come from the driver.
         let avail = vec![false; dag.nodes.len()];
         let ins = inputs_of(dag, root, &avail);
@@ -255,7 +296,7 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
             let mut accs = Vec::new();
             let mut inner = Vec::new();
             let mut finals = Vec::new();
-            let mut ins_all: Vec<usize> = Vec::new();
+            let mut ins_all: Vec<(usize, bool)> = Vec::new();
             for &r in &here {
                 let Node::Reduce(kind, arg) = dag.nodes[r] else {
                     continue;
@@ -268,7 +309,9 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
                 };
                 accs.push(quote!(let mut #acc = <#ty>::default();));
                 let ins = inputs_of(dag, arg, &avail);
-                reduction_inputs.push(ins.clone());
+                let mut ks: Vec<usize> = ins.iter().map(|&(k, _)| k).collect();
+                ks.dedup();
+                reduction_inputs.push(ks);
                 for k in ins {
                     if !ins_all.contains(&k) {
                         ins_all.push(k);
@@ -333,12 +376,13 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
         quote! {
             #prologue
             let __n = __row.len();
+            let __h = __n / 2;
             #(#parts)*
             #tail
         }
     };
     let has_reductions = !reds.is_empty();
-    let (sig, call, driver) = if has_reductions {
+    let (sig, call, driver) = if row_mode {
         (
             quote!(__row: &__rt::Row<'_, '_>, __scratch: &mut [F], __out: &mut [F], __sc: &[f64]),
             quote!(|r, s, o| __body::<F>(r, s, o, __sc)),
@@ -351,7 +395,7 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
             quote!(run_map),
         )
     };
-    let keep_last = has_reductions;
+    let keep_last = row_mode;
     let has_amax = reds
         .iter()
         .any(|&r| matches!(dag.nodes[r], Node::Reduce(Red::Amax, _)));
@@ -377,6 +421,29 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
             }
         }
     });
+    let rot_checks = rotate_inputs.iter().map(|ins| {
+        quote! {
+            if ![#(#ins),*].iter().any(|&k: &usize| inputs[k].shape().last().copied() == Some(__plan.inner)) {
+                return Err(graphrw::kernels::KernelError::Unsupported {
+                    op: #name,
+                    msg: ::std::format!("a rotate_half of this kernel reads only operands broadcast along the last dimension (output row of {}), so it would not rotate what the decomposition rotates", __plan.inner),
+                });
+            }
+        }
+    });
+    let rot_check = if rotates {
+        quote! {
+            if __plan.out_shape.is_empty() || __plan.inner % 2 != 0 {
+                return Err(graphrw::kernels::KernelError::Unsupported {
+                    op: #name,
+                    msg: ::std::format!("rotate_half needs an even last dimension (output shape {:?})", __plan.out_shape),
+                });
+            }
+            #(#rot_checks)*
+        }
+    } else {
+        quote!()
+    };
     let tokens = quote! {
         /// The CPU kernel: one pass over the inputs per reduction level plus one to write,
         /// f32 arithmetic for f16/bf16 storage (f64 for f64), no intermediate tensors.
@@ -402,6 +469,7 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
             let __shapes: ::std::vec::Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
             let __plan = __rt::Plan::new(#name, &__shapes, #keep_last)?;
             #(#red_checks)*
+            #rot_check
             #empty_check
             let __srcs = inputs
                 .iter()
@@ -437,6 +505,7 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
     CpuKernel {
         tokens,
         reduction_inputs,
+        rotate_inputs,
         has_reductions,
     }
 }

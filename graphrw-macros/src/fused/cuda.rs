@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::cpu::{levels, row_constant};
-use super::ir::{operands, topo, Bin, Dag, Dt, Id, Node, Red, Un};
+use super::ir::{has_rot, lower_rot, operands, topo, Bin, Dag, Dt, Id, Node, Red, Un};
 
 const PRELUDE: &str = r#"// No headers: f16/bf16 are raw 16-bit words converted with PTX (NVRTC needs no include path).
 typedef unsigned short u16;
@@ -75,6 +75,9 @@ fn expr(dag: &Dag, id: Id) -> String {
     let v = |i: Id| format!("v{i}");
     match dag.nodes[id] {
         Node::Input(k) => format!("load_elem(in{k}, o{k})"),
+        // Row launch only: `j` the row position, `hh = n / 2`.
+        Node::InputRot(k) => format!("load_elem(in{k}, base{k} + ((j + hh) % n) * st{k})"),
+        Node::HalfNeg(a) => format!("(j < hh ? -{} : {})", v(a), v(a)),
         Node::Scalar(k) => format!("sc[{k}]"),
         Node::Lit(b) => lit(f64::from_bits(b)),
         Node::Un(op, a) => {
@@ -123,6 +126,7 @@ fn expr(dag: &Dag, id: Id) -> String {
             Dt::F32 | Dt::F64 => v(a),
         },
         Node::Reduce(..) => unreachable!("reductions are computed per row"),
+        Node::Rot(_) | Node::RotT(_) => unreachable!("rotations are lowered first"),
     }
 }
 
@@ -153,6 +157,9 @@ pub enum Launch {
 
 /// `(source, launch)` of the kernel named `entry`.
 pub fn source(dag: &Dag, root: Id, ntensors: usize, name: &str, entry: &str) -> (String, Launch) {
+    let (lowered, root) = lower_rot(dag, root);
+    let dag = &lowered;
+    let rotates = has_rot(dag, root);
     let nodes = topo(dag, root);
     let reds: Vec<Id> = nodes
         .iter()
@@ -160,7 +167,7 @@ pub fn source(dag: &Dag, root: Id, ntensors: usize, name: &str, entry: &str) -> 
         .filter(|&n| matches!(dag.nodes[n], Node::Reduce(..)))
         .collect();
     let mut s = String::new();
-    let launch = if reds.is_empty() {
+    let launch = if reds.is_empty() && !rotates {
         Launch::Elementwise
     } else {
         Launch::Rows
@@ -175,6 +182,9 @@ pub fn source(dag: &Dag, root: Id, ntensors: usize, name: &str, entry: &str) -> 
         }
         Launch::Rows => {
             let _ = writeln!(s, "// Launch: one block per row of the last dimension, count = rows, grid.x = rows, blockDim.x = 256 (a power of two), 256 floats of shared memory.");
+            if rotates {
+                let _ = writeln!(s, "// rotate_half reads position (j + n/2) mod n of a row: the last dimension n must be even, and the rotated operands span it (stride 1).");
+            }
         }
     }
     s.push_str(PRELUDE);
@@ -207,7 +217,7 @@ pub fn source(dag: &Dag, root: Id, ntensors: usize, name: &str, entry: &str) -> 
             let _ = writeln!(s, "        store_elem(out, i, v{root});\n    }}\n}}");
         }
         Launch::Rows => {
-            s.push_str("    __shared__ float sh[256];\n    const i64 row = blockIdx.x;\n    if (row >= count) return;\n    const i64 n = rank > 0 ? shape[rank - 1] : 1;\n");
+            s.push_str("    __shared__ float sh[256]; (void)sh;\n    const i64 row = blockIdx.x;\n    if (row >= count) return;\n    const i64 n = rank > 0 ? shape[rank - 1] : 1;\n    const i64 hh = n / 2; (void)hh;\n");
             for k in 0..ntensors {
                 let _ = writeln!(s, "    i64 base{k} = 0; const i64 st{k} = rank > 0 ? meta[1 + rank * {} + rank - 1] : 0;", k + 1);
             }

@@ -104,6 +104,17 @@ pub fn decompose_fn(
                 let a = o(a);
                 quote!(__b.#m(#a, &[-1], true)?)
             }
+            Node::Rot(a) => {
+                let a = o(a);
+                quote!(graphrw::fused::rotate_half(__b, #a)?)
+            }
+            Node::RotT(a) => {
+                let a = o(a);
+                quote!(graphrw::fused::rotate_half_transpose(__b, #a)?)
+            }
+            Node::InputRot(_) | Node::HalfNeg(_) => {
+                unreachable!("lowered rotations exist only in code generation")
+            }
         };
         st.push(quote!(let #v: graphrw::Value = #call;));
     }

@@ -89,7 +89,27 @@ pub fn vjp(
             continue;
         };
         match k.dag.nodes[u] {
-            Node::Input(_) | Node::Scalar(_) | Node::Lit(_) => {}
+            // `InputRot` exists only after lowering (code generation), never here.
+            Node::Input(_) | Node::Scalar(_) | Node::Lit(_) | Node::InputRot(_) => {}
+            // A permutation with signs: its adjoint is its transpose (for an even row,
+            // `rotT = -rot` since `rot(rot(x)) = -x`; the transpose is exact for any row).
+            Node::Rot(a) | Node::RotT(a) | Node::HalfNeg(a) => {
+                // An adjoint constant along the row is spread over it first, so that the
+                // rotation permutes a row of the output's length (as the kernel does).
+                let a_u = if row_constant(&b.dag)[a_u] {
+                    let z = b.lit(0.0);
+                    let zero_row = b.bin(Bin::Mul, g, z);
+                    b.bin(Bin::Add, zero_row, a_u)
+                } else {
+                    a_u
+                };
+                let c = b.dag.add(match k.dag.nodes[u] {
+                    Node::Rot(_) => Node::RotT(a_u),
+                    Node::RotT(_) => Node::Rot(a_u),
+                    _ => Node::HalfNeg(a_u),
+                });
+                add_adj(&mut b, &mut adj, u, a, c);
+            }
             Node::Un(op, a) => {
                 let c = match op {
                     Un::Neg => b.un(Un::Neg, a_u),
@@ -273,6 +293,7 @@ pub fn vjp(
         let doc = format!("The gradient of `{t}`.");
         let op_tokens = op_items(&b.dag, gi, &t.to_string());
         let red_inputs = cpu.reduction_inputs.iter().map(|v| quote!(&[#(#v),*]));
+        let rot_inputs = cpu.rotate_inputs.iter().map(|v| quote!(&[#(#v),*]));
         items.extend(quote! {
             #[doc = #doc]
             pub mod #m {
@@ -283,7 +304,7 @@ pub fn vjp(
             }
         });
         let tn = t.to_string();
-        list.push(quote!(graphrw::fused::VjpKernel { param: #tn, op: &vjp::#m::OP, cpu: vjp::#m::cpu, reduction_inputs: &[#(#red_inputs),*], cuda_source: vjp::#m::CUDA_SOURCE }));
+        list.push(quote!(graphrw::fused::VjpKernel { param: #tn, op: &vjp::#m::OP, cpu: vjp::#m::cpu, reduction_inputs: &[#(#red_inputs),*], rotate_inputs: &[#(#rot_inputs),*], cuda_source: vjp::#m::CUDA_SOURCE }));
     }
     Ok(Vjp {
         items,

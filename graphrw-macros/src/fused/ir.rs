@@ -11,7 +11,10 @@ use crate::pattern::parse::PatternFn;
 use crate::pattern::sema::PKind;
 
 /// What a fused kernel body supports (quoted by errors).
-pub const SUPPORTED: &str = "a fused kernel body is `let` bindings and one expression of elementwise ops (add, sub, mul, div, pow, maximum, minimum, neg, abs, reciprocal, sqrt, rsqrt, exp, log, sin, cos, erf, tanh, sigmoid, relu, silu, where, eq/ne/lt/le/gt/ge, cast) and reductions over the last dimension (`sum`/`mean`/`amax` with `dims=[-1], keepdim=true`), over tensor and `f64` parameters and number literals, with `a | b` alternatives";
+pub const SUPPORTED: &str = "a fused kernel body is `let` bindings and one expression of elementwise ops (add, sub, mul, div, pow, maximum, minimum, neg, abs, reciprocal, sqrt, rsqrt, exp, log, sin, cos, erf, tanh, sigmoid, relu, silu, where, eq/ne/lt/le/gt/ge, cast), `rotate_half()` of a tensor parameter (over the last dimension) and reductions over the last dimension (`sum`/`mean`/`amax` with `dims=[-1], keepdim=true`), over tensor and `f64` parameters and number literals, with `a | b` alternatives";
+
+/// What `rotate_half` takes (quoted by its errors).
+pub const ROTATE_HALF: &str = "`rotate_half` applies to a tensor parameter only (`x.rotate_half()` with `x: Tensor`), not to an expression or a `let` binding: the rule that fuses the kernel matches the `slice`/`neg`/`concat` chain on a value the pattern binds; take the rotated value as a parameter";
 
 /// A node id.
 pub type Id = usize;
@@ -167,6 +170,18 @@ pub enum Node {
     Where(Id, Id, Id),
     Cast(Id, Dt),
     Reduce(Red, Id),
+    /// Rotate-half over the last dimension `d` (`h = d / 2`):
+    /// `concat([neg(a[.., h:]), a[.., :h]], -1)`. In the body only of a tensor parameter;
+    /// vjps apply it (and [`Node::RotT`]) to expressions that have the output's row.
+    Rot(Id),
+    /// The transpose of [`Node::Rot`]: `concat([a[.., d - h:], neg(a[.., :d - h])], -1)`
+    /// (for even `d`, `-rot(a)`). Only in vjps.
+    RotT(Id),
+    /// Code generation only (see [`lower_rot`]): tensor parameter `k` read at the row
+    /// position rotated by half a row, `(j + d / 2) mod d`.
+    InputRot(usize),
+    /// Code generation only (see [`lower_rot`]): `a`, negated in the first half of the row.
+    HalfNeg(Id),
 }
 
 /// The DAG (hash-consed) with its parameters.
@@ -585,6 +600,39 @@ impl Sema {
                 })
                 .collect();
         }
+        if name == "rotate_half" {
+            if args.pos.len() != 1 || !args.kw.is_empty() {
+                return self.err(
+                    tok,
+                    "`rotate_half` takes no arguments: write `x.rotate_half()` (over the last dimension)",
+                );
+            }
+            let e = args.pos[0];
+            let pname = match e {
+                Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+                _ => None,
+            };
+            let param = pname
+                .as_ref()
+                .filter(|n| !self.lets.contains_key(*n))
+                .and_then(|n| self.params.get(n));
+            return match param {
+                Some(Param::Tensor(k)) => {
+                    let x = self.dag.add(Node::Input(*k));
+                    self.note(x, e.span());
+                    let id = self.dag.add(Node::Rot(x));
+                    vec![self.note(id, span)]
+                }
+                Some(Param::Scalar(_)) => self.err(
+                    e,
+                    format!(
+                        "`{}` is a scalar (`f64`) parameter; {ROTATE_HALF}",
+                        pname.unwrap_or_default()
+                    ),
+                ),
+                None => self.err(e, ROTATE_HALF),
+            };
+        }
         if let Some(r) = red_op(name) {
             let mut ok_dims = false;
             let mut keep = false;
@@ -679,9 +727,136 @@ pub fn topo(dag: &Dag, root: Id) -> Vec<Id> {
 /// The operands of a node.
 pub fn operands(n: &Node) -> Vec<Id> {
     match *n {
-        Node::Input(_) | Node::Scalar(_) | Node::Lit(_) => vec![],
-        Node::Un(_, a) | Node::Cast(a, _) | Node::Reduce(_, a) => vec![a],
+        Node::Input(_) | Node::Scalar(_) | Node::Lit(_) | Node::InputRot(_) => vec![],
+        Node::Un(_, a)
+        | Node::Cast(a, _)
+        | Node::Reduce(_, a)
+        | Node::Rot(a)
+        | Node::RotT(a)
+        | Node::HalfNeg(a) => vec![a],
         Node::Bin(_, a, b) => vec![a, b],
         Node::Where(c, a, b) => vec![c, a, b],
     }
+}
+
+/// True when the expression at `root` rotates along the row (`Rot`/`RotT`, or after
+/// [`lower_rot`] `InputRot`/`HalfNeg`): its kernels run a row at a time.
+pub fn has_rot(dag: &Dag, root: Id) -> bool {
+    topo(dag, root).into_iter().any(|n| {
+        matches!(
+            dag.nodes[n],
+            Node::Rot(_) | Node::RotT(_) | Node::InputRot(_) | Node::HalfNeg(_)
+        )
+    })
+}
+
+/// Per `Rot`/`RotT` node reachable from `root`, the tensor parameters it reads along the
+/// row (not through a reduction). A kernel computes the rotation of an expression by
+/// reading these at rotated positions, which is the decomposition's rotation only when the
+/// expression has the output's row: one of them must span the output's last dimension.
+pub fn rotation_inputs(dag: &Dag, root: Id) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    for n in topo(dag, root) {
+        let (Node::Rot(a) | Node::RotT(a)) = dag.nodes[n] else {
+            continue;
+        };
+        let mut ins = Vec::new();
+        let mut seen = vec![false; dag.nodes.len()];
+        let mut stack = vec![a];
+        while let Some(m) = stack.pop() {
+            if seen[m] || matches!(dag.nodes[m], Node::Reduce(..)) {
+                continue;
+            }
+            seen[m] = true;
+            if let Node::Input(k) | Node::InputRot(k) = dag.nodes[m] {
+                if !ins.contains(&k) {
+                    ins.push(k);
+                }
+            }
+            stack.extend(operands(&dag.nodes[m]));
+        }
+        ins.sort_unstable();
+        if !out.contains(&ins) {
+            out.push(ins);
+        }
+    }
+    out
+}
+
+/// The expression at `root` with every rotation pushed down to the reads, for code
+/// generation over rows of even length `d` (`h = d / 2`, `P(j) = (j + h) mod d`, an
+/// involution): `rot(a)[j] = s(j) a[P(j)]` with `s` = -1 on the first half, and reading
+/// an elementwise expression at `P(j)` reads its tensor parameters at `P(j)` (row
+/// constants, such as reductions, are the same everywhere in the row). So `rot(a)`
+/// becomes `HalfNeg(a')` where `a'` reads `InputRot` for `Input` and vice versa; under a
+/// rotated read, `HalfNeg(b)` is `-HalfNeg(b')` (`s(P(j)) = -s(j)`); `rotT(a) = -rot(a)`.
+/// Returns the new DAG and root (a DAG without rotations comes back unchanged).
+pub fn lower_rot(dag: &Dag, root: Id) -> (Dag, Id) {
+    if !has_rot(dag, root) {
+        return (dag.clone(), root);
+    }
+    struct L<'d> {
+        src: &'d Dag,
+        out: Dag,
+        memo: HashMap<(Id, bool), Id>,
+    }
+    impl L<'_> {
+        fn go(&mut self, n: Id, flip: bool) -> Id {
+            if let Some(&id) = self.memo.get(&(n, flip)) {
+                return id;
+            }
+            let node = match self.src.nodes[n] {
+                Node::Input(k) if flip => Node::InputRot(k),
+                Node::InputRot(k) if flip => Node::Input(k),
+                n @ (Node::Input(_) | Node::InputRot(_) | Node::Scalar(_) | Node::Lit(_)) => n,
+                Node::Un(op, a) => Node::Un(op, self.go(a, flip)),
+                Node::Bin(op, a, b) => Node::Bin(op, self.go(a, flip), self.go(b, flip)),
+                Node::Where(c, a, b) => {
+                    Node::Where(self.go(c, flip), self.go(a, flip), self.go(b, flip))
+                }
+                Node::Cast(a, dt) => Node::Cast(self.go(a, flip), dt),
+                // A row constant: the same at every position of the row.
+                Node::Reduce(r, a) => Node::Reduce(r, self.go(a, false)),
+                Node::Rot(a) => {
+                    let inner = self.go(a, !flip);
+                    let s = self.out.add(Node::HalfNeg(inner));
+                    if flip {
+                        Node::Un(Un::Neg, s)
+                    } else {
+                        self.memo.insert((n, flip), s);
+                        return s;
+                    }
+                }
+                Node::RotT(a) => {
+                    let inner = self.go(a, !flip);
+                    let s = self.out.add(Node::HalfNeg(inner));
+                    if flip {
+                        self.memo.insert((n, flip), s);
+                        return s;
+                    }
+                    Node::Un(Un::Neg, s)
+                }
+                Node::HalfNeg(a) => {
+                    let inner = self.go(a, flip);
+                    let s = self.out.add(Node::HalfNeg(inner));
+                    if flip {
+                        Node::Un(Un::Neg, s)
+                    } else {
+                        self.memo.insert((n, flip), s);
+                        return s;
+                    }
+                }
+            };
+            let id = self.out.add(node);
+            self.memo.insert((n, flip), id);
+            id
+        }
+    }
+    let mut l = L {
+        src: dag,
+        out: Dag::default(),
+        memo: HashMap::new(),
+    };
+    let r = l.go(root, false);
+    (l.out, r)
 }

@@ -132,6 +132,9 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
     let cpu = cpu::kernel(&k.dag, root, nt, ns, &op_name);
     let class = if cpu.has_reductions {
         quote!(graphrw::ops::OpClass::Normalization)
+    } else if !cpu.rotate_inputs.is_empty() {
+        // A permutation along the row: not elementwise.
+        quote!(graphrw::ops::OpClass::Other)
     } else {
         quote!(graphrw::ops::OpClass::Elementwise)
     };
@@ -155,14 +158,26 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
     };
     let entry = name.to_string();
     let red_inputs = cpu.reduction_inputs.iter().map(|v| quote!(&[#(#v),*]));
+    let rot_inputs = cpu.rotate_inputs.iter().map(|v| quote!(&[#(#v),*]));
     let decompose = decompose::decompose_fn(&k.dag, root, nt, &snames, &op_name, None);
 
-    // The rule set: the body (and every `#[matches]` form) as patterns.
+    // The rule set: the body (and every `#[matches]` form) as patterns, each
+    // `x.rotate_half()` written as the chain exporters emit (see `rotate_half_chain`).
+    let mut rot = RotChains::default();
+    let body = rot.block(&f.body);
+    let matches: Vec<syn::Expr> = at.matches.iter().map(|m| rot.expr(m)).collect();
     let params = f.params.iter().map(|p| {
         let (n, t) = (&p.name, &p.ty);
         quote!(#n: #t)
     });
-    let params: Vec<TokenStream> = params.collect();
+    let mut params: Vec<TokenStream> = params.collect();
+    params.extend(rot.params.iter().cloned());
+    let constraints = if rot.checks.is_empty() {
+        quote!()
+    } else {
+        let c = &rot.checks;
+        quote!(where #(#c),*)
+    };
     let first = &k.tensors[0];
     let tvals = k.tensors.iter().map(|t| quote!(#t.value()));
     let svals = k.scalars.iter().map(|s| {
@@ -174,15 +189,14 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
         let __v = __b.apply(&super::OP, &[#(#tvals),*], &[#(#svals),*])?;
         __b.var(__v[0])
     }};
-    let body = &f.body;
     let mut rules = quote! {
-        rule #name(#(#params),*) -> Tensor #body => #repl
+        rule #name(#(#params),*) -> Tensor #constraints #body => #repl
     };
-    for (i, m) in at.matches.iter().enumerate() {
+    for (i, m) in matches.iter().enumerate() {
         let rn = format_ident!("{}_form{}", name, i + 2);
         rules.extend(quote! {
             #[overlap]
-            rule #rn(#(#params),*) -> Tensor { #m } => #repl
+            rule #rn(#(#params),*) -> Tensor #constraints { #m } => #repl
         });
     }
     let rules_doc =
@@ -231,6 +245,7 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
             tensors: &[#(#tnames),*],
             scalars: &[#(#snames),*],
             reduction_inputs: &[#(#red_inputs),*],
+            rotate_inputs: &[#(#rot_inputs),*],
             cuda: graphrw::fused::CudaSource { source: CUDA_SOURCE, entry: #entry, launch: #launch },
             rules: &RULES,
             vjp: VJP,
@@ -298,5 +313,121 @@ fn vjp_op_items(
             decompose: ::core::option::Option::Some(decompose),
         };
         #decompose
+    }
+}
+
+/// The patterns of `rotate_half`: `x.rotate_half()` (or `rotate_half(x)`, `x` a tensor
+/// parameter, as `ir` checks) becomes the chain that exporters write,
+/// `concat([neg(slice(x, hi..)), slice(x, 0..lo)], dim)`, with its attributes bound to
+/// pattern parameters `__rot_<x>_*` and a `check` that they slice the halves of `x`'s
+/// last dimension (`graphrw::fused::is_rotate_half`), whatever axis and bound
+/// spellings (`-1` or `rank - 1`, `end = d` or `i64::MAX`) the exporter used.
+#[derive(Default)]
+struct RotChains {
+    /// The rotated parameters seen so far.
+    seen: Vec<String>,
+    /// The pattern parameters (`name: i64`).
+    params: Vec<TokenStream>,
+    /// One `check(..)` per rotated parameter.
+    checks: Vec<TokenStream>,
+}
+
+impl RotChains {
+    fn block(&mut self, b: &syn::Block) -> syn::Block {
+        let mut b = b.clone();
+        for st in &mut b.stmts {
+            match st {
+                syn::Stmt::Local(l) => {
+                    if let Some(init) = &mut l.init {
+                        *init.expr = self.expr(&init.expr);
+                    }
+                }
+                syn::Stmt::Expr(e, _) => *e = self.expr(e),
+                _ => {}
+            }
+        }
+        b
+    }
+
+    /// The parameter that `rotate_half` is applied to in `e`, if `e` is such a call.
+    fn rotated(e: &syn::Expr) -> Option<syn::Ident> {
+        let arg = match e {
+            syn::Expr::MethodCall(m) if m.method == "rotate_half" && m.args.is_empty() => {
+                &*m.receiver
+            }
+            syn::Expr::Call(c)
+                if c.args.len() == 1
+                    && matches!(&*c.func, syn::Expr::Path(p) if p.path.is_ident("rotate_half")) =>
+            {
+                &c.args[0]
+            }
+            _ => return None,
+        };
+        match arg {
+            syn::Expr::Path(p) => p.path.get_ident().cloned(),
+            _ => None,
+        }
+    }
+
+    fn expr(&mut self, e: &syn::Expr) -> syn::Expr {
+        if let Some(x) = Self::rotated(e) {
+            return self.chain(&x);
+        }
+        let mut e = e.clone();
+        match &mut e {
+            syn::Expr::MethodCall(m) => {
+                *m.receiver = self.expr(&m.receiver);
+                for a in m.args.iter_mut() {
+                    *a = self.expr(a);
+                }
+            }
+            syn::Expr::Call(c) => {
+                for a in c.args.iter_mut() {
+                    *a = self.expr(a);
+                }
+            }
+            syn::Expr::Binary(b) => {
+                *b.left = self.expr(&b.left);
+                *b.right = self.expr(&b.right);
+            }
+            syn::Expr::Unary(u) => *u.expr = self.expr(&u.expr),
+            syn::Expr::Paren(p) => *p.expr = self.expr(&p.expr),
+            syn::Expr::Group(g) => *g.expr = self.expr(&g.expr),
+            syn::Expr::Array(a) => {
+                for x in a.elems.iter_mut() {
+                    *x = self.expr(x);
+                }
+            }
+            syn::Expr::Assign(a) => *a.right = self.expr(&a.right),
+            _ => {}
+        }
+        e
+    }
+
+    fn chain(&mut self, x: &syn::Ident) -> syn::Expr {
+        let n = |what: &str| format_ident!("__rot_{}_{}", x, what);
+        let (hi_dim, lo_dim, cat_dim) = (n("hi_dim"), n("lo_dim"), n("cat_dim"));
+        let (hi_start, hi_end, lo_end) = (n("hi_start"), n("hi_end"), n("lo_end"));
+        let name = x.to_string();
+        if !self.seen.contains(&name) {
+            self.seen.push(name);
+            for p in [&hi_dim, &lo_dim, &cat_dim, &hi_start, &hi_end, &lo_end] {
+                self.params.push(quote!(#p: i64));
+            }
+            self.checks.push(quote! {
+                check(|#x, #hi_dim, #lo_dim, #cat_dim, #hi_start, #hi_end, #lo_end| {
+                    graphrw::fused::is_rotate_half(#x, [#hi_dim, #lo_dim, #cat_dim], #hi_start, #hi_end, #lo_end)
+                })
+            });
+        }
+        syn::parse_quote! {
+            concat(
+                [
+                    neg(slice(#x, dim = #hi_dim, start = #hi_start, end = #hi_end, step = 1)),
+                    slice(#x, dim = #lo_dim, start = 0, end = #lo_end, step = 1)
+                ],
+                dim = #cat_dim
+            )
+        }
     }
 }

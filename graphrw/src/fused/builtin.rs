@@ -3,10 +3,12 @@
 //! model authors write (checked at compile time to be the same function); `#[matches]`
 //! adds forms built from composite ops (`layer_norm`, `softmax`).
 //!
-//! Not here: rotary position embedding. Its rotate-half is `slice`/`neg`/`concat` along the
-//! last dimension, which is a permutation of the row, not an elementwise expression, so it
-//! does not fit this expression model; it needs a row-gather operand in the kernel
-//! language (future work).
+//! Rotary position embedding (`fused.rotary_embedding`) uses the one non-elementwise
+//! read of the language, `x.rotate_half()` (`concat([neg(x[.., d/2:]), x[.., :d/2]], -1)`
+//! over the last dimension `d`): its kernel runs a row at a time and reads `x` at
+//! positions rotated by half a row, for even `d` with `x` spanning the row (other nodes
+//! run their decomposition); its rule matches the `slice`/`neg`/`concat` chain as
+//! exporters write it (axis `-1` or `rank - 1`, any bound spelling).
 
 use crate::fused_kernel;
 
@@ -75,6 +77,15 @@ fused_kernel! {
         e.div(e.sum(dims = [-1], keepdim = true))
     }
 
+    /// Rotary position embedding, rotate-half form (Llama, GPT-NeoX):
+    /// `x * cos + rotate_half(x) * sin` over the last dimension (`cos`/`sin` broadcast,
+    /// e.g. `[1, 1, S, D]` against `x` of `[B, H, S, D]`).
+    #[op = "fused.rotary_embedding"]
+    #[grad]
+    pub fn rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor {
+        x.mul(cos).add(x.rotate_half().mul(sin))
+    }
+
     /// Residual add + RMSNorm: `rms_norm(x + residual)` (the sum must have no other user).
     #[op = "fused.add_rms_norm"]
     #[grad]
@@ -108,4 +119,5 @@ pub static ALL: &[&FusedKernel] = &[
     &softmax_scale_mask::KERNEL,
     &add_rms_norm::KERNEL,
     &add_layer_norm::KERNEL,
+    &rotary_embedding::KERNEL,
 ];

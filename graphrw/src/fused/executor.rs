@@ -12,7 +12,7 @@ pub const GENERATED_CPU: &str = "cpu-generated";
 
 /// Whether the CPU kernel of `k` takes `node`, with the reason when it does not.
 pub fn check_node(k: &FusedKernel, node: &NodeView<'_>) -> Result<(), String> {
-    check(k.tensors, k.reduction_inputs, node)
+    check(k.tensors, k.reduction_inputs, k.rotate_inputs, node)
 }
 
 /// Whether the vjp kernel `v` of `k` takes `node` (a node of `v.op`: `k`'s parameters
@@ -20,12 +20,13 @@ pub fn check_node(k: &FusedKernel, node: &NodeView<'_>) -> Result<(), String> {
 pub fn check_vjp_node(k: &FusedKernel, v: &VjpKernel, node: &NodeView<'_>) -> Result<(), String> {
     let mut names: Vec<&str> = k.tensors.to_vec();
     names.push("g");
-    check(&names, v.reduction_inputs, node)
+    check(&names, v.reduction_inputs, v.rotate_inputs, node)
 }
 
 fn check(
     tensors: &[&str],
     reduction_inputs: &[&[usize]],
+    rotate_inputs: &[&[usize]],
     node: &NodeView<'_>,
 ) -> Result<(), String> {
     let Some(out) = node.outputs.first() else {
@@ -74,6 +75,36 @@ fn check(
                         ins.iter().map(|&i| tensors[i]).collect::<Vec<_>>().join(", ")
                     ));
                 }
+            }
+        }
+    }
+    if !rotate_inputs.is_empty() {
+        // The kernel permutes rows of even length; the decomposition takes the rest.
+        let Some(last) = last else {
+            return Err("rotate_half of a rank-0 output".into());
+        };
+        match last.known() {
+            Some(d) if d % 2 == 0 => {}
+            Some(d) => {
+                return Err(format!(
+                    "rotate_half over an odd last dimension ({d}): the kernel rotates rows of even length"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "rotate_half over a last dimension of unknown size ({last})"
+                ))
+            }
+        }
+        for ins in rotate_inputs {
+            let full = ins
+                .iter()
+                .any(|&i| node.inputs.get(i).and_then(|m| m.shape.dims().last()) == Some(last));
+            if !full {
+                return Err(format!(
+                    "rotate_half reads only operands broadcast along the last dimension ({}): its row is not the output's",
+                    ins.iter().map(|&i| tensors[i]).collect::<Vec<_>>().join(", ")
+                ));
             }
         }
     }

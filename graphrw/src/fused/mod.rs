@@ -2,6 +2,13 @@
 //! built-in ones ([`builtin`]), the pass that fuses their decomposed forms
 //! ([`fuse_kernels`]) and the executor that runs them ([`generated_executor`]).
 //!
+//! Besides elementwise ops and last-dimension reductions, a body may rotate a tensor
+//! parameter by half its last dimension, `x.rotate_half()` (see [`rotate_half`]; rotary
+//! position embeddings): the rule matches the `slice`/`neg`/`concat` chain exporters write
+//! ([`is_rotate_half`]), the kernel runs a row at a time reading `x` at rotated positions
+//! (even rows only, `x` spanning the row: other nodes run the decomposition), and the vjp
+//! uses the transpose ([`rotate_half_transpose`]).
+//!
 //! ```
 //! use graphrw::fused_kernel;
 //!
@@ -54,8 +61,9 @@ use graphrw_kernels::{KernelError, Tensor};
 use crate::grad::VjpFn;
 use crate::meta::DType;
 use crate::ops::OpDef;
+use crate::pattern::TensorRef;
 use crate::rewrite::{Report, RewriteError, Rewriter};
-use crate::{Graph, RuleSet};
+use crate::{Builder, Graph, GraphError, RuleSet, Value};
 
 /// A generated CPU kernel: tensor operands, scalar attributes (in declaration order),
 /// output dtype.
@@ -96,6 +104,9 @@ pub struct VjpKernel {
     pub cpu: CpuFn,
     /// Per last-dimension reduction of the kernel, the operands it reads.
     pub reduction_inputs: &'static [&'static [usize]],
+    /// Per `rotate_half` of the kernel, the operands it reads (one must span the output's
+    /// last dimension, which must be even).
+    pub rotate_inputs: &'static [&'static [usize]],
     /// Its CUDA source (entry `vjp_<param>`, same conventions).
     pub cuda_source: &'static str,
 }
@@ -113,6 +124,9 @@ pub struct FusedKernel {
     pub scalars: &'static [&'static str],
     /// Per last-dimension reduction, the tensor operands it reads.
     pub reduction_inputs: &'static [&'static [usize]],
+    /// Per `rotate_half`, the tensor operands it reads (one must span the output's last
+    /// dimension, which must be even).
+    pub rotate_inputs: &'static [&'static [usize]],
     /// The CUDA source.
     pub cuda: CudaSource,
     /// The rules that fuse the decomposed forms.
@@ -142,4 +156,88 @@ pub fn builtin_rules() -> Vec<&'static RuleSet> {
 /// [`fuse_attention`](crate::rules::fuse_attention)).
 pub fn fuse_kernels(graph: &mut Graph) -> Result<Report, RewriteError> {
     fuse_with(graph, builtin::ALL)
+}
+
+/// The last dimension of `x` and its half, for the decompositions of `rotate_half`.
+fn last_dim_halves(b: &Builder, x: Value, op: &'static str) -> Result<(i64, i64), GraphError> {
+    let meta = b.meta(x)?;
+    let d = match meta.shape.dims().last() {
+        Some(d) => d.known(),
+        None => {
+            return Err(GraphError::Signature {
+                op,
+                node: None,
+                message: "rotate_half needs a tensor of rank 1 or more".into(),
+            })
+        }
+    };
+    let d = d
+        .and_then(|d| i64::try_from(d).ok())
+        .ok_or_else(|| GraphError::Signature {
+            op,
+            node: None,
+            message: format!(
+                "rotate_half needs a known last dimension, found {}",
+                meta.shape
+            ),
+        })?;
+    Ok((d, d / 2))
+}
+
+/// Rotate-half over the last dimension `d` of `x` (`h = d / 2`), as exporters write it for
+/// rotary position embeddings: `concat([neg(x[.., h:]), x[.., :h]], -1)`. The
+/// decomposition of `x.rotate_half()` in a [`fused_kernel!`](crate::fused_kernel); the
+/// last dimension must be known.
+pub fn rotate_half(b: &Builder, x: Value) -> Result<Value, GraphError> {
+    let (_, h) = last_dim_halves(b, x, "rotate_half")?;
+    let lo = b.slice(x, -1, 0, h, 1)?;
+    let hi = b.slice(x, -1, h, i64::MAX, 1)?;
+    let neg = b.neg(hi)?;
+    b.concat(&[neg, lo], -1)
+}
+
+/// The transpose of [`rotate_half`] over the last dimension `d` of `g` (`h = d / 2`):
+/// `concat([g[.., d - h:], neg(g[.., :d - h])], -1)`, which is `-rotate_half(g)` when `d`
+/// is even. The vjp of `rotate_half` in derived kernels.
+pub fn rotate_half_transpose(b: &Builder, g: Value) -> Result<Value, GraphError> {
+    let (d, h) = last_dim_halves(b, g, "rotate_half")?;
+    let lo = b.slice(g, -1, 0, d - h, 1)?;
+    let hi = b.slice(g, -1, d - h, i64::MAX, 1)?;
+    let neg = b.neg(lo)?;
+    b.concat(&[hi, neg], -1)
+}
+
+/// Whether the attributes of a matched `concat([neg(slice(x, hi)), slice(x, lo)], dim)`
+/// make it [`rotate_half`] of `x`: the slices and the concat along `x`'s last dimension
+/// (`dims`: hi slice, lo slice, concat; `-1` or `rank - 1`), `lo` the first `d / 2`
+/// elements (`start = 0` is matched by the pattern, `lo_end` here) and `hi` the rest, with
+/// bounds as python slices (negative from the end, clamped). The last dimension must be
+/// known. Called by the rules [`fused_kernel!`](crate::fused_kernel) emits.
+pub fn is_rotate_half(
+    x: TensorRef<'_>,
+    dims: [i64; 3],
+    hi_start: i64,
+    hi_end: i64,
+    lo_end: i64,
+) -> bool {
+    let rank = x.rank() as i64;
+    let Some(d) = x
+        .dim(-1)
+        .and_then(|d| d.known())
+        .and_then(|d| i64::try_from(d).ok())
+    else {
+        return false;
+    };
+    let h = d / 2;
+    let bound = |v: i64| {
+        if v < 0 {
+            v.saturating_add(d).max(0)
+        } else {
+            v.min(d)
+        }
+    };
+    dims.iter().all(|&a| a == -1 || a == rank - 1)
+        && bound(lo_end) == h
+        && bound(hi_start) == h
+        && bound(hi_end) == d
 }
