@@ -163,3 +163,39 @@ fn sigmoid_within_3_ulp() {
     assert_eq!(math::sigmoid(f32::NEG_INFINITY), 0.0);
     assert!(math::sigmoid(f32::NAN).is_nan());
 }
+
+/// The fused multiply-add forms (what the generated kernels' AVX2+FMA build runs) keep
+/// the plain forms' bounds and special values. (Without the `fma` target feature
+/// `mul_add` is a library call: slow, but exact, so this checks the same arithmetic.)
+#[test]
+fn fma_forms_keep_the_bounds() {
+    let xs = all_inputs(-110.0, 90.0);
+    let (_, rel) = errors(math::exp_with::<true>, f64::exp, &xs, "exp fma");
+    assert!(rel <= 2.5e-7, "exp fma max relative error {rel:e}");
+    assert_eq!(math::exp_with::<true>(f32::NEG_INFINITY), 0.0);
+    assert_eq!(math::exp_with::<true>(89.0), f32::INFINITY);
+    assert_eq!(math::exp_with::<true>(0.0), 1.0);
+    let xs = all_inputs(-10.0, 10.0);
+    let (_, rel) = errors(math::tanh_with::<true>, f64::tanh, &xs, "tanh fma");
+    assert!(rel <= 2.5e-7, "tanh fma max relative error {rel:e}");
+    assert_eq!(math::tanh_with::<true>(-0.0).to_bits(), (-0.0f32).to_bits());
+    let (abs, _) = errors(math::erf_with::<true>, libm::erf, &xs, "erf fma");
+    assert!(abs <= 2e-7, "erf fma max absolute error {abs:e}");
+    let small: Vec<f32> = xs.iter().copied().filter(|x| x.abs() < 1.0).collect();
+    let (_, rel) = errors(math::erf_with::<true>, libm::erf, &small, "erf fma");
+    assert!(rel <= 3e-7, "erf fma max relative error below 1: {rel:e}");
+    assert_eq!(math::erf_with::<true>(f32::INFINITY), 1.0);
+    assert!(math::erf_with::<true>(f32::NAN).is_nan());
+    // Where e^-x overflows, sigmoid is 0 rather than subnormal (see above): left out.
+    let xs: Vec<f32> = all_inputs(-80.0, 80.0)
+        .into_iter()
+        .filter(|x| x.is_nan() || x.abs() < 80.0)
+        .collect();
+    let (_, rel) = errors(
+        math::sigmoid_with::<true>,
+        |x| 1.0 / (1.0 + (-x).exp()),
+        &xs,
+        "sigmoid fma",
+    );
+    assert!(rel <= 3.5e-7, "sigmoid fma max relative error {rel:e}");
+}

@@ -1,5 +1,8 @@
 //! Dtype-tagged operands and their loads into compute values.
 
+use std::any::TypeId;
+
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use super::math;
@@ -10,17 +13,19 @@ use crate::{DType, Element, KernelError, Real, Tensor};
 pub trait Compute: Real + Copy + Send + Sync + PartialOrd {
     /// From an `f64` literal or scalar attribute.
     fn lit(v: f64) -> Self;
-    /// `1 / (1 + e^-x)` (for f32 through the vectorisable [`math::exp`]).
-    #[inline]
-    fn sigmoid(self) -> Self {
-        Self::ONE / (Self::ONE + (-self).exp_vec())
+    /// `1 / (1 + e^-x)` (for f32 through the vectorisable [`math::exp`]). `FMA`: the
+    /// caller is compiled with the `fma` target feature, so the f32 polynomials may use
+    /// fused multiply-adds ([`math::exp_with`]); the same holds for the other `*_vec`.
+    #[inline(always)]
+    fn sigmoid<const FMA: bool>(self) -> Self {
+        Self::ONE / (Self::ONE + (-self).exp_vec::<FMA>())
     }
     /// `e^x`: for f32 the vectorisable [`math::exp`], for f64 the precise library `exp`.
-    fn exp_vec(self) -> Self;
+    fn exp_vec<const FMA: bool>(self) -> Self;
     /// `erf(x)`: for f32 the vectorisable [`math::erf`], for f64 the precise `libm` one.
-    fn erf_vec(self) -> Self;
+    fn erf_vec<const FMA: bool>(self) -> Self;
     /// `tanh(x)`: for f32 the vectorisable [`math::tanh`], for f64 the precise library one.
-    fn tanh_vec(self) -> Self;
+    fn tanh_vec<const FMA: bool>(self) -> Self;
     /// `max(x, 0)`; NaN stays NaN.
     #[inline]
     fn relu(self) -> Self {
@@ -127,6 +132,38 @@ impl<'a> Src<'a> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Asks the CPU to start loading elements `off .. off + len` (clamped to the slice)
+    /// into its caches: a hint, with no effect on results (nothing on non-x86 targets).
+    /// The drivers call it for the next row or tile, so that memory is read while the
+    /// current one computes (the hardware prefetcher stops at 4 KiB page boundaries).
+    #[inline]
+    pub fn prefetch(&self, off: usize, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (ptr, size, n) = match *self {
+                Src::F32(s) => (s.as_ptr().cast::<u8>(), 4, s.len()),
+                Src::F64(s) => (s.as_ptr().cast::<u8>(), 8, s.len()),
+                Src::F16(s) => (s.as_ptr().cast::<u8>(), 2, s.len()),
+                Src::BF16(s) => (s.as_ptr().cast::<u8>(), 2, s.len()),
+                Src::Bool(s) => (s.as_ptr().cast::<u8>(), 1, s.len()),
+                Src::I64(s) => (s.as_ptr().cast::<u8>(), 8, s.len()),
+            };
+            let start = off.min(n) * size;
+            let end = off.saturating_add(len).min(n) * size;
+            let mut b = start;
+            while b < end {
+                let p = ptr.wrapping_add(b).cast::<i8>();
+                // SAFETY: `_mm_prefetch` needs SSE, part of every x86-64 target; it is a
+                // hint that never faults nor reads into the program, and `p` points
+                // inside the slice anyway (`b < end <= n * size`).
+                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) };
+                b += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (off, len);
+    }
 }
 
 macro_rules! convert_from {
@@ -150,20 +187,20 @@ impl Compute for f32 {
         v as f32
     }
     #[inline(always)]
-    fn sigmoid(self) -> f32 {
-        math::sigmoid(self)
+    fn sigmoid<const FMA: bool>(self) -> f32 {
+        math::sigmoid_with::<FMA>(self)
     }
     #[inline(always)]
-    fn exp_vec(self) -> f32 {
-        math::exp(self)
+    fn exp_vec<const FMA: bool>(self) -> f32 {
+        math::exp_with::<FMA>(self)
     }
     #[inline(always)]
-    fn erf_vec(self) -> f32 {
-        math::erf(self)
+    fn erf_vec<const FMA: bool>(self) -> f32 {
+        math::erf_with::<FMA>(self)
     }
     #[inline(always)]
-    fn tanh_vec(self) -> f32 {
-        math::tanh(self)
+    fn tanh_vec<const FMA: bool>(self) -> f32 {
+        math::tanh_with::<FMA>(self)
     }
     #[inline]
     fn borrow<'a>(src: &Src<'a>, off: usize, len: usize) -> Option<&'a [f32]> {
@@ -172,10 +209,15 @@ impl Compute for f32 {
             _ => None,
         }
     }
+    // Inlined so that it is compiled with the caller's target features (the generated
+    // kernels' AVX2 build).
+    #[inline]
     fn convert(src: &Src<'_>, off: usize, stride: usize, dst: &mut [f32]) {
         match *src {
             Src::F32(s) => convert_from!(s, off, stride, dst, |x: f32| x),
             Src::F64(s) => convert_from!(s, off, stride, dst, |x: f64| x as f32),
+            // half's slice conversion: F16C eight at a time where the CPU has it.
+            Src::F16(s) if stride == 1 => s[off..off + dst.len()].convert_to_f32_slice(dst),
             Src::F16(s) => convert_from!(s, off, stride, dst, |x: f16| x.to_f32()),
             Src::BF16(s) => convert_from!(s, off, stride, dst, |x: bf16| x.to_f32()),
             Src::Bool(s) => convert_from!(s, off, stride, dst, |x: bool| x as u8 as f32),
@@ -184,10 +226,30 @@ impl Compute for f32 {
     }
     #[inline]
     fn store<E: Element>(vals: &[f32], out: &mut [E]) {
+        let n = vals.len().min(out.len());
+        let (vals, out) = (&vals[..n], &mut out[..n]);
+        if let Some(out) = as_f16_mut(out) {
+            // half's slice conversion: F16C eight at a time where the CPU has it (the
+            // per-element conversion checks for it on every call).
+            out.convert_from_f32_slice(vals);
+            return;
+        }
         for (o, &v) in out.iter_mut().zip(vals) {
             *o = E::from_f32(v);
         }
     }
+}
+
+/// `out` as f16 elements when `E` is `f16`.
+#[inline]
+fn as_f16_mut<E: Element>(out: &mut [E]) -> Option<&mut [f16]> {
+    if TypeId::of::<E>() != TypeId::of::<f16>() {
+        return None;
+    }
+    let (ptr, len) = (out.as_mut_ptr(), out.len());
+    // SAFETY: `E` is `f16` (same `TypeId`), so `out` is a valid, exclusively borrowed
+    // `[f16]` of `len` elements; the result reborrows it for the same lifetime.
+    Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<f16>(), len) })
 }
 
 impl Compute for f64 {
@@ -196,15 +258,15 @@ impl Compute for f64 {
         v
     }
     #[inline]
-    fn exp_vec(self) -> f64 {
+    fn exp_vec<const FMA: bool>(self) -> f64 {
         self.exp()
     }
     #[inline]
-    fn erf_vec(self) -> f64 {
+    fn erf_vec<const FMA: bool>(self) -> f64 {
         libm::erf(self)
     }
     #[inline]
-    fn tanh_vec(self) -> f64 {
+    fn tanh_vec<const FMA: bool>(self) -> f64 {
         self.tanh()
     }
     #[inline]

@@ -10,7 +10,9 @@
 //!   ([`Compute`]: f32 for f32/f16/bf16 storage, f64 for f64), without a copy when it is
 //!   already contiguous in the compute type;
 //! - [`run_map`] and [`run_rows`]: tiling, the output in its storage dtype, and rayon over
-//!   chunks or rows for large outputs;
+//!   chunks or rows for large outputs; the kernel body ([`MapKernel`], [`RowKernel`]) is
+//!   compiled twice, for the baseline target and with AVX2+FMA, and [`isa`] picks one at
+//!   run time (detected once per process);
 //! - [`Sum`] and [`Max`]: row accumulators the compiler vectorises;
 //! - [`math`]: f32 `exp`, `erf`, `tanh` and `sigmoid` the compiler vectorises.
 
@@ -23,4 +25,4 @@ mod run;
 pub use half::{bf16, f16};
 pub use load::{round_as, Compute, Src};
 pub use plan::Plan;
-pub use run::{run_map, run_rows, Max, Row, Sum, TILE};
+pub use run::{isa, run_map, run_rows, Isa, MapKernel, Max, Row, RowKernel, Sum, TILE};

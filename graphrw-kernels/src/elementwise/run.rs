@@ -79,6 +79,20 @@ impl<'a> Row<'_, 'a> {
     }
 }
 
+impl Row<'_, '_> {
+    /// Prefetches (a cache hint) positions `j .. j + len` of every operand that walks the
+    /// row (broadcast ones are read once and stay cached).
+    #[inline]
+    fn prefetch(&self, j: usize, len: usize) {
+        for (k, src) in self.srcs.iter().enumerate() {
+            let (off, stride) = self.plan.row_start(k, self.row);
+            if stride == 1 {
+                src.prefetch(off + j, len);
+            }
+        }
+    }
+}
+
 fn check_srcs(op: &'static str, plan: &Plan, srcs: &[Src<'_>]) -> Result<(), KernelError> {
     if srcs.len() != plan.operands() {
         return Err(KernelError::invalid(
@@ -89,15 +103,209 @@ fn check_srcs(op: &'static str, plan: &Plan, srcs: &[Src<'_>]) -> Result<(), Ker
     Ok(())
 }
 
-/// Runs an elementwise kernel: `f(row, j, scratch, out)` fills `out` (at most [`TILE`]
-/// values) with the results for row positions `j .. j + out.len()`; `scratch` holds
-/// `scratch_tiles` tiles for the loads. Returns the output elements in storage type `E`.
-pub fn run_map<F: Compute, E: Element>(
+/// The instruction set the generated kernels' loops run with, chosen once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// The build target's own (baseline x86-64: SSE2, 4 f32 lanes; or a non-x86 target).
+    Baseline,
+    /// x86-64 with AVX2 and FMA: the loops compiled a second time with those target
+    /// features (8 f32 lanes, fused multiply-adds in the math polynomials).
+    Avx2Fma,
+}
+
+/// The [`Isa`] of this CPU: [`Isa::Avx2Fma`] where it has AVX2 and FMA (detected once and
+/// cached), unless the environment variable `GRAPHRW_FUSED_BASELINE` is set (to measure
+/// the difference); else [`Isa::Baseline`].
+pub fn isa() -> Isa {
+    use std::sync::OnceLock;
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(detect_isa)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_isa() -> Isa {
+    if std::env::var_os("GRAPHRW_FUSED_BASELINE").is_none()
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        Isa::Avx2Fma
+    } else {
+        Isa::Baseline
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_isa() -> Isa {
+    Isa::Baseline
+}
+
+/// The body of a generated elementwise kernel (no reductions), run by [`run_map`].
+///
+/// Implementations mark [`MapKernel::tile`] `#[inline(always)]`: the driver compiles its
+/// tile loop, and so the body, once per [`Isa`].
+pub trait MapKernel<F: Compute>: Sync {
+    /// Fills `out` (at most [`TILE`] values) with the results for row positions
+    /// `j .. j + out.len()` of `row`; `scratch` holds the driver's scratch tiles for the
+    /// loads. With `FMA` the caller is compiled with the `avx2` and `fma` target
+    /// features, so fused multiply-adds are cheap ([`Compute::exp_vec`] and its kin).
+    fn tile<const FMA: bool>(&self, row: &Row<'_, '_>, j: usize, scratch: &mut [F], out: &mut [F]);
+}
+
+/// The body of a generated row kernel (one with last-dimension reductions), run by
+/// [`run_rows`]; `#[inline(always)]` as for [`MapKernel`].
+pub trait RowKernel<F: Compute>: Sync {
+    /// Fills the whole row `out` for `row`; `scratch` holds the driver's scratch tiles.
+    /// `FMA` as for [`MapKernel::tile`].
+    fn row<const FMA: bool>(&self, row: &Row<'_, '_>, scratch: &mut [F], out: &mut [F]);
+}
+
+/// What one task of [`run_map`] or [`run_rows`] needs besides its output chunk.
+struct Job<'p, 'a, K> {
+    plan: &'p Plan,
+    srcs: &'p [Src<'a>],
+    scratch_tiles: usize,
+    kernel: &'p K,
+}
+
+/// Output elements `start .. start + chunk.len()` of an elementwise kernel.
+#[inline(always)]
+fn map_chunk<F: Compute, E: Element, K: MapKernel<F>, const FMA: bool>(
+    job: &Job<'_, '_, K>,
+    start: usize,
+    chunk: &mut [E],
+) {
+    let Job {
+        plan,
+        srcs,
+        scratch_tiles,
+        kernel,
+    } = *job;
+    let inner = plan.inner;
+    let mut scratch = vec![F::ZERO; TILE * scratch_tiles.max(1)];
+    let mut obuf = [F::ZERO; TILE];
+    let mut pos = start;
+    let end = start + chunk.len();
+    while pos < end {
+        let (row, j) = (pos / inner, pos % inner);
+        let len = TILE.min(inner - j).min(end - pos);
+        let next = pos + len;
+        if next < end {
+            let (row, j) = (next / inner, next % inner);
+            Row { plan, srcs, row }.prefetch(j, TILE.min(inner - j).min(end - next));
+        }
+        let r = Row { plan, srcs, row };
+        kernel.tile::<FMA>(&r, j, &mut scratch, &mut obuf[..len]);
+        F::store(&obuf[..len], &mut chunk[pos - start..pos - start + len]);
+        pos += len;
+    }
+}
+
+/// [`map_chunk`] compiled for AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn map_chunk_avx2<F: Compute, E: Element, K: MapKernel<F>>(
+    job: &Job<'_, '_, K>,
+    start: usize,
+    chunk: &mut [E],
+) {
+    map_chunk::<F, E, K, true>(job, start, chunk)
+}
+
+/// [`map_chunk`] for `isa`.
+#[inline(always)]
+fn map_chunk_on<F: Compute, E: Element, K: MapKernel<F>>(
+    isa: Isa,
+    job: &Job<'_, '_, K>,
+    start: usize,
+    chunk: &mut [E],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2Fma {
+        // SAFETY: `map_chunk_avx2` only requires the avx2 and fma target features, and
+        // `isa()` returns `Avx2Fma` only where both were detected on this CPU.
+        unsafe { map_chunk_avx2::<F, E, K>(job, start, chunk) };
+        return;
+    }
+    let _ = isa;
+    map_chunk::<F, E, K, false>(job, start, chunk)
+}
+
+/// Rows `first ..` (as many as `chunk` holds) of a row kernel.
+#[inline(always)]
+fn rows_chunk<F: Compute, E: Element, K: RowKernel<F>, const FMA: bool>(
+    job: &Job<'_, '_, K>,
+    first: usize,
+    chunk: &mut [E],
+) {
+    let Job {
+        plan,
+        srcs,
+        scratch_tiles,
+        kernel,
+    } = *job;
+    let inner = plan.inner;
+    let mut scratch = vec![F::ZERO; TILE * scratch_tiles.max(1)];
+    let mut orow = vec![F::ZERO; inner];
+    let rows = chunk.len() / inner.max(1);
+    for (i, o) in chunk.chunks_mut(inner).enumerate() {
+        if i + 1 < rows {
+            let next = Row {
+                plan,
+                srcs,
+                row: first + i + 1,
+            };
+            next.prefetch(0, inner);
+        }
+        let r = Row {
+            plan,
+            srcs,
+            row: first + i,
+        };
+        kernel.row::<FMA>(&r, &mut scratch, &mut orow);
+        F::store(&orow, o);
+    }
+}
+
+/// [`rows_chunk`] compiled for AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn rows_chunk_avx2<F: Compute, E: Element, K: RowKernel<F>>(
+    job: &Job<'_, '_, K>,
+    first: usize,
+    chunk: &mut [E],
+) {
+    rows_chunk::<F, E, K, true>(job, first, chunk)
+}
+
+/// [`rows_chunk`] for `isa`.
+#[inline(always)]
+fn rows_chunk_on<F: Compute, E: Element, K: RowKernel<F>>(
+    isa: Isa,
+    job: &Job<'_, '_, K>,
+    first: usize,
+    chunk: &mut [E],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2Fma {
+        // SAFETY: `rows_chunk_avx2` only requires the avx2 and fma target features, and
+        // `isa()` returns `Avx2Fma` only where both were detected on this CPU.
+        unsafe { rows_chunk_avx2::<F, E, K>(job, first, chunk) };
+        return;
+    }
+    let _ = isa;
+    rows_chunk::<F, E, K, false>(job, first, chunk)
+}
+
+/// Runs an elementwise kernel: `kernel` fills the output a tile ([`TILE`] values at
+/// most) at a time, with `scratch_tiles` scratch tiles for its loads, in chunks run in
+/// parallel when the output is large, each compiled for this CPU's [`Isa`]. Returns the
+/// output elements in storage type `E`.
+pub fn run_map<F: Compute, E: Element, K: MapKernel<F>>(
     op: &'static str,
     plan: &Plan,
     srcs: &[Src<'_>],
     scratch_tiles: usize,
-    f: impl Fn(&Row<'_, '_>, usize, &mut [F], &mut [F]) + Sync,
+    kernel: &K,
 ) -> Result<Vec<E>, KernelError> {
     check_srcs(op, plan, srcs)?;
     let n = plan.numel();
@@ -105,40 +313,32 @@ pub fn run_map<F: Compute, E: Element>(
     if n == 0 {
         return Ok(out);
     }
-    let inner = plan.inner;
-    let task = |(start, chunk): (usize, &mut [E])| {
-        let mut scratch = vec![F::ZERO; TILE * scratch_tiles.max(1)];
-        let mut obuf = [F::ZERO; TILE];
-        let mut pos = start;
-        let end = start + chunk.len();
-        while pos < end {
-            let (row, j) = (pos / inner, pos % inner);
-            let len = TILE.min(inner - j).min(end - pos);
-            let r = Row { plan, srcs, row };
-            f(&r, j, &mut scratch, &mut obuf[..len]);
-            F::store(&obuf[..len], &mut chunk[pos - start..pos - start + len]);
-            pos += len;
-        }
+    let isa = isa();
+    let job = Job {
+        plan,
+        srcs,
+        scratch_tiles,
+        kernel,
     };
     if n < PAR_THRESHOLD {
-        task((0, &mut out));
+        map_chunk_on::<F, E, K>(isa, &job, 0, &mut out);
     } else {
         out.par_chunks_mut(TASK)
             .enumerate()
-            .for_each(|(c, chunk)| task((c * TASK, chunk)));
+            .for_each(|(c, chunk)| map_chunk_on::<F, E, K>(isa, &job, c * TASK, chunk));
     }
     Ok(out)
 }
 
-/// Runs a row kernel (one with last-dimension reductions): `f(row, scratch, out)` fills
-/// the whole row `out`; `scratch` holds `scratch_tiles` tiles. Rows run in parallel
-/// when the output is large.
-pub fn run_rows<F: Compute, E: Element>(
+/// Runs a row kernel (one with last-dimension reductions): `kernel` fills a whole row at
+/// a time, with `scratch_tiles` scratch tiles. Rows run in parallel when the output is
+/// large, compiled for this CPU's [`Isa`].
+pub fn run_rows<F: Compute, E: Element, K: RowKernel<F>>(
     op: &'static str,
     plan: &Plan,
     srcs: &[Src<'_>],
     scratch_tiles: usize,
-    f: impl Fn(&Row<'_, '_>, &mut [F], &mut [F]) + Sync,
+    kernel: &K,
 ) -> Result<Vec<E>, KernelError> {
     check_srcs(op, plan, srcs)?;
     let n = plan.numel();
@@ -147,31 +347,27 @@ pub fn run_rows<F: Compute, E: Element>(
     if n == 0 {
         return Ok(out);
     }
-    let rows_per_task = (TASK / inner).max(1);
-    let task = |(first, chunk): (usize, &mut [E])| {
-        let mut scratch = vec![F::ZERO; TILE * scratch_tiles.max(1)];
-        let mut orow = vec![F::ZERO; inner];
-        for (i, o) in chunk.chunks_mut(inner).enumerate() {
-            let r = Row {
-                plan,
-                srcs,
-                row: first + i,
-            };
-            f(&r, &mut scratch, &mut orow);
-            F::store(&orow, o);
-        }
+    let isa = isa();
+    let job = Job {
+        plan,
+        srcs,
+        scratch_tiles,
+        kernel,
     };
+    let rows_per_task = (TASK / inner).max(1);
     if n < PAR_THRESHOLD {
-        task((0, &mut out));
+        rows_chunk_on::<F, E, K>(isa, &job, 0, &mut out);
     } else {
         out.par_chunks_mut(rows_per_task * inner)
             .enumerate()
-            .for_each(|(c, chunk)| task((c * rows_per_task, chunk)));
+            .for_each(|(c, chunk)| rows_chunk_on::<F, E, K>(isa, &job, c * rows_per_task, chunk));
     }
     Ok(out)
 }
 
-const LANES: usize = 8;
+/// Independent accumulator lanes of [`Sum`] and [`Max`]: four 256-bit (eight 128-bit)
+/// vectors of f32, so that the adds of a row overlap instead of waiting on one another.
+const LANES: usize = 32;
 
 /// A sum over a row, in independent lanes so the loop vectorises.
 #[derive(Clone, Copy, Debug)]

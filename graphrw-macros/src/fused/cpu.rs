@@ -102,15 +102,15 @@ fn stmt(dag: &Dag, id: Id) -> TokenStream {
                 Un::Recip => quote!(<F as __Real>::ONE / #a),
                 Un::Sqrt => quote!(__Real::sqrt(#a)),
                 Un::Rsqrt => quote!(<F as __Real>::ONE / __Real::sqrt(#a)),
-                Un::Exp => quote!(__rt::Compute::exp_vec(#a)),
+                Un::Exp => quote!(<F as __rt::Compute>::exp_vec::<FMA>(#a)),
                 Un::Log => quote!(__Real::ln(#a)),
                 Un::Sin => quote!(__Real::sin(#a)),
                 Un::Cos => quote!(__Real::cos(#a)),
-                Un::Erf => quote!(__rt::Compute::erf_vec(#a)),
-                Un::Tanh => quote!(__rt::Compute::tanh_vec(#a)),
-                Un::Sigmoid => quote!(__rt::Compute::sigmoid(#a)),
+                Un::Erf => quote!(<F as __rt::Compute>::erf_vec::<FMA>(#a)),
+                Un::Tanh => quote!(<F as __rt::Compute>::tanh_vec::<FMA>(#a)),
+                Un::Sigmoid => quote!(<F as __rt::Compute>::sigmoid::<FMA>(#a)),
                 Un::Relu => quote!(__rt::Compute::relu(#a)),
-                Un::Silu => quote!(#a * __rt::Compute::sigmoid(#a)),
+                Un::Silu => quote!(#a * <F as __rt::Compute>::sigmoid::<FMA>(#a)),
             }
         }
         Node::Bin(op, a, b) => {
@@ -382,16 +382,34 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
         }
     };
     let has_reductions = !reds.is_empty();
-    let (sig, call, driver) = if row_mode {
+    // The body is a method of a local type implementing the driver's kernel trait, so
+    // that the driver can compile it once per instruction set (`FMA`: AVX2+FMA).
+    let (kernel_impl, driver) = if row_mode {
         (
-            quote!(__row: &__rt::Row<'_, '_>, __scratch: &mut [F], __out: &mut [F], __sc: &[f64]),
-            quote!(|r, s, o| __body::<F>(r, s, o, __sc)),
+            quote! {
+                impl<F: __rt::Compute> __rt::RowKernel<F> for __Kernel<'_> {
+                    #[allow(unused_variables, unused_mut, clippy::all)]
+                    #[inline(always)]
+                    fn row<const FMA: bool>(&self, __row: &__rt::Row<'_, '_>, __scratch: &mut [F], __out: &mut [F]) {
+                        let __sc = self.0;
+                        #body
+                    }
+                }
+            },
             quote!(run_rows),
         )
     } else {
         (
-            quote!(__row: &__rt::Row<'_, '_>, __j0: usize, __scratch: &mut [F], __out: &mut [F], __sc: &[f64]),
-            quote!(|r, j, s, o| __body::<F>(r, j, s, o, __sc)),
+            quote! {
+                impl<F: __rt::Compute> __rt::MapKernel<F> for __Kernel<'_> {
+                    #[allow(unused_variables, unused_mut, clippy::all)]
+                    #[inline(always)]
+                    fn tile<const FMA: bool>(&self, __row: &__rt::Row<'_, '_>, __j0: usize, __scratch: &mut [F], __out: &mut [F]) {
+                        let __sc = self.0;
+                        #body
+                    }
+                }
+            },
             quote!(run_map),
         )
     };
@@ -455,11 +473,9 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
             use graphrw::kernels::elementwise as __rt;
             #[allow(unused_imports)]
             use graphrw::kernels::Real as __Real;
-            #[allow(unused_variables, unused_mut, clippy::all)]
-            #[inline(always)]
-            fn __body<F: __rt::Compute>(#sig) {
-                #body
-            }
+            /// The scalar attributes.
+            struct __Kernel<'s>(&'s [f64]);
+            #kernel_impl
             if inputs.len() != #ntensors || scalars.len() != #nscalars {
                 return Err(graphrw::kernels::KernelError::InvalidArgument {
                     op: #name,
@@ -476,23 +492,23 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
                 .map(|t| __rt::Src::of(t, #name))
                 .collect::<::core::result::Result<::std::vec::Vec<_>, _>>()?;
             let __shape = __plan.out_shape.clone();
-            let __sc = scalars;
+            let __kernel = __Kernel(scalars);
             match out_dtype {
                 graphrw::DType::F32 => {
                     type F = f32;
-                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, f32>(#name, &__plan, &__srcs, #scratch_tiles, #call)?)
+                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, f32, _>(#name, &__plan, &__srcs, #scratch_tiles, &__kernel)?)
                 }
                 graphrw::DType::F16 => {
                     type F = f32;
-                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, __rt::f16>(#name, &__plan, &__srcs, #scratch_tiles, #call)?)
+                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, __rt::f16, _>(#name, &__plan, &__srcs, #scratch_tiles, &__kernel)?)
                 }
                 graphrw::DType::BF16 => {
                     type F = f32;
-                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, __rt::bf16>(#name, &__plan, &__srcs, #scratch_tiles, #call)?)
+                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, __rt::bf16, _>(#name, &__plan, &__srcs, #scratch_tiles, &__kernel)?)
                 }
                 graphrw::DType::F64 => {
                     type F = f64;
-                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, f64>(#name, &__plan, &__srcs, #scratch_tiles, #call)?)
+                    graphrw::Tensor::from_vec(__shape, __rt::#driver::<F, f64, _>(#name, &__plan, &__srcs, #scratch_tiles, &__kernel)?)
                 }
                 dtype => Err(graphrw::kernels::KernelError::UnsupportedDType {
                     op: #name,
