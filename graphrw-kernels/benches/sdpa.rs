@@ -3,12 +3,16 @@
 //! Run with `cargo bench -p graphrw-kernels --bench sdpa` (add `-- --quick` or a filter
 //! such as `-- 'sdpa/f32/d64/s1024'`).
 //!
-//! Each benchmark is `sdpa/{dtype}/d{D}/s{S}/{fused|unfused}` with B = 1, H = 8,
+//! Each benchmark is `sdpa/{dtype}/d{D}/s{S}/{fused|unfused_graph|unfused}` with B = 1, H = 8,
 //! Sq = Skv = S, no mask, not causal. Throughput is `Elements(4 * B * H * S * S * D)`,
 //! the floating-point operations of `q k^T` and `p v`, so criterion's "Gelem/s" reads
-//! as GFLOP/s. The unfused side is `cpu::sdpa_reference`, which materialises the
-//! `S x S` scores of every head it works on; it is skipped at S = 4096 (about 1 s per
-//! call and 64 MiB per score matrix, which makes the run take minutes).
+//! as GFLOP/s. Two unfused sides, both skipped at S = 4096 (about 1 s per call and
+//! 64 MiB per score matrix, which makes the run take minutes):
+//! - `unfused_graph`: the graph before fusion, node by node on the reference kernels
+//!   (`matmul`, `mul` by the scale, `softmax`, `matmul`), each intermediate a whole
+//!   `[B, H, S, S]` tensor — what the "fused vs the unfused graph" compares;
+//! - `unfused`: `cpu::sdpa_reference`, a per-head kernel that materialises one `S x S`
+//!   score matrix per head in flight (a stronger baseline than the graph).
 //!
 //! The f32 FMA peak the GFLOP/s are compared with is printed first, two ways:
 //! - nominal: cores x clock (`cpu MHz` of /proc/cpuinfo) x 2 FMA units x 8 lanes x 2
@@ -33,9 +37,10 @@
 use std::time::Duration;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use graphrw_kernels::cpu::{self, BinaryOp};
 use graphrw_kernels::fused::sdpa::{fma_peak_gflops, BLOCK_K, BLOCK_Q};
 use graphrw_kernels::fused::{sdpa, SdpaOptions};
-use graphrw_kernels::{cpu, DType, Tensor};
+use graphrw_kernels::{DType, KernelError, Tensor};
 
 const B: usize = 1;
 const H: usize = 8;
@@ -141,6 +146,21 @@ fn print_cpu_time_rates(threads: usize) {
     }
 }
 
+/// The unfused graph an exporter writes, node by node on the reference kernels (what
+/// the reference executor runs before fusion): `q @ k^T`, `* scale`, `softmax`, `@ v`,
+/// each result a whole `[B, H, S, S]` (or `[B, H, S, D]`) tensor.
+fn unfused_graph(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: &Tensor,
+) -> Result<Tensor, KernelError> {
+    let s = cpu::matmul(q, &cpu::transpose(k, -2, -1)?)?;
+    let s = cpu::binary(BinaryOp::Mul, &s, scale)?;
+    let p = cpu::softmax(&s, -1)?;
+    cpu::matmul(&p, v)
+}
+
 fn bench_sdpa(c: &mut Criterion) {
     let threads = rayon::current_num_threads();
     print_peak(threads);
@@ -180,6 +200,10 @@ fn bench_sdpa(c: &mut Criterion) {
                     bch.iter(|| sdpa(black_box(&q), &k, &v, None, &opts).expect("sdpa"))
                 });
                 if s < 4096 {
+                    let scale = Tensor::full(dtype, &[], 1.0 / (d as f64).sqrt());
+                    g.bench_function(format!("{dtype}/d{d}/s{s}/unfused_graph"), |bch| {
+                        bch.iter(|| unfused_graph(black_box(&q), &k, &v, &scale).expect("graph"))
+                    });
                     g.bench_function(format!("{dtype}/d{d}/s{s}/unfused"), |bch| {
                         bch.iter(|| {
                             cpu::sdpa_reference(black_box(&q), &k, &v, None, false, None, false)
