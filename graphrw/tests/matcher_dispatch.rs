@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use graphrw::pattern::dispatch::Dispatch;
 use graphrw::rewrite::Rewriter;
-use graphrw::{pattern, rule_set, Builder, DType, Graph, TensorMeta};
+use graphrw::{pattern, rule_set, Builder, DType, Graph, Tensor, TensorMeta};
 
 rule_set! {
     /// One rule that fires.
@@ -193,4 +193,71 @@ fn a_failed_branch_leaves_no_binding() {
         .collect();
     // x, y and the second branch's add; nothing of the first branch.
     assert_eq!(bound.len(), 3, "{:?}", m.bindings);
+}
+
+rule_set! {
+    /// Rules that agree on their anchor's operands and differ below them, or ask for a
+    /// literal where the graph has a tensor constant.
+    pub static DEEP;
+    rule neg_exp_of_abs(x: Tensor) -> Tensor { x.abs().exp().neg() } => { x.abs()?.exp()?.mul(-1.0)? }
+    rule neg_exp_of_tanh(x: Tensor) -> Tensor { x.tanh().exp().neg() } => { x.tanh()?.exp()?.mul(-1.0)? }
+    // Below a commutative op the operand order is free: never pruned on it.
+    rule neg_of_sum_with_abs(x: Tensor, y: Tensor) -> Tensor { x.abs().add(y).neg() } => {
+        x.abs()?.add(y)?.mul(-1.0)?
+    }
+    rule add_zero(x: Tensor) -> Tensor { x.add(0.0) } => { x }
+}
+
+#[test]
+fn operands_of_operands_and_literal_constants_prune_the_candidates() {
+    let b = Builder::new();
+    let x = b.input("x", meta());
+    let bias = b.constant(Tensor::zeros(DType::F32, &[2, 3]));
+    let zero = b.constant(Tensor::zeros(DType::F32, &[]));
+    let outs = [
+        x.abs().unwrap().exp().unwrap().neg().unwrap(), // neg_exp_of_abs only
+        x.relu().unwrap().exp().unwrap().neg().unwrap(), // neither neg_exp rule
+        x.relu()
+            .unwrap()
+            .add(x.abs().unwrap())
+            .unwrap()
+            .neg()
+            .unwrap(), // abs second
+        x.add(bias).unwrap(),                           // a [2, 3] constant: no literal
+        zero.add(x).unwrap(),                           // a one-element constant, first
+    ];
+    b.output(&outs).unwrap();
+    let g = b.finish();
+    let dispatch = Dispatch::for_sets(&[&DEEP]);
+    let mut cands = Vec::new();
+    let mut tried = Vec::new();
+    for (i, out) in g.outputs().iter().enumerate() {
+        let id = out.node;
+        dispatch.candidates(&g, g.node(id).unwrap(), false, &mut cands);
+        let names: Vec<&str> = cands.iter().map(|r| r.name).collect();
+        // Every rule that matches is kept.
+        for rule in dispatch.rules() {
+            if rule.pattern.match_at(&g, id).is_some() {
+                assert!(
+                    names.contains(&rule.name),
+                    "output {i}: {} dropped",
+                    rule.name
+                );
+            }
+        }
+        tried.push(names);
+    }
+    assert_eq!(tried[0], ["neg_exp_of_abs"]);
+    assert!(
+        tried[1].iter().all(|n| !n.starts_with("neg_exp")),
+        "{:?}",
+        tried[1]
+    );
+    assert!(tried[2].contains(&"neg_of_sum_with_abs"), "{:?}", tried[2]);
+    assert!(tried[3].is_empty(), "{:?}", tried[3]);
+    assert_eq!(tried[4], ["add_zero"]);
+    assert!(DEEP.rules[3]
+        .pattern
+        .match_at(&g, g.outputs()[4].node)
+        .is_some());
 }

@@ -4,13 +4,14 @@
 //! Built once per rule list (see [`Dispatch::for_sets`], cached for the life of the
 //! program) from the static pattern trees, which stay as `pattern!` emits them. For each
 //! anchor op it holds a decision tree that switches on the op of the node's operand 0,
-//! then of operand 1, … (up to [`MAX_SWITCHED`] positions), with the rules that need
-//! nothing at a position copied into every branch, so a lookup follows one path. At a
+//! then of operand 1, operand 2, then of the operands of operands 0 and 1 (the
+//! [`SWITCH_PATHS`]), with the rules that need nothing at a path copied into every
+//! branch, so a lookup follows one path. At a
 //! leaf, each rule keeps the checks of its anchor that remain (operand count, literal
 //! attributes); an attribute check shared by several rules is evaluated once per node.
 //! A commutative anchor is entered once per operand order.
 //!
-//! So the cost of a node is one hash lookup of its op, one per switched operand, and
+//! So the cost of a node is one hash lookup of its op, one per switched path, and
 //! the leaf's checks: rules anchored at other ops, or needing other operand ops, cost
 //! nothing. The result is a superset of the rules that match: the full matcher still
 //! runs on each candidate, in priority order.
@@ -24,14 +25,21 @@ use crate::pattern::matcher::{self, attr_literal_matches, Scratch};
 use crate::pattern::{AttrPat, Match, MatchOptions, PatNode, Pattern, Rule, RuleSet};
 use crate::{Graph, Node};
 
-/// Operand positions the decision trees switch on.
-pub const MAX_SWITCHED: usize = 3;
+/// The operand paths the decision trees switch on, in order: operands 0, 1 and 2 of the
+/// anchor, then operands 0 and 1 of its operands 0 and 1. The second level prunes the
+/// rules that agree with a node on its operands but not on theirs (attention rules that
+/// differ in what feeds the softmax), before the matcher runs at all.
+pub const SWITCH_PATHS: [&[usize]; 7] = [&[0], &[1], &[2], &[0, 0], &[1, 0], &[0, 1], &[1, 1]];
 
 /// Rules by anchor op, each op's rules merged into one decision tree.
 #[derive(Debug)]
 pub struct Dispatch {
     rules: Vec<&'static Rule>,
-    by_op: HashMap<&'static str, OpTree, BuildHasherDefault<FxHasher>>,
+    by_op: HashMap<OpName, OpTree, BuildHasherDefault<FxHasher>>,
+    /// True when `constant` appears in the trees only for literal and scalar-parameter
+    /// operands (no rule names the `constant` op itself): a constant of more than one
+    /// element then takes the default branch, since it can match none of those.
+    scalar_constants_only: bool,
 }
 
 /// The decision tree of one anchor op.
@@ -45,11 +53,11 @@ struct OpTree {
 
 #[derive(Debug)]
 enum TreeNode {
-    /// Go to the branch of the op of operand `pos` (or `default` when no rule names it
-    /// or the node has no such operand).
+    /// Go to the branch of the op of the node at operand path `SWITCH_PATHS[pos]` (or
+    /// `default` when no rule names it or the node has no such operand).
     Switch {
         pos: usize,
-        branches: HashMap<&'static str, u32, BuildHasherDefault<FxHasher>>,
+        branches: HashMap<OpName, u32, BuildHasherDefault<FxHasher>>,
         default: u32,
     },
     /// The rules left, in priority order.
@@ -72,7 +80,7 @@ struct Entry {
 /// commutative anchor, has several).
 #[derive(Clone, Debug)]
 struct Need {
-    /// Per operand position, the ops its producer may have (`None`: anything).
+    /// Per path of [`SWITCH_PATHS`], the ops its producer may have (`None`: anything).
     operand_ops: Vec<Option<Vec<&'static str>>>,
     entry: Entry,
 }
@@ -134,12 +142,40 @@ impl Dispatch {
                     .map(|n| n.operand_ops.len())
                     .max()
                     .unwrap_or(0)
-                    .min(MAX_SWITCHED);
+                    .min(SWITCH_PATHS.len());
                 build(&mut tree.nodes, needs, 0, switched);
-                (op, tree)
+                (OpName(op), tree)
             })
             .collect();
-        Dispatch { rules, by_op }
+        let scalar_constants_only = !rules.iter().any(|r| {
+            r.pattern
+                .nodes
+                .iter()
+                .any(|n| matches!(n, PatNode::Op(o) if o.op.name == "constant"))
+        });
+        Dispatch {
+            rules,
+            by_op,
+            scalar_constants_only,
+        }
+    }
+
+    /// The op name a switch reads at `path` below `node`: the op of the node there,
+    /// except that a constant of more than one element reads as nothing when only
+    /// literal and scalar operands ask for `constant`.
+    fn switch_key(&self, graph: &Graph, node: &Node, path: &[usize]) -> Option<&'static str> {
+        let (&last, up) = path.split_last()?;
+        let parent = at_path(graph, node, up)?;
+        let v = *parent.operands().get(last)?;
+        let n = graph.node(v.node)?;
+        let op = n.op_name();
+        if self.scalar_constants_only
+            && op == "constant"
+            && (v.output != 0 || n.payload().is_none_or(|t| t.numel() != 1))
+        {
+            return None;
+        }
+        Some(op)
     }
 
     /// The rules, in the order they are tried.
@@ -158,7 +194,7 @@ impl Dispatch {
         out: &mut Vec<&'static Rule>,
     ) {
         out.clear();
-        let Some(tree) = self.by_op.get(node.op_name()) else {
+        let Some(tree) = self.by_op.get(&OpName(node.op_name())) else {
             return;
         };
         let mut at = 0usize;
@@ -169,13 +205,9 @@ impl Dispatch {
                     branches,
                     default,
                 } => {
-                    let op = node
-                        .operands()
-                        .get(*pos)
-                        .and_then(|v| graph.node(v.node))
-                        .map(|n| n.op_name());
+                    let op = self.switch_key(graph, node, SWITCH_PATHS[*pos]);
                     at = op
-                        .and_then(|op| branches.get(op))
+                        .and_then(|op| branches.get(&OpName(op)))
                         .unwrap_or(default)
                         .to_owned() as usize;
                 }
@@ -283,11 +315,9 @@ fn anchor_needs(
                 more: o.more_operands,
                 tests: ids,
             };
-            let operand_ops: Vec<Option<Vec<&'static str>>> =
-                o.operands.iter().map(|&s| top_ops(p, s)).collect();
-            if o.op.commutative && operand_ops.len() >= 2 {
-                let mut swapped = operand_ops.clone();
-                swapped.swap(0, 1);
+            let operand_ops = path_ops(p, o.operands, false);
+            if o.op.commutative && o.operands.len() >= 2 {
+                let swapped = path_ops(p, o.operands, true);
                 out.push(Need {
                     operand_ops: swapped,
                     entry: entry.clone(),
@@ -312,6 +342,45 @@ fn anchor_needs(
             },
         }),
     }
+}
+
+/// The node at `path` below `node` (operand indices, outermost first).
+fn at_path<'g>(graph: &'g Graph, node: &'g Node, path: &[usize]) -> Option<&'g Node> {
+    path.iter()
+        .try_fold(node, |n, &i| graph.node(n.operands().get(i)?.node))
+}
+
+/// Per path of [`SWITCH_PATHS`], the ops a match needs there, for an anchor whose
+/// pattern operands are `operands` (`swap`: operands 0 and 1 exchanged, the other order
+/// of a commutative anchor). Trailing paths that need nothing are left out.
+fn path_ops(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<Vec<&'static str>>> {
+    let operand = |i: usize| {
+        let i = match (swap, i) {
+            (true, 0) => 1,
+            (true, 1) => 0,
+            _ => i,
+        };
+        operands.get(i).copied()
+    };
+    let mut out: Vec<Option<Vec<&'static str>>> = SWITCH_PATHS
+        .iter()
+        .map(|path| {
+            let mut at = operand(path[0])?;
+            for &i in &path[1..] {
+                // Only through a plain op whose operand order is fixed: a commutative
+                // or alternative node may match its operands in either order.
+                match &p.nodes[at as usize] {
+                    PatNode::Op(o) if !o.op.commutative => at = *o.operands.get(i)?,
+                    _ => return None,
+                }
+            }
+            top_ops(p, at)
+        })
+        .collect();
+    while out.last().is_some_and(Option::is_none) {
+        out.pop();
+    }
+    out
 }
 
 /// The ops the graph node matched by pattern node `at` may have (`None`: any).
@@ -369,7 +438,7 @@ fn build(nodes: &mut Vec<TreeNode>, needs: Vec<Need>, pos: usize, switched: usiz
             .filter(|n| need_at(n).is_none_or(|ops| ops.contains(&name)))
             .cloned()
             .collect();
-        branches.insert(name, build(nodes, sub, pos + 1, switched));
+        branches.insert(OpName(name), build(nodes, sub, pos + 1, switched));
     }
     nodes[at as usize] = TreeNode::Switch {
         pos,
@@ -377,6 +446,40 @@ fn build(nodes: &mut Vec<TreeNode>, needs: Vec<Need>, pos: usize, switched: usiz
         default,
     };
     at
+}
+
+/// An op name as a map key, compared by pointer first: graph nodes and patterns name a
+/// built-in op through the same `&'static OpDef`, so the bytes are compared only when
+/// the pointers differ (a user op declared twice, say). Hashed in one mixing round by
+/// its length and its first and last eight bytes.
+#[derive(Clone, Copy, Debug)]
+struct OpName(&'static str);
+
+impl PartialEq for OpName {
+    fn eq(&self, other: &OpName) -> bool {
+        std::ptr::eq(self.0, other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for OpName {}
+
+impl std::hash::Hash for OpName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let b = self.0.as_bytes();
+        let n = b.len();
+        // Fixed-size reads only (a variable-length copy would be a `memcpy` call).
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let w = if n >= 8 {
+            word(0) ^ word(n - 8).rotate_left(29)
+        } else {
+            b.iter().rev().fold(0u64, |w, &c| (w << 8) | u64::from(c))
+        };
+        state.write_u64(w ^ (n as u64).rotate_left(56));
+    }
 }
 
 /// A small fast hasher for op names (FxHash's mixing).
@@ -409,6 +512,10 @@ impl Hasher for FxHasher {
 
     fn write_usize(&mut self, i: usize) {
         self.add(i as u64);
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
     }
 }
 

@@ -48,6 +48,16 @@ fn is_identity(p: &[usize]) -> bool {
     p.iter().enumerate().all(|(i, &d)| i == d)
 }
 
+/// True when `perm` (dims possibly negative) is the identity permutation of `rank`.
+/// Allocation-free: `identity_permute` runs this at every `permute` node.
+fn is_identity_perm(perm: &[i64], rank: usize) -> bool {
+    perm.len() == rank
+        && perm
+            .iter()
+            .enumerate()
+            .all(|(i, &d)| crate::meta::normalize_axis(d, rank) == Some(i))
+}
+
 /// Builds `permute(x, p)`, or returns `x` when `p` is the identity.
 fn permute_or_identity<'b>(
     x: crate::Var<'b>,
@@ -138,7 +148,7 @@ rule_set! {
     }
 
     rule identity_permute(x: Tensor, p: Vec<i64>) -> Tensor
-    where check(|x, p| normalized_perm(&p, x.rank()).is_some_and(|p| is_identity(&p)))
+    where check(|x, p| is_identity_perm(&p, x.rank()))
     {
         x.permute(p)
     } => {
