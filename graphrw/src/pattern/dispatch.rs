@@ -482,7 +482,8 @@ impl std::hash::Hash for OpName {
     }
 }
 
-/// A small fast hasher for op names (FxHash's mixing).
+/// A small fast hasher for [`OpName`] keys (FxHash's mixing): an `OpName` hashes one
+/// `u64` word, so `write_u64` is the path taken; `write` mixes bytes one at a time.
 #[derive(Default)]
 struct FxHasher(u64);
 
@@ -492,26 +493,9 @@ impl Hasher for FxHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
+        for &b in bytes {
+            self.add(u64::from(b));
         }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
     }
 
     fn write_u64(&mut self, i: u64) {
