@@ -12,7 +12,8 @@
 //!   rewrite + dead-code removal) on a fresh clone of the graph per iteration.
 //!
 //! `cargo bench -p graphrw --bench matcher` runs the sizes up to ~100 k nodes; set
-//! `GRAPHRW_BENCH_BIG=1` to add the ~1 M node graph. On a busy machine, set
+//! `GRAPHRW_BENCH_BIG=1` to add the ~1 M node graph, or `GRAPHRW_BENCH_LAYERS=30,30000`
+//! to choose the layer counts (37 nodes per layer). On a busy machine, set
 //! `GRAPHRW_BENCH_MIN=N` to print first a table of the fastest of N interleaved runs of
 //! each measurement at each size, in ns/node (the minimum is what load disturbs least).
 
@@ -171,6 +172,16 @@ fn transformer(layers: usize) -> Graph {
 }
 
 fn sizes() -> Vec<usize> {
+    if let Ok(layers) = std::env::var("GRAPHRW_BENCH_LAYERS") {
+        return layers
+            .split(',')
+            .map(|l| {
+                l.trim()
+                    .parse()
+                    .expect("GRAPHRW_BENCH_LAYERS: layer counts, comma-separated")
+            })
+            .collect();
+    }
     // ~1.1 k, ~16 k and ~111 k nodes (and ~1.1 M).
     let mut s = vec![30, 440, 3_000];
     if std::env::var("GRAPHRW_BENCH_BIG").is_ok_and(|v| v == "1") {

@@ -9,13 +9,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
-use petgraph::visit::EdgeRef;
+use petgraph::visit::{EdgeRef, NodeIndexable};
 use petgraph::Direction;
 use smallvec::SmallVec;
 
 use graphrw_kernels::Tensor;
 
 use crate::meta::TensorMeta;
+use crate::op_index::OpIndex;
 use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef};
 use crate::GraphError;
 
@@ -58,13 +59,15 @@ pub struct Use {
 #[derive(Clone, Debug)]
 pub struct Node {
     op: &'static OpDef,
-    attrs: Vec<AttrValue>,
+    attrs: Box<[AttrValue]>,
     /// Inline for up to four operands: the matcher reads operands of every candidate, and
     /// keeping them in the node (not behind a second pointer) saves a cache miss per step.
     operands: SmallVec<[Value; 4]>,
     outputs: Vec<TensorMeta>,
-    name: Option<String>,
-    payload: Option<Tensor>,
+    name: Option<Box<str>>,
+    /// Boxed: only constants have one, and a node slot stays small (big graphs are
+    /// scanned slot by slot, so slot size is memory traffic).
+    payload: Option<Box<Tensor>>,
 }
 
 impl Node {
@@ -105,7 +108,7 @@ impl Node {
 
     /// The value of a `constant` node.
     pub fn payload(&self) -> Option<&Tensor> {
-        self.payload.as_ref()
+        self.payload.as_deref()
     }
 
     /// Overwrites output metadata without checking (importers and verifier tests).
@@ -123,7 +126,7 @@ pub struct Graph {
     inputs: Vec<NodeId>,
     outputs: Vec<Value>,
     output_names: Vec<String>,
-    by_op: HashMap<&'static str, BTreeSet<NodeId>>,
+    by_op: OpIndex,
 }
 
 impl Graph {
@@ -160,7 +163,7 @@ impl Graph {
     /// Sets a node's display name.
     pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) {
         if let Some(n) = self.dag.node_weight_mut(id) {
-            n.name = Some(name.into());
+            n.name = Some(name.into().into_boxed_str());
         }
     }
 
@@ -215,16 +218,12 @@ impl Graph {
 
     /// Nodes of op `name`, in id order (the anchor index of the matcher).
     pub fn nodes_with_op<'a>(&'a self, name: &str) -> impl Iterator<Item = NodeId> + 'a {
-        self.by_op.get(name).into_iter().flatten().copied()
+        self.by_op.nodes(name)
     }
 
     /// How many nodes of each op, by op name.
     pub fn op_counts(&self) -> BTreeMap<&'static str, usize> {
-        self.by_op
-            .iter()
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(k, s)| (*k, s.len()))
-            .collect()
+        self.by_op.counts().collect()
     }
 
     /// Users of `v` as (consumer, operand position), in a deterministic order.
@@ -237,6 +236,24 @@ impl Graph {
             .collect();
         u.sort_unstable();
         u
+    }
+
+    /// Uses of `v` as (consumer, operand position), in no particular order and without
+    /// allocating (see [`Graph::users`] for a sorted list).
+    pub fn uses(&self, v: Value) -> impl Iterator<Item = (NodeId, u32)> + '_ {
+        self.dag
+            .edges_directed(v.node, Direction::Outgoing)
+            .filter(move |e| e.weight().output == v.output)
+            .map(|e| (e.target(), e.weight().operand))
+    }
+
+    /// True when nothing uses any output of `id`: no node and no graph output.
+    pub fn is_unused(&self, id: NodeId) -> bool {
+        self.dag
+            .edges_directed(id, Direction::Outgoing)
+            .next()
+            .is_none()
+            && !self.outputs.iter().any(|o| o.node == id)
     }
 
     /// Number of uses of `v` by nodes (graph outputs not counted).
@@ -265,10 +282,10 @@ impl Graph {
         let name = name.into();
         let id = self.insert(Node {
             op: &ops::builtin::INPUT,
-            attrs: vec![AttrValue::Str(name.clone())],
+            attrs: Box::new([AttrValue::Str(name.clone())]),
             operands: SmallVec::new(),
             outputs: vec![meta],
-            name: Some(name),
+            name: Some(name.into_boxed_str()),
             payload: None,
         });
         self.inputs.push(id);
@@ -280,11 +297,11 @@ impl Graph {
         let meta = TensorMeta::of(&value);
         Value::from(self.insert(Node {
             op: &ops::builtin::CONSTANT,
-            attrs: vec![],
+            attrs: Box::new([]),
             operands: SmallVec::new(),
             outputs: vec![meta],
             name: None,
-            payload: Some(value),
+            payload: Some(Box::new(value)),
         }))
     }
 
@@ -312,10 +329,10 @@ impl Graph {
         let outputs = self.infer_node(op, &operands, &attrs, name.as_deref())?;
         Ok(self.insert(Node {
             op,
-            attrs,
+            attrs: attrs.into_boxed_slice(),
             operands: operands.into_iter().collect(),
             outputs,
-            name,
+            name: name.map(String::into_boxed_str),
             payload: None,
         }))
     }
@@ -331,7 +348,7 @@ impl Graph {
     ) -> NodeId {
         self.insert(Node {
             op,
-            attrs,
+            attrs: attrs.into_boxed_slice(),
             operands: operands.into_iter().collect(),
             outputs,
             name: None,
@@ -391,9 +408,10 @@ impl Graph {
 
     fn insert(&mut self, node: Node) -> NodeId {
         let op = node.op.name;
-        let operands = node.operands.clone();
+        let operands = node.operands.len();
         let id = self.dag.add_node(node);
-        for (i, v) in operands.into_iter().enumerate() {
+        for i in 0..operands {
+            let v = self.dag[id].operands[i];
             if self.dag.contains_node(v.node) {
                 self.dag.add_edge(
                     v.node,
@@ -405,7 +423,7 @@ impl Graph {
                 );
             }
         }
-        self.by_op.entry(op).or_default().insert(id);
+        self.by_op.insert(op, id);
         id
     }
 
@@ -469,12 +487,11 @@ impl Graph {
     /// Removes a node that nothing uses (neither a node nor the graph outputs).
     pub fn remove_node(&mut self, id: NodeId) -> Result<Node, GraphError> {
         let node = self.try_node(id)?;
-        if let Some(&(user, _)) = self
+        if let Some(user) = self
             .dag
             .edges_directed(id, Direction::Outgoing)
-            .map(|e| (e.target(), e.weight().operand))
-            .collect::<Vec<_>>()
-            .first()
+            .map(|e| e.target())
+            .min()
         {
             return Err(GraphError::StillUsed {
                 node: id.index(),
@@ -492,39 +509,60 @@ impl Graph {
             .dag
             .remove_node(id)
             .ok_or(GraphError::NoSuchNode(id.index()))?;
-        if let Some(set) = self.by_op.get_mut(node.op.name) {
-            set.remove(&id);
+        self.by_op.remove(node.op.name, id);
+        if *node.op == ops::builtin::INPUT {
+            self.inputs.retain(|&i| i != id);
         }
-        self.inputs.retain(|&i| i != id);
         Ok(node)
     }
 
     /// Removes every node that no graph output depends on, except graph inputs.
     /// Returns how many were removed.
+    ///
+    /// In a DAG the dead nodes are exactly those that removing unused nodes, over and
+    /// over, takes away: every user of a dead node is dead too. So one pass in slot order
+    /// counts each node's uses from its users' operand lists, and each removal releases
+    /// its operands' uses. Both passes read the node slots in order and write a dense
+    /// count array; neither a reachability walk nor the edge lists (whose scattered reads
+    /// cost a cache miss per node on big graphs) are needed.
     pub fn remove_dead(&mut self) -> usize {
-        let mut live: BTreeSet<NodeId> = BTreeSet::new();
-        let mut stack: Vec<NodeId> = self.outputs.iter().map(|v| v.node).collect();
-        stack.extend(self.inputs.iter().copied());
-        while let Some(n) = stack.pop() {
-            if live.insert(n) {
-                if let Some(node) = self.dag.node_weight(n) {
-                    stack.extend(node.operands.iter().map(|v| v.node));
-                }
+        const KEEP: u32 = u32::MAX;
+        let mut uses = vec![0u32; self.dag.node_bound()];
+        for v in &self.outputs {
+            uses[v.node.index()] = KEEP;
+        }
+        for &i in &self.inputs {
+            uses[i.index()] = KEEP;
+        }
+        for node in self.dag.node_weights() {
+            for v in &node.operands {
+                let u = &mut uses[v.node.index()];
+                *u = u.saturating_add(1);
             }
         }
-        let dead: Vec<NodeId> = self
+        let mut stack: Vec<NodeId> = self
             .dag
             .node_indices()
-            .filter(|n| !live.contains(n))
+            .filter(|n| uses[n.index()] == 0)
             .collect();
-        for &n in &dead {
-            if let Some(node) = self.dag.remove_node(n) {
-                if let Some(set) = self.by_op.get_mut(node.op.name) {
-                    set.remove(&n);
+        let mut removed = 0;
+        while let Some(n) = stack.pop() {
+            let Some(node) = self.dag.remove_node(n) else {
+                continue;
+            };
+            removed += 1;
+            self.by_op.remove(node.op.name, n);
+            for v in &node.operands {
+                let u = &mut uses[v.node.index()];
+                if *u != KEEP {
+                    *u -= 1;
+                    if *u == 0 {
+                        stack.push(v.node);
+                    }
                 }
             }
         }
-        dead.len()
+        removed
     }
 
     /// The nodes in a deterministic topological order (among ready nodes, the smallest

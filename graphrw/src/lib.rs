@@ -31,6 +31,7 @@ pub mod grad;
 pub mod graph;
 pub mod meta;
 pub mod onnx;
+mod op_index;
 pub mod ops;
 pub mod pattern;
 pub mod printer;

@@ -1,7 +1,9 @@
 //! Property test: random well-typed graphs built through the builder pass the
 //! verifier, and printing is deterministic.
 
-use graphrw::{verify, Builder, DType, Graph, Shape, TensorMeta, Value};
+use std::collections::BTreeSet;
+
+use graphrw::{verify, Builder, DType, Graph, NodeId, Shape, TensorMeta, Value};
 use proptest::prelude::*;
 
 /// One step of a random program: an op applied to earlier values (chosen by index).
@@ -74,6 +76,20 @@ fn build(n: u64, inputs: usize, steps: &[Step]) -> Graph {
     b.finish()
 }
 
+/// The live nodes by their definition: graph inputs, and every node a graph output
+/// reaches through operands.
+fn reachable_from_outputs_and_inputs(g: &Graph) -> BTreeSet<NodeId> {
+    let mut live = BTreeSet::new();
+    let mut stack: Vec<NodeId> = g.outputs().iter().map(|v| v.node).collect();
+    stack.extend(g.inputs());
+    while let Some(n) = stack.pop() {
+        if live.insert(n) {
+            stack.extend(g.node(n).unwrap().operands().iter().map(|v| v.node));
+        }
+    }
+    live
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
@@ -89,7 +105,12 @@ proptest! {
         prop_assert_eq!(g.to_string(), g.clone().to_string());
         // Dead-code removal keeps the graph valid.
         let mut pruned = g.clone();
-        pruned.remove_dead();
+        let removed = pruned.remove_dead();
         prop_assert!(verify(&pruned).is_ok());
+        // It keeps exactly the inputs and what the outputs depend on.
+        let live = reachable_from_outputs_and_inputs(&g);
+        let kept: BTreeSet<NodeId> = pruned.node_ids().collect();
+        prop_assert_eq!(&kept, &live);
+        prop_assert_eq!(removed, g.node_count() - live.len());
     }
 }

@@ -1,6 +1,8 @@
 //! Checking a match is safe to replace, and replacing it as one atomic patch.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
+
+use smallvec::SmallVec;
 
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
@@ -49,24 +51,40 @@ impl std::fmt::Display for Unsafe {
 }
 
 /// The nodes of a match that its replacement takes away: every matched op node (graph
-/// inputs and constants bound by the pattern stay).
-fn interior(graph: &Graph, m: &Match) -> BTreeSet<NodeId> {
-    m.nodes
+/// inputs and constants bound by the pattern stay), sorted by id.
+fn interior(graph: &Graph, m: &Match) -> Interior {
+    let mut nodes: SmallVec<[NodeId; 16]> = m
+        .nodes
         .iter()
         .copied()
         .filter(|&n| graph.node(n).is_some_and(|n| !n.op().is_source_leaf()))
-        .collect()
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    Interior(nodes)
+}
+
+/// A match's interior nodes (a handful: a sorted inline list beats a tree or a hash set).
+struct Interior(SmallVec<[NodeId; 16]>);
+
+impl Interior {
+    fn contains(&self, n: &NodeId) -> bool {
+        self.0.binary_search(n).is_ok()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &NodeId> + '_ {
+        self.0.iter()
+    }
 }
 
 /// Checks that replacing `m` cannot leave a dangling use or make a cycle.
 pub fn check_safe(graph: &Graph, m: &Match) -> Result<(), Unsafe> {
     let inside = interior(graph, m);
-    let outputs: HashSet<Value> = m.outputs.iter().copied().collect();
-    for &n in &inside {
+    for &n in inside.iter() {
         let Some(node) = graph.node(n) else { continue };
         for o in 0..node.outputs().len() as u32 {
             let v = Value::new(n, o);
-            if outputs.contains(&v) {
+            if m.outputs.contains(&v) {
                 continue;
             }
             if graph.is_output(v) {
@@ -75,10 +93,11 @@ pub fn check_safe(graph: &Graph, m: &Match) -> Result<(), Unsafe> {
                     user: None,
                 });
             }
-            if let Some((user, _)) = graph
-                .users(v)
-                .into_iter()
-                .find(|(u, _)| !inside.contains(u))
+            if let Some(user) = graph
+                .uses(v)
+                .map(|(u, _)| u)
+                .filter(|u| !inside.contains(u))
+                .min()
             {
                 return Err(Unsafe::EscapingValue {
                     node: n,
@@ -94,7 +113,7 @@ pub fn check_safe(graph: &Graph, m: &Match) -> Result<(), Unsafe> {
 }
 
 /// No path from a node of `inside` through outside nodes back into `inside`.
-fn check_convex(graph: &Graph, inside: &BTreeSet<NodeId>) -> Result<(), Unsafe> {
+fn check_convex(graph: &Graph, inside: &Interior) -> Result<(), Unsafe> {
     let mut stack: Vec<NodeId> = inside
         .iter()
         .flat_map(|&n| graph.consumers(n))
@@ -151,14 +170,13 @@ pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, 
     }
     // Rewire every use of an old output, except uses by the new nodes themselves (a
     // replacement may read an old output's operands, never the old output).
-    let added_set: HashSet<NodeId> = added.iter().copied().collect();
     let mut rewired = Vec::new();
     for (&old, &new) in m.outputs.iter().zip(&new_outputs) {
         if old == new {
             continue;
         }
         for (user, operand) in graph.users(old) {
-            if !added_set.contains(&user) {
+            if !added.contains(&user) {
                 graph.set_operand(user, operand as usize, new)?;
                 rewired.push(user);
             }
@@ -167,10 +185,10 @@ pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, 
     }
     // Remove the matched nodes nothing uses any more, consumers before producers.
     let mut removed = 0;
-    let mut pending: Vec<NodeId> = interior(graph, m).into_iter().collect();
+    let mut pending = interior(graph, m).0;
     loop {
         let before = pending.len();
-        pending.retain(|&n| graph.remove_node(n).is_err());
+        pending.retain(|n| !(graph.is_unused(*n) && graph.remove_node(*n).is_ok()));
         removed += before - pending.len();
         if pending.len() == before {
             break;

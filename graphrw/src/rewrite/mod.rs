@@ -252,7 +252,7 @@ impl Rewriter {
                 for &n in &patch.added {
                     queue.insert(n);
                     for o in 0..graph.node(n).map_or(0, |n| n.outputs().len()) {
-                        for (user, _) in graph.users(Value::new(n, o as u32)) {
+                        for (user, _) in graph.uses(Value::new(n, o as u32)) {
                             queue.insert(user);
                         }
                     }
