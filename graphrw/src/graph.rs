@@ -522,7 +522,7 @@ impl Graph {
     /// In a DAG the dead nodes are exactly those that removing unused nodes, over and
     /// over, takes away: every user of a dead node is dead too. So one pass in slot order
     /// counts each node's uses from its users' operand lists, and each removal releases
-    /// its operands' uses. Both passes read the node slots in order and write a dense
+    /// its operands' uses. That is one read of the node slots in order, into a dense
     /// count array; neither a reachability walk nor the edge lists (whose scattered reads
     /// cost a cache miss per node on big graphs) are needed.
     pub fn remove_dead(&mut self) -> usize {
@@ -540,10 +540,12 @@ impl Graph {
                 *u = u.saturating_add(1);
             }
         }
-        let mut stack: Vec<NodeId> = self
-            .dag
-            .node_indices()
-            .filter(|n| uses[n.index()] == 0)
+        // Vacant slots count zero uses too: the count array says where to look, and
+        // only those slots are read again.
+        let mut stack: Vec<NodeId> = (0..uses.len())
+            .filter(|&i| uses[i] == 0)
+            .map(NodeId::new)
+            .filter(|&n| self.dag.contains_node(n))
             .collect();
         let mut removed = 0;
         while let Some(n) = stack.pop() {

@@ -287,6 +287,12 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
                                 let sl = u16_lit(*s);
                                 quote!(__b.tensor(__g, #sl))
                             }
+                            // Borrowed: a check runs at every candidate, a copy per run
+                            // would be an allocation per candidate.
+                            PKind::Ints => {
+                                let sl = u16_lit(*s);
+                                quote!(__b.ints_ref(#sl))
+                            }
                             k => getter(*k, *s),
                         };
                         quote!(let #id = #get;)

@@ -71,6 +71,11 @@ impl Bindings {
         self.slots[slot as usize] = None;
     }
 
+    /// Unbinds `slot`, returning what it held.
+    pub(crate) fn take(&mut self, slot: Slot) -> Option<Bound> {
+        self.slots.get_mut(slot as usize).and_then(Option::take)
+    }
+
     /// Number of slots.
     pub fn len(&self) -> usize {
         self.slots.len()
@@ -118,6 +123,15 @@ impl Bindings {
     pub fn ints(&self, slot: Slot) -> Vec<i64> {
         match self.get(slot) {
             Some(Bound::Ints(v)) => v.clone(),
+            other => panic!("slot {slot} is not a bound int list: {other:?}"),
+        }
+    }
+
+    /// The int list bound to `slot`, borrowed (panics when it is not one): what
+    /// `check(|..| ..)` closures receive for int-list parameters.
+    pub fn ints_ref(&self, slot: Slot) -> &[i64] {
+        match self.get(slot) {
+            Some(Bound::Ints(v)) => v,
             other => panic!("slot {slot} is not a bound int list: {other:?}"),
         }
     }

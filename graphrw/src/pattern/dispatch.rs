@@ -7,8 +7,10 @@
 //! then of operand 1, operand 2, then of the operands of operands 0 and 1 (the
 //! [`SWITCH_PATHS`]), with the rules that need nothing at a path copied into every
 //! branch, so a lookup follows one path. At a
-//! leaf, each rule keeps the checks of its anchor that remain (operand count, literal
-//! attributes); an attribute check shared by several rules is evaluated once per node.
+//! leaf, each rule keeps the checks that remain: operand count, and the literal
+//! attributes of its anchor and of the pattern's ops at the switch paths (the
+//! `[0, 2, 1, 3]` of a `permute` operand, say); an attribute check shared by several
+//! rules is evaluated once per node.
 //! A commutative anchor is entered once per operand order.
 //!
 //! So the cost of a node is one hash lookup of its op, one per switched path, and
@@ -17,12 +19,12 @@
 //! runs on each candidate, in priority order.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::ops::AttrValue;
 use crate::pattern::matcher::{self, attr_literal_matches, Scratch};
-use crate::pattern::{AttrPat, Match, MatchOptions, PatNode, Pattern, Rule, RuleSet};
+use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
+use crate::pattern::{AttrPat, Match, MatchOptions, OpPat, PatNode, Pattern, Rule, RuleSet};
 use crate::{Graph, Node};
 
 /// The operand paths the decision trees switch on, in order: operands 0, 1 and 2 of the
@@ -35,7 +37,12 @@ pub const SWITCH_PATHS: [&[usize]; 7] = [&[0], &[1], &[2], &[0, 0], &[1, 0], &[0
 #[derive(Debug)]
 pub struct Dispatch {
     rules: Vec<&'static Rule>,
-    by_op: HashMap<OpName, OpTree, BuildHasherDefault<FxHasher>>,
+    /// Ids of the op names the rules mention.
+    ids: OpIds,
+    /// The decision tree of each anchor op, by op id.
+    trees: Vec<Option<OpTree>>,
+    /// The id of `constant` ([`NO_OP`] when no rule mentions it).
+    constant: OpId,
     /// True when `constant` appears in the trees only for literal and scalar-parameter
     /// operands (no rule names the `constant` op itself): a constant of more than one
     /// element then takes the default branch, since it can match none of those.
@@ -45,10 +52,13 @@ pub struct Dispatch {
 /// The decision tree of one anchor op.
 #[derive(Debug, Default)]
 struct OpTree {
-    /// Distinct literal-attribute checks of the anchor, shared by the leaves.
-    tests: Vec<(usize, &'static AttrPat)>,
+    /// Distinct literal-attribute checks of the anchor and of the nodes at its switch
+    /// paths, shared by the leaves.
+    tests: Vec<AttrTest>,
     /// Node 0 is the root.
     nodes: Vec<TreeNode>,
+    /// How many of [`SWITCH_PATHS`] the tree may switch on.
+    switched: usize,
 }
 
 #[derive(Debug)]
@@ -57,11 +67,34 @@ enum TreeNode {
     /// `default` when no rule names it or the node has no such operand).
     Switch {
         pos: usize,
-        branches: HashMap<OpName, u32, BuildHasherDefault<FxHasher>>,
+        branches: Branches,
         default: u32,
     },
     /// The rules left, in priority order.
     Leaf(Vec<Entry>),
+}
+
+/// A literal attribute a rule needs: of the anchor (`path: None`), or of the node at
+/// `SWITCH_PATHS[path]` below it, which must then also have op `op` (a test reads an
+/// attribute by index, and indices mean something only for one op).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct AttrTest {
+    path: Option<u8>,
+    op: &'static str,
+    index: usize,
+    pat: &'static AttrPat,
+}
+
+impl AttrTest {
+    fn passes(&self, graph: &Graph, anchor: &Node) -> bool {
+        let node = match self.path {
+            None => Some(anchor),
+            Some(p) => at_path(graph, anchor, SWITCH_PATHS[p as usize])
+                .filter(|n| same_name(n.op_name(), self.op)),
+        };
+        node.and_then(|n| n.attr_values().get(self.index))
+            .is_some_and(|v| literal(self.pat, v))
+    }
 }
 
 /// What a rule still needs of a node that reached a leaf.
@@ -109,7 +142,7 @@ impl Dispatch {
     /// The dispatch of `rules`, tried in the given order.
     pub fn new(rules: Vec<&'static Rule>) -> Dispatch {
         let mut needs: BTreeMap<&'static str, Vec<Need>> = BTreeMap::new();
-        let mut tests: BTreeMap<&'static str, Vec<(usize, &'static AttrPat)>> = BTreeMap::new();
+        let mut tests: BTreeMap<&'static str, Vec<AttrTest>> = BTreeMap::new();
         for (i, rule) in rules.iter().enumerate() {
             let p = rule.pattern;
             let Some(root) = p.roots.first() else {
@@ -130,23 +163,38 @@ impl Dispatch {
                 }
             }
         }
-        let by_op = needs
-            .into_iter()
-            .map(|(op, needs)| {
-                let mut tree = OpTree {
-                    tests: tests.remove(op).unwrap_or_default(),
-                    nodes: Vec::new(),
-                };
-                let switched = needs
+        let ids = OpIds::new(
+            needs.iter().flat_map(|(&op, needs)| {
+                let operand_ops = needs
                     .iter()
-                    .map(|n| n.operand_ops.len())
-                    .max()
-                    .unwrap_or(0)
-                    .min(SWITCH_PATHS.len());
-                build(&mut tree.nodes, needs, 0, switched);
-                (OpName(op), tree)
-            })
-            .collect();
+                    .flat_map(|n| n.operand_ops.iter().flatten().flatten().copied());
+                std::iter::once(op).chain(operand_ops).collect::<Vec<_>>()
+            }),
+            rules
+                .iter()
+                .flat_map(|r| r.pattern.nodes.iter())
+                .filter_map(|n| match n {
+                    PatNode::Op(o) => Some(o.op),
+                    _ => None,
+                }),
+        );
+        let mut trees: Vec<Option<OpTree>> = (0..ids.len()).map(|_| None).collect();
+        for (op, needs) in needs {
+            let switched = needs
+                .iter()
+                .map(|n| n.operand_ops.len())
+                .max()
+                .unwrap_or(0)
+                .min(SWITCH_PATHS.len());
+            let mut tree = OpTree {
+                tests: tests.remove(op).unwrap_or_default(),
+                nodes: Vec::new(),
+                switched,
+            };
+            build(&ids, &mut tree.nodes, needs, 0, switched);
+            trees[ids.by_name(op) as usize] = Some(tree);
+        }
+        let constant = ids.by_name(crate::ops::builtin::CONSTANT.name);
         let scalar_constants_only = !rules.iter().any(|r| {
             r.pattern
                 .nodes
@@ -155,22 +203,40 @@ impl Dispatch {
         });
         Dispatch {
             rules,
-            by_op,
+            ids,
+            trees,
+            constant,
             scalar_constants_only,
         }
     }
 
-    /// The op name a switch reads at `path` below `node`: the op of the node there,
-    /// except that a constant of more than one element reads as nothing when only
-    /// literal and scalar operands ask for `constant`.
-    fn switch_key(&self, graph: &Graph, node: &Node, path: &[usize]) -> Option<&'static str> {
-        let (&last, up) = path.split_last()?;
-        let parent = at_path(graph, node, up)?;
-        let v = *parent.operands().get(last)?;
+    /// The keys of the first `upto` switch paths below `node`, all read up front: the
+    /// reads of different paths do not wait for one another (a walk that read each
+    /// path when it reached its switch would wait for every read in turn).
+    fn switch_keys(&self, graph: &Graph, node: &Node, upto: usize) -> [Option<OpId>; 7] {
+        let operand = |i: usize| node.operands().get(i).and_then(|v| graph.node(v.node));
+        let parents = [Some(node), operand(0), operand(1)];
+        let mut keys = [None; SWITCH_PATHS.len()];
+        for (key, path) in keys.iter_mut().zip(SWITCH_PATHS).take(upto) {
+            *key = match *path {
+                [i] => self.switch_key(graph, node, i),
+                [i, j] => parents[i + 1].and_then(|p| self.switch_key(graph, p, j)),
+                _ => unreachable!("switch paths are one or two operands deep"),
+            };
+        }
+        keys
+    }
+
+    /// The id of the op of operand `index` of `parent`, as a switch reads it: a
+    /// constant of more than one element reads as nothing when only literal and scalar
+    /// operands ask for `constant`.
+    fn switch_key(&self, graph: &Graph, parent: &Node, index: usize) -> Option<OpId> {
+        let v = *parent.operands().get(index)?;
         let n = graph.node(v.node)?;
-        let op = n.op_name();
-        if self.scalar_constants_only
-            && op == "constant"
+        let op = self.ids.id(n.op());
+        if op == self.constant
+            && op != NO_OP
+            && self.scalar_constants_only
             && (v.output != 0 || n.payload().is_none_or(|t| t.numel() != 1))
         {
             return None;
@@ -194,9 +260,10 @@ impl Dispatch {
         out: &mut Vec<&'static Rule>,
     ) {
         out.clear();
-        let Some(tree) = self.by_op.get(&OpName(node.op_name())) else {
+        let Some(Some(tree)) = self.trees.get(self.ids.id(node.op()) as usize) else {
             return;
         };
+        let keys = self.switch_keys(graph, node, tree.switched);
         let mut at = 0usize;
         let entries = loop {
             match &tree.nodes[at] {
@@ -205,9 +272,8 @@ impl Dispatch {
                     branches,
                     default,
                 } => {
-                    let op = self.switch_key(graph, node, SWITCH_PATHS[*pos]);
-                    at = op
-                        .and_then(|op| branches.get(&OpName(op)))
+                    at = keys[*pos]
+                        .and_then(|op| branches.get(op))
                         .unwrap_or(default)
                         .to_owned() as usize;
                 }
@@ -216,7 +282,6 @@ impl Dispatch {
         };
         // 0: not evaluated, 1: passes, 2: fails.
         let mut memo = [0u8; 64];
-        let attrs = node.attr_values();
         let n = node.operands().len();
         let mut last = u32::MAX;
         for e in entries {
@@ -226,8 +291,7 @@ impl Dispatch {
             let pass = ignore_literals
                 || e.tests.iter().all(|&t| {
                     let t = t as usize;
-                    let (index, pat) = tree.tests[t];
-                    let eval = || attrs.get(index).is_some_and(|v| literal(pat, v));
+                    let eval = || tree.tests[t].passes(graph, node);
                     match memo.get_mut(t) {
                         Some(m) => {
                             if *m == 0 {
@@ -288,42 +352,45 @@ fn anchor_needs(
     at: u16,
     op: &'static str,
     rule: u32,
-    tests: &mut Vec<(usize, &'static AttrPat)>,
+    tests: &mut Vec<AttrTest>,
     out: &mut Vec<Need>,
 ) {
     match &p.nodes[at as usize] {
         PatNode::Op(o) if o.op.name == op => {
-            let mut ids: Vec<u16> = o
-                .attrs
-                .iter()
-                .filter(|a| !matches!(a.pat, AttrPat::Param(_)))
-                .map(|a| {
-                    let key = (a.index, &a.pat);
-                    match tests.iter().position(|t| t.0 == key.0 && *t.1 == a.pat) {
+            let orders: &[bool] = if o.op.commutative && o.operands.len() >= 2 {
+                &[true, false]
+            } else {
+                &[false]
+            };
+            for &swap in orders {
+                let mut wanted: Vec<AttrTest> = literal_attrs(None, o).collect();
+                for (path, &at) in path_nodes(p, o.operands, swap).iter().enumerate() {
+                    if let Some(PatNode::Op(inner)) = at.map(|at| &p.nodes[at as usize]) {
+                        wanted.extend(literal_attrs(Some(path as u8), inner));
+                    }
+                }
+                let mut ids: Vec<u16> = wanted
+                    .into_iter()
+                    .map(|t| match tests.iter().position(|u| *u == t) {
                         Some(i) => i as u16,
                         None => {
-                            tests.push(key);
+                            tests.push(t);
                             (tests.len() - 1) as u16
                         }
-                    }
-                })
-                .collect();
-            ids.sort_unstable();
-            let entry = Entry {
-                rule,
-                operands: o.operands.len(),
-                more: o.more_operands,
-                tests: ids,
-            };
-            let operand_ops = path_ops(p, o.operands, false);
-            if o.op.commutative && o.operands.len() >= 2 {
-                let swapped = path_ops(p, o.operands, true);
+                    })
+                    .collect();
+                ids.sort_unstable();
+                ids.dedup();
                 out.push(Need {
-                    operand_ops: swapped,
-                    entry: entry.clone(),
+                    operand_ops: path_ops(p, o.operands, swap),
+                    entry: Entry {
+                        rule,
+                        operands: o.operands.len(),
+                        more: o.more_operands,
+                        tests: ids,
+                    },
                 });
             }
-            out.push(Need { operand_ops, entry });
         }
         PatNode::Op(_) => {}
         PatNode::Alt(bs) => {
@@ -350,10 +417,37 @@ fn at_path<'g>(graph: &'g Graph, node: &'g Node, path: &[usize]) -> Option<&'g N
         .try_fold(node, |n, &i| graph.node(n.operands().get(i)?.node))
 }
 
+/// The literal-attribute tests of pattern op node `o`, matched at `path`.
+fn literal_attrs(path: Option<u8>, o: &'static OpPat) -> impl Iterator<Item = AttrTest> {
+    o.attrs
+        .iter()
+        .filter(|a| !matches!(a.pat, AttrPat::Param(_)))
+        .map(move |a| AttrTest {
+            path,
+            op: o.op.name,
+            index: a.index,
+            pat: &a.pat,
+        })
+}
+
 /// Per path of [`SWITCH_PATHS`], the ops a match needs there, for an anchor whose
 /// pattern operands are `operands` (`swap`: operands 0 and 1 exchanged, the other order
 /// of a commutative anchor). Trailing paths that need nothing are left out.
 fn path_ops(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<Vec<&'static str>>> {
+    let mut out: Vec<Option<Vec<&'static str>>> = path_nodes(p, operands, swap)
+        .into_iter()
+        .map(|at| top_ops(p, at?))
+        .collect();
+    while out.last().is_some_and(Option::is_none) {
+        out.pop();
+    }
+    out
+}
+
+/// Per path of [`SWITCH_PATHS`], the pattern node a match puts there, when the path
+/// is fixed by the pattern (it goes only through plain ops whose operand order is
+/// fixed: a commutative or alternative node may match its operands in either order).
+fn path_nodes(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<u16>> {
     let operand = |i: usize| {
         let i = match (swap, i) {
             (true, 0) => 1,
@@ -362,25 +456,19 @@ fn path_ops(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<Vec<&'stati
         };
         operands.get(i).copied()
     };
-    let mut out: Vec<Option<Vec<&'static str>>> = SWITCH_PATHS
+    SWITCH_PATHS
         .iter()
         .map(|path| {
             let mut at = operand(path[0])?;
             for &i in &path[1..] {
-                // Only through a plain op whose operand order is fixed: a commutative
-                // or alternative node may match its operands in either order.
                 match &p.nodes[at as usize] {
                     PatNode::Op(o) if !o.op.commutative => at = *o.operands.get(i)?,
                     _ => return None,
                 }
             }
-            top_ops(p, at)
+            Some(at)
         })
-        .collect();
-    while out.last().is_some_and(Option::is_none) {
-        out.pop();
-    }
-    out
+        .collect()
 }
 
 /// The ops the graph node matched by pattern node `at` may have (`None`: any).
@@ -407,7 +495,13 @@ fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
 }
 
 /// Builds the subtree of `needs` switching from operand `pos`; returns its index.
-fn build(nodes: &mut Vec<TreeNode>, needs: Vec<Need>, pos: usize, switched: usize) -> u32 {
+fn build(
+    ids: &OpIds,
+    nodes: &mut Vec<TreeNode>,
+    needs: Vec<Need>,
+    pos: usize,
+    switched: usize,
+) -> u32 {
     let at = nodes.len() as u32;
     let need_at = |n: &Need| n.operand_ops.get(pos).cloned().flatten();
     let mut names: Vec<&'static str> = needs.iter().filter_map(need_at).flatten().collect();
@@ -415,7 +509,7 @@ fn build(nodes: &mut Vec<TreeNode>, needs: Vec<Need>, pos: usize, switched: usiz
     names.dedup();
     if pos < switched && !needs.is_empty() && names.is_empty() {
         // Nothing to switch on here: try the next position.
-        return build(nodes, needs, pos + 1, switched);
+        return build(ids, nodes, needs, pos + 1, switched);
     }
     if pos >= switched || needs.is_empty() {
         let mut entries: Vec<Entry> = needs.into_iter().map(|n| n.entry).collect();
@@ -430,81 +524,49 @@ fn build(nodes: &mut Vec<TreeNode>, needs: Vec<Need>, pos: usize, switched: usiz
         .filter(|n| need_at(n).is_none())
         .cloned()
         .collect();
-    let default = build(nodes, default_needs, pos + 1, switched);
-    let mut branches = HashMap::default();
+    let default = build(ids, nodes, default_needs, pos + 1, switched);
+    let mut branches = Vec::new();
     for name in names {
         let sub: Vec<Need> = needs
             .iter()
             .filter(|n| need_at(n).is_none_or(|ops| ops.contains(&name)))
             .cloned()
             .collect();
-        branches.insert(OpName(name), build(nodes, sub, pos + 1, switched));
+        branches.push((ids.by_name(name), build(ids, nodes, sub, pos + 1, switched)));
     }
     nodes[at as usize] = TreeNode::Switch {
         pos,
-        branches,
+        branches: Branches::new(branches),
         default,
     };
     at
 }
 
-/// An op name as a map key, compared by pointer first: graph nodes and patterns name a
-/// built-in op through the same `&'static OpDef`, so the bytes are compared only when
-/// the pointers differ (a user op declared twice, say). Hashed in one mixing round by
-/// its length and its first and last eight bytes.
-#[derive(Clone, Copy, Debug)]
-struct OpName(&'static str);
+/// The branches of a switch, by op id, sorted. Most switches have a handful, scanned;
+/// bigger ones are searched by halves.
+#[derive(Debug)]
+struct Branches(Vec<(OpId, u32)>);
 
-impl PartialEq for OpName {
-    fn eq(&self, other: &OpName) -> bool {
-        std::ptr::eq(self.0, other.0) || self.0 == other.0
+impl Branches {
+    /// Up to this many branches are scanned.
+    const SCAN: usize = 8;
+
+    fn new(mut branches: Vec<(OpId, u32)>) -> Branches {
+        branches.sort_unstable();
+        Branches(branches)
     }
-}
 
-impl Eq for OpName {}
-
-impl std::hash::Hash for OpName {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        let b = self.0.as_bytes();
-        let n = b.len();
-        // Fixed-size reads only (a variable-length copy would be a `memcpy` call).
-        let word = |at: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[at..at + 8]);
-            u64::from_le_bytes(w)
-        };
-        let w = if n >= 8 {
-            word(0) ^ word(n - 8).rotate_left(29)
+    fn get(&self, op: OpId) -> Option<&u32> {
+        if self.0.len() <= Branches::SCAN {
+            self.0.iter().find(|(id, _)| *id == op).map(|(_, to)| to)
         } else {
-            b.iter().rev().fold(0u64, |w, &c| (w << 8) | u64::from(c))
-        };
-        state.write_u64(w ^ (n as u64).rotate_left(56));
-    }
-}
-
-/// A small fast hasher for [`OpName`] keys (FxHash's mixing): an `OpName` hashes one
-/// `u64` word, so `write_u64` is the path taken; `write` mixes bytes one at a time.
-#[derive(Default)]
-struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.add(u64::from(b));
+            let i = self.0.binary_search_by_key(&op, |(id, _)| *id).ok()?;
+            Some(&self.0[i].1)
         }
     }
-
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
 }
 
-impl FxHasher {
-    fn add(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
+/// Same op name: same address, or same text.
+fn same_name(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }

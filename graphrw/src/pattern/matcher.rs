@@ -82,6 +82,18 @@ pub(crate) struct Scratch {
     roots: Vec<Value>,
     goals: Vec<Goal>,
     ops: Vec<&'static str>,
+    /// Int-list buffers of unbound slots, reused by the next int-list binding (a
+    /// `permute`'s dims, say), so a failed attempt does not allocate.
+    int_lists: Vec<Vec<i64>>,
+}
+
+impl Scratch {
+    /// Keeps `b`'s buffer for reuse when it is an int list.
+    fn recycle(&mut self, b: Bound) {
+        if let Bound::Ints(v) = b {
+            self.int_lists.push(v);
+        }
+    }
 }
 
 /// Where a failed match stopped: the deepest failure the matcher met (explain mode only).
@@ -280,7 +292,9 @@ impl<const E: bool> Matcher<'_, '_, E> {
     fn undo(&mut self, (trail, nodes): Mark) {
         while self.s.trail.len() > trail {
             let s = self.s.trail.pop().expect("trail is longer than the mark");
-            self.s.b.clear(s);
+            if let Some(b) = self.s.b.take(s) {
+                self.s.recycle(b);
+            }
         }
         self.s.nodes.truncate(nodes);
     }
@@ -300,6 +314,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
     fn bind(&mut self, slot: Slot, value: Bound) -> bool {
         if let Some(old) = self.s.b.get(slot) {
             if *old == value {
+                self.s.recycle(value);
                 return true;
             }
             if E {
@@ -310,6 +325,8 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     old,
                     new: value,
                 });
+            } else {
+                self.s.recycle(value);
             }
             return false;
         }
@@ -611,7 +628,12 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     AttrValue::Int(x) => Bound::Int(*x),
                     AttrValue::Float(x) => Bound::Float(*x),
                     AttrValue::Bool(x) => Bound::Bool(*x),
-                    AttrValue::Ints(x) => Bound::Ints(x.clone()),
+                    AttrValue::Ints(x) => {
+                        let mut v = self.s.int_lists.pop().unwrap_or_default();
+                        v.clear();
+                        v.extend_from_slice(x);
+                        Bound::Ints(v)
+                    }
                     AttrValue::Str(x) => Bound::Str(x.clone()),
                     AttrValue::DType(x) => Bound::DType(*x),
                     AttrValue::Null => return false,

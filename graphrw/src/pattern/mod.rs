@@ -81,7 +81,7 @@
 //! `dtype`, `dim(x, i)` (shape equalities between bindings), scalar comparisons,
 //! `users(x)` (user counts, also of `let` bindings), and two escape hatches: `check(|a, b|
 //! ..)` (a closure whose parameters name the bindings it reads: tensors arrive as
-//! [`TensorRef`], scalars as their Rust type) and `pred(path)` (a
+//! [`TensorRef`], int lists as `&[i64]`, other scalars as their Rust type) and `pred(path)` (a
 //! `fn(&Graph, &Bindings) -> bool`):
 //!
 //! ```
@@ -214,6 +214,7 @@ pub mod dispatch;
 mod display;
 mod explain;
 pub mod matcher;
+mod op_ids;
 mod options;
 #[doc(hidden)]
 pub mod private;
