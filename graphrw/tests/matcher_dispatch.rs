@@ -261,3 +261,61 @@ fn operands_of_operands_and_literal_constants_prune_the_candidates() {
         .match_at(&g, g.outputs()[4].node)
         .is_some());
 }
+
+rule_set! {
+    /// Rules that differ only in a literal attribute of an operand's op.
+    pub static OPERAND_LITERALS;
+    rule matmul_of_swapped(a: Tensor, b: Tensor) -> Tensor {
+        a.matmul(b.permute([1, 0]))
+    } => {
+        a.matmul(b.transpose(0, 1)?)?
+    }
+    rule softmax_last_then_neg(x: Tensor) -> Tensor { x.softmax(-1).neg() } => {
+        x.softmax(-1)?.mul(-1.0)?
+    }
+    rule softmax_first_then_neg(x: Tensor) -> Tensor { x.softmax(0).neg() } => {
+        x.softmax(0)?.mul(-1.0)?
+    }
+}
+
+#[test]
+fn literal_attributes_of_operand_ops_prune_the_candidates() {
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(DType::F32, [3usize, 3]));
+    let outs = [
+        x.matmul(x.permute(&[1, 0]).unwrap()).unwrap(), // swapped: matches
+        x.matmul(x.permute(&[0, 1]).unwrap()).unwrap(), // identity permute: cannot
+        x.softmax(-1).unwrap().neg().unwrap(),
+        x.softmax(0).unwrap().neg().unwrap(),
+        x.softmax(1).unwrap().neg().unwrap(), // neither literal (the matcher does not normalise dims)
+    ];
+    b.output(&outs).unwrap();
+    let g = b.finish();
+    let dispatch = Dispatch::for_sets(&[&OPERAND_LITERALS]);
+    let mut cands = Vec::new();
+    let tried: Vec<Vec<&str>> = g
+        .outputs()
+        .iter()
+        .map(|out| {
+            dispatch.candidates(&g, g.node(out.node).unwrap(), false, &mut cands);
+            cands.iter().map(|r| r.name).collect()
+        })
+        .collect();
+    // What the dispatch keeps is exactly what matches.
+    for (out, names) in g.outputs().iter().zip(&tried) {
+        let matching: Vec<&str> = dispatch
+            .rules()
+            .iter()
+            .filter(|r| r.pattern.match_at(&g, out.node).is_some())
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, &matching);
+    }
+    assert_eq!(tried[0], ["matmul_of_swapped"]);
+    assert!(tried[1].is_empty(), "{:?}", tried[1]);
+    assert_eq!(tried[2], ["softmax_last_then_neg"]);
+    assert_eq!(tried[3], ["softmax_first_then_neg"]);
+    // With `ignore_literals`, every rule whose ops fit stays.
+    dispatch.candidates(&g, g.node(g.outputs()[1].node).unwrap(), true, &mut cands);
+    assert_eq!(cands.len(), 1);
+}
