@@ -210,21 +210,25 @@ impl Dispatch {
         }
     }
 
-    /// The keys of the first `upto` switch paths below `node`, all read up front: the
-    /// reads of different paths do not wait for one another (a walk that read each
-    /// path when it reached its switch would wait for every read in turn).
-    fn switch_keys(&self, graph: &Graph, node: &Node, upto: usize) -> [Option<OpId>; 7] {
-        let operand = |i: usize| node.operands().get(i).and_then(|v| graph.node(v.node));
-        let parents = [Some(node), operand(0), operand(1)];
-        let mut keys = [None; SWITCH_PATHS.len()];
-        for (key, path) in keys.iter_mut().zip(SWITCH_PATHS).take(upto) {
-            *key = match *path {
-                [i] => self.switch_key(graph, node, i),
-                [i, j] => parents[i + 1].and_then(|p| self.switch_key(graph, p, j)),
-                _ => unreachable!("switch paths are one or two operands deep"),
-            };
+    /// The keys of the switch paths one operand deep below `node` (up to `upto`),
+    /// read up front: their reads do not wait for one another, where a walk reading
+    /// each path at its switch would wait for every read in turn. Deeper paths are
+    /// read when a switch asks ([`Dispatch::deep_key`]).
+    fn direct_keys(&self, graph: &Graph, node: &Node, upto: usize) -> [Option<OpId>; 3] {
+        let mut keys = [None; 3];
+        for (i, key) in keys.iter_mut().enumerate().take(upto) {
+            *key = self.switch_key(graph, node, i);
         }
         keys
+    }
+
+    /// The key of switch path `pos` below `node`, for a path two operands deep.
+    fn deep_key(&self, graph: &Graph, node: &Node, pos: usize) -> Option<OpId> {
+        let &[i, j] = SWITCH_PATHS[pos] else {
+            unreachable!("switch paths past the third are two operands deep")
+        };
+        let parent = graph.node(node.operands().get(i)?.node)?;
+        self.switch_key(graph, parent, j)
     }
 
     /// The id of the op of operand `index` of `parent`, as a switch reads it: a
@@ -263,7 +267,7 @@ impl Dispatch {
         let Some(Some(tree)) = self.trees.get(self.ids.id(node.op()) as usize) else {
             return;
         };
-        let keys = self.switch_keys(graph, node, tree.switched);
+        let direct = self.direct_keys(graph, node, tree.switched);
         let mut at = 0usize;
         let entries = loop {
             match &tree.nodes[at] {
@@ -272,7 +276,11 @@ impl Dispatch {
                     branches,
                     default,
                 } => {
-                    at = keys[*pos]
+                    let key = match direct.get(*pos) {
+                        Some(&key) => key,
+                        None => self.deep_key(graph, node, *pos),
+                    };
+                    at = key
                         .and_then(|op| branches.get(op))
                         .unwrap_or(default)
                         .to_owned() as usize;
