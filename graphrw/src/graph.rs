@@ -228,12 +228,7 @@ impl Graph {
 
     /// Users of `v` as (consumer, operand position), in a deterministic order.
     pub fn users(&self, v: Value) -> Vec<(NodeId, u32)> {
-        let mut u: Vec<(NodeId, u32)> = self
-            .dag
-            .edges_directed(v.node, Direction::Outgoing)
-            .filter(|e| e.weight().output == v.output)
-            .map(|e| (e.target(), e.weight().operand))
-            .collect();
+        let mut u: Vec<(NodeId, u32)> = self.uses(v).collect();
         u.sort_unstable();
         u
     }
@@ -258,10 +253,7 @@ impl Graph {
 
     /// Number of uses of `v` by nodes (graph outputs not counted).
     pub fn use_count(&self, v: Value) -> usize {
-        self.dag
-            .edges_directed(v.node, Direction::Outgoing)
-            .filter(|e| e.weight().output == v.output)
-            .count()
+        self.uses(v).count()
     }
 
     /// True when `v` is a graph output.

@@ -9,6 +9,7 @@
 use fixedbitset::FixedBitSet;
 
 use crate::graph::NodeId;
+use crate::ops::same_name;
 
 /// The nodes of one op.
 #[derive(Clone, Debug, Default)]
@@ -23,17 +24,12 @@ pub(crate) struct OpIndex {
     ops: Vec<(&'static str, OpNodes)>,
 }
 
-/// Same `'static` string: same address and length, or same text.
-fn same_name(a: &str, b: &str) -> bool {
-    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
-}
-
 impl OpIndex {
     fn position(&self, op: &str) -> Option<usize> {
         // Addresses first: every node of an op shares its `OpDef`'s name.
         self.ops
             .iter()
-            .position(|(name, _)| name.as_ptr() == op.as_ptr() && name.len() == op.len())
+            .position(|(name, _)| std::ptr::eq(*name, op))
             .or_else(|| self.ops.iter().position(|(name, _)| same_name(name, op)))
     }
 

@@ -436,8 +436,15 @@ impl OpDef {
 
 impl PartialEq for OpDef {
     fn eq(&self, other: &OpDef) -> bool {
-        std::ptr::eq(self, other) || self.name == other.name
+        std::ptr::eq(self, other) || same_name(self.name, other.name)
     }
+}
+
+/// Same op name: the same `'static` string (compared by address and length first,
+/// which is the common case, since nodes and patterns share op definitions), or the
+/// same text.
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }
 
 impl Eq for OpDef {}

@@ -121,10 +121,7 @@ impl Bindings {
 
     /// The int list bound to `slot` (panics otherwise).
     pub fn ints(&self, slot: Slot) -> Vec<i64> {
-        match self.get(slot) {
-            Some(Bound::Ints(v)) => v.clone(),
-            other => panic!("slot {slot} is not a bound int list: {other:?}"),
-        }
+        self.ints_ref(slot).to_vec()
     }
 
     /// The int list bound to `slot`, borrowed (panics when it is not one): what

@@ -13,15 +13,15 @@
 //! rules is evaluated once per node.
 //! A commutative anchor is entered once per operand order.
 //!
-//! So the cost of a node is one hash lookup of its op, one per switched path, and
-//! the leaf's checks: rules anchored at other ops, or needing other operand ops, cost
+//! Ops are looked up by the address of their definition (`op_ids`), so the cost of a
+//! node is a table read for its op, one per switched path, and the leaf's checks: rules anchored at other ops, or needing other operand ops, cost
 //! nothing. The result is a superset of the rules that match: the full matcher still
 //! runs on each candidate, in priority order.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::ops::AttrValue;
+use crate::ops::{same_name, AttrValue};
 use crate::pattern::matcher::{self, attr_literal_matches, Scratch};
 use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
 use crate::pattern::{AttrPat, Match, MatchOptions, OpPat, PatNode, Pattern, Rule, RuleSet};
@@ -41,12 +41,11 @@ pub struct Dispatch {
     ids: OpIds,
     /// The decision tree of each anchor op, by op id.
     trees: Vec<Option<OpTree>>,
-    /// The id of `constant` ([`NO_OP`] when no rule mentions it).
-    constant: OpId,
-    /// True when `constant` appears in the trees only for literal and scalar-parameter
-    /// operands (no rule names the `constant` op itself): a constant of more than one
-    /// element then takes the default branch, since it can match none of those.
-    scalar_constants_only: bool,
+    /// The id of `constant` when it appears in the trees only for literal and
+    /// scalar-parameter operands (no rule names the `constant` op itself): a constant
+    /// of more than one element then takes the default branch, since it can match
+    /// none of those. [`NO_OP`] otherwise.
+    scalar_constant: OpId,
 }
 
 /// The decision tree of one anchor op.
@@ -194,19 +193,22 @@ impl Dispatch {
             build(&ids, &mut tree.nodes, needs, 0, switched);
             trees[ids.by_name(op) as usize] = Some(tree);
         }
-        let constant = ids.by_name(crate::ops::builtin::CONSTANT.name);
         let scalar_constants_only = !rules.iter().any(|r| {
             r.pattern
                 .nodes
                 .iter()
                 .any(|n| matches!(n, PatNode::Op(o) if o.op.name == "constant"))
         });
+        let scalar_constant = if scalar_constants_only {
+            ids.by_name(crate::ops::builtin::CONSTANT.name)
+        } else {
+            NO_OP
+        };
         Dispatch {
             rules,
             ids,
             trees,
-            constant,
-            scalar_constants_only,
+            scalar_constant,
         }
     }
 
@@ -238,9 +240,8 @@ impl Dispatch {
         let v = *parent.operands().get(index)?;
         let n = graph.node(v.node)?;
         let op = self.ids.id(n.op());
-        if op == self.constant
+        if op == self.scalar_constant
             && op != NO_OP
-            && self.scalar_constants_only
             && (v.output != 0 || n.payload().is_none_or(|t| t.numel() != 1))
         {
             return None;
@@ -572,9 +573,4 @@ impl Branches {
             Some(&self.0[i].1)
         }
     }
-}
-
-/// Same op name: same address, or same text.
-fn same_name(a: &str, b: &str) -> bool {
-    std::ptr::eq(a, b) || a == b
 }
