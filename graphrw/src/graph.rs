@@ -152,7 +152,8 @@ impl Graph {
 
     /// The node `id`, or an error naming the id.
     pub fn try_node(&self, id: NodeId) -> Result<&Node, GraphError> {
-        self.node(id).ok_or(GraphError::NoSuchNode(id.index()))
+        self.node(id)
+            .ok_or_else(|| GraphError::NoSuchNode(id.index()))
     }
 
     /// Mutable access to a node (metadata and name only; operands change through the graph).
@@ -172,7 +173,7 @@ impl Graph {
         self.try_node(v.node)?
             .outputs
             .get(v.output as usize)
-            .ok_or(GraphError::NoSuchOutput {
+            .ok_or_else(|| GraphError::NoSuchOutput {
                 node: v.node.index(),
                 output: v.output,
             })
@@ -219,6 +220,20 @@ impl Graph {
     /// Nodes of op `name`, in id order (the anchor index of the matcher).
     pub fn nodes_with_op<'a>(&'a self, name: &str) -> impl Iterator<Item = NodeId> + 'a {
         self.by_op.nodes(name)
+    }
+
+    /// Per node index, a dense code of the node's op (two bytes per node, for the
+    /// matcher's dispatch): see [`crate::op_index`]. [`crate::op_index::VACANT`] for a
+    /// free slot; indices past the end are free too.
+    pub(crate) fn op_codes(&self) -> &[u16] {
+        self.by_op.codes()
+    }
+
+    /// The op names behind [`Graph::op_codes`], by number (code `2 * number`, or
+    /// `2 * number + 1` for a constant of one element). Numbers are never reused, so
+    /// this list only grows.
+    pub(crate) fn coded_ops(&self) -> impl ExactSizeIterator<Item = &'static str> + '_ {
+        self.by_op.numbered()
     }
 
     /// How many nodes of each op, by op name.
@@ -400,6 +415,7 @@ impl Graph {
 
     fn insert(&mut self, node: Node) -> NodeId {
         let op = node.op.name;
+        let scalar = node.payload.as_ref().is_some_and(|t| t.numel() == 1);
         let operands = node.operands.len();
         let id = self.dag.add_node(node);
         for i in 0..operands {
@@ -415,7 +431,7 @@ impl Graph {
                 );
             }
         }
-        self.by_op.insert(op, id);
+        self.by_op.insert(op, id, scalar);
         id
     }
 
@@ -500,7 +516,7 @@ impl Graph {
         let node = self
             .dag
             .remove_node(id)
-            .ok_or(GraphError::NoSuchNode(id.index()))?;
+            .ok_or_else(|| GraphError::NoSuchNode(id.index()))?;
         self.by_op.remove(node.op.name, id);
         if *node.op == ops::builtin::INPUT {
             self.inputs.retain(|&i| i != id);

@@ -5,6 +5,13 @@
 //! order, which is the order the matcher's anchor scan and the rewriter rely on. Ops are
 //! kept in a short list looked up by the address of their `'static` name first, then by
 //! its text (a graph has a few dozen distinct ops, so this beats hashing the name).
+//!
+//! It also keeps a dense column of op codes by node index ([`OpIndex::codes`]): the op's
+//! number in this index, doubled, plus one for a `constant` holding a single element.
+//! The matcher's dispatch reads the op of a node and of its operands there (two bytes
+//! per node, in a few cache lines) rather than in the node slots, and tells the scalar
+//! constants that literals and scalar parameters match from the tensor constants that
+//! they cannot without reading the payload.
 
 use fixedbitset::FixedBitSet;
 
@@ -18,10 +25,30 @@ struct OpNodes {
     len: usize,
 }
 
+/// The code of a free node slot in [`OpIndex::codes`].
+pub(crate) const VACANT: u16 = u16::MAX;
+
+/// The code of a node whose op's number does not fit in a code (more than 32 766
+/// distinct op names in one graph): readers fall back to the node itself.
+pub(crate) const UNCODED: u16 = u16::MAX - 1;
+
 /// Nodes by op name.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OpIndex {
+    /// In order of first insertion: an op's position here is its number, and it keeps
+    /// it for the life of the index (an op whose nodes are all gone keeps its entry).
     ops: Vec<(&'static str, OpNodes)>,
+    /// Per node index, its op code (see the module docs), [`VACANT`] when free.
+    codes: Vec<u16>,
+}
+
+/// The code of op number `number`, for a node that is (`scalar`) or is not a
+/// one-element constant.
+fn code(number: usize, scalar: bool) -> u16 {
+    match u16::try_from(2 * number + usize::from(scalar)) {
+        Ok(c) if c < UNCODED => c,
+        _ => UNCODED,
+    }
 }
 
 impl OpIndex {
@@ -33,8 +60,8 @@ impl OpIndex {
             .or_else(|| self.ops.iter().position(|(name, _)| same_name(name, op)))
     }
 
-    /// Records that node `id` has op `op`.
-    pub(crate) fn insert(&mut self, op: &'static str, id: NodeId) {
+    /// Records that node `id` has op `op`; `scalar`: it is a constant of one element.
+    pub(crate) fn insert(&mut self, op: &'static str, id: NodeId, scalar: bool) {
         let i = match self.position(op) {
             Some(i) => i,
             None => {
@@ -47,6 +74,10 @@ impl OpIndex {
             nodes.bits.grow_and_insert(id.index());
             nodes.len += 1;
         }
+        if id.index() >= self.codes.len() {
+            self.codes.resize(id.index() + 1, VACANT);
+        }
+        self.codes[id.index()] = code(i, scalar);
     }
 
     /// Forgets node `id` of op `op`.
@@ -56,8 +87,20 @@ impl OpIndex {
             if nodes.bits.contains(id.index()) {
                 nodes.bits.set(id.index(), false);
                 nodes.len -= 1;
+                self.codes[id.index()] = VACANT;
             }
         }
+    }
+
+    /// Per node index, the node's op code (see the module docs); [`VACANT`] for a free
+    /// slot. Indices past the end are free too.
+    pub(crate) fn codes(&self) -> &[u16] {
+        &self.codes
+    }
+
+    /// Every op ever inserted, by number (op code `2 * number` or `2 * number + 1`).
+    pub(crate) fn numbered(&self) -> impl ExactSizeIterator<Item = &'static str> + '_ {
+        self.ops.iter().map(|(name, _)| *name)
     }
 
     /// The nodes of op `op`, in id order.
@@ -84,9 +127,9 @@ mod tests {
     fn nodes_come_out_in_id_order_and_removal_is_exact() {
         let mut index = OpIndex::default();
         for i in [70, 3, 200, 3, 64] {
-            index.insert("add", NodeId::new(i));
+            index.insert("add", NodeId::new(i), false);
         }
-        index.insert("mul", NodeId::new(5));
+        index.insert("mul", NodeId::new(5), false);
         // A name with the same text at another address finds the same entry.
         let add = String::from("add");
         let ids: Vec<usize> = index.nodes(&add).map(|n| n.index()).collect();
@@ -101,5 +144,25 @@ mod tests {
         index.remove("mul", NodeId::new(5));
         assert_eq!(index.counts().count(), 1);
         assert_eq!(index.nodes("sub").count(), 0);
+    }
+
+    #[test]
+    fn codes_follow_inserts_and_removals() {
+        let mut index = OpIndex::default();
+        index.insert("add", NodeId::new(2), false);
+        index.insert("constant", NodeId::new(0), true);
+        index.insert("constant", NodeId::new(1), false);
+        assert_eq!(index.codes(), [3, 2, 0]);
+        index.remove("add", NodeId::new(2));
+        // A removed node's slot is free; its op keeps its number.
+        assert_eq!(index.codes(), [3, 2, VACANT]);
+        index.insert("mul", NodeId::new(5), false);
+        index.insert("add", NodeId::new(2), false);
+        assert_eq!(index.codes(), [3, 2, 0, VACANT, VACANT, 4]);
+        let names: Vec<&str> = index.numbered().collect();
+        assert_eq!(names, ["add", "constant", "mul"]);
+        // Numbers too big for a code are marked so, never wrapped.
+        assert_eq!(code(40_000, false), UNCODED);
+        assert_eq!(code(16_383, true), 32_767);
     }
 }

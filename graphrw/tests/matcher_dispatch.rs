@@ -93,7 +93,7 @@ fn dispatch_keeps_every_rule_that_matches() {
     let mut cands = Vec::new();
     let mut matched = 0;
     for id in g.node_ids() {
-        dispatch.candidates(&g, g.node(id).unwrap(), false, &mut cands);
+        dispatch.candidates(&g, id, false, &mut cands);
         for rule in dispatch.rules() {
             let m = rule.pattern.match_at(&g, id).is_some();
             matched += usize::from(m);
@@ -122,14 +122,14 @@ fn dispatch_keeps_every_rule_that_matches() {
     let sm = g.nodes_with_op("softmax").collect::<Vec<_>>();
     let mut names = Vec::new();
     for id in sm {
-        dispatch.candidates(&g, g.node(id).unwrap(), false, &mut cands);
+        dispatch.candidates(&g, id, false, &mut cands);
         names.push(cands.iter().map(|r| r.name).collect::<Vec<_>>());
     }
     names.sort();
     assert_eq!(names, vec![vec!["softmax_dim0"], vec!["softmax_of_exp"]]);
     // With literals ignored, the attribute check is skipped.
     let id = g.nodes_with_op("softmax").last().unwrap();
-    dispatch.candidates(&g, g.node(id).unwrap(), true, &mut cands);
+    dispatch.candidates(&g, id, true, &mut cands);
     assert!(cands.iter().any(|r| r.name == "softmax_dim0"));
 }
 
@@ -233,7 +233,7 @@ fn operands_of_operands_and_literal_constants_prune_the_candidates() {
     let mut tried = Vec::new();
     for (i, out) in g.outputs().iter().enumerate() {
         let id = out.node;
-        dispatch.candidates(&g, g.node(id).unwrap(), false, &mut cands);
+        dispatch.candidates(&g, id, false, &mut cands);
         let names: Vec<&str> = cands.iter().map(|r| r.name).collect();
         // Every rule that matches is kept.
         for rule in dispatch.rules() {
@@ -297,7 +297,7 @@ fn literal_attributes_of_operand_ops_prune_the_candidates() {
         .outputs()
         .iter()
         .map(|out| {
-            dispatch.candidates(&g, g.node(out.node).unwrap(), false, &mut cands);
+            dispatch.candidates(&g, out.node, false, &mut cands);
             cands.iter().map(|r| r.name).collect()
         })
         .collect();
@@ -316,6 +316,75 @@ fn literal_attributes_of_operand_ops_prune_the_candidates() {
     assert_eq!(tried[2], ["softmax_last_then_neg"]);
     assert_eq!(tried[3], ["softmax_first_then_neg"]);
     // With `ignore_literals`, every rule whose ops fit stays.
-    dispatch.candidates(&g, g.node(g.outputs()[1].node).unwrap(), true, &mut cands);
+    dispatch.candidates(&g, g.outputs()[1].node, true, &mut cands);
     assert_eq!(cands.len(), 1);
+}
+
+rule_set! {
+    /// Rules whose second operand is a literal or a scalar parameter: only a constant of
+    /// one element can be there.
+    pub static SCALAR_OPERANDS;
+    rule mul_by_two(x: Tensor) -> Tensor { x.mul(2.0) } => { x.add(x)? }
+    rule div_by_scalar_param(x: Tensor, s: f64) -> Tensor { x.div(s) } => { x.mul(1.0 / s)? }
+}
+
+#[test]
+fn the_dispatch_tells_scalar_constants_from_tensor_constants() {
+    let b = Builder::new();
+    let x = b.input("x", meta());
+    let twos = b.constant(Tensor::full(DType::F32, &[2, 3], 2.0));
+    let one_two = b.constant(Tensor::full(DType::F32, &[1], 2.0));
+    let outs = [
+        x.mul(2.0).unwrap(),     // scalar constant: matches
+        x.mul(twos).unwrap(),    // tensor constant: cannot
+        x.mul(one_two).unwrap(), // a constant of one element, of rank 1: matches
+        x.div(3.0).unwrap(),     // scalar parameter: matches
+        x.div(twos).unwrap(),    // tensor constant: cannot
+        x.div(x).unwrap(),       // not a constant: cannot
+    ];
+    b.output(&outs).unwrap();
+    let g = b.finish();
+    let dispatch = Dispatch::for_sets(&[&SCALAR_OPERANDS]);
+    let mut cands = Vec::new();
+    let kept: Vec<usize> = g
+        .outputs()
+        .iter()
+        .map(|out| {
+            dispatch.candidates(&g, out.node, false, &mut cands);
+            // Whatever the dispatch keeps, it keeps every rule that matches.
+            for rule in dispatch.rules() {
+                if rule.pattern.match_at(&g, out.node).is_some() {
+                    assert!(cands.iter().any(|r| r.name == rule.name), "{}", rule.name);
+                }
+            }
+            cands.len()
+        })
+        .collect();
+    assert_eq!(kept, [1, 0, 1, 1, 0, 0]);
+    let matches = dispatch.first_matches(&g, &Default::default());
+    let anchors: Vec<_> = matches.iter().map(|(_, m)| m.outputs[0]).collect();
+    assert_eq!(anchors, [g.outputs()[0], g.outputs()[2], g.outputs()[3]]);
+}
+
+rule_set! {
+    /// The first rule brings an op the graph did not have (`silu`); the second is
+    /// anchored below it, so it can fire only once the dispatch sees the new op.
+    pub static NEW_OP_CHAIN;
+    rule silu_from_parts(x: Tensor) -> Tensor { x.mul(x.sigmoid()) } => { x.silu()? }
+    rule neg_of_silu(x: Tensor) -> Tensor { x.silu().neg() } => { x.silu()?.mul(-1.0)? }
+}
+
+#[test]
+fn rules_fire_on_ops_a_rewrite_brought_into_the_graph() {
+    let b = Builder::new();
+    let x = b.input("x", meta());
+    let y = x.mul(x.sigmoid().unwrap()).unwrap().neg().unwrap();
+    b.output(&[y]).unwrap();
+    let mut g = b.finish();
+    assert!(g.nodes_with_op("silu").next().is_none());
+    let report = Rewriter::new(&[&NEW_OP_CHAIN]).run(&mut g).unwrap();
+    assert_eq!(report.counts().get("silu_from_parts"), Some(&1));
+    assert_eq!(report.counts().get("neg_of_silu"), Some(&1));
+    assert_eq!(g.nodes_with_op("neg").count(), 0);
+    assert_eq!(g.nodes_with_op("silu").count(), 1);
 }

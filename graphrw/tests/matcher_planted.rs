@@ -322,7 +322,7 @@ proptest! {
         let dispatch = Dispatch::for_sets(&[&PLANTED]);
         let mut cands = Vec::new();
         for id in g.node_ids() {
-            dispatch.candidates(&g, g.node(id).unwrap(), false, &mut cands);
+            dispatch.candidates(&g, id, false, &mut cands);
             for rule in PLANTED.rules {
                 if rule.pattern.match_at(&g, id).is_some() {
                     prop_assert!(cands.iter().any(|r| r.name == rule.name),

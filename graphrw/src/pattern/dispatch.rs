@@ -21,11 +21,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::op_index::VACANT;
 use crate::ops::{same_name, AttrValue};
 use crate::pattern::matcher::{self, attr_literal_matches, Scratch};
 use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
 use crate::pattern::{AttrPat, Match, MatchOptions, OpPat, PatNode, Pattern, Rule, RuleSet};
-use crate::{Graph, Node};
+use crate::{Graph, Node, NodeId};
 
 /// The operand paths the decision trees switch on, in order: operands 0, 1 and 2 of the
 /// anchor, then operands 0 and 1 of its operands 0 and 1. The second level prunes the
@@ -212,41 +213,89 @@ impl Dispatch {
         }
     }
 
+    /// This dispatch's op ids for the op codes of `graph` ([`Graph::op_codes`]): a
+    /// node's op, or its operand's, is then two array reads, with no node slot, op
+    /// definition or constant payload read. Built in time proportional to the number of
+    /// distinct ops in the graph.
+    pub(crate) fn keys(&self, graph: &Graph) -> GraphKeys {
+        let mut ids = Vec::with_capacity(2 * graph.coded_ops().len());
+        for name in graph.coded_ops() {
+            let id = self.ids.by_name(name);
+            // Code 2k: not a one-element constant; 2k + 1: a one-element constant.
+            let plain = if id == self.scalar_constant {
+                NO_OP
+            } else {
+                id
+            };
+            ids.extend([plain, id]);
+        }
+        GraphKeys {
+            ids,
+            coded: graph.coded_ops().len(),
+        }
+    }
+
+    /// False when no tree is for a node of op code `code` (a free slot, or an op no
+    /// rule is anchored at); true when one is, or when the code alone cannot tell.
+    #[inline]
+    fn may_anchor(&self, keys: &GraphKeys, code: u16) -> bool {
+        match keys.ids.get(code as usize) {
+            Some(&key) => matches!(self.trees.get(key as usize), Some(Some(_))),
+            None => code != VACANT,
+        }
+    }
+
+    /// The switch key of node `id`: the id of its op, or [`NO_OP`] (a free slot, an op
+    /// no rule names, or a constant of more than one element when only literal and
+    /// scalar operands ask for `constant`).
+    #[inline]
+    fn key(&self, keys: &GraphKeys, graph: &Graph, id: NodeId) -> OpId {
+        let code = graph.op_codes().get(id.index()).copied().unwrap_or(VACANT);
+        match keys.ids.get(code as usize) {
+            Some(&key) => key,
+            None if code == VACANT => NO_OP,
+            // An op the graph gained after `keys` were made, or one without a code.
+            None => graph.node(id).map_or(NO_OP, |n| self.key_of_node(n)),
+        }
+    }
+
+    /// [`Dispatch::key`] read from the node itself.
+    fn key_of_node(&self, node: &Node) -> OpId {
+        let op = self.ids.id(node.op());
+        if op == self.scalar_constant && node.payload().is_none_or(|t| t.numel() != 1) {
+            return NO_OP;
+        }
+        op
+    }
+
     /// The keys of the switch paths one operand deep below `node` (up to `upto`),
     /// read up front: their reads do not wait for one another, where a walk reading
     /// each path at its switch would wait for every read in turn. Deeper paths are
     /// read when a switch asks ([`Dispatch::deep_key`]).
-    fn direct_keys(&self, graph: &Graph, node: &Node, upto: usize) -> [Option<OpId>; 3] {
-        let mut keys = [None; 3];
-        for (i, key) in keys.iter_mut().enumerate().take(upto) {
-            *key = self.switch_key(graph, node, i);
+    ///
+    /// Packed in one integer, 16 bits a key ([`unpack`]): kept in an array, the keys
+    /// were stored two bytes at a time and read back wider, and the processor cannot
+    /// forward such stores to the load, which then waited for them to reach the cache.
+    fn direct_keys(&self, keys: &GraphKeys, graph: &Graph, node: &Node, upto: usize) -> u64 {
+        let mut packed = u64::MAX;
+        for (i, v) in node.operands().iter().take(upto.min(3)).enumerate() {
+            let key = self.key(keys, graph, v.node);
+            packed &= !(0xffff << (16 * i));
+            packed |= u64::from(key) << (16 * i);
         }
-        keys
+        packed
     }
 
     /// The key of switch path `pos` below `node`, for a path two operands deep.
-    fn deep_key(&self, graph: &Graph, node: &Node, pos: usize) -> Option<OpId> {
+    fn deep_key(&self, keys: &GraphKeys, graph: &Graph, node: &Node, pos: usize) -> OpId {
         let &[i, j] = SWITCH_PATHS[pos] else {
             unreachable!("switch paths past the third are two operands deep")
         };
-        let parent = graph.node(node.operands().get(i)?.node)?;
-        self.switch_key(graph, parent, j)
-    }
-
-    /// The id of the op of operand `index` of `parent`, as a switch reads it: a
-    /// constant of more than one element reads as nothing when only literal and scalar
-    /// operands ask for `constant`.
-    fn switch_key(&self, graph: &Graph, parent: &Node, index: usize) -> Option<OpId> {
-        let v = *parent.operands().get(index)?;
-        let n = graph.node(v.node)?;
-        let op = self.ids.id(n.op());
-        if op == self.scalar_constant
-            && op != NO_OP
-            && (v.output != 0 || n.payload().is_none_or(|t| t.numel() != 1))
-        {
-            return None;
-        }
-        Some(op)
+        node.operands()
+            .get(i)
+            .and_then(|v| graph.node(v.node))
+            .and_then(|parent| parent.operands().get(j))
+            .map_or(NO_OP, |v| self.key(keys, graph, v.node))
     }
 
     /// The rules, in the order they are tried.
@@ -254,21 +303,39 @@ impl Dispatch {
         &self.rules
     }
 
-    /// The rules that may match with their anchor at `node`, in the order they are
+    /// The rules that may match with their anchor at node `id`, in the order they are
     /// tried, written to `out` (cleared first). With `ignore_literals`, literal
     /// attributes are not checked.
+    ///
+    /// For one node at a time: each call reads the graph's op list first. A pass over a
+    /// whole graph is [`Dispatch::first_matches`] (or the rewriter), which read it once.
     pub fn candidates(
         &self,
         graph: &Graph,
-        node: &Node,
+        id: NodeId,
+        ignore_literals: bool,
+        out: &mut Vec<&'static Rule>,
+    ) {
+        let keys = self.keys(graph);
+        self.candidates_with(&keys, graph, id, ignore_literals, out);
+    }
+
+    /// [`Dispatch::candidates`] with the graph's keys made once ([`Dispatch::keys`]).
+    pub(crate) fn candidates_with(
+        &self,
+        keys: &GraphKeys,
+        graph: &Graph,
+        id: NodeId,
         ignore_literals: bool,
         out: &mut Vec<&'static Rule>,
     ) {
         out.clear();
-        let Some(Some(tree)) = self.trees.get(self.ids.id(node.op()) as usize) else {
+        // Most nodes stop here, having read two bytes of the op-code column.
+        let Some(Some(tree)) = self.trees.get(self.key(keys, graph, id) as usize) else {
             return;
         };
-        let direct = self.direct_keys(graph, node, tree.switched);
+        let Some(node) = graph.node(id) else { return };
+        let direct = self.direct_keys(keys, graph, node, tree.switched);
         let mut at = 0usize;
         let entries = loop {
             match &tree.nodes[at] {
@@ -277,14 +344,11 @@ impl Dispatch {
                     branches,
                     default,
                 } => {
-                    let key = match direct.get(*pos) {
-                        Some(&key) => key,
-                        None => self.deep_key(graph, node, *pos),
+                    let key = match unpack(direct, *pos) {
+                        Some(key) => key,
+                        None => self.deep_key(keys, graph, node, *pos),
                     };
-                    at = key
-                        .and_then(|op| branches.get(op))
-                        .unwrap_or(default)
-                        .to_owned() as usize;
+                    at = *branches.get(key).unwrap_or(default) as usize;
                 }
                 TreeNode::Leaf(entries) => break entries,
             }
@@ -319,6 +383,52 @@ impl Dispatch {
     }
 }
 
+/// Key `pos` of [`Dispatch::direct_keys`]' packed keys (`None` past the third).
+#[inline]
+fn unpack(packed: u64, pos: usize) -> Option<OpId> {
+    (pos < 3).then(|| (packed >> (16 * pos)) as OpId)
+}
+
+/// How many node slots [`Dispatch::first_matches`] looks at together.
+const GATHER: usize = 64;
+
+/// Reads the `n` node slots from index `from` on, in order, when few of them are
+/// anchors.
+///
+/// On a graph bigger than the caches, anchors that are sparse among the nodes (the
+/// `matmul`s a one-rule pass visits, say) are scattered over memory: visiting them one
+/// after another waits for one cache miss per anchor, in turn. A read of the whole
+/// block in slot order is a stream the processor's prefetcher follows, and the visits
+/// that follow find the slots in cache. (A block that is mostly anchors is read
+/// nearly in order by the visits themselves.)
+fn read_ahead(graph: &Graph, from: usize, n: usize) {
+    let mut sum = 0usize;
+    for i in from..from + n {
+        if let Some(node) = graph.node(NodeId::new(i)) {
+            sum ^= node.operands().len();
+        }
+    }
+    std::hint::black_box(sum);
+}
+
+/// A [`Dispatch`]'s op ids for the op codes of one graph ([`Dispatch::keys`]). Keys of
+/// an op the graph gained after they were made are read from the node (correct, only
+/// slower): [`GraphKeys::is_current`] says when to make them again.
+#[derive(Debug)]
+pub(crate) struct GraphKeys {
+    /// By op code.
+    ids: Vec<OpId>,
+    /// How many of the graph's ops were coded when these keys were made.
+    coded: usize,
+}
+
+impl GraphKeys {
+    /// False when `graph` has ops these keys do not know.
+    pub(crate) fn is_current(&self, graph: &Graph) -> bool {
+        graph.coded_ops().len() == self.coded
+    }
+}
+
 impl Dispatch {
     /// A matching pass without rewriting: for every node, in node order, the first rule
     /// (in the order rules are tried) that matches with its anchor there, under
@@ -329,21 +439,47 @@ impl Dispatch {
         graph: &Graph,
         options: &MatchOptions,
     ) -> Vec<(&'static Rule, Match)> {
+        let keys = self.keys(graph);
         let mut scratch = Scratch::default();
         let mut candidates = Vec::new();
         let mut out = Vec::new();
-        for id in graph.node_ids() {
-            let Some(node) = graph.node(id) else { continue };
-            self.candidates(graph, node, options.flags.ignore_literals, &mut candidates);
-            for &rule in &candidates {
-                let Ok(m) =
-                    matcher::run_in::<false>(rule.pattern, graph, id, options.flags, &mut scratch)
-                else {
-                    continue;
-                };
-                if options.accepts(graph, &m) {
-                    out.push((rule, m));
-                    break;
+        let mut anchors = [NodeId::new(0); GATHER];
+        for (b, block) in graph.op_codes().chunks(GATHER).enumerate() {
+            // The nodes of this block that some tree is for, from the op-code column
+            // alone; the other nodes' slots are never read.
+            let mut n = 0;
+            for (k, &code) in block.iter().enumerate() {
+                if self.may_anchor(&keys, code) {
+                    anchors[n] = NodeId::new(b * GATHER + k);
+                    n += 1;
+                }
+            }
+            let anchors = &anchors[..n];
+            if 2 * n < block.len() {
+                read_ahead(graph, b * GATHER, block.len());
+            }
+            for &id in anchors {
+                self.candidates_with(
+                    &keys,
+                    graph,
+                    id,
+                    options.flags.ignore_literals,
+                    &mut candidates,
+                );
+                for &rule in &candidates {
+                    let Ok(m) = matcher::run_in::<false>(
+                        rule.pattern,
+                        graph,
+                        id,
+                        options.flags,
+                        &mut scratch,
+                    ) else {
+                        continue;
+                    };
+                    if options.accepts(graph, &m) {
+                        out.push((rule, m));
+                        break;
+                    }
                 }
             }
         }
@@ -566,11 +702,59 @@ impl Branches {
     }
 
     fn get(&self, op: OpId) -> Option<&u32> {
+        if op == NO_OP {
+            return None;
+        }
         if self.0.len() <= Branches::SCAN {
             self.0.iter().find(|(id, _)| *id == op).map(|(_, to)| to)
         } else {
             let i = self.0.binary_search_by_key(&op, |(id, _)| *id).ok()?;
             Some(&self.0[i].1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{rule_set, Builder, DType, TensorMeta};
+
+    rule_set! {
+        /// Anchored at `neg`, switching on its operand's op.
+        static NEG_OF;
+        rule neg_of_silu(x: Tensor) -> Tensor { x.silu().neg() } => { x.silu()? }
+        rule neg_of_exp(x: Tensor) -> Tensor { x.exp().neg() } => { x.exp()? }
+    }
+
+    #[test]
+    fn keys_made_before_the_graph_gained_an_op_still_give_the_right_candidates() {
+        let b = Builder::new();
+        let x = b.input("x", TensorMeta::new(DType::F32, [2usize, 2]));
+        let x_value = x.value();
+        b.output(&[x.exp().unwrap().neg().unwrap()]).unwrap();
+        let mut g = b.finish();
+        let dispatch = Dispatch::for_sets(&[&NEG_OF]);
+        let stale = dispatch.keys(&g);
+        // `silu` and a `neg` of it arrive after the keys were made.
+        let silu = g
+            .add_op(crate::ops::lookup("silu").unwrap(), &[x_value], &[])
+            .unwrap();
+        let neg = g
+            .add_op(crate::ops::lookup("neg").unwrap(), &[silu.into()], &[])
+            .unwrap();
+        assert!(!stale.is_current(&g));
+        let fresh = dispatch.keys(&g);
+        assert!(fresh.is_current(&g));
+        let mut with_stale = Vec::new();
+        let mut with_fresh = Vec::new();
+        for id in g.node_ids() {
+            dispatch.candidates_with(&stale, &g, id, false, &mut with_stale);
+            dispatch.candidates_with(&fresh, &g, id, false, &mut with_fresh);
+            let names = |c: &[&Rule]| c.iter().map(|r| r.name).collect::<Vec<_>>();
+            assert_eq!(names(&with_stale), names(&with_fresh), "at {id:?}");
+        }
+        dispatch.candidates_with(&stale, &g, neg, false, &mut with_stale);
+        assert_eq!(with_stale.len(), 1);
+        assert_eq!(with_stale[0].name, "neg_of_silu");
     }
 }

@@ -204,14 +204,17 @@ impl Rewriter {
         let mut scratch = Scratch::default();
         let mut candidates = Vec::new();
         let mut report = Report::default();
+        let mut keys = dispatch.keys(graph);
         let mut queue = Worklist::default();
         for id in graph.node_ids() {
             queue.insert(id);
         }
         while let Some(id) = queue.pop() {
             report.visited += 1;
-            let Some(node) = graph.node(id) else { continue };
-            dispatch.candidates(graph, node, flags.ignore_literals, &mut candidates);
+            if !keys.is_current(graph) {
+                keys = dispatch.keys(graph);
+            }
+            dispatch.candidates_with(&keys, graph, id, flags.ignore_literals, &mut candidates);
             for &rule in &candidates {
                 report.attempts += 1;
                 let Ok(m) = matcher::run_in::<false>(rule.pattern, graph, id, flags, &mut scratch)
