@@ -16,6 +16,12 @@
 //! to choose the layer counts (37 nodes per layer). On a busy machine, set
 //! `GRAPHRW_BENCH_MIN=N` to print first a table of the fastest of N interleaved runs of
 //! each measurement at each size, in ns/node (the minimum is what load disturbs least).
+//!
+//! The two kinds of figure answer different questions. Criterion's are warm: the same
+//! pass over the same graph again and again, so a 1 k-node graph sits in the L1/L2
+//! caches and a 1 M-node one (~200 MB) never does; their growth with size is mostly the
+//! memory hierarchy. The `GRAPHRW_BENCH_MIN` table runs each pass once per round, the
+//! sizes interleaved, so every size starts with cold caches.
 
 use std::time::{Duration, Instant};
 

@@ -13,10 +13,14 @@
 //! rules is evaluated once per node.
 //! A commutative anchor is entered once per operand order.
 //!
-//! Ops are looked up by the address of their definition (`op_ids`), so the cost of a
-//! node is a table read for its op, one per switched path, and the leaf's checks: rules anchored at other ops, or needing other operand ops, cost
-//! nothing. The result is a superset of the rules that match: the full matcher still
-//! runs on each candidate, in priority order.
+//! A node's op is read from the graph's op-code column (`Graph::op_codes`: two bytes
+//! per node index) through a table made once per pass (`Dispatch::keys`) from the
+//! graph's few distinct ops to this dispatch's op ids (`op_ids`). So the cost of a node
+//! no rule is anchored at is two array reads (its slot is never read), and the cost of
+//! an anchor is one such read per switched path plus the leaf's checks: rules anchored
+//! at other ops, or needing other operand ops, cost nothing. The result is a superset
+//! of the rules that match: the full matcher still runs on each candidate, in priority
+//! order.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -392,8 +396,13 @@ fn unpack(packed: u64, pos: usize) -> Option<OpId> {
 /// How many node slots [`Dispatch::first_matches`] looks at together.
 const GATHER: usize = 64;
 
-/// Reads the `n` node slots from index `from` on, in order, when few of them are
-/// anchors.
+/// True when `anchors` of `len` nodes are few enough for [`read_ahead`] to pay.
+fn sparse(anchors: usize, len: usize) -> bool {
+    2 * anchors < len
+}
+
+/// Reads the `n` node slots from index `from` on, in order (called when few of them
+/// are anchors).
 ///
 /// On a graph bigger than the caches, anchors that are sparse among the nodes (the
 /// `matmul`s a one-rule pass visits, say) are scattered over memory: visiting them one
@@ -455,7 +464,7 @@ impl Dispatch {
                 }
             }
             let anchors = &anchors[..n];
-            if 2 * n < block.len() {
+            if sparse(n, block.len()) {
                 read_ahead(graph, b * GATHER, block.len());
             }
             for &id in anchors {
