@@ -111,6 +111,12 @@ impl Node {
         self.payload.as_deref()
     }
 
+    /// True for a constant holding exactly one element: the constants that literals and
+    /// scalar parameters of patterns can match.
+    pub(crate) fn is_scalar_constant(&self) -> bool {
+        self.payload.as_ref().is_some_and(|t| t.numel() == 1)
+    }
+
     /// Overwrites output metadata without checking (importers and verifier tests).
     pub fn set_output_meta(&mut self, output: usize, meta: TensorMeta) {
         if let Some(m) = self.outputs.get_mut(output) {
@@ -415,7 +421,7 @@ impl Graph {
 
     fn insert(&mut self, node: Node) -> NodeId {
         let op = node.op.name;
-        let scalar = node.payload.as_ref().is_some_and(|t| t.numel() == 1);
+        let scalar = node.is_scalar_constant();
         let operands = node.operands.len();
         let id = self.dag.add_node(node);
         for i in 0..operands {

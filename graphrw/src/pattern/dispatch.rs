@@ -226,16 +226,19 @@ impl Dispatch {
         for name in graph.coded_ops() {
             let id = self.ids.by_name(name);
             // Code 2k: not a one-element constant; 2k + 1: a one-element constant.
-            let plain = if id == self.scalar_constant {
-                NO_OP
-            } else {
-                id
-            };
-            ids.extend([plain, id]);
+            ids.extend([self.switch_id(id, false), self.switch_id(id, true)]);
         }
-        GraphKeys {
-            ids,
-            coded: graph.coded_ops().len(),
+        GraphKeys { ids }
+    }
+
+    /// The key a switch reads for a node of op id `op`: a constant of more than one
+    /// element (`scalar` false) reads as [`NO_OP`] when only literal and scalar
+    /// operands ask for `constant`, since it can match none of them.
+    fn switch_id(&self, op: OpId, scalar: bool) -> OpId {
+        if op == self.scalar_constant && !scalar {
+            NO_OP
+        } else {
+            op
         }
     }
 
@@ -265,11 +268,7 @@ impl Dispatch {
 
     /// [`Dispatch::key`] read from the node itself.
     fn key_of_node(&self, node: &Node) -> OpId {
-        let op = self.ids.id(node.op());
-        if op == self.scalar_constant && node.payload().is_none_or(|t| t.numel() != 1) {
-            return NO_OP;
-        }
-        op
+        self.switch_id(self.ids.id(node.op()), node.is_scalar_constant())
     }
 
     /// The keys of the switch paths one operand deep below `node` (up to `upto`),
@@ -425,16 +424,14 @@ fn read_ahead(graph: &Graph, from: usize, n: usize) {
 /// slower): [`GraphKeys::is_current`] says when to make them again.
 #[derive(Debug)]
 pub(crate) struct GraphKeys {
-    /// By op code.
+    /// By op code: two per op the graph had when they were made.
     ids: Vec<OpId>,
-    /// How many of the graph's ops were coded when these keys were made.
-    coded: usize,
 }
 
 impl GraphKeys {
     /// False when `graph` has ops these keys do not know.
     pub(crate) fn is_current(&self, graph: &Graph) -> bool {
-        graph.coded_ops().len() == self.coded
+        self.ids.len() == 2 * graph.coded_ops().len()
     }
 }
 
@@ -711,9 +708,6 @@ impl Branches {
     }
 
     fn get(&self, op: OpId) -> Option<&u32> {
-        if op == NO_OP {
-            return None;
-        }
         if self.0.len() <= Branches::SCAN {
             self.0.iter().find(|(id, _)| *id == op).map(|(_, to)| to)
         } else {
