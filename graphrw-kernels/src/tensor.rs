@@ -249,6 +249,18 @@ impl Tensor {
             .collect())
     }
 
+    /// The only element converted to `f64`, for a tensor holding exactly one element
+    /// (`None` otherwise); reads it in place, without building a vector.
+    pub fn scalar_f64(&self) -> Option<f64> {
+        if self.numel() != 1 {
+            return None;
+        }
+        dispatch!(self.dtype(), |T| self
+            .slice_of::<T>()
+            .first()
+            .map(|v| v.to_f64()))
+    }
+
     /// The elements converted to `i64` (floats truncate toward zero); for index and
     /// shape tensors.
     pub fn to_i64_vec(&self) -> Vec<i64> {

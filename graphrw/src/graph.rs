@@ -9,14 +9,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
-use petgraph::visit::{EdgeRef, NodeIndexable};
+use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 use smallvec::SmallVec;
 
 use graphrw_kernels::Tensor;
 
 use crate::meta::TensorMeta;
-use crate::op_index::OpIndex;
+use crate::op_index::{OpIndex, VACANT};
 use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef};
 use crate::GraphError;
 
@@ -133,6 +133,10 @@ pub struct Graph {
     outputs: Vec<Value>,
     output_names: Vec<String>,
     by_op: OpIndex,
+    /// Per node index, how many operand slots of live nodes read one of the node's
+    /// outputs: its out-degree in `dag`, kept beside it so that "is this node used?" and
+    /// dead-code removal read four bytes per node, not the node's edge list or slot.
+    use_counts: Vec<u32>,
 }
 
 impl Graph {
@@ -265,11 +269,7 @@ impl Graph {
 
     /// True when nothing uses any output of `id`: no node and no graph output.
     pub fn is_unused(&self, id: NodeId) -> bool {
-        self.dag
-            .edges_directed(id, Direction::Outgoing)
-            .next()
-            .is_none()
-            && !self.outputs.iter().any(|o| o.node == id)
+        self.use_count_of_node(id) == 0 && !self.outputs.iter().any(|o| o.node == id)
     }
 
     /// Number of uses of `v` by nodes (graph outputs not counted).
@@ -427,18 +427,61 @@ impl Graph {
         for i in 0..operands {
             let v = self.dag[id].operands[i];
             if self.dag.contains_node(v.node) {
-                self.dag.add_edge(
-                    v.node,
-                    id,
-                    Use {
-                        output: v.output,
-                        operand: i as u32,
-                    },
-                );
+                self.add_edge(v, id, i as u32);
             }
         }
         self.by_op.insert(op, id, scalar);
+        if id.index() >= self.use_counts.len() {
+            self.use_counts.resize(id.index() + 1, 0);
+        }
         id
+    }
+
+    /// Adds the edge for `value` being operand `operand` of `user`, and counts the use.
+    fn add_edge(&mut self, value: Value, user: NodeId, operand: u32) {
+        self.dag.add_edge(
+            value.node,
+            user,
+            Use {
+                output: value.output,
+                operand,
+            },
+        );
+        let i = value.node.index();
+        if i >= self.use_counts.len() {
+            self.use_counts.resize(i + 1, 0);
+        }
+        self.use_counts[i] += 1;
+    }
+
+    /// Forgets one use of an output of `producer` (its edge is being removed).
+    fn forget_use(&mut self, producer: NodeId) {
+        if let Some(n) = self.use_counts.get_mut(producer.index()) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Removes node `id` from the dag and the indexes, whether used or not (callers
+    /// check), forgetting the uses its operands had. `None` when there is no such node.
+    fn detach(&mut self, id: NodeId) -> Option<Node> {
+        // The node's operand edges, walked here, are the ones petgraph unlinks next.
+        let producers: SmallVec<[NodeId; 4]> = self
+            .dag
+            .edges_directed(id, Direction::Incoming)
+            .map(|e| e.source())
+            .collect();
+        let node = self.dag.remove_node(id)?;
+        for p in producers {
+            self.forget_use(p);
+        }
+        self.by_op.remove(node.op.name, id);
+        Some(node)
+    }
+
+    /// Number of operand slots, over all nodes, that read an output of `id` (graph
+    /// outputs not counted; 0 for a node that does not exist).
+    pub fn use_count_of_node(&self, id: NodeId) -> usize {
+        self.use_counts.get(id.index()).map_or(0, |&n| n as usize)
     }
 
     /// Replaces operand `index` of `node` by `value`, without checking metadata or
@@ -463,16 +506,12 @@ impl Graph {
             .find(|e| e.weight().operand == index as u32)
             .map(|e| e.id());
         if let Some(e) = edge {
+            if let Some((producer, _)) = self.dag.edge_endpoints(e) {
+                self.forget_use(producer);
+            }
             self.dag.remove_edge(e);
         }
-        self.dag.add_edge(
-            value.node,
-            node,
-            Use {
-                output: value.output,
-                operand: index as u32,
-            },
-        );
+        self.add_edge(value, node, index as u32);
         if let Some(n) = self.dag.node_weight_mut(node) {
             n.operands[index] = value;
         }
@@ -520,10 +559,8 @@ impl Graph {
             });
         }
         let node = self
-            .dag
-            .remove_node(id)
+            .detach(id)
             .ok_or_else(|| GraphError::NoSuchNode(id.index()))?;
-        self.by_op.remove(node.op.name, id);
         if *node.op == ops::builtin::INPUT {
             self.inputs.retain(|&i| i != id);
         }
@@ -534,46 +571,44 @@ impl Graph {
     /// Returns how many were removed.
     ///
     /// In a DAG the dead nodes are exactly those that removing unused nodes, over and
-    /// over, takes away: every user of a dead node is dead too. So one pass in slot order
-    /// counts each node's uses from its users' operand lists, and each removal releases
-    /// its operands' uses. That is one read of the node slots in order, into a dense
-    /// count array; neither a reachability walk nor the edge lists (whose scattered reads
-    /// cost a cache miss per node on big graphs) are needed.
+    /// over, takes away: every user of a dead node is dead too. The graph keeps a use
+    /// count and an op code per node index, so the unused nodes are found by reading
+    /// those two dense columns (six bytes per node), and only the slots of the nodes
+    /// removed are read; each removal releases its operands' uses, which may free them.
     pub fn remove_dead(&mut self) -> usize {
-        const KEEP: u32 = u32::MAX;
-        let mut uses = vec![0u32; self.dag.node_bound()];
-        for v in &self.outputs {
-            uses[v.node.index()] = KEEP;
-        }
-        for &i in &self.inputs {
-            uses[i.index()] = KEEP;
-        }
-        for node in self.dag.node_weights() {
-            for v in &node.operands {
-                let u = &mut uses[v.node.index()];
-                *u = u.saturating_add(1);
-            }
-        }
-        // Vacant slots count zero uses too: the count array says where to look, and
-        // only those slots are read again.
-        let mut stack: Vec<NodeId> = (0..uses.len())
-            .filter(|&i| uses[i] == 0)
-            .map(NodeId::new)
-            .filter(|&n| self.dag.contains_node(n))
+        let mut keep: Vec<usize> = self
+            .outputs
+            .iter()
+            .map(|v| v.node.index())
+            .chain(self.inputs.iter().map(|i| i.index()))
             .collect();
+        keep.sort_unstable();
+        keep.dedup();
+        let kept = |i: usize| keep.binary_search(&i).is_ok();
         let mut removed = 0;
-        while let Some(n) = stack.pop() {
-            let Some(node) = self.dag.remove_node(n) else {
+        // Small: it only holds the operands a removal has just released.
+        let mut stack: Vec<NodeId> = Vec::new();
+        for i in 0..self.use_counts.len() {
+            let live = self.by_op.codes().get(i).is_some_and(|&c| c != VACANT);
+            if self.use_counts[i] != 0 || !live || kept(i) {
                 continue;
-            };
-            removed += 1;
-            self.by_op.remove(node.op.name, n);
-            for v in &node.operands {
-                let u = &mut uses[v.node.index()];
-                if *u != KEEP {
-                    *u -= 1;
-                    if *u == 0 {
-                        stack.push(v.node);
+            }
+            stack.push(NodeId::new(i));
+            while let Some(n) = stack.pop() {
+                let Some(node) = self.detach(n) else {
+                    continue;
+                };
+                removed += 1;
+                let mut operands: SmallVec<[NodeId; 4]> =
+                    node.operands.iter().map(|v| v.node).collect();
+                operands.sort_unstable();
+                operands.dedup();
+                for p in operands {
+                    if self.use_count_of_node(p) == 0
+                        && self.dag.contains_node(p)
+                        && !kept(p.index())
+                    {
+                        stack.push(p);
                     }
                 }
             }

@@ -1,6 +1,6 @@
-//! The verifier: a graph is acyclic, every use is defined, operand lists and edges
-//! agree, attributes fit their op's signature, and every node's metadata is what its
-//! op's inference gives.
+//! The verifier: a graph is acyclic, every use is defined, operand lists, edges and
+//! use counts agree, attributes fit their op's signature, and every node's metadata is
+//! what its op's inference gives.
 
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
@@ -72,6 +72,18 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
                 &mut errors,
                 id,
                 "its operand list and its incoming edges disagree".into(),
+            );
+        }
+        // The graph's use count agrees with the outgoing edges.
+        let out_degree = graph.dag().edges_directed(id, Direction::Outgoing).count();
+        if graph.use_count_of_node(id) != out_degree {
+            fail(
+                &mut errors,
+                id,
+                format!(
+                    "the graph counts {} uses of it, its outgoing edges are {out_degree}",
+                    graph.use_count_of_node(id)
+                ),
             );
         }
         // Signature.

@@ -120,3 +120,58 @@ fn remove_node_refuses_used_nodes_and_dce_removes_dead_ones() {
     verify(&g).unwrap();
     assert_eq!(g.nodes_with_op("exp").count(), 0);
 }
+
+#[test]
+fn use_counts_follow_every_mutation_and_dce_cascades() {
+    // x -> relu -> exp (output); x -> neg -> tanh -> neg2 (dead chain), and neg2 uses
+    // tanh twice through an add.
+    let b = Builder::new();
+    let x = b.input("x", f32s(&[2, 3]));
+    let y = x.relu().unwrap();
+    let z = y.exp().unwrap();
+    let n = x.neg().unwrap();
+    let t = n.tanh().unwrap();
+    let d = t.add(t).unwrap();
+    b.output(&[z]).unwrap();
+    let (x, y, z, n, t, d) = (
+        x.value(),
+        y.value(),
+        z.value(),
+        n.value(),
+        t.value(),
+        d.value(),
+    );
+    let mut g = b.finish();
+    let count = |g: &Graph, v: Value| g.use_count_of_node(v.node);
+    assert_eq!(
+        [
+            count(&g, x),
+            count(&g, y),
+            count(&g, z),
+            count(&g, t),
+            count(&g, d)
+        ],
+        [2, 1, 0, 2, 0]
+    );
+    verify(&g).unwrap();
+    // Rewiring moves a use from one producer to another.
+    g.set_operand(z.node, 0, n).unwrap();
+    assert_eq!([count(&g, y), count(&g, n)], [0, 2]);
+    verify(&g).unwrap();
+    // Removing a node releases its operands' uses.
+    g.remove_node(y.node).unwrap();
+    assert_eq!(count(&g, x), 1);
+    verify(&g).unwrap();
+    // DCE removes the dead chain add <- tanh (tanh was used twice by the add), keeps
+    // neg (now read by exp) and the input, and the counts stay right.
+    assert_eq!(g.remove_dead(), 2);
+    assert_eq!(g.node_count(), 3);
+    assert_eq!([count(&g, x), count(&g, n), count(&g, t)], [1, 1, 0]);
+    verify(&g).unwrap();
+    // A dead input is kept; nothing is left to remove.
+    g.set_outputs(vec![x]).unwrap();
+    assert_eq!(g.remove_dead(), 2);
+    assert_eq!(g.node_count(), 1);
+    assert_eq!(g.remove_dead(), 0);
+    verify(&g).unwrap();
+}

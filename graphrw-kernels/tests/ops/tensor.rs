@@ -111,3 +111,21 @@ fn debug_is_short() {
     assert!(s.len() < 200, "{s}");
     assert!(s.contains("999992 more"), "{s}");
 }
+
+#[test]
+fn scalar_f64_reads_the_only_element_of_every_dtype() {
+    assert_eq!(Tensor::scalar(2.5f64).scalar_f64(), Some(2.5));
+    assert_eq!(Tensor::scalar(f16::from_f32(-0.5)).scalar_f64(), Some(-0.5));
+    assert_eq!(Tensor::scalar(bf16::from_f32(4.0)).scalar_f64(), Some(4.0));
+    assert_eq!(Tensor::scalar(7i64).scalar_f64(), Some(7.0));
+    assert_eq!(Tensor::scalar(true).scalar_f64(), Some(1.0));
+    // One element of any rank counts; more or fewer do not.
+    let one = Tensor::from_vec(vec![1, 1], vec![3.0f32]).unwrap();
+    assert_eq!(one.scalar_f64(), Some(3.0));
+    assert_eq!(Tensor::full(DType::F32, &[2], 1.0).scalar_f64(), None);
+    assert_eq!(Tensor::full(DType::F32, &[0], 1.0).scalar_f64(), None);
+    // A one-element slice of a bigger tensor reads its own element, not the first.
+    let v = Tensor::from_vec(vec![3], vec![1.0f32, 2.0, 3.0]).unwrap();
+    let last = cpu::slice(&v, 0, 2, 3, 1).unwrap();
+    assert_eq!(last.scalar_f64(), Some(3.0));
+}

@@ -238,7 +238,7 @@ pub fn constant_scalar(graph: &Graph, v: Value) -> Option<f64> {
         return None;
     }
     let t = node.payload()?;
-    (t.numel() == 1).then(|| t.to_f64_vec()[0])
+    t.scalar_f64()
 }
 
 #[derive(Clone, Copy, Debug)]

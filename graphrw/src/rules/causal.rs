@@ -304,7 +304,7 @@ fn scalar(graph: &Graph, v: Value) -> Option<f64> {
         return None;
     }
     let t = node.payload()?;
-    (t.numel() == 1).then(|| t.to_f64_vec()[0])
+    t.scalar_f64()
 }
 
 /// True when every element of `v` is provably `<= 0`: a constant, or `where(_, a, b)`
