@@ -63,7 +63,10 @@ pub struct Node {
     /// Inline for up to four operands: the matcher reads operands of every candidate, and
     /// keeping them in the node (not behind a second pointer) saves a cache miss per step.
     operands: SmallVec<[Value; 4]>,
-    outputs: Vec<TensorMeta>,
+    /// Inline for one output (nearly every op), shapes included (see
+    /// [`crate::meta::Dims`]): building a node reads its operands' metadata, and on a
+    /// big graph each pointer between a node and its shape would be a cache miss.
+    outputs: SmallVec<[TensorMeta; 1]>,
     name: Option<Box<str>>,
     /// Boxed: only constants have one, and a node slot stays small (big graphs are
     /// scanned slot by slot, so slot size is memory traffic).
@@ -297,7 +300,7 @@ impl Graph {
             op: &ops::builtin::INPUT,
             attrs: Box::new([AttrValue::Str(name.clone())]),
             operands: SmallVec::new(),
-            outputs: vec![meta],
+            outputs: smallvec::smallvec![meta],
             name: Some(name.into_boxed_str()),
             payload: None,
         });
@@ -312,7 +315,7 @@ impl Graph {
             op: &ops::builtin::CONSTANT,
             attrs: Box::new([]),
             operands: SmallVec::new(),
-            outputs: vec![meta],
+            outputs: smallvec::smallvec![meta],
             name: None,
             payload: Some(Box::new(value)),
         }))
@@ -344,7 +347,7 @@ impl Graph {
             op,
             attrs: attrs.into_boxed_slice(),
             operands: operands.into_iter().collect(),
-            outputs,
+            outputs: outputs.into_iter().collect(),
             name: name.map(String::into_boxed_str),
             payload: None,
         }))
@@ -363,7 +366,7 @@ impl Graph {
             op,
             attrs: attrs.into_boxed_slice(),
             operands: operands.into_iter().collect(),
-            outputs,
+            outputs: outputs.into_iter().collect(),
             name: None,
             payload: None,
         })

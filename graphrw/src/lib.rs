@@ -42,7 +42,7 @@ pub mod verify;
 pub use builder::{Arg, Builder, Var};
 pub use error::GraphError;
 pub use graph::{Graph, Node, NodeId, Use, Value};
-pub use meta::{DType, Device, Dim, Shape, TensorMeta};
+pub use meta::{DType, Device, Dim, Dims, Shape, TensorMeta, INLINE_RANK};
 pub use verify::verify;
 
 pub use graphrw_macros::{fused_kernel, pattern, replacement, rule_set};

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 pub use graphrw_kernels::DType;
 
 /// One dimension of a shape: a known size or a named symbol (`batch`, `seq`).
@@ -61,9 +63,17 @@ impl fmt::Display for Dim {
     }
 }
 
+/// The dims of a shape: up to [`INLINE_RANK`] of them are stored inline, so the
+/// metadata of most tensors needs no allocation of its own (it is read on every node
+/// a rewrite builds, and a pointer to chase there is a cache miss on big graphs).
+pub type Dims = SmallVec<[Dim; INLINE_RANK]>;
+
+/// How many dims a [`Shape`] holds without allocating.
+pub const INLINE_RANK: usize = 4;
+
 /// A shape: one [`Dim`] per axis. The rank is always known.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Shape(pub Vec<Dim>);
+pub struct Shape(pub Dims);
 
 impl Shape {
     /// A shape of known sizes.
@@ -127,7 +137,19 @@ impl<D: Into<Dim>, const N: usize> From<[D; N]> for Shape {
 
 impl From<Vec<Dim>> for Shape {
     fn from(dims: Vec<Dim>) -> Shape {
-        Shape(dims)
+        Shape(dims.into_iter().collect())
+    }
+}
+
+impl From<&[Dim]> for Shape {
+    fn from(dims: &[Dim]) -> Shape {
+        Shape(dims.iter().cloned().collect())
+    }
+}
+
+impl FromIterator<Dim> for Shape {
+    fn from_iter<I: IntoIterator<Item = Dim>>(dims: I) -> Shape {
+        Shape(dims.into_iter().collect())
     }
 }
 

@@ -300,11 +300,11 @@ fn inputs_that_do_not_fit_are_rejected_before_running() {
     let b = Builder::new();
     let x = b.input(
         "x",
-        TensorMeta::new(DType::F32, Shape(vec!["n".into(), 4u64.into()])),
+        TensorMeta::new(DType::F32, Shape::from(vec!["n".into(), 4u64.into()])),
     );
     let y = b.input(
         "y",
-        TensorMeta::new(DType::F32, Shape(vec!["n".into(), 4u64.into()])),
+        TensorMeta::new(DType::F32, Shape::from(vec!["n".into(), 4u64.into()])),
     );
     let s = x.add(y).unwrap();
     b.output(&[s]).unwrap();

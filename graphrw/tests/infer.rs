@@ -85,7 +85,10 @@ fn binary_elementwise_broadcast() {
 
 #[test]
 fn symbolic_dims_broadcast() {
-    let s = TensorMeta::new(DType::F32, Shape(vec![Dim::sym("batch"), Dim::Known(4)]));
+    let s = TensorMeta::new(
+        DType::F32,
+        Shape::from(vec![Dim::sym("batch"), Dim::Known(4)]),
+    );
     let one = f32s(&[1, 4]);
     assert_eq!(ok1("add", &[s.clone(), one], &[]), s);
     let known = f32s(&[3, 4]);
@@ -617,4 +620,34 @@ fn huge_dims_are_errors_not_overflows() {
     let w = f32s(&[1, 1, big, 1]);
     let x = f32s(&[1, 1, 4, 4]);
     assert!(infer("conv2d", &[x, w], &[("dilation", ints(&[i64::MAX, 1]))]).is_err());
+}
+
+#[test]
+fn shapes_past_the_inline_rank_behave_like_short_ones() {
+    // Shapes of up to `INLINE_RANK` dims are stored inline, longer ones on the heap;
+    // neither is visible: construction, equality and inference agree across the two.
+    let long: Vec<u64> = (1..=graphrw::INLINE_RANK as u64 + 2).collect();
+    let from_vec = Shape::from(long.iter().map(|&d| Dim::Known(d)).collect::<Vec<_>>());
+    let from_iter: Shape = long.iter().map(|&d| Dim::Known(d)).collect();
+    assert_eq!(from_vec, Shape::known(&long));
+    assert_eq!(from_iter, Shape::known(&long));
+    assert_eq!(from_vec.rank(), long.len());
+    assert_eq!(from_vec.numel(), Some(long.iter().product()));
+    // Reshape from rank 2 to rank 6 and back, and a broadcast between rank 6 and 1.
+    let n: u64 = long.iter().product();
+    let target: Vec<i64> = long.iter().map(|&d| d as i64).collect();
+    let six = ok1(
+        "reshape",
+        &[f32s(&[2, n / 2])],
+        &[("shape", AttrValue::Ints(target))],
+    );
+    assert_eq!(six, f32s(&long));
+    let back = ok1(
+        "reshape",
+        &[six.clone()],
+        &[("shape", AttrValue::Ints(vec![n as i64]))],
+    );
+    assert_eq!(back, f32s(&[n]));
+    let last = *long.last().unwrap();
+    assert_eq!(ok1("add", &[six.clone(), f32s(&[last])], &[]), six);
 }

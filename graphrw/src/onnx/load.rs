@@ -1397,5 +1397,5 @@ fn input_meta(vi: &ValueInfoProto) -> Result<TensorMeta, OnnxError> {
             _ => Dim::sym(&format!("{}_dim{i}", vi.name)),
         });
     }
-    Ok(TensorMeta::new(dtype, Shape(dims)))
+    Ok(TensorMeta::new(dtype, Shape::from(dims)))
 }

@@ -10,9 +10,11 @@
 
 use std::sync::Arc;
 
+use smallvec::smallvec;
+
 use super::{Attrs, InferError};
 use crate::infer_bail;
-use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
+use crate::meta::{normalize_axis, DType, Dim, Dims, Shape, TensorMeta};
 
 type Out = Result<Vec<TensorMeta>, InferError>;
 
@@ -39,7 +41,7 @@ fn axis(dim: i64, rank: usize, what: &str) -> Result<usize, InferError> {
 /// Broadcasts two shapes with numpy's rules.
 pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, InferError> {
     let rank = a.rank().max(b.rank());
-    let mut out = Vec::with_capacity(rank);
+    let mut out = Dims::with_capacity(rank);
     for i in 0..rank {
         let da = dim_from_end(a, rank - 1 - i);
         let db = dim_from_end(b, rank - 1 - i);
@@ -217,7 +219,7 @@ pub fn arange(_: &[&TensorMeta], a: &Attrs) -> Out {
         infer_bail!("arange needs finite bounds and a non-zero step, got ({start}, {end}, {step})");
     }
     let n = ((end - start) / step).ceil().max(0.0) as u64;
-    cpu(a.dtype("dtype")?, Shape(vec![Dim::Known(n)]))
+    cpu(a.dtype("dtype")?, Shape(smallvec![Dim::Known(n)]))
 }
 
 /// `matmul` with torch's rules: 1-D operands are promoted and the added dim removed;
@@ -232,12 +234,12 @@ pub fn matmul(x: &[&TensorMeta], _: &Attrs) -> Out {
         infer_bail!("matmul needs operands of rank >= 1, found {a} and {b}");
     }
     let a2 = if a.rank() == 1 {
-        Shape(vec![Dim::Known(1), a.0[0].clone()])
+        Shape(smallvec![Dim::Known(1), a.0[0].clone()])
     } else {
         a.clone()
     };
     let b2 = if b.rank() == 1 {
-        Shape(vec![b.0[0].clone(), Dim::Known(1)])
+        Shape(smallvec![b.0[0].clone(), Dim::Known(1)])
     } else {
         b.clone()
     };
@@ -248,8 +250,8 @@ pub fn matmul(x: &[&TensorMeta], _: &Attrs) -> Out {
     {
         infer_bail!("matmul inner dimensions differ: {a} @ {b} ({k_a} vs {k_b})");
     }
-    let batch_a = Shape(a2.0[..a2.rank() - 2].to_vec());
-    let batch_b = Shape(b2.0[..b2.rank() - 2].to_vec());
+    let batch_a = Shape(a2.0[..a2.rank() - 2].into());
+    let batch_b = Shape(b2.0[..b2.rank() - 2].into());
     let mut out = broadcast_shapes(&batch_a, &batch_b)
         .map_err(|e| InferError(format!("matmul batch dims: {e}")))?
         .0;
@@ -291,7 +293,7 @@ pub fn conv2d(x: &[&TensorMeta], a: &Attrs) -> Out {
             infer_bail!("bias must be 1-D, found {}", b.shape);
         }
     }
-    let mut out = vec![inp.0[0].clone(), w.0[0].clone()];
+    let mut out = smallvec![inp.0[0].clone(), w.0[0].clone()];
     for i in 0..2 {
         let size = match (inp.0[2 + i].known(), w.0[2 + i].known()) {
             (Some(n), Some(k)) => {
@@ -329,7 +331,7 @@ pub fn permute(x: &[&TensorMeta], a: &Attrs) -> Out {
         infer_bail!("permute dims {dims:?} do not match rank {r}");
     }
     let mut seen = vec![false; r];
-    let mut out = Vec::with_capacity(r);
+    let mut out = Dims::with_capacity(r);
     for &d in dims {
         let d = axis(d, r, "permute dim")?;
         if std::mem::replace(&mut seen[d], true) {
@@ -353,7 +355,7 @@ pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
             d => known = known.saturating_mul(d as u64),
         }
     }
-    let mut out: Vec<Dim> = target
+    let mut out: Dims = target
         .iter()
         .map(|&d| Dim::Known(d.max(0) as u64))
         .collect();
@@ -388,7 +390,7 @@ pub fn expand(x: &[&TensorMeta], a: &Attrs) -> Out {
         infer_bail!("expand to {size:?} has fewer dims than the input {s}");
     }
     let lead = size.len() - s.rank();
-    let mut out = Vec::with_capacity(size.len());
+    let mut out = Dims::with_capacity(size.len());
     for (i, &d) in size.iter().enumerate() {
         let src = (i >= lead).then(|| &s.0[i - lead]);
         out.push(match (d, src) {
@@ -554,7 +556,7 @@ fn index_dtype(t: &TensorMeta) -> Result<(), InferError> {
 pub fn gather(x: &[&TensorMeta], a: &Attrs) -> Out {
     index_dtype(x[1])?;
     let d = axis(a.int("dim")?, x[0].rank(), "gather dim")?;
-    let mut s = x[0].shape.0[..d].to_vec();
+    let mut s: Dims = x[0].shape.0[..d].into();
     s.extend(x[1].shape.0.iter().cloned());
     s.extend(x[0].shape.0[d + 1..].iter().cloned());
     one(x[0].dtype, Shape(s), x[0])
@@ -592,7 +594,7 @@ pub fn gather_nd(x: &[&TensorMeta], a: &Attrs) -> Out {
             data.rank()
         );
     }
-    let mut s = idx.0[..idx.rank() - 1].to_vec();
+    let mut s: Dims = idx.0[..idx.rank() - 1].into();
     s.extend(data.0[b + k as usize..].iter().cloned());
     one(x[0].dtype, Shape(s), x[0])
 }
@@ -642,7 +644,7 @@ pub fn norm(x: &[&TensorMeta], a: &Attrs) -> Out {
     }
     let r = x[0].rank();
     let ax = axis(a.int("axis")?, r, "normalisation axis")?;
-    let normalized = Shape(x[0].shape.0[ax..].to_vec());
+    let normalized = Shape(x[0].shape.0[ax..].into());
     for (i, p) in x.iter().enumerate().skip(1) {
         let b = broadcast_shapes(&normalized, &p.shape)?;
         if b != normalized {
@@ -749,7 +751,7 @@ fn cross_entropy_loss(x: &[&TensorMeta], a: &Attrs) -> Result<TensorMeta, InferE
     if target.dtype != DType::I64 {
         infer_bail!("target must be i64 class indices, found {}", target.dtype);
     }
-    let rows = Shape(input.shape.0[..input.rank() - 1].to_vec());
+    let rows = Shape(input.shape.0[..input.rank() - 1].into());
     if target.shape != rows {
         infer_bail!(
             "target {} must have the input's shape without the class dim, {rows}",
@@ -769,7 +771,7 @@ fn cross_entropy_loss(x: &[&TensorMeta], a: &Attrs) -> Result<TensorMeta, InferE
         },
         "mean" | "sum" => TensorMeta {
             dtype: input.dtype,
-            shape: Shape(vec![]),
+            shape: Shape::default(),
             device: input.device,
         },
         other => infer_bail!("reduction must be \"mean\", \"sum\" or \"none\", found {other:?}"),
