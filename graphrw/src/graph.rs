@@ -577,44 +577,57 @@ impl Graph {
     /// over, takes away: every user of a dead node is dead too. The graph keeps a use
     /// count and an op code per node index, so the unused nodes are found by reading
     /// those two dense columns (six bytes per node), and only the slots of the nodes
-    /// removed are read; each removal releases its operands' uses, which may free them.
+    /// removed are read; each removal releases its operands' uses, which may free them
+    /// in turn ([`Graph::remove_if_dead`]).
     pub fn remove_dead(&mut self) -> usize {
-        let mut keep: Vec<usize> = self
-            .outputs
-            .iter()
-            .map(|v| v.node.index())
-            .chain(self.inputs.iter().map(|i| i.index()))
-            .collect();
-        keep.sort_unstable();
-        keep.dedup();
-        let kept = |i: usize| keep.binary_search(&i).is_ok();
         let mut removed = 0;
-        // Small: it only holds the operands a removal has just released.
-        let mut stack: Vec<NodeId> = Vec::new();
+        let mut stack = Vec::new();
         for i in 0..self.use_counts.len() {
             let live = self.by_op.codes().get(i).is_some_and(|&c| c != VACANT);
-            if self.use_counts[i] != 0 || !live || kept(i) {
+            if live && self.use_counts[i] == 0 {
+                removed += self.remove_dead_from(NodeId::new(i), &mut stack);
+            }
+        }
+        removed
+    }
+
+    /// Removes `id` if nothing uses it and it is neither a graph input nor a graph
+    /// output; then, the same way, the operands that this leaves unused, and so on.
+    /// Returns how many nodes were removed (0 when `id` is used, kept or absent).
+    ///
+    /// The rewriter calls it on the nodes a replacement takes away, so that what they
+    /// alone used goes at once, while it is still in cache.
+    pub fn remove_if_dead(&mut self, id: NodeId) -> usize {
+        self.remove_dead_from(id, &mut Vec::new())
+    }
+
+    /// True when `id` exists, nothing uses it, and it is neither a graph input nor a
+    /// graph output.
+    fn is_dead(&self, id: NodeId) -> bool {
+        self.use_count_of_node(id) == 0
+            && self.node(id).is_some_and(|n| *n.op != ops::builtin::INPUT)
+            && !self.outputs.iter().any(|o| o.node == id)
+    }
+
+    /// [`Graph::remove_if_dead`] with a stack to reuse (left empty).
+    fn remove_dead_from(&mut self, id: NodeId, stack: &mut Vec<NodeId>) -> usize {
+        let mut removed = 0;
+        stack.push(id);
+        while let Some(n) = stack.pop() {
+            // A node pushed twice (it fed the same user twice) is gone the second time.
+            if !self.is_dead(n) {
                 continue;
             }
-            stack.push(NodeId::new(i));
-            while let Some(n) = stack.pop() {
-                let Some(node) = self.detach(n) else {
-                    continue;
-                };
-                removed += 1;
-                let mut operands: SmallVec<[NodeId; 4]> =
-                    node.operands.iter().map(|v| v.node).collect();
-                operands.sort_unstable();
-                operands.dedup();
-                for p in operands {
-                    if self.use_count_of_node(p) == 0
-                        && self.dag.contains_node(p)
-                        && !kept(p.index())
-                    {
-                        stack.push(p);
-                    }
-                }
-            }
+            let Some(node) = self.detach(n) else {
+                continue;
+            };
+            removed += 1;
+            stack.extend(
+                node.operands
+                    .iter()
+                    .map(|v| v.node)
+                    .filter(|&p| self.use_count_of_node(p) == 0),
+            );
         }
         removed
     }

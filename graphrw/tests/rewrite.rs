@@ -195,3 +195,25 @@ fn many_identical_siblings_are_each_rewritten_once() {
     assert_eq!(g.nodes_with_op("neg").count(), 0);
     verify(&g).unwrap();
 }
+
+#[test]
+fn a_patch_takes_away_what_only_the_match_used() {
+    let b = Builder::new();
+    let x = b.input("x", f32s(&[2, 3]));
+    let y = x.neg().unwrap().neg().unwrap().div(4.0).unwrap();
+    b.output(&[y]).unwrap();
+    let mut g = b.finish();
+    let before = run(&g);
+    let report = Rewriter::new(&[&ALGEBRA]).run(&mut g).unwrap();
+    verify(&g).unwrap();
+    assert_eq!(report.counts().get("neg_neg"), Some(&1), "{report}");
+    assert_eq!(report.counts().get("div_to_mul"), Some(&1), "{report}");
+    // The divisor 4.0, used by the div alone, went with the div's replacement: the
+    // final sweep found nothing left.
+    assert_eq!(report.dead_removed, 0, "{report}");
+    let text = g.to_string();
+    assert_eq!(g.node_count(), 3, "x, the constant 0.25, mul: {text}");
+    assert!(!text.contains("4.0") && !text.contains("neg("), "{text}");
+    assert!(text.contains("0.25"), "{text}");
+    assert_eq!(run(&g), before);
+}

@@ -436,6 +436,21 @@ impl GraphKeys {
 }
 
 impl Dispatch {
+    /// Prepares visits to the nodes of the block of indices from `from` on (as many as
+    /// [`Dispatch::first_matches`] looks at together): when few of them are anchors, it
+    /// reads their slots ahead, in order (see [`read_ahead`]). The rewriter calls it as
+    /// its worklist enters a new block. Returns the index just past the block.
+    pub(crate) fn read_block_ahead(&self, keys: &GraphKeys, graph: &Graph, from: usize) -> usize {
+        let codes = graph.op_codes();
+        let end = from.saturating_add(GATHER);
+        let block = codes.get(from..end.min(codes.len())).unwrap_or(&[]);
+        let anchors = block.iter().filter(|&&c| self.may_anchor(keys, c)).count();
+        if anchors > 0 && sparse(anchors, block.len()) {
+            read_ahead(graph, from, block.len());
+        }
+        end
+    }
+
     /// A matching pass without rewriting: for every node, in node order, the first rule
     /// (in the order rules are tried) that matches with its anchor there, under
     /// `options`' matching flags and filters. Safety and overlaps are not checked (the

@@ -140,7 +140,8 @@ pub struct Patch {
     pub added: Vec<NodeId>,
     /// Nodes outside the patch whose operands were rewired to the new outputs.
     pub rewired: Vec<NodeId>,
-    /// Nodes removed because nothing used them any more.
+    /// Nodes removed because nothing used them any more: matched nodes, and the nodes
+    /// only they used (graph inputs and outputs stay).
     pub removed: usize,
 }
 
@@ -183,17 +184,12 @@ pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, 
         }
         graph.redirect_output(old, new);
     }
-    // Remove the matched nodes nothing uses any more, consumers before producers.
-    let mut removed = 0;
-    let mut pending = interior(graph, m).0;
-    loop {
-        let before = pending.len();
-        pending.retain(|n| !(graph.is_unused(*n) && graph.remove_node(*n).is_ok()));
-        removed += before - pending.len();
-        if pending.len() == before {
-            break;
-        }
-    }
+    // Remove the matched nodes nothing uses any more, and what only they used (the
+    // constants of the match, say): removing one releases its operands.
+    let removed = interior(graph, m)
+        .iter()
+        .map(|&n| graph.remove_if_dead(n))
+        .sum();
     Ok(Patch {
         added,
         rewired,

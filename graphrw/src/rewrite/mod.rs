@@ -6,11 +6,13 @@
 //! node's op, the ops of its operands and its attributes once for all rules, so rules
 //! that cannot match a node cost nothing. The first
 //! match that is safe to replace ([`apply::check_safe`]) is replaced atomically
-//! ([`apply::apply`]), and the new nodes and their users go back on the worklist.
-//! Matches never overlap: each replacement happens on the graph as it is after the
-//! previous one. An iteration guard turns a rule ping-pong into an error naming the
-//! rules; dead code is removed at the end. Configured egg-style with builder methods;
-//! FX's matching options come as [`MatchOptions`] ([`Rewriter::with_options`]).
+//! ([`apply::apply`]), with whatever only the match used, and the new nodes and their
+//! users go back on the worklist. Matches never overlap: each replacement happens on
+//! the graph as it is after the previous one. An iteration guard turns a rule
+//! ping-pong into an error naming the rules. Dead code is removed at the end (not
+//! first: as in FX, a match whose outputs nobody uses is still replaced). Configured
+//! egg-style with builder methods; FX's matching options come as [`MatchOptions`]
+//! ([`Rewriter::with_options`]).
 //!
 //! ```
 //! # use graphrw::rewrite::Rewriter;
@@ -87,7 +89,8 @@ pub struct Report {
     pub firings: Vec<Firing>,
     /// Matches found but not applied because they were unsafe, per rule.
     pub rejected_unsafe: BTreeMap<&'static str, usize>,
-    /// Nodes removed by dead-code elimination at the end.
+    /// Nodes removed by dead-code elimination after the last rewrite. The nodes a
+    /// replacement leaves unused are removed with it and not counted here.
     pub dead_removed: usize,
     /// Nodes taken from the worklist.
     pub visited: usize,
@@ -209,10 +212,16 @@ impl Rewriter {
         for id in graph.node_ids() {
             queue.insert(id);
         }
+        // The end of the last block whose slots were read ahead.
+        let mut read_to = 0;
         while let Some(id) = queue.pop() {
             report.visited += 1;
             if !keys.is_current(graph) {
                 keys = dispatch.keys(graph);
+            }
+            if id.index() >= read_to {
+                // Mostly on the first sweep through the graph, in node order.
+                read_to = dispatch.read_block_ahead(&keys, graph, id.index());
             }
             dispatch.candidates_with(&keys, graph, id, flags.ignore_literals, &mut candidates);
             for &rule in &candidates {
