@@ -277,7 +277,11 @@ impl Graph {
 
     /// Number of uses of `v` by nodes (graph outputs not counted).
     pub fn use_count(&self, v: Value) -> usize {
-        self.uses(v).count()
+        match self.node(v.node) {
+            // The node's one output has all its uses: the count kept per node says it.
+            Some(n) if n.outputs.len() == 1 && v.output == 0 => self.use_count_of_node(v.node),
+            _ => self.uses(v).count(),
+        }
     }
 
     /// True when `v` is a graph output.

@@ -154,6 +154,11 @@ fn use_counts_follow_every_mutation_and_dce_cascades() {
         [2, 1, 0, 2, 0]
     );
     verify(&g).unwrap();
+    // Per value, the same counts as the edges give.
+    for v in [x, y, z, t, d] {
+        assert_eq!(g.use_count(v), g.uses(v).count());
+        assert_eq!(g.use_count(v), count(&g, v));
+    }
     // Rewiring moves a use from one producer to another.
     g.set_operand(z.node, 0, n).unwrap();
     assert_eq!([count(&g, y), count(&g, n)], [0, 2]);
