@@ -128,6 +128,10 @@ impl Node {
     }
 }
 
+/// The nodes a dead-code cascade still has to look at: the operands its removals
+/// released (a handful, so inline).
+type DeadStack = SmallVec<[NodeId; 16]>;
+
 /// A computation graph.
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
@@ -585,7 +589,7 @@ impl Graph {
     /// in turn ([`Graph::remove_if_dead`]).
     pub fn remove_dead(&mut self) -> usize {
         let mut removed = 0;
-        let mut stack = Vec::new();
+        let mut stack = DeadStack::new();
         for i in 0..self.use_counts.len() {
             let live = self.by_op.codes().get(i).is_some_and(|&c| c != VACANT);
             if live && self.use_counts[i] == 0 {
@@ -602,7 +606,7 @@ impl Graph {
     /// The rewriter calls it on the nodes a replacement takes away, so that what they
     /// alone used goes at once, while it is still in cache.
     pub fn remove_if_dead(&mut self, id: NodeId) -> usize {
-        self.remove_dead_from(id, &mut Vec::new())
+        self.remove_dead_from(id, &mut SmallVec::new())
     }
 
     /// True when `id` exists, nothing uses it, and it is neither a graph input nor a
@@ -614,7 +618,7 @@ impl Graph {
     }
 
     /// [`Graph::remove_if_dead`] with a stack to reuse (left empty).
-    fn remove_dead_from(&mut self, id: NodeId, stack: &mut Vec<NodeId>) -> usize {
+    fn remove_dead_from(&mut self, id: NodeId, stack: &mut DeadStack) -> usize {
         let mut removed = 0;
         stack.push(id);
         while let Some(n) = stack.pop() {
