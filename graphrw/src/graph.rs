@@ -4,7 +4,15 @@
 //! Operands live twice, on purpose: as an ordered list on each node (the matcher's hot
 //! path reads operands by position) and as edges carrying [`Use`] (so users of a value
 //! are cheap to find and petgraph's algorithms see the dataflow). Every mutation keeps
-//! the two in step; [`crate::verify`] checks they agree.
+//! the two in step; [`crate::verify()`] checks they agree.
+//!
+//! Beside the dag, the graph keeps two dense columns by node index: the op code of
+//! each node (kept by the graph's op index) and how many operand slots use it.
+//! Questions asked of every node of a big graph (which nodes can anchor a rule, which
+//! are dead) read those few bytes per node rather than the node slots or the edge
+//! lists. A node keeps its
+//! output metadata inline (shapes up to [`crate::meta::INLINE_RANK`] dims included),
+//! so reading an operand's shape is one step from the node, not a pointer chase.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

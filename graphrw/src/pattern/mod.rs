@@ -4,7 +4,7 @@
 //! The macros emit `static` [`Pattern`] trees (nodes in an array, referring to each
 //! other by index), a typed match struct per pattern ([`PatternMatch`]), replacement
 //! functions ([`ReplaceFn`]) and [`Rule`]s and [`RuleSet`]s. Nothing is parsed or traced
-//! at run time. The [`matcher`] runs the trees on a [`Graph`](crate::Graph).
+//! at run time. The [`matcher`] runs the trees on a [`Graph`].
 //! Set `GRAPHRW_DUMP_PATTERNS=1` while compiling to print the code the macros generate,
 //! and print a pattern (`Display`) to see its tree in the pattern language.
 //!

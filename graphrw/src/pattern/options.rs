@@ -1,41 +1,5 @@
-//! Matching options as PyTorch FX's `SubgraphMatcher` has them, and [`find_with`], the
-//! search that applies them.
-//!
-//! | option | default | effect |
-//! |---|---|---|
-//! | [`match_output`](MatchOptions::match_output) | off | the pattern's outputs must be the graph's outputs: all of them, in order (FX matches the pattern's `return` against the graph's) |
-//! | [`match_placeholder`](MatchOptions::match_placeholder) | off | tensor parameters must bind graph inputs (not computed values or constants); scalar parameters are unaffected |
-//! | [`remove_overlapping_matches`](MatchOptions::remove_overlapping_matches) | on | greedily in anchor order, drop a match sharing an op node with a match kept earlier |
-//! | [`ignore_literals`](MatchOptions::ignore_literals) | off | literals of the pattern (constant numbers, attribute values, defaults of attributes left out) match any value; a literal still matches only a one-element constant, never a computed value |
-//! | [`fully_contained`](MatchOptions::fully_contained) | on | keep only matches that are safe to replace ([`check_safe`]: no interior value used outside, convex) |
-//! | [`filter`](MatchOptions::filter) | none | keep only matches every filter accepts; filters run before overlap removal, so a refused match never hides another |
-//!
-//! Unlike FX, a name used twice must bind the same value, distinct names may bind the
-//! same value (`x.add(y)` matches `a + a`), and [`find_with`] reports at most one match
-//! per anchor node (FX's raw matches also count every permutation of identical
-//! sibling anchors).
-//!
-//! ```
-//! use graphrw::pattern::{find_with, MatchOptions};
-//! use graphrw::{pattern, Builder, DType, TensorMeta};
-//!
-//! pattern! {
-//!     fn sigmoid2(x: Tensor) -> Tensor { x.sigmoid().sigmoid() }
-//! }
-//! let g = Builder::new();
-//! let mut y = g.input("x", TensorMeta::new(DType::F32, [4usize]));
-//! for _ in 0..4 {
-//!     y = y.sigmoid()?;
-//! }
-//! g.output(&[y])?;
-//! let graph = g.finish();
-//! let count = |o: MatchOptions| find_with(&sigmoid2::PATTERN, &graph, &o).len();
-//! assert_eq!(count(MatchOptions::new()), 2);
-//! assert_eq!(count(MatchOptions::new().remove_overlapping_matches(false)), 3);
-//! assert_eq!(count(MatchOptions::new().match_output(true)), 1);
-//! assert_eq!(count(MatchOptions::new().match_placeholder(true)), 1);
-//! # Ok::<(), graphrw::GraphError>(())
-//! ```
+//! Matching options as PyTorch FX's `SubgraphMatcher` has them ([`MatchOptions`]), and
+//! [`find_with`], the search that applies them.
 
 use std::collections::HashSet;
 
@@ -47,8 +11,44 @@ use crate::{Graph, NodeId};
 /// A filter on matches: return false to skip a match (FX's `match_filters`).
 pub type MatchFilter = fn(&Graph, &Match) -> bool;
 
-/// How to match: FX's `SubgraphMatcher` options, set with builder methods (see the
-/// [module docs](self) for what each does). `MatchOptions::new()` is FX's default.
+/// How to match: FX's `SubgraphMatcher` options, set with builder methods.
+/// `MatchOptions::new()` is FX's default.
+///
+/// | option | default | effect |
+/// |---|---|---|
+/// | [`match_output`](MatchOptions::match_output) | off | the pattern's outputs must be the graph's outputs: all of them, in order (FX matches the pattern's `return` against the graph's) |
+/// | [`match_placeholder`](MatchOptions::match_placeholder) | off | tensor parameters must bind graph inputs (not computed values or constants); scalar parameters are unaffected |
+/// | [`remove_overlapping_matches`](MatchOptions::remove_overlapping_matches) | on | greedily in anchor order, drop a match sharing an op node with a match kept earlier |
+/// | [`ignore_literals`](MatchOptions::ignore_literals) | off | literals of the pattern (constant numbers, attribute values, defaults of attributes left out) match any value; a literal still matches only a one-element constant, never a computed value |
+/// | [`fully_contained`](MatchOptions::fully_contained) | on | keep only matches that are safe to replace ([`check_safe`]: no interior value used outside, convex) |
+/// | [`filter`](MatchOptions::filter) | none | keep only matches every filter accepts; filters run before overlap removal, so a refused match never hides another |
+///
+/// Unlike FX, a name used twice must bind the same value, distinct names may bind the
+/// same value (`x.add(y)` matches `a + a`), and [`find_with`] reports at most one match
+/// per anchor node (FX's raw matches also count every permutation of identical
+/// sibling anchors).
+///
+/// ```
+/// use graphrw::pattern::{find_with, MatchOptions};
+/// use graphrw::{pattern, Builder, DType, TensorMeta};
+///
+/// pattern! {
+///     fn sigmoid2(x: Tensor) -> Tensor { x.sigmoid().sigmoid() }
+/// }
+/// let g = Builder::new();
+/// let mut y = g.input("x", TensorMeta::new(DType::F32, [4usize]));
+/// for _ in 0..4 {
+///     y = y.sigmoid()?;
+/// }
+/// g.output(&[y])?;
+/// let graph = g.finish();
+/// let count = |o: MatchOptions| find_with(&sigmoid2::PATTERN, &graph, &o).len();
+/// assert_eq!(count(MatchOptions::new()), 2);
+/// assert_eq!(count(MatchOptions::new().remove_overlapping_matches(false)), 3);
+/// assert_eq!(count(MatchOptions::new().match_output(true)), 1);
+/// assert_eq!(count(MatchOptions::new().match_placeholder(true)), 1);
+/// # Ok::<(), graphrw::GraphError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct MatchOptions {
     pub(crate) flags: Flags,

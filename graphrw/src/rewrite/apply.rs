@@ -65,7 +65,7 @@ fn interior(graph: &Graph, m: &Match) -> Interior {
 }
 
 /// A match's interior nodes (a handful: a sorted inline list beats a tree or a hash set).
-struct Interior(SmallVec<[NodeId; 16]>);
+pub(crate) struct Interior(SmallVec<[NodeId; 16]>);
 
 impl Interior {
     fn contains(&self, n: &NodeId) -> bool {
@@ -79,6 +79,11 @@ impl Interior {
 
 /// Checks that replacing `m` cannot leave a dangling use or make a cycle.
 pub fn check_safe(graph: &Graph, m: &Match) -> Result<(), Unsafe> {
+    safe_interior(graph, m).map(drop)
+}
+
+/// [`check_safe`], returning the match's interior nodes for [`apply_safe`].
+pub(crate) fn safe_interior(graph: &Graph, m: &Match) -> Result<Interior, Unsafe> {
     let inside = interior(graph, m);
     for &n in inside.iter() {
         let Some(node) = graph.node(n) else { continue };
@@ -109,7 +114,7 @@ pub fn check_safe(graph: &Graph, m: &Match) -> Result<(), Unsafe> {
     if m.outputs.len() > 1 {
         check_convex(graph, &inside)?;
     }
-    Ok(())
+    Ok(inside)
 }
 
 /// No path from a node of `inside` through outside nodes back into `inside`.
@@ -149,6 +154,17 @@ pub struct Patch {
 /// checked (one per pattern output, same dtype and shape); only then are uses rewired
 /// and the old nodes removed. On any error the graph is left exactly as it was.
 pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, GraphError> {
+    let inside = interior(graph, m);
+    apply_safe(graph, m, replace, &inside)
+}
+
+/// [`apply`] for a match whose interior nodes [`safe_interior`] has just given.
+pub(crate) fn apply_safe(
+    graph: &mut Graph,
+    m: &Match,
+    replace: ReplaceFn,
+    inside: &Interior,
+) -> Result<Patch, GraphError> {
     let b = Builder::from_graph(std::mem::take(graph));
     let built = replace(&b, &m.bindings);
     let added = b.created();
@@ -186,10 +202,7 @@ pub fn apply(graph: &mut Graph, m: &Match, replace: ReplaceFn) -> Result<Patch, 
     }
     // Remove the matched nodes nothing uses any more, and what only they used (the
     // constants of the match, say): removing one releases its operands.
-    let removed = interior(graph, m)
-        .iter()
-        .map(|&n| graph.remove_if_dead(n))
-        .sum();
+    let removed = inside.iter().map(|&n| graph.remove_if_dead(n)).sum();
     Ok(Patch {
         added,
         rewired,
@@ -210,7 +223,8 @@ fn check_patch(graph: &Graph, m: &Match, new_outputs: &[Value]) -> Result<(), Gr
             ),
         });
     }
-    let inside = interior(graph, m);
+    // A replacement may also return an interior value (not the old output itself):
+    // the rewired users then read it, so the dead-code cascade keeps it.
     for (i, (&old, &new)) in m.outputs.iter().zip(new_outputs).enumerate() {
         let (was, now) = (graph.meta(old)?, graph.meta(new)?);
         if was.dtype != now.dtype || was.shape != now.shape {
@@ -219,11 +233,6 @@ fn check_patch(graph: &Graph, m: &Match, new_outputs: &[Value]) -> Result<(), Gr
                 node: Some(rule.to_string()),
                 message: format!("output {i} was {was} and would become {now}"),
             });
-        }
-        if new != old && inside.contains(&new.node) && !m.outputs.contains(&new) {
-            // Reusing an interior value that is about to be removed is fine only if it
-            // stays used; it will, since the rewired users now read it.
-            continue;
         }
     }
     Ok(())

@@ -233,18 +233,19 @@ impl Rewriter {
                 if !self.options.accepts(graph, &m) {
                     continue;
                 }
-                if check_safe(graph, &m).is_err() {
+                let Ok(inside) = apply::safe_interior(graph, &m) else {
                     *report.rejected_unsafe.entry(rule.name).or_default() += 1;
                     continue;
-                }
+                };
                 let at = describe(graph, id);
-                let patch = apply::apply(graph, &m, rule.replace).map_err(|source| {
-                    RewriteError::Replacement {
-                        rule: rule.name,
-                        node: at.clone(),
-                        source: Box::new(source),
-                    }
-                })?;
+                let patch =
+                    apply::apply_safe(graph, &m, rule.replace, &inside).map_err(|source| {
+                        RewriteError::Replacement {
+                            rule: rule.name,
+                            node: at.clone(),
+                            source: Box::new(source),
+                        }
+                    })?;
                 report.firings.push(Firing {
                     rule: rule.name,
                     at,
