@@ -22,6 +22,11 @@
 //! caches and a 1 M-node one (~200 MB) never does; their growth with size is mostly the
 //! memory hierarchy. The `GRAPHRW_BENCH_MIN` table runs each pass once per round, the
 //! sizes interleaved, so every size starts with cold caches.
+//!
+//! In a full run, the warm rewrite figures at ~111 k nodes can come out about twice
+//! what the same benches give alone (`GRAPHRW_BENCH_LAYERS=3000 cargo bench -p graphrw
+//! --bench matcher -- rewrite`): the allocator's state after the earlier benches, not
+//! the rewriter, is what differs.
 
 use std::time::{Duration, Instant};
 
