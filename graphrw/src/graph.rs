@@ -10,9 +10,9 @@
 //! each node (kept by the graph's op index) and how many operand slots use it.
 //! Questions asked of every node of a big graph (which nodes can anchor a rule, which
 //! are dead) read those few bytes per node rather than the node slots or the edge
-//! lists. A node keeps its
-//! output metadata inline (shapes up to [`crate::meta::INLINE_RANK`] dims included),
-//! so reading an operand's shape is one step from the node, not a pointer chase.
+//! lists. A node keeps its output metadata inline (shapes up to
+//! [`crate::meta::INLINE_RANK`] dims included), so reading an operand's shape is one
+//! step from the node, not a pointer chase.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -443,6 +443,10 @@ impl Graph {
         let scalar = node.is_scalar_constant();
         let operands = node.operands.len();
         let id = self.dag.add_node(node);
+        // Sized first: an unchecked node may name its own (reused) index as an operand.
+        if id.index() >= self.use_counts.len() {
+            self.use_counts.resize(id.index() + 1, 0);
+        }
         for i in 0..operands {
             let v = self.dag[id].operands[i];
             if self.dag.contains_node(v.node) {
@@ -450,9 +454,6 @@ impl Graph {
             }
         }
         self.by_op.insert(op, id, scalar);
-        if id.index() >= self.use_counts.len() {
-            self.use_counts.resize(id.index() + 1, 0);
-        }
         id
     }
 
@@ -466,11 +467,8 @@ impl Graph {
                 operand,
             },
         );
-        let i = value.node.index();
-        if i >= self.use_counts.len() {
-            self.use_counts.resize(i + 1, 0);
-        }
-        self.use_counts[i] += 1;
+        // Every live node went through `insert`, which sized the column for it.
+        self.use_counts[value.node.index()] += 1;
     }
 
     /// Forgets one use of an output of `producer` (its edge is being removed).
@@ -620,9 +618,7 @@ impl Graph {
     /// True when `id` exists, nothing uses it, and it is neither a graph input nor a
     /// graph output.
     fn is_dead(&self, id: NodeId) -> bool {
-        self.use_count_of_node(id) == 0
-            && self.node(id).is_some_and(|n| *n.op != ops::builtin::INPUT)
-            && !self.outputs.iter().any(|o| o.node == id)
+        self.node(id).is_some_and(|n| *n.op != ops::builtin::INPUT) && self.is_unused(id)
     }
 
     /// [`Graph::remove_if_dead`] with a stack to reuse (left empty).
