@@ -129,3 +129,12 @@ impl OnnxError {
         }
     }
 }
+
+/// `text` cut to at most `max` characters (on a char boundary), with `...` when cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max.saturating_sub(3)).collect();
+    format!("{cut}...")
+}

@@ -19,6 +19,8 @@
 mod error;
 mod functions;
 mod load;
+mod nesting;
+mod schemas;
 pub mod proto;
 mod save;
 mod tensor_pb;

@@ -1,0 +1,354 @@
+//! Models as they come: ONNX ops graphrw does not model load as `opaque` nodes, print,
+//! save back with their attributes byte for byte, and refuse to run naming the op;
+//! older opsets read with each op's meaning at its version; hostile files refused in
+//! one short line.
+
+use graphrw::onnx::proto::{
+    AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+};
+use graphrw::onnx::{self, OnnxError};
+use graphrw::{Graph, Tensor};
+use prost::Message;
+
+fn f32_value(name: &str, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: 1,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(DimensionValue::DimValue(d)),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: op.into(),
+        name: format!("n_{}", outputs.first().copied().unwrap_or("x")),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn int_attr(name: &str, i: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: 2,
+        i,
+        ..Default::default()
+    }
+}
+
+fn ints_attr(name: &str, ints: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: 7,
+        ints: ints.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn model(opset: i64, graph: GraphProto, extra: &[(&str, i64)]) -> ModelProto {
+    let mut opset_import = vec![OperatorSetIdProto {
+        domain: String::new(),
+        version: opset,
+    }];
+    for (d, v) in extra {
+        opset_import.push(OperatorSetIdProto {
+            domain: d.to_string(),
+            version: *v,
+        });
+    }
+    ModelProto {
+        ir_version: 8,
+        opset_import,
+        graph: Some(graph),
+        ..Default::default()
+    }
+}
+
+fn load(m: &ModelProto) -> Result<Graph, OnnxError> {
+    onnx::load_bytes(&m.encode_to_vec())
+}
+
+/// A custom-domain op with int, float list, string and subgraph attributes between two
+/// known ops; `typed` gives its output a `value_info`.
+fn custom_op_model(typed: bool) -> ModelProto {
+    let mut foo = node("Foo", &["r"], &["f"]);
+    foo.domain = "com.example".into();
+    foo.attribute = vec![
+        int_attr("count", 3),
+        AttributeProto {
+            name: "weights".into(),
+            r#type: 6,
+            floats: vec![0.5, -1.25],
+            ..Default::default()
+        },
+        AttributeProto {
+            name: "mode".into(),
+            r#type: 3,
+            s: b"fast".to_vec(),
+            ..Default::default()
+        },
+        AttributeProto {
+            name: "body".into(),
+            r#type: 5,
+            g: Some(Box::new(GraphProto {
+                node: vec![node("Relu", &["x"], &["inner"])],
+                output: vec![f32_value("inner", &[2, 3])],
+                ..Default::default()
+            })),
+            ..Default::default()
+        },
+    ];
+    model(
+        17,
+        GraphProto {
+            node: vec![
+                node("Relu", &["x"], &["r"]),
+                foo,
+                node("Neg", &["f"], &["y"]),
+            ],
+            input: vec![f32_value("x", &[2, 3])],
+            output: vec![f32_value("y", &[2, 3])],
+            value_info: if typed {
+                vec![f32_value("f", &[2, 3])]
+            } else {
+                vec![]
+            },
+            ..Default::default()
+        },
+        &[("com.example", 2)],
+    )
+}
+
+#[test]
+fn unknown_op_loads_prints_and_saves_back_byte_for_byte() {
+    let m = custom_op_model(true);
+    let g = load(&m).expect("a model with an unknown op loads");
+    assert_eq!(g.op_counts().get("opaque"), Some(&1));
+    // The op after it reads known metadata, so it is mapped as usual.
+    assert_eq!(g.op_counts().get("neg"), Some(&1));
+    let text = g.to_string();
+    assert!(text.contains(r#"opaque("#), "{text}");
+    assert!(text.contains(r#"op_type="Foo""#), "{text}");
+    assert!(text.contains(r#"domain="com.example""#), "{text}");
+
+    let saved = onnx::to_model(&g).expect("save");
+    let out = saved.graph.as_ref().expect("graph");
+    let foo = out
+        .node
+        .iter()
+        .find(|n| n.op_type == "Foo")
+        .expect("Foo written back");
+    let original = &m.graph.as_ref().expect("graph").node[1];
+    assert_eq!(foo.domain, "com.example");
+    let bytes = |n: &NodeProto| -> Vec<Vec<u8>> {
+        n.attribute.iter().map(|a| a.encode_to_vec()).collect()
+    };
+    assert_eq!(bytes(foo), bytes(original), "attributes byte for byte");
+    assert!(saved
+        .opset_import
+        .iter()
+        .any(|o| o.domain == "com.example" && o.version == 2));
+    // And it loads again to the same program.
+    let again = onnx::load_bytes(&saved.encode_to_vec()).expect("reload");
+    assert_eq!(again.to_string(), text);
+}
+
+#[test]
+fn unknown_metadata_is_printed_as_unknown_and_spreads_opacity_downstream() {
+    let g = load(&custom_op_model(false)).expect("loads without value_info");
+    let text = g.to_string();
+    assert!(text.contains("# ?"), "{text}");
+    // Neg reads a value of unknown shape: it stays opaque rather than guessing.
+    assert_eq!(g.op_counts().get("opaque"), Some(&2), "{text}");
+    assert!(text.contains(r#"op_type="Neg""#), "{text}");
+    let saved = onnx::to_model(&g).expect("save");
+    let out = saved.graph.expect("graph");
+    assert_eq!(out.output.len(), 1);
+    assert_eq!(out.output[0], f32_value("y", &[2, 3]), "output type kept");
+    assert!(out.node.iter().any(|n| n.op_type == "Neg"));
+}
+
+#[test]
+fn running_an_opaque_node_names_the_op() {
+    let g = load(&custom_op_model(true)).expect("load");
+    let x = Tensor::from_vec(vec![2, 3], vec![1.0f32; 6]).expect("tensor");
+    let err = graphrw::exec::run_reference(&g, &[x])
+        .expect_err("no kernel for Foo")
+        .to_string();
+    assert!(err.contains("no kernel for ONNX op `Foo`"), "{err}");
+    assert!(err.contains("com.example"), "{err}");
+}
+
+#[test]
+fn subgraph_reads_of_outer_values_are_kept() {
+    // An If whose branches read `r`, an outer value.
+    let branch = |op: &str| GraphProto {
+        node: vec![node(op, &["r"], &["b"])],
+        output: vec![f32_value("b", &[2, 3])],
+        ..Default::default()
+    };
+    let mut iff = node("If", &["c"], &["y"]);
+    iff.attribute = vec![
+        AttributeProto {
+            name: "then_branch".into(),
+            r#type: 5,
+            g: Some(Box::new(branch("Relu"))),
+            ..Default::default()
+        },
+        AttributeProto {
+            name: "else_branch".into(),
+            r#type: 5,
+            g: Some(Box::new(branch("Neg"))),
+            ..Default::default()
+        },
+    ];
+    let mut c = f32_value("c", &[]);
+    if let Some(t) = c.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+        t.elem_type = 9;
+    }
+    let m = model(
+        17,
+        GraphProto {
+            node: vec![node("Sigmoid", &["x"], &["r"]), iff],
+            input: vec![f32_value("x", &[2, 3]), c],
+            output: vec![f32_value("y", &[2, 3])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("load");
+    let opaque = g.nodes_with_op("opaque").next().expect("If is opaque");
+    // Its operands: the condition, then the captured outer value.
+    assert_eq!(g.node(opaque).expect("node").operands().len(), 2);
+    let saved = onnx::to_model(&g).expect("save");
+    let out = saved.graph.expect("graph");
+    // `r` is still defined under its name before the If reads it.
+    let iff = out.node.iter().position(|n| n.op_type == "If").expect("If");
+    assert!(
+        out.node[..iff].iter().any(|n| n.output.contains(&"r".to_string())),
+        "{:?}",
+        out.node
+    );
+}
+
+#[test]
+fn old_opsets_read_each_op_at_its_version() {
+    // Opset 11: Softmax flattens to 2-D from axis 1; Unsqueeze/Squeeze take attributes.
+    let mut sm = node("Softmax", &["x"], &["s"]);
+    sm.attribute = vec![int_attr("axis", 1)];
+    let mut un = node("Unsqueeze", &["s"], &["u"]);
+    un.attribute = vec![ints_attr("axes", &[0])];
+    let mut sq = node("Squeeze", &["u"], &["y"]);
+    sq.attribute = vec![ints_attr("axes", &[0])];
+    let m = model(
+        11,
+        GraphProto {
+            node: vec![sm, un, sq],
+            input: vec![f32_value("x", &[2, 3, 5])],
+            output: vec![f32_value("y", &[2, 3, 5])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("opset 11 loads");
+    assert_eq!(g.op_counts().get("opaque"), None, "{g}");
+    let data: Vec<f32> = (0..30).map(|i| ((i * 7) % 11) as f32 * 0.3 - 1.0).collect();
+    let x = Tensor::from_vec(vec![2, 3, 5], data.clone()).expect("tensor");
+    let y = graphrw::exec::run_reference(&g, &[x]).expect("runs");
+    let got = y[0].to_f64_vec();
+    // Softmax-11 over axis 1 of [2, 3, 5]: each batch row of 15 values is one softmax.
+    for b in 0..2 {
+        let row = &data[b * 15..(b + 1) * 15];
+        let max = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+        let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+        for (i, &v) in row.iter().enumerate() {
+            let want = (v as f64 - max).exp() / sum;
+            assert!((got[b * 15 + i] - want).abs() < 1e-5, "{b} {i}");
+        }
+    }
+    // Saved at graphrw's opset, read back to the same program.
+    let again = onnx::load_bytes(&onnx::to_bytes(&g).expect("save")).expect("reload");
+    assert_eq!(again.to_string(), g.to_string());
+}
+
+#[test]
+fn an_old_op_that_changed_meaning_is_refused_at_save_not_load() {
+    // Pad-2 takes its pads as an attribute; Pad-11 as an input: not a relabel.
+    let mut pad = node("Pad", &["x"], &["y"]);
+    pad.attribute = vec![ints_attr("pads", &[0, 1, 0, 1])];
+    let m = model(
+        9,
+        GraphProto {
+            node: vec![pad],
+            input: vec![f32_value("x", &[2, 3])],
+            output: vec![f32_value("y", &[2, 5])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads (Pad is opaque)");
+    assert_eq!(g.op_counts().get("opaque"), Some(&1));
+    let e = onnx::to_model(&g).expect_err("Pad-2 cannot be written at opset 18");
+    assert!(e.to_string().contains("changed meaning"), "{e}");
+}
+
+#[test]
+fn a_graph_without_outputs_is_refused() {
+    let m = model(
+        17,
+        GraphProto {
+            node: vec![node("Relu", &["x"], &["y"])],
+            input: vec![f32_value("x", &[2])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let e = load(&m).expect_err("no outputs").to_string();
+    assert!(e.contains("declares no outputs"), "{e}");
+}
+
+#[test]
+fn deep_nesting_is_one_short_line_with_depth_and_limit() {
+    let mut g = GraphProto::default();
+    for _ in 0..3000 {
+        let mut n = node("If", &[], &[]);
+        n.attribute.push(AttributeProto {
+            name: "then_branch".into(),
+            r#type: 5,
+            g: Some(Box::new(g)),
+            ..Default::default()
+        });
+        g = GraphProto {
+            node: vec![n],
+            ..Default::default()
+        };
+    }
+    // Encoding recurses too; give it a big stack.
+    let bytes = std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || model(17, g, &[]).encode_to_vec())
+        .expect("thread")
+        .join()
+        .expect("encode");
+    let e = onnx::load_bytes(&bytes).expect_err("too deep").to_string();
+    let first = e.lines().next().unwrap_or("");
+    assert!(first.len() <= 200, "{} chars: {first}", first.len());
+    assert!(first.contains("3001 deep"), "{first}");
+    assert!(first.contains("at most 33"), "{first}");
+}
