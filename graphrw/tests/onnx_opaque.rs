@@ -288,8 +288,8 @@ fn old_opsets_read_each_op_at_its_version() {
 }
 
 #[test]
-fn an_old_op_that_changed_meaning_is_refused_at_save_not_load() {
-    // Pad-2 takes its pads as an attribute; Pad-11 as an input: not a relabel.
+fn old_opaque_ops_are_upgraded_or_refused_at_save_not_load() {
+    // Pad-2 takes its pads as an attribute, Pad-11 as an input: upgraded on save.
     let mut pad = node("Pad", &["x"], &["y"]);
     pad.attribute = vec![ints_attr("pads", &[0, 1, 0, 1])];
     let m = model(
@@ -304,8 +304,62 @@ fn an_old_op_that_changed_meaning_is_refused_at_save_not_load() {
     );
     let g = load(&m).expect("loads (Pad is opaque)");
     assert_eq!(g.op_counts().get("opaque"), Some(&1));
-    let e = onnx::to_model(&g).expect_err("Pad-2 cannot be written at opset 18");
-    assert!(e.to_string().contains("changed meaning"), "{e}");
+    let saved = onnx::to_model(&g).expect("Pad-2 upgrades");
+    let out = saved.graph.expect("graph");
+    let pad = out.node.iter().find(|n| n.op_type == "Pad").expect("Pad");
+    assert!(pad.attribute.iter().all(|a| a.name != "pads"), "{pad:?}");
+    let pads = out
+        .initializer
+        .iter()
+        .find(|t| pad.input.get(1) == Some(&t.name))
+        .expect("pads initialiser");
+    assert_eq!(pads.dims, vec![4]);
+
+    // Upsample is gone by opset 10: refused when saving, with the way out.
+    let mut up = node("Upsample", &["x"], &["y"]);
+    up.attribute = vec![AttributeProto {
+        name: "scales".into(),
+        r#type: 6,
+        floats: vec![1.0, 2.0],
+        ..Default::default()
+    }];
+    let m = model(
+        7,
+        GraphProto {
+            node: vec![up],
+            input: vec![f32_value("x", &[2, 3])],
+            output: vec![f32_value("y", &[2, 6])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads (Upsample is opaque)");
+    let e = onnx::to_model(&g).expect_err("Upsample cannot be written at opset 18");
+    assert!(e.to_string().contains("version_converter"), "{e}");
+}
+
+#[test]
+fn legacy_broadcast_reads_as_numpy_broadcast() {
+    let mut add = node("Add", &["a", "b"], &["y"]);
+    add.attribute = vec![int_attr("broadcast", 1), int_attr("axis", 1)];
+    let m = model(
+        6,
+        GraphProto {
+            node: vec![add],
+            input: vec![f32_value("a", &[2, 3, 4]), f32_value("b", &[3])],
+            output: vec![f32_value("y", &[2, 3, 4])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads");
+    assert_eq!(g.op_counts().get("opaque"), None, "{g}");
+    let a = Tensor::from_vec(vec![2, 3, 4], vec![0.0f32; 24]).expect("a");
+    let b = Tensor::from_vec(vec![3], vec![1.0f32, 2.0, 3.0]).expect("b");
+    let y = graphrw::exec::run_reference(&g, &[a, b]).expect("runs")[0].to_f64_vec();
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(*v, ((i / 4) % 3 + 1) as f64, "element {i}");
+    }
 }
 
 #[test]

@@ -755,9 +755,29 @@ impl<'m> Importer<'m> {
             _ => None,
         };
         if let Some(op) = simple_binary {
-            at.only_attrs(&[])?;
             at.inputs_between(2, 2)?;
-            let (a, b) = (self.req(at, 0)?, self.req(at, 1)?);
+            let (a, mut b) = (self.req(at, 0)?, self.req(at, 1)?);
+            if self.opset < 7 {
+                // Legacy broadcasting: with `broadcast` 1, `b`'s dims line up with
+                // `a`'s from `axis` (default: the trailing dims); numpy broadcasting
+                // after trailing 1s are added to `b`.
+                at.only_attrs(&["broadcast", "axis"])?;
+                if at.int("broadcast", 0)? != 0 {
+                    let (ra, rb) = (self.meta(a)?.rank() as i64, self.meta(b)?.rank() as i64);
+                    let axis = at.int("axis", ra - rb)?;
+                    let axis = if axis < 0 { axis + ra } else { axis };
+                    if axis < 0 || axis + rb > ra {
+                        return Err(at.err(format!(
+                            "broadcast axis {axis} does not fit ranks {ra} and {rb}"
+                        )));
+                    }
+                    for _ in 0..ra - axis - rb {
+                        b = self.op1(at, "unsqueeze", &[b], &[("dim", int_attr(-1))])?;
+                    }
+                }
+            } else {
+                at.only_attrs(&[])?;
+            }
             return Ok(vec![self.op1(at, op, &[a, b], &[])?]);
         }
         let simple_unary = match op_type {
@@ -1178,7 +1198,12 @@ impl<'m> Importer<'m> {
     }
 
     fn gemm(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        at.only_attrs(&["alpha", "beta", "transA", "transB"])?;
+        if self.opset < 7 {
+            // `broadcast` 1 broadcasts C one way: numpy broadcasting does the same.
+            at.only_attrs(&["alpha", "beta", "transA", "transB", "broadcast"])?;
+        } else {
+            at.only_attrs(&["alpha", "beta", "transA", "transB"])?;
+        }
         at.inputs_between(2, 3)?;
         let alpha = at.float("alpha", 1.0)? as f64;
         let beta = at.float("beta", 1.0)? as f64;

@@ -21,6 +21,7 @@ mod functions;
 mod load;
 mod nesting;
 mod schemas;
+mod upgrade;
 pub mod proto;
 mod save;
 mod tensor_pb;

@@ -107,9 +107,9 @@ struct Exporter<'g> {
     value_infos: Vec<ValueInfoProto>,
     /// Opset imports of the other domains opaque nodes came from.
     domains: BTreeMap<String, i64>,
-    /// Default-domain opaque nodes (op type, source opset, node name), checked against
-    /// the opset finally written.
-    pinned: Vec<(String, i64, String)>,
+    /// Default-domain opaque nodes (index in `nodes`, source opset, graph node),
+    /// upgraded or checked against the opset finally written.
+    pinned: Vec<(usize, i64, NodeId)>,
 }
 
 fn a_int(name: &str, i: i64) -> AttributeProto {
@@ -791,8 +791,7 @@ impl<'g> Exporter<'g> {
         if domain.is_empty() {
             // Never below the node's own opset (its meaning there is what it has).
             self.opset = self.opset.max(f.opset);
-            self.pinned
-                .push((proto.op_type.clone(), f.opset, proto.name.clone()));
+            self.pinned.push((self.nodes.len(), f.opset, id));
         } else {
             let have = *self.domains.entry(domain.to_string()).or_insert(f.opset);
             if have != f.opset {
@@ -803,6 +802,57 @@ impl<'g> Exporter<'g> {
             }
         }
         self.nodes.push(proto);
+        Ok(())
+    }
+
+    /// Brings the opaque default-domain node `nodes[at]`, read at opset `from`, to the
+    /// opset written: unchanged where its op kept its meaning, through the upgrades of
+    /// [`super::upgrade`] where only the form changed, else an error.
+    fn upgrade(&mut self, at: usize, from: i64, id: NodeId) -> Result<(), OnnxError> {
+        let to = self.opset;
+        let Some(mut node) = self.nodes.get(at).cloned() else {
+            return Ok(());
+        };
+        if super::schemas::removed_by(&node.op_type, to) {
+            return Err(OnnxError::node(
+                &node.op_type,
+                &node.name,
+                format!("read at opset {from}, this op no longer exists at opset {to}, which graphrw writes; convert the model with onnx.version_converter"),
+            ));
+        }
+        let Some(steps) = super::schemas::barriers(&node.op_type, from, to) else {
+            return Ok(()); // Not a standard op: written as it came.
+        };
+        let graph = self.graph;
+        let gnode = graph.try_node(id).map_err(OnnxError::verify)?;
+        let meta = |i: usize| {
+            gnode
+                .operands()
+                .get(i)
+                .filter(|v| graph.node(v.node).is_some_and(|n| n.is_known(v.output as usize)))
+                .and_then(|&v| graph.meta(v).ok())
+        };
+        let dtype = meta(0).map(|m| m.dtype);
+        let ranks = [meta(0).map(TensorMeta::rank), meta(1).map(TensorMeta::rank)];
+        let base = node.name.clone();
+        let taken = &mut self.taken;
+        let mut fresh = |what: &str| unique(taken, &format!("{base}/{what}"));
+        let mut ctx = super::upgrade::Ctx {
+            dtype,
+            ranks,
+            fresh: &mut fresh,
+            inits: &mut self.inits,
+        };
+        for v in steps {
+            super::upgrade::step(&mut node, v, &mut ctx).map_err(|why| {
+                OnnxError::node(
+                    &node.op_type,
+                    &node.name,
+                    format!("read at opset {from}, it changed meaning at opset {v} (graphrw writes {to}): {why}; convert the model with onnx.version_converter"),
+                )
+            })?;
+        }
+        self.nodes[at] = node;
         Ok(())
     }
 
@@ -1041,17 +1091,8 @@ impl<'g> Exporter<'g> {
         }
         // An opaque default-domain node read at an older opset is written unchanged
         // only where its op kept its meaning up to the opset written.
-        for (op_type, from, node) in &self.pinned {
-            if *from < self.opset && super::schemas::relabels(op_type, *from, self.opset) == Some(false) {
-                return Err(OnnxError::node(
-                    op_type,
-                    node,
-                    format!(
-                        "read at opset {from}, this op changed meaning by opset {}, which graphrw writes; convert the model with onnx.version_converter first",
-                        self.opset
-                    ),
-                ));
-            }
+        for (at, from, id) in std::mem::take(&mut self.pinned) {
+            self.upgrade(at, from, id)?;
         }
         let mut opset_import = vec![OperatorSetIdProto {
             domain: String::new(),

@@ -6,16 +6,24 @@
 //! version converter (`version_converter/convert.h`): a step that only adds types or
 //! attributes with defaults keeps a node's meaning; any other step is a barrier.
 
-/// Whether a default-domain node of `op_type` read at opset `from` means the same when
-/// written in a model of opset `to` (no barrier in `from+1..=to`, not deprecated by
-/// `to`); `None` when the op is not a standard ONNX op.
-pub(crate) fn relabels(op_type: &str, from: i64, to: i64) -> Option<bool> {
+/// The versions in `from+1..=to` at which `op_type` changed meaning (empty when it
+/// keeps it), or `None` when it is not a standard op or is deprecated by `to`.
+pub(crate) fn barriers(op_type: &str, from: i64, to: i64) -> Option<Vec<i64>> {
     let i = SCHEMA_HISTORY
         .binary_search_by(|(name, ..)| (*name).cmp(op_type))
         .ok()?;
     let (_, _, barriers, deprecated) = SCHEMA_HISTORY[i];
-    let deprecated = deprecated != 0 && deprecated <= to;
-    Some(!deprecated && !barriers.iter().any(|&b| from < b && b <= to))
+    if deprecated != 0 && deprecated <= to {
+        return None;
+    }
+    Some(barriers.iter().copied().filter(|&b| from < b && b <= to).collect())
+}
+
+/// True when `op_type` is a standard op that opset `to` no longer has (deprecated).
+pub(crate) fn removed_by(op_type: &str, to: i64) -> bool {
+    SCHEMA_HISTORY
+        .binary_search_by(|(name, ..)| (*name).cmp(op_type))
+        .is_ok_and(|i| SCHEMA_HISTORY[i].3 != 0 && SCHEMA_HISTORY[i].3 <= to)
 }
 
 /// Generated from onnx 1.23.2: op type, the opset it appeared in, the versions whose
