@@ -406,3 +406,100 @@ fn deep_nesting_is_one_short_line_with_depth_and_limit() {
     assert!(first.contains("3001 deep"), "{first}");
     assert!(first.contains("at most 33"), "{first}");
 }
+
+fn float_attr(name: &str, f: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: 1,
+        f,
+        ..Default::default()
+    }
+}
+
+/// Runs a one-node model on `x` (and `extra` inputs), before and after a save.
+fn run_one(opset: i64, n: NodeProto, dims: &[i64], inputs: Vec<(ValueInfoProto, Tensor)>) -> Vec<f64> {
+    let mut vis = Vec::new();
+    let mut ts = Vec::new();
+    for (vi, t) in inputs {
+        vis.push(vi);
+        ts.push(t);
+    }
+    let m = model(
+        opset,
+        GraphProto {
+            node: vec![n],
+            input: vis,
+            output: vec![f32_value("y", dims)],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads");
+    assert_eq!(g.op_counts().get("opaque"), None, "{g}");
+    let y = graphrw::exec::run_reference(&g, &ts).expect("runs")[0].to_f64_vec();
+    let again = onnx::load_bytes(&onnx::to_bytes(&g).expect("save")).expect("reload");
+    let y2 = graphrw::exec::run_reference(&again, &ts).expect("runs again")[0].to_f64_vec();
+    assert_eq!(y, y2, "saved model computes the same");
+    y
+}
+
+#[test]
+fn activations_match_a_plain_reference_on_many_shapes() {
+    let shapes: &[&[i64]] = &[&[1], &[7], &[2, 3, 5], &[1, 1, 1], &[3, 1, 4]];
+    for &dims in shapes {
+        let n: usize = dims.iter().product::<i64>() as usize;
+        let data: Vec<f32> = (0..n).map(|i| (i as f32 * 0.77).sin() * 3.0).collect();
+        let x = || Tensor::from_vec(dims.iter().map(|&d| d as usize).collect(), data.clone()).expect("x");
+        type Case = (&'static str, Vec<AttributeProto>, fn(f64) -> f64);
+        let cases: Vec<Case> = vec![
+            ("LeakyRelu", vec![float_attr("alpha", 0.2)], |v| if v < 0.0 { 0.2 * v } else { v }),
+            ("Elu", vec![float_attr("alpha", 0.5)], |v| if v > 0.0 { v } else { 0.5 * (v.exp() - 1.0) }),
+            ("Selu", vec![], |v| {
+                1.050_701 * if v > 0.0 { v } else { 1.673_263_2 * (v.exp() - 1.0) }
+            }),
+            ("Softplus", vec![], |v| (v.exp() + 1.0).ln()),
+        ];
+        for (op, attrs, f) in cases {
+            let mut nd = node(op, &["x"], &["y"]);
+            nd.attribute = attrs;
+            let y = run_one(17, nd, dims, vec![(f32_value("x", dims), x())]);
+            for (i, (&g, &v)) in y.iter().zip(&data).enumerate() {
+                let want = f(v as f64);
+                assert!((g - want).abs() < 1e-5 * (1.0 + want.abs()), "{op} {dims:?} [{i}]: {g} vs {want}");
+            }
+        }
+    }
+}
+
+#[test]
+fn prelu_slope_is_per_channel_before_opset_7_and_numpy_broadcast_after() {
+    let dims = [2i64, 3, 5];
+    let data: Vec<f32> = (0..30).map(|i| i as f32 - 15.0).collect();
+    let x = Tensor::from_vec(vec![2, 3, 5], data.clone()).expect("x");
+    // Opset 6: a slope of 3 values applies along dim 1.
+    let slope = Tensor::from_vec(vec![3], vec![0.1f32, 0.2, 0.3]).expect("slope");
+    let y = run_one(
+        6,
+        node("PRelu", &["x", "s"], &["y"]),
+        &dims,
+        vec![(f32_value("x", &dims), x.clone()), (f32_value("s", &[3]), slope)],
+    );
+    for (i, (&g, &v)) in y.iter().zip(&data).enumerate() {
+        let s = [0.1, 0.2, 0.3][(i / 5) % 3];
+        let want = if v < 0.0 { s * v as f64 } else { v as f64 };
+        assert!((g - want).abs() < 1e-5, "[{i}] {g} vs {want}");
+    }
+    // Opset 9: a slope of 5 values broadcasts along the last dim.
+    let slope = Tensor::from_vec(vec![5], vec![0.1f32, 0.2, 0.3, 0.4, 0.5]).expect("slope");
+    let y = run_one(
+        9,
+        node("PRelu", &["x", "s"], &["y"]),
+        &dims,
+        vec![(f32_value("x", &dims), x), (f32_value("s", &[5]), slope)],
+    );
+    for (i, (&g, &v)) in y.iter().zip(&data).enumerate() {
+        let s = [0.1, 0.2, 0.3, 0.4, 0.5][i % 5];
+        let want = if v < 0.0 { s * v as f64 } else { v as f64 };
+        assert!((g - want).abs() < 1e-5, "[{i}] {g} vs {want}");
+    }
+}

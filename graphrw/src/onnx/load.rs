@@ -906,6 +906,7 @@ impl<'m> Importer<'m> {
                 )?])
             }
             "Clip" => self.clip(at),
+            "PRelu" | "LeakyRelu" | "Elu" | "Selu" | "Softplus" => self.activation(at),
             "BatchNormalization" => self.batch_norm(at),
             "Where" => {
                 at.only_attrs(&[])?;
@@ -1395,6 +1396,76 @@ impl<'m> Importer<'m> {
         let y = self.op1(at, op, &[y], &[("dim", int_attr(-1))])?;
         let back: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         Ok(vec![self.op1(at, "reshape", &[y], &[("shape", AttrValue::Ints(back))])?])
+    }
+
+    /// Activations written with vocabulary ops: `PRelu` and `LeakyRelu` as
+    /// `relu(x) - slope * relu(-x)`, `Elu`/`Selu` as `where(x > 0, x, alpha * (exp(x) - 1))`
+    /// (times `gamma`), `Softplus` as `log(exp(x) + 1)`. Before opset 7 a PRelu slope of
+    /// one value per channel applies along dim 1.
+    fn activation(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        let op_type = at.node.op_type.as_str();
+        match op_type {
+            "PRelu" | "Softplus" => at.only_attrs(&[])?,
+            "LeakyRelu" | "Elu" => at.only_attrs(&["alpha"])?,
+            _ => at.only_attrs(&["alpha", "gamma"])?,
+        }
+        at.inputs_between(if op_type == "PRelu" { 2 } else { 1 }, if op_type == "PRelu" { 2 } else { 1 })?;
+        let x = self.req(at, 0)?;
+        let m = self.meta(x)?;
+        if !m.dtype.is_float() {
+            return Err(at.err(format!("{} input", m.dtype)));
+        }
+        let c = |imp: &mut Self, v: f64| imp.scalar(m.dtype, v);
+        match op_type {
+            "PRelu" | "LeakyRelu" => {
+                let mut slope = match op_type {
+                    "PRelu" => self.req(at, 1)?,
+                    _ => {
+                        let alpha = f64::from(at.float("alpha", 0.01)?);
+                        c(self, alpha)
+                    }
+                };
+                let sm = self.meta(slope)?;
+                let per_channel = sm.rank() == 1
+                    && m.rank() > 2
+                    && sm.shape.dims()[0] == m.shape.dims()[1]
+                    && !sm.shape.dims()[0].is_one();
+                if op_type == "PRelu" && self.opset < 7 && per_channel {
+                    for _ in 2..m.rank() {
+                        slope = self.op1(at, "unsqueeze", &[slope], &[("dim", int_attr(-1))])?;
+                    }
+                }
+                let pos = self.op1(at, "relu", &[x], &[])?;
+                let negx = self.op1(at, "neg", &[x], &[])?;
+                let neg = self.op1(at, "relu", &[negx], &[])?;
+                let scaled = self.op1(at, "mul", &[neg, slope], &[])?;
+                Ok(vec![self.op1(at, "sub", &[pos, scaled], &[])?])
+            }
+            "Softplus" => {
+                let e = self.op1(at, "exp", &[x], &[])?;
+                let one = c(self, 1.0);
+                let s = self.op1(at, "add", &[e, one], &[])?;
+                Ok(vec![self.op1(at, "log", &[s], &[])?])
+            }
+            _ => {
+                let selu = op_type == "Selu";
+                let alpha = f64::from(at.float("alpha", if selu { 1.673_263_2 } else { 1.0 })?);
+                let gamma = f64::from(at.float("gamma", 1.050_701)?);
+                let zero = c(self, 0.0);
+                let pos = self.op1(at, "gt", &[x, zero], &[])?;
+                let e = self.op1(at, "exp", &[x], &[])?;
+                let one = c(self, 1.0);
+                let em1 = self.op1(at, "sub", &[e, one], &[])?;
+                let a = c(self, alpha);
+                let neg = self.op1(at, "mul", &[em1, a], &[])?;
+                let mut y = self.op1(at, "where", &[pos, x, neg], &[])?;
+                if selu {
+                    let g = c(self, gamma);
+                    y = self.op1(at, "mul", &[y, g], &[])?;
+                }
+                Ok(vec![y])
+            }
+        }
     }
 
     /// Clip: `min`/`max` attributes before opset 11, optional constant inputs since; a

@@ -5,6 +5,7 @@
 //! `CompatibleAdapter`, `TypeRestriction` and `ExtendSupportedTypes` steps of its
 //! version converter (`version_converter/convert.h`): a step that only adds types or
 //! attributes with defaults keeps a node's meaning; any other step is a barrier.
+//! One correction by hand: PRelu-7 (see its entry).
 
 /// The versions in `from+1..=to` at which `op_type` changed meaning (empty when it
 /// keeps it), or `None` when it is not a standard op or is deprecated by `to`.
@@ -149,7 +150,7 @@ pub(crate) const SCHEMA_HISTORY: &[(&str, i64, &[i64], i64)] = &[
     ("OptionalGetElement", 15, &[], 0),
     ("OptionalHasElement", 15, &[], 0),
     ("Or", 1, &[7], 0),
-    ("PRelu", 1, &[6], 0),
+    ("PRelu", 1, &[6, 7], 0), // 7: numpy broadcasting of the slope (the converter calls it compatible; a per-channel slope is not)
     ("Pad", 1, &[2, 11], 0),
     ("Pow", 1, &[7], 0),
     ("QLinearConv", 10, &[], 0),
