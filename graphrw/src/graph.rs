@@ -485,7 +485,7 @@ impl Graph {
                 return Err(GraphError::Signature {
                     op: op.name,
                     node: at(),
-                    message: "inputs and constants are added with add_input/add_constant".into(),
+                    message: "its metadata is declared: inputs, constants and opaque nodes are added with add_input, add_constant and add_opaque".into(),
                 })
             }
         };
