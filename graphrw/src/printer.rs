@@ -158,7 +158,11 @@ pub fn print(graph: &Graph) -> String {
         .filter_map(|&id| {
             let node = graph.node(id)?;
             node.outputs().first()?;
-            Some(format!("{}: {}", names.get(Value::from(id)), meta_text(node, 0)))
+            Some(format!(
+                "{}: {}",
+                names.get(Value::from(id)),
+                meta_text(node, 0)
+            ))
         })
         .collect();
     let _ = writeln!(out, "graph({}) {{", params.join(", "));

@@ -679,7 +679,14 @@ fn opaque_nodes_declare_their_metadata() {
         TensorMeta::new(DType::F16, [4usize]),
         TensorMeta::new(DType::F32, Shape::default()),
     ];
-    let id = g.add_opaque("Mystery", "com.example", vec![x], metas.clone(), foreign, None);
+    let id = g.add_opaque(
+        "Mystery",
+        "com.example",
+        vec![x],
+        metas.clone(),
+        foreign,
+        None,
+    );
     let node = g.node(id).expect("node");
     assert_eq!(node.outputs(), metas.as_slice());
     assert!(node.is_known(0));

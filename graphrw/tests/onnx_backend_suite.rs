@@ -36,7 +36,11 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
         .filter_map(Result::ok)
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let n = name.strip_prefix(prefix)?.strip_suffix(".pb")?.parse().ok()?;
+            let n = name
+                .strip_prefix(prefix)?
+                .strip_suffix(".pb")?
+                .parse()
+                .ok()?;
             Some((n, e.path()))
         })
         .collect();
@@ -140,11 +144,7 @@ fn backend_models_load_optimize_save_and_agree_where_they_run() {
     let (mut failed, mut wrong, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     let mut pass = 0;
     for dir in &models {
-        let name = dir
-            .strip_prefix(&root)
-            .unwrap_or(dir)
-            .display()
-            .to_string();
+        let name = dir.strip_prefix(&root).unwrap_or(dir).display().to_string();
         let step = (|| -> Result<graphrw::Graph, String> {
             let mut g = onnx::load(dir.join("model.onnx")).map_err(|e| format!("load: {e}"))?;
             graphrw::rules::optimize(&mut g).map_err(|e| format!("optimize: {e}"))?;
@@ -182,7 +182,14 @@ fn backend_models_load_optimize_save_and_agree_where_they_run() {
         println!("  refused {r}");
     }
     assert!(models.len() >= 100, "found only {} models", models.len());
-    assert!(failed.is_empty(), "load/optimize/save failed:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "load/optimize/save failed:\n{}",
+        failed.join("\n")
+    );
     assert!(wrong.is_empty(), "wrong answers:\n{}", wrong.join("\n"));
-    assert!(pass >= PASS_FLOOR, "only {pass} models pass (floor {PASS_FLOOR})");
+    assert!(
+        pass >= PASS_FLOOR,
+        "only {pass} models pass (floor {PASS_FLOOR})"
+    );
 }

@@ -87,9 +87,9 @@ fn load(m: &ModelProto) -> Result<Graph, OnnxError> {
 /// A custom-domain op with int, float list, string and subgraph attributes between two
 /// known ops; `typed` gives its output a `value_info`.
 fn custom_op_model(typed: bool) -> ModelProto {
-    let mut foo = node("Foo", &["r"], &["f"]);
-    foo.domain = "com.example".into();
-    foo.attribute = vec![
+    let mut custom = node("Foo", &["r"], &["f"]);
+    custom.domain = "com.example".into();
+    custom.attribute = vec![
         int_attr("count", 3),
         AttributeProto {
             name: "weights".into(),
@@ -119,7 +119,7 @@ fn custom_op_model(typed: bool) -> ModelProto {
         GraphProto {
             node: vec![
                 node("Relu", &["x"], &["r"]),
-                foo,
+                custom,
                 node("Neg", &["f"], &["y"]),
             ],
             input: vec![f32_value("x", &[2, 3])],
@@ -149,17 +149,16 @@ fn unknown_op_loads_prints_and_saves_back_byte_for_byte() {
 
     let saved = onnx::to_model(&g).expect("save");
     let out = saved.graph.as_ref().expect("graph");
-    let foo = out
+    let custom = out
         .node
         .iter()
         .find(|n| n.op_type == "Foo")
         .expect("Foo written back");
     let original = &m.graph.as_ref().expect("graph").node[1];
-    assert_eq!(foo.domain, "com.example");
-    let bytes = |n: &NodeProto| -> Vec<Vec<u8>> {
-        n.attribute.iter().map(|a| a.encode_to_vec()).collect()
-    };
-    assert_eq!(bytes(foo), bytes(original), "attributes byte for byte");
+    assert_eq!(custom.domain, "com.example");
+    let bytes =
+        |n: &NodeProto| -> Vec<Vec<u8>> { n.attribute.iter().map(|a| a.encode_to_vec()).collect() };
+    assert_eq!(bytes(custom), bytes(original), "attributes byte for byte");
     assert!(saved
         .opset_import
         .iter()
@@ -241,7 +240,9 @@ fn subgraph_reads_of_outer_values_are_kept() {
     // `r` is still defined under its name before the If reads it.
     let iff = out.node.iter().position(|n| n.op_type == "If").expect("If");
     assert!(
-        out.node[..iff].iter().any(|n| n.output.contains(&"r".to_string())),
+        out.node[..iff]
+            .iter()
+            .any(|n| n.output.contains(&"r".to_string())),
         "{:?}",
         out.node
     );
@@ -417,7 +418,12 @@ fn float_attr(name: &str, f: f32) -> AttributeProto {
 }
 
 /// Runs a one-node model on `x` (and `extra` inputs), before and after a save.
-fn run_one(opset: i64, n: NodeProto, dims: &[i64], inputs: Vec<(ValueInfoProto, Tensor)>) -> Vec<f64> {
+fn run_one(
+    opset: i64,
+    n: NodeProto,
+    dims: &[i64],
+    inputs: Vec<(ValueInfoProto, Tensor)>,
+) -> Vec<f64> {
     let mut vis = Vec::new();
     let mut ts = Vec::new();
     for (vi, t) in inputs {
@@ -449,13 +455,32 @@ fn activations_match_a_plain_reference_on_many_shapes() {
     for &dims in shapes {
         let n: usize = dims.iter().product::<i64>() as usize;
         let data: Vec<f32> = (0..n).map(|i| (i as f32 * 0.77).sin() * 3.0).collect();
-        let x = || Tensor::from_vec(dims.iter().map(|&d| d as usize).collect(), data.clone()).expect("x");
+        let x = || {
+            Tensor::from_vec(dims.iter().map(|&d| d as usize).collect(), data.clone()).expect("x")
+        };
         type Case = (&'static str, Vec<AttributeProto>, fn(f64) -> f64);
         let cases: Vec<Case> = vec![
-            ("LeakyRelu", vec![float_attr("alpha", 0.2)], |v| if v < 0.0 { 0.2 * v } else { v }),
-            ("Elu", vec![float_attr("alpha", 0.5)], |v| if v > 0.0 { v } else { 0.5 * (v.exp() - 1.0) }),
+            ("LeakyRelu", vec![float_attr("alpha", 0.2)], |v| {
+                if v < 0.0 {
+                    0.2 * v
+                } else {
+                    v
+                }
+            }),
+            ("Elu", vec![float_attr("alpha", 0.5)], |v| {
+                if v > 0.0 {
+                    v
+                } else {
+                    0.5 * (v.exp() - 1.0)
+                }
+            }),
             ("Selu", vec![], |v| {
-                1.050_701 * if v > 0.0 { v } else { 1.673_263_2 * (v.exp() - 1.0) }
+                1.050_701
+                    * if v > 0.0 {
+                        v
+                    } else {
+                        1.673_263_2 * (v.exp() - 1.0)
+                    }
             }),
             ("Softplus", vec![], |v| (v.exp() + 1.0).ln()),
         ];
@@ -465,7 +490,10 @@ fn activations_match_a_plain_reference_on_many_shapes() {
             let y = run_one(17, nd, dims, vec![(f32_value("x", dims), x())]);
             for (i, (&g, &v)) in y.iter().zip(&data).enumerate() {
                 let want = f(v as f64);
-                assert!((g - want).abs() < 1e-5 * (1.0 + want.abs()), "{op} {dims:?} [{i}]: {g} vs {want}");
+                assert!(
+                    (g - want).abs() < 1e-5 * (1.0 + want.abs()),
+                    "{op} {dims:?} [{i}]: {g} vs {want}"
+                );
             }
         }
     }
@@ -482,7 +510,10 @@ fn prelu_slope_is_per_channel_before_opset_7_and_numpy_broadcast_after() {
         6,
         node("PRelu", &["x", "s"], &["y"]),
         &dims,
-        vec![(f32_value("x", &dims), x.clone()), (f32_value("s", &[3]), slope)],
+        vec![
+            (f32_value("x", &dims), x.clone()),
+            (f32_value("s", &[3]), slope),
+        ],
     );
     for (i, (&g, &v)) in y.iter().zip(&data).enumerate() {
         let s = [0.1, 0.2, 0.3][(i / 5) % 3];

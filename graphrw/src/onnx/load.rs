@@ -694,7 +694,10 @@ impl<'m> Importer<'m> {
                     let (m, t) = placeholder(vi);
                     (m, Some(t))
                 }
-                None => (TensorMeta::new(DType::F32, Shape::default()), Some(Vec::new())),
+                None => (
+                    TensorMeta::new(DType::F32, Shape::default()),
+                    Some(Vec::new()),
+                ),
             };
             metas.push(meta);
             types.push(ty);
@@ -1391,11 +1394,24 @@ impl<'m> Importer<'m> {
             )));
         };
         let (head, tail) = dims.split_at(a as usize);
-        let flat = [head.iter().product::<u64>() as i64, tail.iter().product::<u64>() as i64];
-        let y = self.op1(at, "reshape", &[x], &[("shape", AttrValue::Ints(flat.to_vec()))])?;
+        let flat = [
+            head.iter().product::<u64>() as i64,
+            tail.iter().product::<u64>() as i64,
+        ];
+        let y = self.op1(
+            at,
+            "reshape",
+            &[x],
+            &[("shape", AttrValue::Ints(flat.to_vec()))],
+        )?;
         let y = self.op1(at, op, &[y], &[("dim", int_attr(-1))])?;
         let back: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        Ok(vec![self.op1(at, "reshape", &[y], &[("shape", AttrValue::Ints(back))])?])
+        Ok(vec![self.op1(
+            at,
+            "reshape",
+            &[y],
+            &[("shape", AttrValue::Ints(back))],
+        )?])
     }
 
     /// Activations written with vocabulary ops: `PRelu` and `LeakyRelu` as
@@ -1409,7 +1425,10 @@ impl<'m> Importer<'m> {
             "LeakyRelu" | "Elu" => at.only_attrs(&["alpha"])?,
             _ => at.only_attrs(&["alpha", "gamma"])?,
         }
-        at.inputs_between(if op_type == "PRelu" { 2 } else { 1 }, if op_type == "PRelu" { 2 } else { 1 })?;
+        at.inputs_between(
+            if op_type == "PRelu" { 2 } else { 1 },
+            if op_type == "PRelu" { 2 } else { 1 },
+        )?;
         let x = self.req(at, 0)?;
         let m = self.meta(x)?;
         if !m.dtype.is_float() {
@@ -1540,7 +1559,12 @@ impl<'m> Importer<'m> {
             if self.meta(v)?.dtype != m.dtype {
                 return Err(at.err("parameters of another dtype than the input"));
             }
-            p.push(self.op1(at, "reshape", &[v], &[("shape", AttrValue::Ints(view.clone()))])?);
+            p.push(self.op1(
+                at,
+                "reshape",
+                &[v],
+                &[("shape", AttrValue::Ints(view.clone()))],
+            )?);
         }
         let e = self.scalar(m.dtype, eps);
         let var = self.op1(at, "add", &[p[3], e], &[])?;
@@ -1598,42 +1622,43 @@ impl<'m> Importer<'m> {
         let d = normalize_axis(axis, meta.rank())
             .ok_or_else(|| at.err(format!("axis {axis} is out of range for {}", meta.shape)))?;
         let outputs = at.node.output.len();
-        let sizes = match split_attr.map_or_else(|| self.const_ints(at, 1, "split"), |s| Ok(Some(s)))? {
-            Some(s) => s,
-            None => {
-                let k = match at.attr("num_outputs") {
-                    Some(_) => at.int("num_outputs", 0)?,
-                    None => outputs as i64,
-                };
-                if k < 1 || k as usize != outputs {
-                    return Err(at.err(format!(
-                        "num_outputs {k} does not match the {outputs} outputs"
-                    )));
-                }
-                let Some(n) = meta.shape.dims()[d].known() else {
-                    return Err(at.err(format!(
+        let sizes =
+            match split_attr.map_or_else(|| self.const_ints(at, 1, "split"), |s| Ok(Some(s)))? {
+                Some(s) => s,
+                None => {
+                    let k = match at.attr("num_outputs") {
+                        Some(_) => at.int("num_outputs", 0)?,
+                        None => outputs as i64,
+                    };
+                    if k < 1 || k as usize != outputs {
+                        return Err(at.err(format!(
+                            "num_outputs {k} does not match the {outputs} outputs"
+                        )));
+                    }
+                    let Some(n) = meta.shape.dims()[d].known() else {
+                        return Err(at.err(format!(
                         "splitting symbolic dim {} into equal parts needs a constant `split` input",
                         meta.shape.dims()[d]
                     )));
-                };
-                let (n, k) = (n as i64, k);
-                let chunk = if self.opset >= 18 {
-                    (n + k - 1) / k
-                } else {
-                    n / k
-                };
-                if self.opset < 18 && n % k != 0 {
-                    return Err(at.err(format!("dim {n} does not split evenly into {k} parts")));
+                    };
+                    let (n, k) = (n as i64, k);
+                    let chunk = if self.opset >= 18 {
+                        (n + k - 1) / k
+                    } else {
+                        n / k
+                    };
+                    if self.opset < 18 && n % k != 0 {
+                        return Err(at.err(format!("dim {n} does not split evenly into {k} parts")));
+                    }
+                    let last = n - chunk * (k - 1);
+                    if last < 0 || (last == 0 && n > 0) {
+                        return Err(at.err(format!("dim {n} cannot be split into {k} parts")));
+                    }
+                    let mut s = vec![chunk; k as usize - 1];
+                    s.push(last);
+                    s
                 }
-                let last = n - chunk * (k - 1);
-                if last < 0 || (last == 0 && n > 0) {
-                    return Err(at.err(format!("dim {n} cannot be split into {k} parts")));
-                }
-                let mut s = vec![chunk; k as usize - 1];
-                s.push(last);
-                s
-            }
-        };
+            };
         if sizes.len() != outputs {
             return Err(at.err(format!(
                 "split {sizes:?} has {} parts but the node has {outputs} outputs",
@@ -1857,7 +1882,11 @@ fn placeholder(vi: &ValueInfoProto) -> (TensorMeta, Vec<u8>) {
         .and_then(|t| t.tensor_type.as_ref())
         .and_then(|t| dtype_from_onnx(t.elem_type).ok())
         .unwrap_or(DType::F32);
-    let ty = vi.r#type.as_ref().map(|t| t.encode_to_vec()).unwrap_or_default();
+    let ty = vi
+        .r#type
+        .as_ref()
+        .map(|t| t.encode_to_vec())
+        .unwrap_or_default();
     (TensorMeta::new(dtype, Shape::default()), ty)
 }
 

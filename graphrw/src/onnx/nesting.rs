@@ -49,13 +49,17 @@ pub(crate) fn subgraph_depth(bytes: &[u8]) -> usize {
         deepest = deepest.max(depth);
         let mut pos = 0;
         while pos < b.len() {
-            let Some(key) = varint(b, &mut pos) else { break };
+            let Some(key) = varint(b, &mut pos) else {
+                break;
+            };
             let skip = match key & 7 {
                 0 => varint(b, &mut pos).map(|_| 0),
                 1 => Some(8),
                 5 => Some(4),
                 2 => {
-                    let Some(len) = varint(b, &mut pos) else { break };
+                    let Some(len) = varint(b, &mut pos) else {
+                        break;
+                    };
                     let Some(end) = usize::try_from(len)
                         .ok()
                         .and_then(|l| pos.checked_add(l))

@@ -829,7 +829,11 @@ impl<'g> Exporter<'g> {
             gnode
                 .operands()
                 .get(i)
-                .filter(|v| graph.node(v.node).is_some_and(|n| n.is_known(v.output as usize)))
+                .filter(|v| {
+                    graph
+                        .node(v.node)
+                        .is_some_and(|n| n.is_known(v.output as usize))
+                })
                 .and_then(|&v| graph.meta(v).ok())
         };
         let dtype = meta(0).map(|m| m.dtype);

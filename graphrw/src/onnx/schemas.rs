@@ -17,7 +17,13 @@ pub(crate) fn barriers(op_type: &str, from: i64, to: i64) -> Option<Vec<i64>> {
     if deprecated != 0 && deprecated <= to {
         return None;
     }
-    Some(barriers.iter().copied().filter(|&b| from < b && b <= to).collect())
+    Some(
+        barriers
+            .iter()
+            .copied()
+            .filter(|&b| from < b && b <= to)
+            .collect(),
+    )
 }
 
 /// True when `op_type` is a standard op that opset `to` no longer has (deprecated).

@@ -85,8 +85,16 @@ pub(crate) fn step(node: &mut NodeProto, version: i64, ctx: &mut Ctx) -> Result<
             | "Less" | "Gemm",
             7,
         ) => {
-            let broadcast = node.attribute.iter().find(|a| a.name == "broadcast").map(|a| a.i);
-            let axis = node.attribute.iter().find(|a| a.name == "axis").map(|a| a.i);
+            let broadcast = node
+                .attribute
+                .iter()
+                .find(|a| a.name == "broadcast")
+                .map(|a| a.i);
+            let axis = node
+                .attribute
+                .iter()
+                .find(|a| a.name == "axis")
+                .map(|a| a.i);
             if broadcast == Some(1) {
                 if let Some(axis) = axis {
                     let suffix = match ctx.ranks {
@@ -94,11 +102,14 @@ pub(crate) fn step(node: &mut NodeProto, version: i64, ctx: &mut Ctx) -> Result<
                         _ => return Err("legacy broadcast on an axis of unknown rank".into()),
                     };
                     if axis != suffix && op != "Gemm" {
-                        return Err(format!("legacy broadcast at axis {axis}, not the trailing dims"));
+                        return Err(format!(
+                            "legacy broadcast at axis {axis}, not the trailing dims"
+                        ));
                     }
                 }
             }
-            node.attribute.retain(|a| a.name != "broadcast" && a.name != "axis");
+            node.attribute
+                .retain(|a| a.name != "broadcast" && a.name != "axis");
             Ok(())
         }
         _ => Err(format!("no upgrade of `{op}` across opset {version}")),
