@@ -742,21 +742,8 @@ impl<'m> Importer<'m> {
     /// Maps one ONNX node; returns a value per ONNX output (in order).
     fn map_node(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
         let op_type = at.node.op_type.as_str();
-        let simple_binary = match op_type {
-            "Add" => Some("add"),
-            "Sub" => Some("sub"),
-            "Mul" => Some("mul"),
-            "Div" => Some("div"),
-            "Pow" => Some("pow"),
-            "And" => Some("and"),
-            "Or" => Some("or"),
-            "Equal" => Some("eq"),
-            "Less" => Some("lt"),
-            "LessOrEqual" => Some("le"),
-            "Greater" => Some("gt"),
-            "GreaterOrEqual" => Some("ge"),
-            _ => None,
-        };
+        let simple = super::table::SIMPLE.iter().find(|e| e.onnx == op_type);
+        let simple_binary = simple.filter(|e| e.arity == 2).map(|e| e.op);
         if let Some(op) = simple_binary {
             at.inputs_between(2, 2)?;
             let (a, mut b) = (self.req(at, 0)?, self.req(at, 1)?);
@@ -783,23 +770,7 @@ impl<'m> Importer<'m> {
             }
             return Ok(vec![self.op1(at, op, &[a, b], &[])?]);
         }
-        let simple_unary = match op_type {
-            "Neg" => Some("neg"),
-            "Abs" => Some("abs"),
-            "Reciprocal" => Some("reciprocal"),
-            "Sqrt" => Some("sqrt"),
-            "Exp" => Some("exp"),
-            "Log" => Some("log"),
-            "Sin" => Some("sin"),
-            "Cos" => Some("cos"),
-            "Erf" => Some("erf"),
-            "Tanh" => Some("tanh"),
-            "Sigmoid" => Some("sigmoid"),
-            "Relu" => Some("relu"),
-            "Not" => Some("not"),
-            "IsNaN" => Some("isnan"),
-            _ => None,
-        };
+        let simple_unary = simple.filter(|e| e.arity == 1).map(|e| e.op);
         if let Some(op) = simple_unary {
             at.only_attrs(&[])?;
             at.inputs_between(1, 1)?;

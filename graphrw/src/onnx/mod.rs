@@ -23,6 +23,7 @@ mod nesting;
 pub mod proto;
 mod save;
 mod schemas;
+mod table;
 mod tensor_pb;
 mod upgrade;
 

@@ -432,40 +432,20 @@ impl<'g> Exporter<'g> {
         let attrs = node.attrs();
         let cur = self.cur.clone();
         let bad = |e: InferError| OnnxError::node(node.op_name(), &cur, e.0);
-        let binary = match node.op_name() {
-            "add" => Some("Add"),
-            "sub" => Some("Sub"),
-            "mul" => Some("Mul"),
-            "div" => Some("Div"),
-            "pow" => Some("Pow"),
-            "maximum" => Some("Max"),
-            "minimum" => Some("Min"),
-            "and" => Some("And"),
-            "or" => Some("Or"),
-            "eq" => Some("Equal"),
-            "lt" => Some("Less"),
-            "le" => Some("LessOrEqual"),
-            "gt" => Some("Greater"),
-            "ge" => Some("GreaterOrEqual"),
-            "neg" => Some("Neg"),
-            "abs" => Some("Abs"),
-            "reciprocal" => Some("Reciprocal"),
-            "sqrt" => Some("Sqrt"),
-            "exp" => Some("Exp"),
-            "log" => Some("Log"),
-            "sin" => Some("Sin"),
-            "cos" => Some("Cos"),
-            "erf" => Some("Erf"),
-            "tanh" => Some("Tanh"),
-            "sigmoid" => Some("Sigmoid"),
-            "relu" => Some("Relu"),
-            "not" => Some("Not"),
-            "isnan" => Some("IsNaN"),
-            "where" => Some("Where"),
-            "matmul" => Some("MatMul"),
-            "contiguous" => Some("Identity"),
-            _ => None,
-        };
+        // One-to-one ops, from the table the importer reads too; the rest only go out
+        // this way (the importer maps them itself: Max/Min are variadic, ...).
+        let binary = super::table::SIMPLE
+            .iter()
+            .find(|e| e.op == node.op_name())
+            .map(|e| e.onnx)
+            .or(match node.op_name() {
+                "where" => Some("Where"),
+                "matmul" => Some("MatMul"),
+                "contiguous" => Some("Identity"),
+                "maximum" => Some("Max"),
+                "minimum" => Some("Min"),
+                _ => None,
+            });
         if let Some(op_type) = binary {
             self.push(op_type, ins, outs, vec![]);
             return Ok(());
