@@ -8,9 +8,18 @@
 //! of `slice`). Initialisers become constants the first time a node uses them, so the
 //! printed program shows each weight right before its first use. ONNX node names are
 //! kept on every graph node made for them, graph input names on the inputs, and output
-//! names on the graph outputs. Inputs the vocabulary takes as attributes (a `Reshape`'s
-//! shape, a `Slice`'s bounds, reduction axes) must be constants. The result is checked
-//! with [`crate::verify`].
+//! names on the graph outputs. The one-to-one ops come from one table shared with the
+//! exporter (`table.rs`); the rest are special cases here.
+//!
+//! **Models as they come.** Each op is read with its meaning at the model's opset
+//! (opsets 1 to 23: Softmax before 13 flattens to 2-D, axes and bounds are attributes
+//! before 13 / 10, legacy broadcasting before 7). What graphrw cannot express (an op
+//! outside the vocabulary, an attribute or form it does not read, a computed
+//! `Reshape` shape, another domain) becomes an `opaque` node (see [`crate::foreign`]),
+//! never an error; so does every node that reads a value of unknown metadata. What
+//! contradicts itself (inference rejects the operands, undefined values, cycles, bad
+//! tensors, a graph without outputs) is an error whose first line says what and where.
+//! The result is checked with [`crate::verify`].
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;

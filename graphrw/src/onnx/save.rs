@@ -16,6 +16,13 @@
 //! importer recognises that node and gives the attention its original mask back. When
 //! the query length is symbolic the mask is written as it is.
 //!
+//! Opaque nodes are written back as they came (attributes byte for byte), with their
+//! domain's opset imported. One from the default domain read at an older opset is
+//! written unchanged where its op kept its meaning up to the opset written (the schema
+//! table of `schemas.rs`), upgraded where only the form changed (attributes that became
+//! inputs, `upgrade.rs`), and refused otherwise, naming the op and the opsets; the
+//! model's opset is never below such a node's own.
+//!
 //! Fused ops (the generated kernels' `fused.*` ops, user ops declared `like` a
 //! decomposition, the tile executor's `fused.elementwise_group`) are written as their
 //! standard ONNX op where one exists (`fused.layer_norm` as `LayerNormalization`,
