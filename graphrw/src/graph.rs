@@ -23,6 +23,7 @@ use smallvec::SmallVec;
 
 use graphrw_kernels::Tensor;
 
+pub use crate::foreign::Foreign;
 use crate::meta::TensorMeta;
 use crate::op_index::{OpIndex, VACANT};
 use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef};
@@ -76,9 +77,19 @@ pub struct Node {
     /// big graph each pointer between a node and its shape would be a cache miss.
     outputs: SmallVec<[TensorMeta; 1]>,
     name: Option<Box<str>>,
-    /// Boxed: only constants have one, and a node slot stays small (big graphs are
-    /// scanned slot by slot, so slot size is memory traffic).
-    payload: Option<Box<Tensor>>,
+    /// Boxed: only constants (a tensor) and foreign nodes (see [`Foreign`]) have one,
+    /// and a node slot stays small (big graphs are scanned slot by slot, so slot size is
+    /// memory traffic).
+    payload: Option<Box<Payload>>,
+}
+
+/// What a node carries besides its op and attributes.
+#[derive(Clone, Debug)]
+enum Payload {
+    /// A constant's value.
+    Tensor(Tensor),
+    /// An opaque node's or a foreign graph input's record for export.
+    Foreign(Foreign),
 }
 
 impl Node {
@@ -119,13 +130,39 @@ impl Node {
 
     /// The value of a `constant` node.
     pub fn payload(&self) -> Option<&Tensor> {
-        self.payload.as_deref()
+        match self.payload.as_deref() {
+            Some(Payload::Tensor(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The foreign record of an `opaque` node or of a graph input whose ONNX type graphrw
+    /// does not model.
+    pub fn foreign(&self) -> Option<&Foreign> {
+        match self.payload.as_deref() {
+            Some(Payload::Foreign(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Attaches a foreign record (importers); a constant keeps its value instead.
+    pub fn set_foreign(&mut self, foreign: Foreign) {
+        if self.payload().is_none() {
+            self.payload = Some(Box::new(Payload::Foreign(foreign)));
+        }
+    }
+
+    /// True when the metadata of output `output` is exact; false when the node's
+    /// foreign record says graphrw does not know it (the metadata is a placeholder).
+    pub fn is_known(&self, output: usize) -> bool {
+        self.foreign()
+            .is_none_or(|f| f.types.get(output).is_none_or(Option::is_none))
     }
 
     /// True for a constant holding exactly one element: the constants that literals and
     /// scalar parameters of patterns can match.
     pub(crate) fn is_scalar_constant(&self) -> bool {
-        self.payload.as_ref().is_some_and(|t| t.numel() == 1)
+        self.payload().is_some_and(|t| t.numel() == 1)
     }
 
     /// Overwrites output metadata without checking (importers and verifier tests).
@@ -333,7 +370,7 @@ impl Graph {
             operands: SmallVec::new(),
             outputs: smallvec::smallvec![meta],
             name: None,
-            payload: Some(Box::new(value)),
+            payload: Some(Box::new(Payload::Tensor(value))),
         }))
     }
 
@@ -348,6 +385,35 @@ impl Graph {
     ) -> Result<NodeId, GraphError> {
         let values = normalize_attrs(op, attrs)?;
         self.add_node(op, operands.to_vec(), values, None)
+    }
+
+    /// Adds an `opaque` node (an op graphrw does not model) with the metadata given per
+    /// output and the foreign record its export needs; `known` is derived from
+    /// `foreign.types`.
+    pub fn add_opaque(
+        &mut self,
+        op_type: &str,
+        domain: &str,
+        operands: Vec<Value>,
+        outputs: Vec<TensorMeta>,
+        foreign: Foreign,
+        name: Option<String>,
+    ) -> NodeId {
+        let known = (0..outputs.len())
+            .map(|i| i64::from(foreign.types.get(i).is_none_or(Option::is_none)))
+            .collect();
+        self.insert(Node {
+            op: &ops::builtin::OPAQUE,
+            attrs: Box::new([
+                AttrValue::Str(op_type.to_string()),
+                AttrValue::Str(domain.to_string()),
+                AttrValue::Ints(known),
+            ]),
+            operands: operands.into_iter().collect(),
+            outputs: outputs.into_iter().collect(),
+            name: name.map(String::into_boxed_str),
+            payload: Some(Box::new(Payload::Foreign(foreign))),
+        })
     }
 
     /// Adds a node whose attributes are already aligned with `op`'s signature.
@@ -419,7 +485,7 @@ impl Graph {
                 return Err(GraphError::Signature {
                     op: op.name,
                     node: at(),
-                    message: "inputs and constants are added with add_input/add_constant".into(),
+                    message: "its metadata is declared: inputs, constants and opaque nodes are added with add_input, add_constant and add_opaque".into(),
                 })
             }
         };

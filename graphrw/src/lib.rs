@@ -26,6 +26,7 @@ pub mod builder;
 pub mod dot;
 mod error;
 pub mod exec;
+pub mod foreign;
 pub mod fused;
 pub mod grad;
 pub mod graph;

@@ -108,13 +108,18 @@ pub fn node_line(graph: &Graph, names: &Names, id: NodeId) -> String {
     if node.op_name() == "constant" {
         args.push(constant_text(node.payload()));
     } else if node.op_name() != "input" {
+        let opaque = node.op_name() == "opaque";
         for (name, v) in node.attrs().iter() {
-            if *v != AttrValue::Null {
+            // An opaque node's `known` shows as `?` metadata, an empty domain not at all.
+            let noise = opaque && (name == "known" || *v == AttrValue::Str(String::new()));
+            if *v != AttrValue::Null && !noise {
                 args.push(format!("{name}={v}"));
             }
         }
     }
-    let metas: Vec<String> = node.outputs().iter().map(|m| m.to_string()).collect();
+    let metas: Vec<String> = (0..node.outputs().len())
+        .map(|o| meta_text(node, o))
+        .collect();
     format!(
         "{} = {}({})  # {}",
         lhs.join(", "),
@@ -122,6 +127,14 @@ pub fn node_line(graph: &Graph, names: &Names, id: NodeId) -> String {
         args.join(", "),
         metas.join(", ")
     )
+}
+
+/// Output `o`'s metadata, or `?` when graphrw does not know it (see [`crate::foreign`]).
+fn meta_text(node: &crate::graph::Node, o: usize) -> String {
+    match node.outputs().get(o) {
+        Some(m) if node.is_known(o) => m.to_string(),
+        _ => "?".to_string(),
+    }
 }
 
 fn constant_text(t: Option<&graphrw_kernels::Tensor>) -> String {
@@ -143,8 +156,13 @@ pub fn print(graph: &Graph) -> String {
         .inputs()
         .iter()
         .filter_map(|&id| {
-            let m = graph.node(id)?.outputs().first()?;
-            Some(format!("{}: {m}", names.get(Value::from(id))))
+            let node = graph.node(id)?;
+            node.outputs().first()?;
+            Some(format!(
+                "{}: {}",
+                names.get(Value::from(id)),
+                meta_text(node, 0)
+            ))
         })
         .collect();
     let _ = writeln!(out, "graph({}) {{", params.join(", "));

@@ -148,6 +148,15 @@ fn check_metadata(graph: &Graph, id: NodeId) -> Option<String> {
                 (node.outputs()[0].dtype != m.dtype || node.outputs()[0].shape != m.shape)
                     .then(|| format!("metadata says {}, the constant is {m}", node.outputs()[0]))
             }
+            "opaque" => match node.foreign() {
+                None => Some("an opaque node without its foreign record".into()),
+                Some(f) if f.types.len() != node.outputs().len() => Some(format!(
+                    "an opaque node with {} outputs but {} output types recorded",
+                    node.outputs().len(),
+                    f.types.len()
+                )),
+                Some(_) => None,
+            },
             _ => match node.attr_values().first() {
                 Some(AttrValue::Str(_)) => None,
                 _ => Some("an input without a name".into()),

@@ -4,7 +4,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
 use graphrw::ops::{self, AttrValue, OpClass};
-use graphrw::{Builder, DType, Dim, GraphError, Shape, TensorMeta, Value};
+use graphrw::{Builder, DType, Dim, Graph, GraphError, Shape, TensorMeta, Value};
 
 fn f32s(dims: &[u64]) -> TensorMeta {
     TensorMeta::new(DType::F32, Shape::known(dims))
@@ -650,4 +650,47 @@ fn shapes_past_the_inline_rank_behave_like_short_ones() {
     assert_eq!(back, f32s(&[n]));
     let last = *long.last().unwrap();
     assert_eq!(ok1("add", &[six.clone(), f32s(&[last])], &[]), six);
+}
+
+#[test]
+fn opaque_nodes_declare_their_metadata() {
+    use graphrw::foreign::Foreign;
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorMeta::new(DType::F32, [2usize, 3]));
+    // Inference cannot make one: an opaque op has no meaning to infer from.
+    let e = g
+        .add_op(
+            ops::lookup("opaque").expect("opaque op"),
+            &[x],
+            &[
+                ("op_type", AttrValue::Str("Mystery".into())),
+                ("known", AttrValue::Ints(vec![1])),
+            ],
+        )
+        .expect_err("declared metadata");
+    assert!(e.to_string().contains("add_opaque"), "{e}");
+    let foreign = Foreign {
+        inputs: vec![true],
+        outputs: vec![true, true],
+        types: vec![None, Some(Vec::new())],
+        ..Foreign::default()
+    };
+    let metas = vec![
+        TensorMeta::new(DType::F16, [4usize]),
+        TensorMeta::new(DType::F32, Shape::default()),
+    ];
+    let id = g.add_opaque(
+        "Mystery",
+        "com.example",
+        vec![x],
+        metas.clone(),
+        foreign,
+        None,
+    );
+    let node = g.node(id).expect("node");
+    assert_eq!(node.outputs(), metas.as_slice());
+    assert!(node.is_known(0));
+    assert!(!node.is_known(1));
+    g.set_outputs(vec![Value::new(id, 0)]).expect("outputs");
+    graphrw::verify(&g).expect("an opaque node verifies");
 }

@@ -62,7 +62,7 @@ fn f32_input(name: &str, dims: &[i64]) -> ValueInfoProto {
                         .collect(),
                 }),
             }),
-            denotation: String::new(),
+            ..Default::default()
         }),
         doc_string: String::new(),
     }
@@ -375,7 +375,8 @@ fn deep_nesting_is_an_error() {
         };
     }
     let bytes = model(g);
-    expect_err("deep nesting", &bytes, None, "not a valid ONNX protobuf");
+    let msg = expect_err("deep nesting", &bytes, None, "nested 201 deep");
+    assert!(msg.len() <= 200, "{msg}");
 }
 
 #[test]
@@ -429,8 +430,9 @@ fn graph_structure_errors_name_the_node() {
         output: vec![output("y")],
         ..Default::default()
     });
-    let msg = expect_err("unknown op", &unknown, None, "unknown ONNX op");
-    assert_eq!(msg, "unknown ONNX op `Foo` (domain ``) at node n0");
+    // An op graphrw does not model passes through as an opaque node.
+    let g = load("unknown op", &unknown, None).expect("unknown op loads");
+    assert_eq!(g.op_counts().get("opaque"), Some(&1));
 
     let bad_shapes = model(GraphProto {
         node: vec![node("MatMul", "mm", &["a", "b"], &["y"])],
@@ -442,6 +444,7 @@ fn graph_structure_errors_name_the_node() {
     assert!(msg.contains("inner dimensions"), "{msg}");
 
     let runtime_shape = model(GraphProto {
+        // A Reshape to a computed shape is carried opaque.
         node: vec![
             node("Relu", "r", &["s"], &["s2"]),
             node("Reshape", "node_view", &["x", "s2"], &["y"]),
@@ -450,16 +453,12 @@ fn graph_structure_errors_name_the_node() {
         output: vec![output("y")],
         ..Default::default()
     });
-    expect_err(
-        "runtime shape",
-        &runtime_shape,
-        None,
-        "Reshape node_view: shape input `s2` is computed at run time; only constant shapes are supported",
-    );
+    let g = load("runtime shape", &runtime_shape, None).expect("loads");
+    assert!(g.to_string().contains(r#"op_type="Reshape""#), "{g}");
 
     let mut old = ModelProto::decode(cycle.as_slice()).expect("decode");
-    old.opset_import[0].version = 11;
-    expect_err("old opset", &old.encode_to_vec(), None, "opset 11");
+    old.opset_import[0].version = 30;
+    expect_err("new opset", &old.encode_to_vec(), None, "opset 30");
     old.opset_import.clear();
     expect_err("no opset", &old.encode_to_vec(), None, "no default-domain");
     expect_err(
@@ -492,12 +491,9 @@ fn unsupported_attributes_and_types_are_named() {
         output: vec![output("y")],
         ..Default::default()
     });
-    expect_err(
-        "unknown attribute",
-        &bytes,
-        None,
-        "attribute `mystery` is not supported",
-    );
+    // An attribute graphrw does not read might change the meaning: the node stays opaque.
+    let g = load("unknown attribute", &bytes, None).expect("loads");
+    assert!(g.to_string().contains(r#"op_type="Softmax""#), "{g}");
 
     let mut cast = node("Cast", "c", &["x"], &["y"]);
     cast.attribute.push(AttributeProto {
@@ -512,7 +508,9 @@ fn unsupported_attributes_and_types_are_named() {
         output: vec![output("y")],
         ..Default::default()
     });
-    expect_err("string cast", &bytes, None, "STRING");
+    // A cast to strings: opaque, with unknown output metadata.
+    let g = load("string cast", &bytes, None).expect("loads");
+    assert!(g.to_string().contains(r#"op_type="Cast""#), "{g}");
 }
 
 #[test]

@@ -26,6 +26,16 @@ impl Executor for ReferenceCpu {
         if let Some(m) = node.inputs.iter().find(|m| m.device != Device::Cpu) {
             return Err(format!("operand on {}, not the CPU", m.device));
         }
+        if node.op.name == "opaque" {
+            let op_type = node.attrs.str("op_type").unwrap_or("?");
+            return Err(format!(
+                "no kernel for ONNX op `{op_type}`{}: graphrw carries it as an opaque node",
+                match node.attrs.str("domain") {
+                    Ok(d) if !d.is_empty() => format!(" (domain `{d}`)"),
+                    _ => String::new(),
+                }
+            ));
+        }
         if node.op.name == "scaled_dot_product_attention" {
             return Err("runs attention through its decomposition".into());
         }

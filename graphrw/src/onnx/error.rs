@@ -114,18 +114,28 @@ impl OnnxError {
         OnnxError::Verify(Box::new(e))
     }
 
+    /// Names from the file are clipped so that a message's first line stays short.
     pub(crate) fn node(op_type: &str, node: &str, message: impl Into<String>) -> OnnxError {
         OnnxError::Node {
-            op_type: op_type.to_string(),
-            node: node.to_string(),
+            op_type: clip(op_type, 40),
+            node: clip(node, 60),
             message: message.into(),
         }
     }
 
     pub(crate) fn tensor(name: &str, message: impl Into<String>) -> OnnxError {
         OnnxError::Tensor {
-            name: name.to_string(),
+            name: clip(name, 60),
             message: message.into(),
         }
     }
+}
+
+/// `text` cut to at most `max` characters (on a char boundary), with `...` when cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max.saturating_sub(3)).collect();
+    format!("{cut}...")
 }

@@ -8,9 +8,18 @@
 //! of `slice`). Initialisers become constants the first time a node uses them, so the
 //! printed program shows each weight right before its first use. ONNX node names are
 //! kept on every graph node made for them, graph input names on the inputs, and output
-//! names on the graph outputs. Inputs the vocabulary takes as attributes (a `Reshape`'s
-//! shape, a `Slice`'s bounds, reduction axes) must be constants. The result is checked
-//! with [`crate::verify`].
+//! names on the graph outputs. The one-to-one ops come from one table shared with the
+//! exporter (`table.rs`); the rest are special cases here.
+//!
+//! **Models as they come.** Each op is read with its meaning at the model's opset
+//! (opsets 1 to 23: Softmax before 13 flattens to 2-D, axes and bounds are attributes
+//! before 13 / 10, legacy broadcasting before 7). What graphrw cannot express (an op
+//! outside the vocabulary, an attribute or form it does not read, a computed
+//! `Reshape` shape, another domain) becomes an `opaque` node (see [`crate::foreign`]),
+//! never an error; so does every node that reads a value of unknown metadata. What
+//! contradicts itself (inference rejects the operands, undefined values, cycles, bad
+//! tensors, a graph without outputs) is an error whose first line says what and where.
+//! The result is checked with [`crate::verify`].
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -23,13 +32,15 @@ use super::proto::{
 };
 use super::tensor_pb::{dtype_from_onnx, tensor_from_proto, MAX_DIM};
 use super::OnnxError;
-use crate::graph::{normalize_attrs, Graph, NodeId, Value};
+use crate::graph::{normalize_attrs, Foreign, Graph, NodeId, Value};
 use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
 use crate::ops::{self, AttrValue, OpDef};
 use crate::Tensor;
 
-/// The oldest default-domain opset whose semantics the importer implements.
-pub const MIN_OPSET: i64 = 13;
+/// The oldest default-domain opset the importer reads. Each op is read with its meaning
+/// at the model's opset (Softmax before 13 flattens to 2-D, axes are attributes before
+/// 13, ...); an op whose old form graphrw does not read stays an `opaque` node.
+pub const MIN_OPSET: i64 = 1;
 /// The newest default-domain opset the importer accepts.
 pub const MAX_OPSET: i64 = 23;
 
@@ -58,23 +69,60 @@ pub fn load_bytes(bytes: &[u8]) -> Result<Graph, OnnxError> {
 
 /// Loads an ONNX model from bytes, reading external data relative to `dir`.
 pub fn load_bytes_in(bytes: &[u8], dir: Option<&Path>) -> Result<Graph, OnnxError> {
-    let model = ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
-        what: "model".into(),
-        message: e.to_string(),
-    })?;
+    let model = ModelProto::decode(bytes).map_err(|e| decode_error(bytes, &e.to_string()))?;
     from_model(&model, dir)
+}
+
+/// The decoder's limit on nested messages (prost's recursion limit).
+const DECODE_DEPTH_LIMIT: usize = 100;
+
+/// A one-line decode error: subgraphs nested past the decoder's limit are named as
+/// such, with the depth found by a scan of the bytes; otherwise the decoder's reason
+/// without its (per-level) path.
+fn decode_error(bytes: &[u8], message: &str) -> OnnxError {
+    if message.contains("recursion limit") {
+        let depth = super::nesting::subgraph_depth(bytes);
+        return OnnxError::Model(format!(
+            "subgraphs are nested {depth} deep; graphrw reads at most {} levels (graph > node > attribute > graph counts one level per message, {DECODE_DEPTH_LIMIT} messages in all)",
+            DECODE_DEPTH_LIMIT / 3
+        ));
+    }
+    // prost writes `failed to decode Protobuf message: A.b: C.d: reason`: keep the
+    // innermost field and the reason.
+    let parts: Vec<&str> = message.split(": ").collect();
+    let short = match parts.len() {
+        0..=3 => message.to_string(),
+        n => format!("{}: {}", parts[n - 2], parts[n - 1]),
+    };
+    OnnxError::Decode {
+        what: "model".into(),
+        message: super::error::clip(&short, 120),
+    }
 }
 
 /// Imports a decoded model; `dir` is the folder external data is read from.
 pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxError> {
     let opset = default_opset(model)?;
+    let opsets: HashMap<String, i64> = model
+        .opset_import
+        .iter()
+        .map(|o| {
+            let domain = if o.domain == "ai.onnx" { "" } else { &o.domain };
+            (domain.to_string(), o.version)
+        })
+        .collect();
     let graph = model
         .graph
         .as_ref()
         .ok_or_else(|| OnnxError::Model("the model has no graph".into()))?;
     let inlined = super::functions::inline_functions(model, graph)?;
     let graph = inlined.as_ref().unwrap_or(graph);
-    let mut imp = Importer::new(graph, dir, opset)?;
+    if graph.output.is_empty() {
+        return Err(OnnxError::Model(
+            "the graph declares no outputs (GraphProto.output is empty): nothing to compute".into(),
+        ));
+    }
+    let mut imp = Importer::new(graph, dir, opset, opsets)?;
     imp.declare_inputs()?;
     for i in imp.node_order()? {
         imp.import_node(&graph.node[i], i)?;
@@ -104,6 +152,12 @@ struct Importer<'m> {
     proto: &'m GraphProto,
     dir: Option<&'m Path>,
     opset: i64,
+    /// Opset version per domain (`""` for ai.onnx).
+    opsets: HashMap<String, i64>,
+    /// Declared types by value name (`value_info`, graph inputs and outputs).
+    declared: HashMap<&'m str, &'m ValueInfoProto>,
+    /// Nodes made for the ONNX node being mapped, undone when it falls back to opaque.
+    made: Vec<NodeId>,
     graph: Graph,
     /// Every defined value by ONNX name.
     values: HashMap<&'m str, Value>,
@@ -260,7 +314,15 @@ impl<'m> Importer<'m> {
         proto: &'m GraphProto,
         dir: Option<&'m Path>,
         opset: i64,
+        opsets: HashMap<String, i64>,
     ) -> Result<Importer<'m>, OnnxError> {
+        let declared = proto
+            .value_info
+            .iter()
+            .chain(&proto.output)
+            .chain(&proto.input)
+            .map(|vi| (vi.name.as_str(), vi))
+            .collect();
         let mut inits = HashMap::with_capacity(proto.initializer.len());
         for t in &proto.initializer {
             if t.name.is_empty() {
@@ -277,6 +339,9 @@ impl<'m> Importer<'m> {
             proto,
             dir,
             opset,
+            opsets,
+            declared,
+            made: Vec::new(),
             graph: Graph::new(),
             values: HashMap::new(),
             inits,
@@ -296,8 +361,23 @@ impl<'m> Importer<'m> {
                     message: "is declared twice".into(),
                 });
             }
-            let meta = input_meta(vi)?;
-            let v = self.graph.add_input(vi.name.clone(), meta);
+            let v = match modelled(vi) {
+                true => self.graph.add_input(vi.name.clone(), input_meta(vi)?),
+                // A type graphrw does not model (strings, sequences, no shape): the input
+                // keeps its ONNX type and everything that reads it stays opaque.
+                false => {
+                    let (meta, ty) = placeholder(vi);
+                    let v = self.graph.add_input(vi.name.clone(), meta);
+                    if let Some(n) = self.graph.node_mut(v.node) {
+                        n.set_foreign(Foreign {
+                            types: vec![Some(ty)],
+                            outputs: vec![true],
+                            ..Foreign::default()
+                        });
+                    }
+                    v
+                }
+            };
             self.values.insert(vi.name.as_str(), v);
         }
         Ok(())
@@ -490,6 +570,7 @@ impl<'m> Importer<'m> {
             .graph
             .add_node(def, operands.to_vec(), values, Some(at.name.clone()))
             .map_err(wrap)?;
+        self.made.push(id);
         let outputs = self
             .graph
             .node(id)
@@ -523,7 +604,9 @@ impl<'m> Importer<'m> {
     }
 
     fn scalar(&mut self, dtype: DType, value: f64) -> Value {
-        self.graph.add_constant(Tensor::full(dtype, &[], value))
+        let v = self.graph.add_constant(Tensor::full(dtype, &[], value));
+        self.made.push(v.node);
+        v
     }
 
     fn import_node(&mut self, node: &'m NodeProto, index: usize) -> Result<(), OnnxError> {
@@ -531,18 +614,136 @@ impl<'m> Importer<'m> {
             node,
             name: self.node_name(index),
         };
-        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-            return Err(OnnxError::UnknownOp {
-                op_type: node.op_type.clone(),
-                domain: node.domain.clone(),
-                node: at.name.clone(),
-            });
+        let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
+        if !default_domain || self.reads_unknown(&at) {
+            return self.opaque(&at);
         }
-        let outs = self.map_node(&at)?;
-        for (name, v) in node.output.iter().zip(outs) {
-            if !name.is_empty() {
-                self.values.insert(name.as_str(), v);
+        let mark = self.made.len();
+        match self.map_node(&at) {
+            Ok(outs) => {
+                self.made.clear();
+                for (name, v) in node.output.iter().zip(outs) {
+                    if !name.is_empty() {
+                        self.values.insert(name.as_str(), v);
+                    }
+                }
+                Ok(())
             }
+            // What graphrw cannot express (an op outside the vocabulary, an attribute or
+            // form it does not read) passes through; a model that contradicts itself
+            // (inference rejects the operands, undefined values, bad tensors) does not.
+            Err(OnnxError::Node { .. } | OnnxError::UnknownOp { .. }) => {
+                self.undo(mark)?;
+                self.opaque(&at)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes the nodes made since `mark` for a node that falls back to opaque.
+    fn undo(&mut self, mark: usize) -> Result<(), OnnxError> {
+        while self.made.len() > mark {
+            let Some(id) = self.made.pop() else { break };
+            if self.graph.node(id).is_some() && self.graph.is_unused(id) {
+                self.graph.remove_node(id).map_err(OnnxError::verify)?;
+                self.values.retain(|_, v| v.node != id);
+            }
+        }
+        self.made.clear();
+        Ok(())
+    }
+
+    /// True when the node reads a value whose metadata graphrw does not know.
+    fn reads_unknown(&self, at: &At<'m>) -> bool {
+        at.node.input.iter().any(|name| {
+            self.values.get(name.as_str()).is_some_and(|v| {
+                self.graph
+                    .node(v.node)
+                    .is_some_and(|n| !n.is_known(v.output as usize))
+            })
+        })
+    }
+
+    /// Adds the ONNX node as an `opaque` node: its inputs (and the outer values its
+    /// subgraphs read) as operands, its outputs with the metadata the model declares.
+    fn opaque(&mut self, at: &At<'m>) -> Result<(), OnnxError> {
+        let node = at.node;
+        let mut operands = Vec::with_capacity(node.input.len());
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for name in &node.input {
+            inputs.push(!name.is_empty());
+            if !name.is_empty() {
+                operands.push(self.value(name, &at.name)?);
+            }
+        }
+        let captures: Vec<String> = super::nesting::captures(node)
+            .into_iter()
+            .filter(|c| self.values.contains_key(c.as_str()) || self.inits.contains_key(c.as_str()))
+            .collect();
+        for c in &captures {
+            let name: &'m str = self
+                .values
+                .get_key_value(c.as_str())
+                .map(|(k, _)| *k)
+                .or_else(|| self.inits.get_key_value(c.as_str()).map(|(k, _)| *k))
+                .unwrap_or("");
+            operands.push(self.value(name, &at.name)?);
+        }
+        let mut metas = Vec::with_capacity(node.output.len());
+        let mut types = Vec::with_capacity(node.output.len());
+        let mut outputs = Vec::with_capacity(node.output.len());
+        for name in &node.output {
+            outputs.push(!name.is_empty());
+            if name.is_empty() {
+                continue;
+            }
+            let (meta, ty) = match self.declared.get(name.as_str()) {
+                Some(vi) if modelled(vi) => (input_meta(vi)?, None),
+                Some(vi) => {
+                    let (m, t) = placeholder(vi);
+                    (m, Some(t))
+                }
+                None => (
+                    TensorMeta::new(DType::F32, Shape::default()),
+                    Some(Vec::new()),
+                ),
+            };
+            metas.push(meta);
+            types.push(ty);
+        }
+        let domain = if node.domain == "ai.onnx" {
+            ""
+        } else {
+            node.domain.as_str()
+        };
+        let stripped = NodeProto {
+            op_type: node.op_type.clone(),
+            domain: node.domain.clone(),
+            overload: node.overload.clone(),
+            attribute: node.attribute.clone(),
+            doc_string: node.doc_string.clone(),
+            metadata_props: node.metadata_props.clone(),
+            ..Default::default()
+        };
+        let foreign = Foreign {
+            node: stripped.encode_to_vec(),
+            opset: self.opsets.get(domain).copied().unwrap_or(0),
+            inputs,
+            outputs,
+            captures,
+            types,
+        };
+        let id = self.graph.add_opaque(
+            &node.op_type,
+            domain,
+            operands,
+            metas,
+            foreign,
+            Some(at.name.clone()),
+        );
+        let present = node.output.iter().filter(|o| !o.is_empty());
+        for (o, name) in present.enumerate() {
+            self.values.insert(name.as_str(), Value::new(id, o as u32));
         }
         Ok(())
     }
@@ -550,44 +751,35 @@ impl<'m> Importer<'m> {
     /// Maps one ONNX node; returns a value per ONNX output (in order).
     fn map_node(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
         let op_type = at.node.op_type.as_str();
-        let simple_binary = match op_type {
-            "Add" => Some("add"),
-            "Sub" => Some("sub"),
-            "Mul" => Some("mul"),
-            "Div" => Some("div"),
-            "Pow" => Some("pow"),
-            "And" => Some("and"),
-            "Or" => Some("or"),
-            "Equal" => Some("eq"),
-            "Less" => Some("lt"),
-            "LessOrEqual" => Some("le"),
-            "Greater" => Some("gt"),
-            "GreaterOrEqual" => Some("ge"),
-            _ => None,
-        };
+        let simple = super::table::SIMPLE.iter().find(|e| e.onnx == op_type);
+        let simple_binary = simple.filter(|e| e.arity == 2).map(|e| e.op);
         if let Some(op) = simple_binary {
-            at.only_attrs(&[])?;
             at.inputs_between(2, 2)?;
-            let (a, b) = (self.req(at, 0)?, self.req(at, 1)?);
+            let (a, mut b) = (self.req(at, 0)?, self.req(at, 1)?);
+            if self.opset < 7 {
+                // Legacy broadcasting: with `broadcast` 1, `b`'s dims line up with
+                // `a`'s from `axis` (default: the trailing dims); numpy broadcasting
+                // after trailing 1s are added to `b`.
+                at.only_attrs(&["broadcast", "axis"])?;
+                if at.int("broadcast", 0)? != 0 {
+                    let (ra, rb) = (self.meta(a)?.rank() as i64, self.meta(b)?.rank() as i64);
+                    let axis = at.int("axis", ra - rb)?;
+                    let axis = if axis < 0 { axis + ra } else { axis };
+                    if axis < 0 || axis + rb > ra {
+                        return Err(at.err(format!(
+                            "broadcast axis {axis} does not fit ranks {ra} and {rb}"
+                        )));
+                    }
+                    for _ in 0..ra - axis - rb {
+                        b = self.op1(at, "unsqueeze", &[b], &[("dim", int_attr(-1))])?;
+                    }
+                }
+            } else {
+                at.only_attrs(&[])?;
+            }
             return Ok(vec![self.op1(at, op, &[a, b], &[])?]);
         }
-        let simple_unary = match op_type {
-            "Neg" => Some("neg"),
-            "Abs" => Some("abs"),
-            "Reciprocal" => Some("reciprocal"),
-            "Sqrt" => Some("sqrt"),
-            "Exp" => Some("exp"),
-            "Log" => Some("log"),
-            "Sin" => Some("sin"),
-            "Cos" => Some("cos"),
-            "Erf" => Some("erf"),
-            "Tanh" => Some("tanh"),
-            "Sigmoid" => Some("sigmoid"),
-            "Relu" => Some("relu"),
-            "Not" => Some("not"),
-            "IsNaN" => Some("isnan"),
-            _ => None,
-        };
+        let simple_unary = simple.filter(|e| e.arity == 1).map(|e| e.op);
         if let Some(op) = simple_unary {
             at.only_attrs(&[])?;
             at.inputs_between(1, 1)?;
@@ -595,12 +787,12 @@ impl<'m> Importer<'m> {
             return Ok(vec![self.op1(at, op, &[x], &[])?]);
         }
         match op_type {
-            "Max" | "Min" => {
+            "Max" | "Min" | "Sum" => {
                 at.only_attrs(&[])?;
-                let op = if op_type == "Max" {
-                    "maximum"
-                } else {
-                    "minimum"
+                let op = match op_type {
+                    "Max" => "maximum",
+                    "Min" => "minimum",
+                    _ => "add",
                 };
                 if at.node.input.is_empty() {
                     return Err(at.err("takes at least one input"));
@@ -618,7 +810,17 @@ impl<'m> Importer<'m> {
                 Ok(vec![self.req(at, 0)?])
             }
             "Dropout" => {
-                at.only_attrs(&["seed"])?;
+                // Before 12 the ratio is an attribute; before 7 `is_test` says inference.
+                match self.opset {
+                    ..=6 => {
+                        at.only_attrs(&["is_test", "ratio"])?;
+                        if at.int("is_test", 0)? == 0 {
+                            return Err(at.err("is_test is 0 (training mode)"));
+                        }
+                    }
+                    7..=11 => at.only_attrs(&["ratio", "seed"])?,
+                    _ => at.only_attrs(&["seed"])?,
+                }
                 at.only_outputs(1)?;
                 if let Some(t) = self.const_input(at, 2, "training_mode")? {
                     if t.to_f64_vec().iter().any(|&v| v != 0.0) {
@@ -647,15 +849,49 @@ impl<'m> Importer<'m> {
             }
             "Softmax" | "LogSoftmax" => {
                 at.only_attrs(&["axis"])?;
-                let axis = at.int("axis", -1)?;
                 let x = self.req(at, 0)?;
                 let op = if op_type == "Softmax" {
                     "softmax"
                 } else {
                     "log_softmax"
                 };
+                if self.opset < 13 {
+                    return self.softmax_2d(at, op, x);
+                }
+                let axis = at.int("axis", -1)?;
                 Ok(vec![self.op1(at, op, &[x], &[("dim", int_attr(axis))])?])
             }
+            "Flatten" => {
+                at.only_attrs(&["axis"])?;
+                let x = self.req(at, 0)?;
+                let shape = self.meta(x)?.shape;
+                let axis = at.int("axis", 1)?;
+                let r = shape.rank();
+                let a = if axis < 0 { axis + r as i64 } else { axis };
+                if !(0..=r as i64).contains(&a) {
+                    return Err(at.err(format!("axis {axis} is out of range for {shape}")));
+                }
+                let (head, tail) = shape.dims().split_at(a as usize);
+                let prod = |d: &[Dim]| d.iter().map(Dim::known).product::<Option<u64>>();
+                let target = match (prod(head), prod(tail)) {
+                    (Some(h), Some(t)) => vec![h as i64, t as i64],
+                    (Some(h), None) => vec![h as i64, -1],
+                    (None, Some(t)) => vec![-1, t as i64],
+                    (None, None) => {
+                        return Err(at.err(format!("both halves of {shape} are symbolic")))
+                    }
+                };
+                Ok(vec![self.op1(
+                    at,
+                    "reshape",
+                    &[x],
+                    &[("shape", AttrValue::Ints(target))],
+                )?])
+            }
+            "Clip" => self.clip(at),
+            "Einsum" => self.einsum(at),
+            "PRelu" | "LeakyRelu" | "Elu" | "Selu" | "Softplus" => self.activation(at),
+            "BatchNormalization" => self.batch_norm(at),
             "Where" => {
                 at.only_attrs(&[])?;
                 at.inputs_between(3, 3)?;
@@ -699,10 +935,9 @@ impl<'m> Importer<'m> {
             "Reshape" => self.reshape(at),
             "Slice" => self.slice(at),
             "Unsqueeze" => {
-                at.only_attrs(&[])?;
                 let x = self.req(at, 0)?;
                 let axes = self
-                    .const_ints(at, 1, "axes")?
+                    .axes(at)?
                     .ok_or_else(|| at.err("input 1 (axes) is required"))?;
                 let out_rank = self.meta(x)?.rank() + axes.len();
                 let mut norm: Vec<usize> = Vec::with_capacity(axes.len());
@@ -725,11 +960,10 @@ impl<'m> Importer<'m> {
                 Ok(vec![v])
             }
             "Squeeze" => {
-                at.only_attrs(&[])?;
                 let x = self.req(at, 0)?;
                 let rank = self.meta(x)?.rank();
                 let mut dims: Vec<i64> = Vec::new();
-                for a in self.const_ints(at, 1, "axes")?.unwrap_or_default() {
+                for a in self.axes(at)?.unwrap_or_default() {
                     let d = normalize_axis(a, rank).ok_or_else(|| {
                         at.err(format!("axis {a} is out of range for rank {rank}"))
                     })?;
@@ -949,7 +1183,12 @@ impl<'m> Importer<'m> {
     }
 
     fn gemm(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        at.only_attrs(&["alpha", "beta", "transA", "transB"])?;
+        if self.opset < 7 {
+            // `broadcast` 1 broadcasts C one way: numpy broadcasting does the same.
+            at.only_attrs(&["alpha", "beta", "transA", "transB", "broadcast"])?;
+        } else {
+            at.only_attrs(&["alpha", "beta", "transA", "transB"])?;
+        }
         at.inputs_between(2, 3)?;
         let alpha = at.float("alpha", 1.0)? as f64;
         let beta = at.float("beta", 1.0)? as f64;
@@ -1016,22 +1255,40 @@ impl<'m> Importer<'m> {
     }
 
     fn slice(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        at.only_attrs(&[])?;
-        at.inputs_between(3, 5)?;
         let x = self.req(at, 0)?;
-        let starts = self
-            .const_ints_unlimited(at, 1, "starts")?
-            .ok_or_else(|| at.err("input 1 (starts) is required"))?;
-        let ends = self
-            .const_ints_unlimited(at, 2, "ends")?
-            .ok_or_else(|| at.err("input 2 (ends) is required"))?;
+        let (starts, ends, axes, steps) = if self.opset < 10 {
+            // Slice-1: starts, ends and axes are attributes, no steps.
+            at.only_attrs(&["starts", "ends", "axes"])?;
+            at.inputs_between(1, 1)?;
+            let starts = at
+                .ints("starts")?
+                .ok_or_else(|| at.err("attribute `starts` is required"))?;
+            let ends = at
+                .ints("ends")?
+                .ok_or_else(|| at.err("attribute `ends` is required"))?;
+            let n = starts.len();
+            let axes = at.ints("axes")?.unwrap_or_else(|| (0..n as i64).collect());
+            limit_ints(at, "axes", &axes)?;
+            (starts, ends, axes, vec![1; n])
+        } else {
+            at.only_attrs(&[])?;
+            at.inputs_between(3, 5)?;
+            let starts = self
+                .const_ints_unlimited(at, 1, "starts")?
+                .ok_or_else(|| at.err("input 1 (starts) is required"))?;
+            let ends = self
+                .const_ints_unlimited(at, 2, "ends")?
+                .ok_or_else(|| at.err("input 2 (ends) is required"))?;
+            let n = starts.len();
+            let axes = self
+                .const_ints(at, 3, "axes")?
+                .unwrap_or_else(|| (0..n as i64).collect());
+            let steps = self
+                .const_ints(at, 4, "steps")?
+                .unwrap_or_else(|| vec![1; n]);
+            (starts, ends, axes, steps)
+        };
         let n = starts.len();
-        let axes = self
-            .const_ints(at, 3, "axes")?
-            .unwrap_or_else(|| (0..n as i64).collect());
-        let steps = self
-            .const_ints(at, 4, "steps")?
-            .unwrap_or_else(|| vec![1; n]);
         if ends.len() != n || axes.len() != n || steps.len() != n {
             return Err(at.err(format!(
                 "starts, ends, axes and steps must have one length, found {}, {}, {}, {}",
@@ -1082,6 +1339,307 @@ impl<'m> Importer<'m> {
         Ok(vec![v])
     }
 
+    /// The `axes` of Squeeze/Unsqueeze: an attribute before opset 13, input 1 since.
+    fn axes(&mut self, at: &At<'m>) -> Result<Option<Vec<i64>>, OnnxError> {
+        if self.opset < 13 {
+            at.only_attrs(&["axes"])?;
+            at.inputs_between(1, 1)?;
+            let axes = at.ints("axes")?;
+            if let Some(a) = &axes {
+                limit_ints(at, "axes", a)?;
+            }
+            return Ok(axes);
+        }
+        at.only_attrs(&[])?;
+        self.const_ints(at, 1, "axes")
+    }
+
+    /// Softmax and LogSoftmax before opset 13: the input is read as 2-D, dims before
+    /// `axis` (default 1) against the rest; the same as the new op on the last axis, a
+    /// reshape around it otherwise (known dims only).
+    fn softmax_2d(&mut self, at: &At<'m>, op: &str, x: Value) -> Result<Vec<Value>, OnnxError> {
+        let shape = self.meta(x)?.shape;
+        let r = shape.rank() as i64;
+        let axis = at.int("axis", 1)?;
+        let a = if axis < 0 { axis + r } else { axis };
+        if !(0..r.max(1)).contains(&a) {
+            return Err(at.err(format!("axis {axis} is out of range for {shape}")));
+        }
+        if a == r - 1 || r == 0 {
+            return Ok(vec![self.op1(at, op, &[x], &[("dim", int_attr(-1))])?]);
+        }
+        let Some(dims) = shape.as_known() else {
+            return Err(at.err(format!(
+                "opset {} {} over the dims from {axis} of {shape} needs known dims",
+                self.opset, at.node.op_type
+            )));
+        };
+        let (head, tail) = dims.split_at(a as usize);
+        let flat = [
+            head.iter().product::<u64>() as i64,
+            tail.iter().product::<u64>() as i64,
+        ];
+        let y = self.op1(
+            at,
+            "reshape",
+            &[x],
+            &[("shape", AttrValue::Ints(flat.to_vec()))],
+        )?;
+        let y = self.op1(at, op, &[y], &[("dim", int_attr(-1))])?;
+        let back: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        Ok(vec![self.op1(
+            at,
+            "reshape",
+            &[y],
+            &[("shape", AttrValue::Ints(back))],
+        )?])
+    }
+
+    /// Activations written with vocabulary ops: `PRelu` and `LeakyRelu` as
+    /// `relu(x) - slope * relu(-x)`, `Elu`/`Selu` as `where(x > 0, x, alpha * (exp(x) - 1))`
+    /// (times `gamma`), `Softplus` as `log(exp(x) + 1)`. Before opset 7 a PRelu slope of
+    /// one value per channel applies along dim 1.
+    fn activation(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        let op_type = at.node.op_type.as_str();
+        match op_type {
+            "PRelu" | "Softplus" => at.only_attrs(&[])?,
+            "LeakyRelu" | "Elu" => at.only_attrs(&["alpha"])?,
+            _ => at.only_attrs(&["alpha", "gamma"])?,
+        }
+        at.inputs_between(
+            if op_type == "PRelu" { 2 } else { 1 },
+            if op_type == "PRelu" { 2 } else { 1 },
+        )?;
+        let x = self.req(at, 0)?;
+        let m = self.meta(x)?;
+        if !m.dtype.is_float() {
+            return Err(at.err(format!("{} input", m.dtype)));
+        }
+        let c = |imp: &mut Self, v: f64| imp.scalar(m.dtype, v);
+        match op_type {
+            "PRelu" | "LeakyRelu" => {
+                let mut slope = match op_type {
+                    "PRelu" => self.req(at, 1)?,
+                    _ => {
+                        let alpha = f64::from(at.float("alpha", 0.01)?);
+                        c(self, alpha)
+                    }
+                };
+                let sm = self.meta(slope)?;
+                let per_channel = sm.rank() == 1
+                    && m.rank() > 2
+                    && sm.shape.dims()[0] == m.shape.dims()[1]
+                    && !sm.shape.dims()[0].is_one();
+                if op_type == "PRelu" && self.opset < 7 && per_channel {
+                    for _ in 2..m.rank() {
+                        slope = self.op1(at, "unsqueeze", &[slope], &[("dim", int_attr(-1))])?;
+                    }
+                }
+                let pos = self.op1(at, "relu", &[x], &[])?;
+                let negx = self.op1(at, "neg", &[x], &[])?;
+                let neg = self.op1(at, "relu", &[negx], &[])?;
+                let scaled = self.op1(at, "mul", &[neg, slope], &[])?;
+                Ok(vec![self.op1(at, "sub", &[pos, scaled], &[])?])
+            }
+            "Softplus" => {
+                let e = self.op1(at, "exp", &[x], &[])?;
+                let one = c(self, 1.0);
+                let s = self.op1(at, "add", &[e, one], &[])?;
+                Ok(vec![self.op1(at, "log", &[s], &[])?])
+            }
+            _ => {
+                let selu = op_type == "Selu";
+                let alpha = f64::from(at.float("alpha", if selu { 1.673_263_2 } else { 1.0 })?);
+                let gamma = f64::from(at.float("gamma", 1.050_701)?);
+                let zero = c(self, 0.0);
+                let pos = self.op1(at, "gt", &[x, zero], &[])?;
+                let e = self.op1(at, "exp", &[x], &[])?;
+                let one = c(self, 1.0);
+                let em1 = self.op1(at, "sub", &[e, one], &[])?;
+                let a = c(self, alpha);
+                let neg = self.op1(at, "mul", &[em1, a], &[])?;
+                let mut y = self.op1(at, "where", &[pos, x, neg], &[])?;
+                if selu {
+                    let g = c(self, gamma);
+                    y = self.op1(at, "mul", &[y, g], &[])?;
+                }
+                Ok(vec![y])
+            }
+        }
+    }
+
+    /// Einsum of two operands as a batched contraction: one letter only in the first
+    /// (rows), one only in the second (columns), one contracted, the others batch
+    /// letters in both and the output (`bhqd,bhkd->bhqk`, `...id,...jd->...ij`); a
+    /// `permute` of each operand, a `matmul` and a `permute` of the result. Other
+    /// equations stay opaque.
+    fn einsum(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&["equation"])?;
+        at.inputs_between(2, 2)?;
+        let eq: String = at
+            .string("equation", "")?
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        let (lhs, out) = eq
+            .split_once("->")
+            .ok_or_else(|| at.err("an equation without `->` is not lowered"))?;
+        let (ta, tb) = lhs
+            .split_once(',')
+            .ok_or_else(|| at.err("only two-operand equations are lowered"))?;
+        let (a, b) = (self.req(at, 0)?, self.req(at, 1)?);
+        let (ra, rb) = (self.meta(a)?.rank(), self.meta(b)?.rank());
+        // `...` stands for the leading dims: spelled with digits (never einsum letters).
+        let expand = |t: &str, rank: Option<usize>, n: usize| -> Result<Vec<char>, OnnxError> {
+            let Some((pre, post)) = t.split_once("...") else {
+                return Ok(t.chars().collect());
+            };
+            let named = pre.chars().count() + post.chars().count();
+            let k = match rank {
+                Some(r) => r
+                    .checked_sub(named)
+                    .ok_or_else(|| at.err("`...` over too few dims"))?,
+                None => n,
+            };
+            let digits = (0..k).map(|i| char::from(b'0' + (i % 10) as u8));
+            Ok(pre.chars().chain(digits).chain(post.chars()).collect())
+        };
+        let ea = expand(ta, Some(ra), 0)?;
+        let eb = expand(tb, Some(rb), 0)?;
+        let n_ell = ea.iter().filter(|c| c.is_ascii_digit()).count();
+        if eb.iter().filter(|c| c.is_ascii_digit()).count() != n_ell || n_ell > 10 {
+            return Err(at.err("`...` must cover as many dims in both operands"));
+        }
+        let eo = expand(out, None, n_ell)?;
+        if ea.len() != ra || eb.len() != rb {
+            return Err(at.err(format!(
+                "terms `{ta}`, `{tb}` do not fit ranks {ra} and {rb}"
+            )));
+        }
+        let unique = |t: &[char]| t.iter().collect::<HashSet<_>>().len() == t.len();
+        if !unique(&ea) || !unique(&eb) || !unique(&eo) {
+            return Err(at.err("repeated letters in a term (diagonals) are not lowered"));
+        }
+        let (ia, ib, io) = (
+            |c: &char| ea.contains(c),
+            |c: &char| eb.contains(c),
+            |c: &char| eo.contains(c),
+        );
+        let batch: Vec<char> = eo.iter().copied().filter(|c| ia(c) && ib(c)).collect();
+        let rows: Vec<char> = ea.iter().copied().filter(|c| !ib(c) && io(c)).collect();
+        let cols: Vec<char> = eb.iter().copied().filter(|c| !ia(c) && io(c)).collect();
+        let sum: Vec<char> = ea.iter().copied().filter(|c| ib(c) && !io(c)).collect();
+        let covered = batch.len() + rows.len() + cols.len() == eo.len()
+            && batch.len() + rows.len() + sum.len() == ea.len()
+            && batch.len() + cols.len() + sum.len() == eb.len();
+        if !covered || rows.len() != 1 || cols.len() != 1 || sum.len() != 1 {
+            return Err(at.err(format!("equation `{eq}` is not a batched matrix product")));
+        }
+        let pos = |t: &[char], c: char| t.iter().position(|&x| x == c).unwrap_or(0) as i64;
+        let permute = |imp: &mut Self, v: Value, from: &[char], to: &[char]| {
+            let perm: Vec<i64> = to.iter().map(|&c| pos(from, c)).collect();
+            if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
+                return Ok(v);
+            }
+            imp.op1(at, "permute", &[v], &[("dims", AttrValue::Ints(perm))])
+        };
+        let la: Vec<char> = batch.iter().chain(&rows).chain(&sum).copied().collect();
+        let lb: Vec<char> = batch.iter().chain(&sum).chain(&cols).copied().collect();
+        let ly: Vec<char> = batch.iter().chain(&rows).chain(&cols).copied().collect();
+        let pa = permute(self, a, &ea, &la)?;
+        let pb = permute(self, b, &eb, &lb)?;
+        let y = self.op1(at, "matmul", &[pa, pb], &[])?;
+        Ok(vec![permute(self, y, &ly, &eo)?])
+    }
+
+    /// Clip: `min`/`max` attributes before opset 11, optional constant inputs since; a
+    /// `maximum` and/or `minimum` with scalars of the input's dtype.
+    fn clip(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        let x = self.req(at, 0)?;
+        let dtype = self.meta(x)?.dtype;
+        let (lo, hi) = if self.opset < 11 {
+            at.only_attrs(&["min", "max"])?;
+            at.inputs_between(1, 1)?;
+            let lo = at.attr("min").map(|_| at.float("min", 0.0)).transpose()?;
+            let hi = at.attr("max").map(|_| at.float("max", 0.0)).transpose()?;
+            (lo.map(f64::from), hi.map(f64::from))
+        } else {
+            at.only_attrs(&[])?;
+            at.inputs_between(1, 3)?;
+            let mut bound = |i: usize, what: &str| -> Result<Option<f64>, OnnxError> {
+                match self.const_input(at, i, what)? {
+                    None => Ok(None),
+                    Some(t) if t.numel() == 1 => Ok(t.to_f64_vec().first().copied()),
+                    Some(_) => Err(at.err(format!("{what} must be a scalar"))),
+                }
+            };
+            (bound(1, "min")?, bound(2, "max")?)
+        };
+        let mut y = x;
+        if let Some(lo) = lo {
+            let s = self.scalar(dtype, lo);
+            y = self.op1(at, "maximum", &[y, s], &[])?;
+        }
+        if let Some(hi) = hi {
+            let s = self.scalar(dtype, hi);
+            y = self.op1(at, "minimum", &[y, s], &[])?;
+        }
+        Ok(vec![y])
+    }
+
+    /// BatchNormalization in inference mode: `(x - mean) * scale / sqrt(var + eps) + b`
+    /// over dim 1, the per-channel parameters viewed as `[C, 1, ..]`. Training mode
+    /// (more outputs, `is_test` 0 before 7, `training_mode` 1) and `spatial` 0 stay opaque.
+    fn batch_norm(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+        at.only_attrs(&[
+            "epsilon",
+            "momentum",
+            "spatial",
+            "is_test",
+            "training_mode",
+            "consumed_inputs",
+        ])?;
+        at.only_outputs(1)?;
+        at.inputs_between(5, 5)?;
+        if at.int("spatial", 1)? != 1 {
+            return Err(at.err("spatial 0 is not supported"));
+        }
+        if self.opset < 7 && at.int("is_test", 0)? == 0 {
+            return Err(at.err("is_test is 0 (training mode)"));
+        }
+        if at.int("training_mode", 0)? != 0 {
+            return Err(at.err("training_mode is 1"));
+        }
+        let eps = f64::from(at.float("epsilon", 1e-5)?);
+        let x = self.req(at, 0)?;
+        let m = self.meta(x)?;
+        if m.rank() < 2 {
+            return Err(at.err(format!("the input {} has no channel dim", m.shape)));
+        }
+        let mut view = vec![-1i64];
+        view.resize(m.rank() - 1, 1);
+        let mut p = Vec::with_capacity(4);
+        for i in 1..5 {
+            let v = self.req(at, i)?;
+            if self.meta(v)?.dtype != m.dtype {
+                return Err(at.err("parameters of another dtype than the input"));
+            }
+            p.push(self.op1(
+                at,
+                "reshape",
+                &[v],
+                &[("shape", AttrValue::Ints(view.clone()))],
+            )?);
+        }
+        let e = self.scalar(m.dtype, eps);
+        let var = self.op1(at, "add", &[p[3], e], &[])?;
+        let sd = self.op1(at, "sqrt", &[var], &[])?;
+        let gain = self.op1(at, "div", &[p[0], sd], &[])?;
+        let centred = self.op1(at, "sub", &[x, p[2]], &[])?;
+        let scaled = self.op1(at, "mul", &[centred, gain], &[])?;
+        Ok(vec![self.op1(at, "add", &[scaled, p[1]], &[])?])
+    }
+
     fn expand(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
         at.only_attrs(&[])?;
         at.inputs_between(2, 2)?;
@@ -1115,7 +1673,13 @@ impl<'m> Importer<'m> {
     }
 
     fn split(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        at.only_attrs(&["axis", "num_outputs"])?;
+        let split_attr = if self.opset < 13 {
+            at.only_attrs(&["axis", "split"])?;
+            at.ints("split")?
+        } else {
+            at.only_attrs(&["axis", "num_outputs"])?;
+            None
+        };
         at.inputs_between(1, 2)?;
         let x = self.req(at, 0)?;
         let axis = at.int("axis", 0)?;
@@ -1123,42 +1687,43 @@ impl<'m> Importer<'m> {
         let d = normalize_axis(axis, meta.rank())
             .ok_or_else(|| at.err(format!("axis {axis} is out of range for {}", meta.shape)))?;
         let outputs = at.node.output.len();
-        let sizes = match self.const_ints(at, 1, "split")? {
-            Some(s) => s,
-            None => {
-                let k = match at.attr("num_outputs") {
-                    Some(_) => at.int("num_outputs", 0)?,
-                    None => outputs as i64,
-                };
-                if k < 1 || k as usize != outputs {
-                    return Err(at.err(format!(
-                        "num_outputs {k} does not match the {outputs} outputs"
-                    )));
-                }
-                let Some(n) = meta.shape.dims()[d].known() else {
-                    return Err(at.err(format!(
+        let sizes =
+            match split_attr.map_or_else(|| self.const_ints(at, 1, "split"), |s| Ok(Some(s)))? {
+                Some(s) => s,
+                None => {
+                    let k = match at.attr("num_outputs") {
+                        Some(_) => at.int("num_outputs", 0)?,
+                        None => outputs as i64,
+                    };
+                    if k < 1 || k as usize != outputs {
+                        return Err(at.err(format!(
+                            "num_outputs {k} does not match the {outputs} outputs"
+                        )));
+                    }
+                    let Some(n) = meta.shape.dims()[d].known() else {
+                        return Err(at.err(format!(
                         "splitting symbolic dim {} into equal parts needs a constant `split` input",
                         meta.shape.dims()[d]
                     )));
-                };
-                let (n, k) = (n as i64, k);
-                let chunk = if self.opset >= 18 {
-                    (n + k - 1) / k
-                } else {
-                    n / k
-                };
-                if self.opset < 18 && n % k != 0 {
-                    return Err(at.err(format!("dim {n} does not split evenly into {k} parts")));
+                    };
+                    let (n, k) = (n as i64, k);
+                    let chunk = if self.opset >= 18 {
+                        (n + k - 1) / k
+                    } else {
+                        n / k
+                    };
+                    if self.opset < 18 && n % k != 0 {
+                        return Err(at.err(format!("dim {n} does not split evenly into {k} parts")));
+                    }
+                    let last = n - chunk * (k - 1);
+                    if last < 0 || (last == 0 && n > 0) {
+                        return Err(at.err(format!("dim {n} cannot be split into {k} parts")));
+                    }
+                    let mut s = vec![chunk; k as usize - 1];
+                    s.push(last);
+                    s
                 }
-                let last = n - chunk * (k - 1);
-                if last < 0 || (last == 0 && n > 0) {
-                    return Err(at.err(format!("dim {n} cannot be split into {k} parts")));
-                }
-                let mut s = vec![chunk; k as usize - 1];
-                s.push(last);
-                s
-            }
-        };
+            };
         if sizes.len() != outputs {
             return Err(at.err(format!(
                 "split {sizes:?} has {} parts but the node has {outputs} outputs",
@@ -1362,6 +1927,32 @@ impl<'m> Importer<'m> {
         crate::verify(&self.graph).map_err(OnnxError::verify)?;
         Ok(self.graph)
     }
+}
+
+/// True when graphrw models the value's declared type: a tensor of a supported dtype
+/// with a shape (its dims are checked by `input_meta`).
+fn modelled(vi: &ValueInfoProto) -> bool {
+    vi.r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .is_some_and(|t| dtype_from_onnx(t.elem_type).is_ok() && t.shape.is_some())
+}
+
+/// Placeholder metadata for a value of a type graphrw does not model, with the
+/// encoded ONNX type to write back (see [`crate::foreign`]).
+fn placeholder(vi: &ValueInfoProto) -> (TensorMeta, Vec<u8>) {
+    let dtype = vi
+        .r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .and_then(|t| dtype_from_onnx(t.elem_type).ok())
+        .unwrap_or(DType::F32);
+    let ty = vi
+        .r#type
+        .as_ref()
+        .map(|t| t.encode_to_vec())
+        .unwrap_or_default();
+    (TensorMeta::new(dtype, Shape::default()), ty)
 }
 
 fn input_meta(vi: &ValueInfoProto) -> Result<TensorMeta, OnnxError> {

@@ -19,9 +19,13 @@
 mod error;
 mod functions;
 mod load;
+mod nesting;
 pub mod proto;
 mod save;
+mod schemas;
+mod table;
 mod tensor_pb;
+mod upgrade;
 
 pub use error::OnnxError;
 pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};

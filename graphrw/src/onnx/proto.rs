@@ -177,6 +177,14 @@ pub struct AttributeProto {
     pub tensors: Vec<TensorProto>,
     #[prost(message, repeated, tag = "11")]
     pub graphs: Vec<GraphProto>,
+    #[prost(message, optional, tag = "14")]
+    pub tp: Option<TypeProto>,
+    #[prost(message, repeated, tag = "15")]
+    pub type_protos: Vec<TypeProto>,
+    #[prost(message, optional, tag = "22")]
+    pub sparse_tensor: Option<SparseTensorProto>,
+    #[prost(message, repeated, tag = "23")]
+    pub sparse_tensors: Vec<SparseTensorProto>,
 }
 
 /// A named value with its type (graph inputs, outputs, value_info).
@@ -190,14 +198,49 @@ pub struct ValueInfoProto {
     pub doc_string: String,
 }
 
-/// A value's type; only tensor types are declared (sequences, maps and optionals are
-/// skipped and read as "no tensor type").
+/// A value's type. graphrw models tensor types; sequences, maps, optionals and sparse
+/// tensors are decoded only so that opaque nodes and foreign values keep them.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TypeProto {
     #[prost(message, optional, tag = "1")]
     pub tensor_type: Option<TypeProtoTensor>,
+    #[prost(message, optional, boxed, tag = "4")]
+    pub sequence_type: Option<Box<TypeProtoElem>>,
+    #[prost(message, optional, boxed, tag = "5")]
+    pub map_type: Option<Box<TypeProtoMap>>,
     #[prost(string, tag = "6")]
     pub denotation: String,
+    #[prost(message, optional, tag = "8")]
+    pub sparse_tensor_type: Option<TypeProtoTensor>,
+    #[prost(message, optional, boxed, tag = "9")]
+    pub optional_type: Option<Box<TypeProtoElem>>,
+}
+
+/// `TypeProto.Sequence` and `TypeProto.Optional`: the element type.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TypeProtoElem {
+    #[prost(message, optional, boxed, tag = "1")]
+    pub elem_type: Option<Box<TypeProto>>,
+}
+
+/// `TypeProto.Map`: key element type and value type.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TypeProtoMap {
+    #[prost(int32, tag = "1")]
+    pub key_type: i32,
+    #[prost(message, optional, boxed, tag = "2")]
+    pub value_type: Option<Box<TypeProto>>,
+}
+
+/// A sparse tensor (kept for attributes of opaque nodes).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SparseTensorProto {
+    #[prost(message, optional, tag = "1")]
+    pub values: Option<TensorProto>,
+    #[prost(message, optional, tag = "2")]
+    pub indices: Option<TensorProto>,
+    #[prost(int64, repeated, tag = "3")]
+    pub dims: Vec<i64>,
 }
 
 /// `TypeProto.Tensor`: element type and (optional) shape.

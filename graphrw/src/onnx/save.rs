@@ -16,6 +16,13 @@
 //! importer recognises that node and gives the attention its original mask back. When
 //! the query length is symbolic the mask is written as it is.
 //!
+//! Opaque nodes are written back as they came (attributes byte for byte), with their
+//! domain's opset imported. One from the default domain read at an older opset is
+//! written unchanged where its op kept its meaning up to the opset written (the schema
+//! table of `schemas.rs`), upgraded where only the form changed (attributes that became
+//! inputs, `upgrade.rs`), and refused otherwise, naming the op and the opsets; the
+//! model's opset is never below such a node's own.
+//!
 //! Fused ops (the generated kernels' `fused.*` ops, user ops declared `like` a
 //! decomposition, the tile executor's `fused.elementwise_group`) are written as their
 //! standard ONNX op where one exists (`fused.layer_norm` as `LayerNormalization`,
@@ -25,7 +32,7 @@
 //! body), so that onnxruntime still runs the model; [`load`](super::load) inlines such
 //! functions back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use prost::Message;
@@ -103,6 +110,13 @@ struct Exporter<'g> {
     functions: Vec<FunctionProto>,
     /// Function name by encoded body, so equal bodies share one function.
     function_names: HashMap<Vec<u8>, String>,
+    /// Declared types of opaque nodes' outputs (ONNX cannot infer them).
+    value_infos: Vec<ValueInfoProto>,
+    /// Opset imports of the other domains opaque nodes came from.
+    domains: BTreeMap<String, i64>,
+    /// Default-domain opaque nodes (index in `nodes`, source opset, graph node),
+    /// upgraded or checked against the opset finally written.
+    pinned: Vec<(usize, i64, NodeId)>,
 }
 
 fn a_int(name: &str, i: i64) -> AttributeProto {
@@ -170,7 +184,7 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
                 elem_type: dtype_to_onnx(meta.dtype),
                 shape: Some(TensorShapeProto { dim }),
             }),
-            denotation: String::new(),
+            ..Default::default()
         }),
         doc_string: String::new(),
     }
@@ -207,6 +221,9 @@ impl<'g> Exporter<'g> {
             cur_op: "",
             functions: Vec::new(),
             function_names: HashMap::new(),
+            domains: BTreeMap::new(),
+            pinned: Vec::new(),
+            value_infos: Vec::new(),
         }
     }
 
@@ -269,6 +286,24 @@ impl<'g> Exporter<'g> {
                         )));
                     }
                     self.names.insert(v, name);
+                }
+            }
+        }
+        // Outer names that opaque nodes' subgraphs read must exist under those names.
+        let graph = self.graph;
+        for id in graph.nodes_with_op("opaque") {
+            let Some(node) = graph.node(id) else { continue };
+            let Some(f) = node.foreign() else { continue };
+            let first = node.operands().len().saturating_sub(f.captures.len());
+            for (c, &v) in f.captures.iter().zip(&node.operands()[first..]) {
+                if self.names.get(&v) == Some(c) {
+                    continue;
+                }
+                if self.names.contains_key(&v) || !self.taken.insert(c.clone()) {
+                    // Named already (an input or output): an Identity gives it `c`.
+                    self.taken.insert(c.clone());
+                } else {
+                    self.names.insert(v, c.clone());
                 }
             }
         }
@@ -345,8 +380,8 @@ impl<'g> Exporter<'g> {
         match node.op_name() {
             "input" => {
                 let name = self.name_of(Value::from(id))?;
-                let meta = self.meta(Value::from(id))?;
-                self.inputs.push(value_info(&name, &meta));
+                let vi = self.value_info_of(Value::from(id), &name)?;
+                self.inputs.push(vi);
                 Ok(())
             }
             "constant" => {
@@ -404,40 +439,20 @@ impl<'g> Exporter<'g> {
         let attrs = node.attrs();
         let cur = self.cur.clone();
         let bad = |e: InferError| OnnxError::node(node.op_name(), &cur, e.0);
-        let binary = match node.op_name() {
-            "add" => Some("Add"),
-            "sub" => Some("Sub"),
-            "mul" => Some("Mul"),
-            "div" => Some("Div"),
-            "pow" => Some("Pow"),
-            "maximum" => Some("Max"),
-            "minimum" => Some("Min"),
-            "and" => Some("And"),
-            "or" => Some("Or"),
-            "eq" => Some("Equal"),
-            "lt" => Some("Less"),
-            "le" => Some("LessOrEqual"),
-            "gt" => Some("Greater"),
-            "ge" => Some("GreaterOrEqual"),
-            "neg" => Some("Neg"),
-            "abs" => Some("Abs"),
-            "reciprocal" => Some("Reciprocal"),
-            "sqrt" => Some("Sqrt"),
-            "exp" => Some("Exp"),
-            "log" => Some("Log"),
-            "sin" => Some("Sin"),
-            "cos" => Some("Cos"),
-            "erf" => Some("Erf"),
-            "tanh" => Some("Tanh"),
-            "sigmoid" => Some("Sigmoid"),
-            "relu" => Some("Relu"),
-            "not" => Some("Not"),
-            "isnan" => Some("IsNaN"),
-            "where" => Some("Where"),
-            "matmul" => Some("MatMul"),
-            "contiguous" => Some("Identity"),
-            _ => None,
-        };
+        // One-to-one ops, from the table the importer reads too; the rest only go out
+        // this way (the importer maps them itself: Max/Min are variadic, ...).
+        let binary = super::table::SIMPLE
+            .iter()
+            .find(|e| e.op == node.op_name())
+            .map(|e| e.onnx)
+            .or(match node.op_name() {
+                "where" => Some("Where"),
+                "matmul" => Some("MatMul"),
+                "contiguous" => Some("Identity"),
+                "maximum" => Some("Max"),
+                "minimum" => Some("Min"),
+                _ => None,
+            });
         if let Some(op_type) = binary {
             self.push(op_type, ins, outs, vec![]);
             return Ok(());
@@ -672,6 +687,7 @@ impl<'g> Exporter<'g> {
                 self.push("ConstantOfShape", vec![s], outs, vec![a_tensor("value", v)]);
             }
             "scaled_dot_product_attention" => self.attention(id, ins, outs)?,
+            "opaque" => self.opaque(id, ins, outs)?,
             other => {
                 if self.standard_fused(id, &ins, &outs)? {
                     return Ok(());
@@ -684,6 +700,150 @@ impl<'g> Exporter<'g> {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// The value info of `v` named `name`: its metadata, or the ONNX type recorded when
+    /// graphrw does not know it (see [`crate::foreign`]).
+    fn value_info_of(&self, v: Value, name: &str) -> Result<ValueInfoProto, OnnxError> {
+        let node = self.graph.try_node(v.node).map_err(OnnxError::verify)?;
+        let recorded = node
+            .foreign()
+            .and_then(|f| f.types.get(v.output as usize))
+            .and_then(Option::as_ref);
+        match recorded {
+            None => Ok(value_info(name, &self.meta(v)?)),
+            Some(bytes) => Ok(ValueInfoProto {
+                name: name.into(),
+                r#type: if bytes.is_empty() {
+                    None
+                } else {
+                    Some(TypeProto::decode(bytes.as_slice()).map_err(|e| {
+                        OnnxError::tensor(name, format!("its recorded ONNX type: {e}"))
+                    })?)
+                },
+                doc_string: String::new(),
+            }),
+        }
+    }
+
+    /// Writes an opaque node back as it came: its recorded op type, domain and
+    /// attributes, empty input and output slots where the source had them, and an
+    /// `Identity` for each outer value its subgraphs read under another name.
+    fn opaque(&mut self, id: NodeId, ins: Vec<String>, outs: Vec<String>) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        let f = node
+            .foreign()
+            .ok_or_else(|| self.err("an opaque node without its foreign record"))?;
+        let mut proto = NodeProto::decode(f.node.as_slice())
+            .map_err(|e| self.err(format!("its recorded ONNX node does not decode: {e}")))?;
+        let first = ins.len().saturating_sub(f.captures.len());
+        let (own, captured) = ins.split_at(first);
+        let mut own = own.iter();
+        proto.input = f
+            .inputs
+            .iter()
+            .map(|&present| match present {
+                true => own.next().cloned().unwrap_or_default(),
+                false => String::new(),
+            })
+            .collect();
+        for (o, name) in outs.iter().enumerate() {
+            let vi = self.value_info_of(Value::new(id, o as u32), name)?;
+            if vi.r#type.is_some() && !self.graph.output_names().contains(name) {
+                self.value_infos.push(vi);
+            }
+        }
+        let mut outs = outs.into_iter();
+        proto.output = f
+            .outputs
+            .iter()
+            .map(|&present| match present {
+                true => outs.next().unwrap_or_default(),
+                false => String::new(),
+            })
+            .collect();
+        for (c, have) in f.captures.iter().zip(captured) {
+            if c != have {
+                self.push("Identity", vec![have.clone()], vec![c.clone()], vec![]);
+            }
+        }
+        proto.name = unique(&mut self.node_names, &self.cur.clone());
+        let domain = if proto.domain == "ai.onnx" {
+            ""
+        } else {
+            proto.domain.as_str()
+        };
+        if domain.is_empty() {
+            // Never below the node's own opset (its meaning there is what it has).
+            self.opset = self.opset.max(f.opset);
+            self.pinned.push((self.nodes.len(), f.opset, id));
+        } else {
+            let have = *self.domains.entry(domain.to_string()).or_insert(f.opset);
+            if have != f.opset {
+                return Err(self.err(format!(
+                    "domain `{domain}` is imported at opset {have} by another node and {} by this one",
+                    f.opset
+                )));
+            }
+        }
+        self.nodes.push(proto);
+        Ok(())
+    }
+
+    /// Brings the opaque default-domain node `nodes[at]`, read at opset `from`, to the
+    /// opset written: unchanged where its op kept its meaning, through the upgrades of
+    /// [`super::upgrade`] where only the form changed, else an error.
+    fn upgrade(&mut self, at: usize, from: i64, id: NodeId) -> Result<(), OnnxError> {
+        let to = self.opset;
+        let Some(mut node) = self.nodes.get(at).cloned() else {
+            return Ok(());
+        };
+        if super::schemas::removed_by(&node.op_type, to) {
+            return Err(OnnxError::node(
+                &node.op_type,
+                &node.name,
+                format!("read at opset {from}, this op no longer exists at opset {to}, which graphrw writes; convert the model with onnx.version_converter"),
+            ));
+        }
+        let Some(steps) = super::schemas::barriers(&node.op_type, from, to) else {
+            return Ok(()); // Not a standard op: written as it came.
+        };
+        let graph = self.graph;
+        let gnode = graph.try_node(id).map_err(OnnxError::verify)?;
+        let meta = |i: usize| {
+            gnode
+                .operands()
+                .get(i)
+                .filter(|v| {
+                    graph
+                        .node(v.node)
+                        .is_some_and(|n| n.is_known(v.output as usize))
+                })
+                .and_then(|&v| graph.meta(v).ok())
+        };
+        let dtype = meta(0).map(|m| m.dtype);
+        let ranks = [meta(0).map(TensorMeta::rank), meta(1).map(TensorMeta::rank)];
+        let base = node.name.clone();
+        let taken = &mut self.taken;
+        let mut fresh = |what: &str| unique(taken, &format!("{base}/{what}"));
+        let mut ctx = super::upgrade::Ctx {
+            dtype,
+            ranks,
+            fresh: &mut fresh,
+            inits: &mut self.inits,
+        };
+        for v in steps {
+            super::upgrade::step(&mut node, v, &mut ctx).map_err(|why| {
+                OnnxError::node(
+                    &node.op_type,
+                    &node.name,
+                    format!("read at opset {from}, it changed meaning at opset {v} (graphrw writes {to}): {why}; convert the model with onnx.version_converter"),
+                )
+            })?;
+        }
+        self.nodes[at] = node;
         Ok(())
     }
 
@@ -920,10 +1080,21 @@ impl<'g> Exporter<'g> {
             self.cur = format!("output_{dst}");
             self.push("Identity", vec![src], vec![dst], vec![]);
         }
+        // An opaque default-domain node read at an older opset is written unchanged
+        // only where its op kept its meaning up to the opset written.
+        for (at, from, id) in std::mem::take(&mut self.pinned) {
+            self.upgrade(at, from, id)?;
+        }
         let mut opset_import = vec![OperatorSetIdProto {
             domain: String::new(),
             version: self.opset,
         }];
+        for (domain, &version) in &self.domains {
+            opset_import.push(OperatorSetIdProto {
+                domain: domain.clone(),
+                version,
+            });
+        }
         if !self.functions.is_empty() {
             opset_import.push(OperatorSetIdProto {
                 domain: FUNCTION_DOMAIN.into(),
@@ -936,8 +1107,7 @@ impl<'g> Exporter<'g> {
         }
         let mut outputs = Vec::with_capacity(self.graph.outputs().len());
         for (name, &v) in self.graph.output_names().iter().zip(self.graph.outputs()) {
-            let meta = self.meta(v)?;
-            outputs.push(value_info(name, &meta));
+            outputs.push(self.value_info_of(v, name)?);
         }
         Ok(ModelProto {
             ir_version: IR_VERSION,
@@ -951,6 +1121,7 @@ impl<'g> Exporter<'g> {
                 initializer: self.inits,
                 input: self.inputs,
                 output: outputs,
+                value_info: self.value_infos,
                 ..Default::default()
             }),
             ..Default::default()

@@ -428,9 +428,10 @@ impl OpDef {
         }
     }
 
-    /// True for the two ops whose nodes are made with declared metadata.
+    /// True for the two source ops whose nodes are made with declared metadata (graph
+    /// inputs and constants; an `opaque` node declares its metadata too, but it computes).
     pub fn is_source_leaf(&self) -> bool {
-        matches!(self.infer, Infer::Declared)
+        matches!(self.infer, Infer::Declared) && self.class == OpClass::Source
     }
 }
 
