@@ -5,7 +5,7 @@
 //!
 //! Pages of a mapped tensor are read from the file (or the page cache) only when a
 //! kernel touches them, so loading a model of many gigabytes costs no memory until its
-//! weights are used, and writing it back copies file ranges through a small buffer.
+//! weights are used, and writing it back copies file ranges file to file.
 //!
 //! # The file must not change while it is mapped
 //! A mapping shows the file as it is *now*: if another process truncates the file while
@@ -13,13 +13,13 @@
 //! to the file change the tensor's elements. Every memory-mapping loader (onnxruntime,
 //! safetensors) makes the same assumption. graphrw checks what it can: a tensor's range
 //! must lie within the file's length when it is mapped, and [`FileRange::copy_to`]
-//! reads through the file (not the map) and reports a file that became shorter as an
+//! copies through the file (not the map) and reports a file that became shorter as an
 //! error rather than crashing. Writers that replace a model in place must write a new
 //! file and rename it over the old one (the old file lives on for existing maps).
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -265,56 +265,100 @@ pub struct FileRange {
     pub len: u64,
 }
 
-/// Size of the buffer [`FileRange::copy_to`] copies through.
-const COPY_CHUNK: usize = 1 << 20;
-
 impl FileRange {
     /// True when both ranges are the same bytes of the same mapped file.
     pub fn same_as(&self, other: &FileRange) -> bool {
         Arc::ptr_eq(&self.file, &other.file) && self.offset == other.offset && self.len == other.len
     }
 
-    /// Copies the range to `out` at its current position, reading the file (not the
-    /// map) through a 1 MiB buffer so that memory stays flat whatever the size.
-    ///
-    /// Runs of zeros a whole buffer long are skipped with a seek instead of written,
-    /// so holes of a sparse file stay holes; the caller must give `out` its final
-    /// length (`File::set_len`) in case the range ends in such a run.
+    /// Copies the range to `out` at its current position, file to file (the kernel's
+    /// `copy_file_range` on Linux, through `std::io::copy`), never through the map or
+    /// a buffer of the range's size, so memory stays flat whatever the size. On Linux
+    /// the holes of a sparse file are found with `SEEK_DATA`/`SEEK_HOLE` and skipped
+    /// (left as holes in `out`); the caller must give `out` its final length
+    /// (`File::set_len`) in case the range ends in a hole. `out` is left at the end of
+    /// the copied range.
     ///
     /// Errors when the file became shorter than the range since it was mapped (it was
     /// changed under the map), or on any read or write error.
-    pub fn copy_to<W: Write + Seek>(&self, out: &mut W) -> io::Result<()> {
-        let mut file = self
+    pub fn copy_to(&self, out: &mut File) -> io::Result<()> {
+        let src = self
             .file
             .file
             .lock()
             .map_err(|_| io::Error::other("the mapped file's lock was poisoned"))?;
-        let now = file.metadata()?.len();
+        let now = src.metadata()?.len();
         let end = self.offset.checked_add(self.len).unwrap_or(u64::MAX);
-        if end > now {
-            return Err(io::Error::new(
+        let changed = || {
+            io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
                     "`{}` is now {now} bytes, but bytes {}..{end} were mapped from it (the file was changed under the map)",
                     self.file.path.display(),
                     self.offset
                 ),
-            ));
+            )
+        };
+        if end > now {
+            return Err(changed());
         }
-        file.seek(SeekFrom::Start(self.offset))?;
-        let mut buf = vec![0u8; COPY_CHUNK.min(self.len as usize)];
-        let mut left = self.len;
-        while left > 0 {
-            let n = buf.len().min(left as usize);
-            let chunk = &mut buf[..n];
-            file.read_exact(chunk)?;
-            if n == COPY_CHUNK && chunk.iter().all(|&b| b == 0) {
-                out.seek(SeekFrom::Current(n as i64))?;
-            } else {
-                out.write_all(chunk)?;
+        let base = out.stream_position()?;
+        let mut at = self.offset;
+        while at < end {
+            let (data, hole) = data_segment(&src, at, end)?;
+            if data >= end {
+                break;
             }
-            left -= n as u64;
+            (&*src).seek(SeekFrom::Start(data))?;
+            out.seek(SeekFrom::Start(base + (data - self.offset)))?;
+            let n = hole - data;
+            if io::copy(&mut (&*src).take(n), out)? != n {
+                return Err(changed());
+            }
+            at = hole;
         }
+        out.seek(SeekFrom::Start(base + self.len))?;
         Ok(())
     }
+}
+
+/// The next run of data in `file` at or after `at`, clipped to `end`: `(start, stop)`,
+/// with `start == end` when only a hole is left. Where holes cannot be found the whole
+/// rest is data.
+#[cfg(target_os = "linux")]
+fn data_segment(file: &File, at: u64, end: u64) -> io::Result<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let Ok(off) = libc::off_t::try_from(at) else {
+        return Ok((at, end));
+    };
+    // SAFETY: `lseek` only moves the offset of `fd`, which `file` owns and keeps open for
+    // this call; it reads and writes no memory of ours. The caller seeks again before
+    // reading.
+    let data = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
+    if data < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            // No data after `at`: the rest is a hole.
+            Some(libc::ENXIO) => Ok((end, end)),
+            // The file system cannot tell: copy everything.
+            Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok((at, end)),
+            _ => Err(e),
+        };
+    }
+    let data = (data as u64).min(end);
+    if data >= end {
+        return Ok((end, end));
+    }
+    // SAFETY: as above.
+    let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
+    let stop = if hole < 0 { end } else { (hole as u64).min(end) };
+    // A hole never starts at data; should one seem to, copy the rest (always progress).
+    Ok((data, if stop > data { stop } else { end }))
+}
+
+/// Without `SEEK_DATA`, the whole rest is data.
+#[cfg(not(target_os = "linux"))]
+fn data_segment(_file: &File, at: u64, end: u64) -> io::Result<(u64, u64)> {
+    Ok((at, end))
 }

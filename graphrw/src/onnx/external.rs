@@ -11,8 +11,8 @@
 //!   bytes, so every dtype can be viewed in place when the model is loaded again.
 //!   Padding is a hole, not written zeros.
 //! - A tensor mapped from a loaded model's external data ([`Tensor::file_range`]) is
-//!   copied range to range through a 1 MiB buffer ([`FileRange::copy_to`]), never read
-//!   into memory; whole-chunk runs of zeros stay holes, so a sparse input stays sparse.
+//!   copied file to file ([`FileRange::copy_to`]: `copy_file_range` on Linux), never
+//!   read into memory; the holes of a sparse input stay holes.
 //!   Tensors that view the same bytes are written once and share the range.
 //! - The data file and the model are written to temporary files in the same folder
 //!   and renamed into place, so saving over the model that was loaded (whose data is
@@ -25,7 +25,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use graphrw_kernels::FileRange;
@@ -285,7 +285,7 @@ fn write_data(
     tmp: &Path,
 ) -> Result<(u64, usize), OnnxError> {
     let io = |e: std::io::Error| OnnxError::io(tmp, e);
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut out = file;
     let mut pos: u64 = 0;
     let mut copied = 0;
     // Ranges already written, so tensors viewing the same bytes share them.
@@ -337,9 +337,8 @@ fn write_data(
             ];
         }
     }
-    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
     // Holes at the end (a zero tail, padding) still belong to the file.
-    file.set_len(pos).map_err(io)?;
+    out.set_len(pos).map_err(io)?;
     Ok((pos, copied))
 }
 
