@@ -134,6 +134,21 @@ pub(crate) fn check_proto_size(model: &ModelProto) -> Result<(), OnnxError> {
     Ok(())
 }
 
+/// Refuses a model whose encoding would pass [`MAX_PROTO_BYTES`] once `inline`'s
+/// tensors are filled in (checked before they are read): the skeleton's size plus each
+/// tensor's bytes and a generous field overhead.
+pub(crate) fn check_inline_estimate(
+    model: &ModelProto,
+    inline: &[(usize, Tensor)],
+) -> Result<(), OnnxError> {
+    let inline_bytes: u64 = inline.iter().map(|(_, t)| t.nbytes() as u64 + 16).sum();
+    let estimate = model.encoded_len() as u64 + inline_bytes;
+    if estimate > MAX_PROTO_BYTES {
+        return Err(too_large(estimate));
+    }
+    Ok(())
+}
+
 fn too_large(n: u64) -> OnnxError {
     OnnxError::Model(format!(
         "the model would be a {:.2} GiB protobuf, past protobuf's 2 GiB limit (onnx and onnxruntime would read it as corrupt); write its weights as external data (graphrw optimize: --external-data; the library: WeightLayout::External)",
@@ -215,14 +230,8 @@ pub(crate) fn write(
         external_tensors: external.len(),
         ..Saved::default()
     };
-    // Refuse a protobuf past 2 GiB before reading or writing any weight: the skeleton's
-    // size plus each inline tensor's bytes and a generous field overhead.
-    let inline_bytes: u64 = inline.iter().map(|(_, t)| t.nbytes() as u64 + 16).sum();
-    let external_entries: u64 = external.len() as u64 * 128;
-    let estimate = model.encoded_len() as u64 + inline_bytes + external_entries;
-    if estimate > MAX_PROTO_BYTES {
-        return Err(too_large(estimate));
-    }
+    // Refuse a protobuf past 2 GiB before reading or writing any weight.
+    check_inline_estimate(&model, &inline)?;
     let Some(graph) = model.graph.as_mut() else {
         return Err(OnnxError::Model("the exported model has no graph".into()));
     };
@@ -246,7 +255,10 @@ pub(crate) fn write(
         let rel = Path::new(&location);
         if location.is_empty()
             || rel.components().count() != 1
-            || !matches!(rel.components().next(), Some(std::path::Component::Normal(_)))
+            || !matches!(
+                rel.components().next(),
+                Some(std::path::Component::Normal(_))
+            )
         {
             return Err(OnnxError::Model(format!(
                 "the data file name `{location}` must be a plain file name (it is written in the model's folder)"
@@ -254,7 +266,13 @@ pub(crate) fn write(
         }
         let data_path = dir.join(rel);
         let (staged, file) = Staged::create(&data_path)?;
-        let end = write_data(&mut graph.initializer, external, &location, file, &staged.tmp)?;
+        let end = write_data(
+            &mut graph.initializer,
+            external,
+            &location,
+            file,
+            &staged.tmp,
+        )?;
         saved.data_file = Some(data_path);
         saved.data_bytes = end.0;
         saved.copied_ranges = end.1;
@@ -299,7 +317,11 @@ fn write_data(
         let offset = match shared {
             Some(o) => o,
             None => {
-                let align = if len >= BIG_ALIGN { BIG_ALIGN } else { SMALL_ALIGN };
+                let align = if len >= BIG_ALIGN {
+                    BIG_ALIGN
+                } else {
+                    SMALL_ALIGN
+                };
                 let offset = align_up(pos, align);
                 if offset != pos {
                     out.seek(SeekFrom::Start(offset)).map_err(io)?;

@@ -26,11 +26,10 @@ mod save;
 mod tensor_pb;
 
 pub use error::OnnxError;
-pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
 pub use external::{SaveOptions, Saved, WeightLayout, MAX_PROTO_BYTES};
+pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
 pub use save::{
-    save, save_with, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN,
-    IR_VERSION,
+    save, save_with, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
 };
 pub use tensor_pb::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,

@@ -31,13 +31,13 @@ use std::path::Path;
 
 use prost::Message;
 
+use super::external::{SaveOptions, Saved};
 use super::proto::{
     attribute_type, AttributeProto, Dimension, DimensionValue, FunctionProto, GraphProto,
     ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
     TypeProtoTensor, ValueInfoProto,
 };
 use super::tensor_pb::{dtype_to_onnx, tensor_to_proto};
-use super::external::{SaveOptions, Saved};
 use super::OnnxError;
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
@@ -93,7 +93,12 @@ pub fn save_with(
 /// The ONNX model of `graph`, encoded, with every constant inline. Refused when it
 /// would pass protobuf's 2 GiB limit (save such a model with external data).
 pub fn to_bytes(graph: &Graph) -> Result<Vec<u8>, OnnxError> {
-    let model = to_model(graph)?;
+    let (mut model, payloads) = export(graph)?;
+    // Refused before any weight is read.
+    super::external::check_inline_estimate(&model, &payloads)?;
+    if let Some(g) = model.graph.as_mut() {
+        fill_inline(&mut g.initializer, payloads);
+    }
     super::external::check_proto_size(&model)?;
     Ok(model.encode_to_vec())
 }
