@@ -27,6 +27,8 @@ use prost::Message;
 const ROWS: usize = 8_400_000;
 const D: usize = 64;
 const W_BYTES: u64 = (ROWS * D * 4) as u64;
+// The table alone is past protobuf's limit.
+const _: () = assert!(W_BYTES > MAX_PROTO_BYTES);
 /// The rows gathered: two hold data, one (row 17) is a hole of zeros.
 const IDS: [i64; 4] = [3, 4_000_001, ROWS as i64 - 1, 17];
 const EPS: f32 = 1e-5;
@@ -225,8 +227,11 @@ fn assert_close(got: &Tensor, what: &str) {
     }
 }
 
-/// The external entries of each initialiser of a saved model: (location, offset, length).
-fn external_entries(model: &Path) -> Vec<(String, Option<(String, u64, u64)>)> {
+/// Where an external initialiser's bytes are: (location, offset, length).
+type Location = (String, u64, u64);
+
+/// The external entries of each initialiser of a saved model, by name.
+fn external_entries(model: &Path) -> Vec<(String, Option<Location>)> {
     let bytes = std::fs::read(model).expect("read model");
     let m = ModelProto::decode(bytes.as_slice()).expect("decode");
     let g = m.graph.expect("graph");
@@ -315,7 +320,6 @@ fn library_optimize_keeps_huge_weights_external() {
     assert!(e.to_string().contains("2 GiB limit"), "{e}");
     assert!(!single.exists(), "nothing is written when refused");
     assert!(graphrw::onnx::to_bytes(&g).is_err(), "to_bytes refuses too");
-    assert!(W_BYTES > MAX_PROTO_BYTES);
 
     // The default keeps the input's layout, and saving over the loaded model (whose
     // data is still mapped) is safe.

@@ -198,7 +198,7 @@ impl MappedElements {
             DType::I32 => std::mem::align_of::<i32>(),
             DType::Bool => return None,
         };
-        if bytes.as_ptr() as usize % align != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(align) {
             return None;
         }
         Some(MappedElements {
@@ -242,7 +242,7 @@ impl MappedElements {
         let bytes = self
             .file
             .bytes(self.start, self.len * std::mem::size_of::<T>())?;
-        if bytes.as_ptr() as usize % std::mem::align_of::<T>() != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return None;
         }
         // SAFETY: `bytes` is `len * size_of::<T>()` bytes of a live read-only map owned
@@ -288,7 +288,7 @@ impl FileRange {
             .lock()
             .map_err(|_| io::Error::other("the mapped file's lock was poisoned"))?;
         let now = src.metadata()?.len();
-        let end = self.offset.checked_add(self.len).unwrap_or(u64::MAX);
+        let end = self.offset.saturating_add(self.len);
         let changed = || {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -352,7 +352,11 @@ fn data_segment(file: &File, at: u64, end: u64) -> io::Result<(u64, u64)> {
     }
     // SAFETY: as above.
     let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
-    let stop = if hole < 0 { end } else { (hole as u64).min(end) };
+    let stop = if hole < 0 {
+        end
+    } else {
+        (hole as u64).min(end)
+    };
     // A hole never starts at data; should one seem to, copy the rest (always progress).
     Ok((data, if stop > data { stop } else { end }))
 }

@@ -41,7 +41,8 @@ impl PartialEq for Storage {
         if self.dtype() != other.dtype() {
             return false;
         }
-        dispatch!(self.dtype(), |T| T::storage_slice(self) == T::storage_slice(other))
+        dispatch!(self.dtype(), |T| T::storage_slice(self)
+            == T::storage_slice(other))
     }
 }
 
@@ -225,7 +226,9 @@ impl Tensor {
             .checked_mul(dtype.size_in_bytes())
             .ok_or_else(|| KernelError::shape(op, format!("shape {shape:?} has too many bytes")))?;
         let end = offset.checked_add(nbytes as u64);
-        let start = usize::try_from(offset).ok().filter(|_| end.is_some_and(|e| e <= file.len()));
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|_| end.is_some_and(|e| e <= file.len()));
         let Some(start) = start else {
             return Err(KernelError::invalid(
                 op,

@@ -32,7 +32,9 @@ fn aligned_f32_is_viewed_in_place_and_computes() {
     let path = f32_file("view", 64, &values, 3);
     let file = MappedFile::open(&path).expect("map");
     let t = Tensor::from_mapped(&file, 64, DType::F32, &[3, 4]).expect("tensor");
-    let range = t.file_range().expect("a mapped tensor keeps its file range");
+    let range = t
+        .file_range()
+        .expect("a mapped tensor keeps its file range");
     assert_eq!((range.offset, range.len), (64, 48));
     assert_eq!(t.as_slice::<f32>().expect("f32"), values.as_slice());
     // Kernels read mapped storage like any other.
@@ -83,8 +85,14 @@ fn unaligned_and_bool_fall_back_to_a_copy() {
     std::fs::write(&path, [0u8, 1, 7, 0]).expect("write");
     let file = MappedFile::open(&path).expect("map");
     let b = Tensor::from_mapped(&file, 0, DType::Bool, &[4]).expect("bool");
-    assert!(b.file_range().is_none(), "bool is copied (only 0 and 1 are valid)");
-    assert_eq!(b.as_slice::<bool>().expect("bool"), &[false, true, true, false]);
+    assert!(
+        b.file_range().is_none(),
+        "bool is copied (only 0 and 1 are valid)"
+    );
+    assert_eq!(
+        b.as_slice::<bool>().expect("bool"),
+        &[false, true, true, false]
+    );
 }
 
 #[test]
@@ -101,7 +109,12 @@ fn ranges_beyond_the_file_are_refused() {
     let empty = tmp("empty");
     std::fs::write(&empty, []).expect("write");
     let file = MappedFile::open(&empty).expect("map empty");
-    assert_eq!(Tensor::from_mapped(&file, 0, DType::F32, &[0]).expect("empty").numel(), 0);
+    assert_eq!(
+        Tensor::from_mapped(&file, 0, DType::F32, &[0])
+            .expect("empty")
+            .numel(),
+        0
+    );
     assert!(Tensor::from_mapped(&file, 0, DType::F32, &[1]).is_err());
 }
 
@@ -113,7 +126,8 @@ fn copy_to_keeps_bytes_and_holes() {
     {
         let mut f = File::create(&path).expect("create");
         f.write_all(&[9u8; 100]).expect("write");
-        f.seek(SeekFrom::Start((2 * mb + 100) as u64)).expect("seek");
+        f.seek(SeekFrom::Start((2 * mb + 100) as u64))
+            .expect("seek");
         f.write_all(&[5u8; 1000]).expect("write");
         f.set_len((3 * mb + 5) as u64).expect("len");
     }
@@ -131,7 +145,10 @@ fn copy_to_keeps_bytes_and_holes() {
         // The 2 MiB hole was skipped, not written (ext4, xfs, btrfs and tmpfs keep holes).
         use std::os::unix::fs::MetadataExt;
         let on_disk = std::fs::metadata(&out_path).expect("meta").blocks() * 512;
-        assert!(on_disk < mb as u64, "{on_disk} bytes on disk: the hole was written");
+        assert!(
+            on_disk < mb as u64,
+            "{on_disk} bytes on disk: the hole was written"
+        );
     }
     let src = std::fs::read(&path).expect("read src");
     let dst = std::fs::read(&out_path).expect("read dst");
