@@ -2,7 +2,7 @@
 """Peak memory and wall time of `graphrw optimize` and `graphrw run` against weight size.
 
 Generates, for each size, an ONNX model whose weights live in a *sparse* external data
-file (so a 13 GB model costs no disk), laid out as torch.onnx writes it
+file (so a 13 GB model costs no disk; `--dense` writes every weight instead), laid out as torch.onnx writes it
 (`model.onnx` + `model.onnx.data`), with a `test_data_set_0` for `graphrw run`:
 
     h = matmul(x, W)            # W: f32 (or f16 from 8 GB on) [K, N], the weights
@@ -34,8 +34,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def make_model(d, gb):
-    """Writes the model of about `gb` GB of weights into folder `d`."""
+def make_model(d, gb, dense=False):
+    """Writes the model of about `gb` GB of weights into folder `d` (sparse, or with
+    every weight written when `dense`)."""
     f16 = gb > 4
     dt, np_dt, width = (
         (TensorProto.FLOAT16, np.float16, 2) if f16 else (TensorProto.FLOAT, np.float32, 4)
@@ -47,7 +48,12 @@ def make_model(d, gb):
     data = os.path.join(d, "model.onnx.data")
     rng = np.random.default_rng(0)
     with open(data, "wb") as f:
-        # A few real rows at the start, middle and end; the rest is a hole.
+        if dense:
+            rows = max(1, (64 << 20) // (n * width))
+            for r0 in range(0, k, rows):
+                m = min(rows, k - r0) * n
+                f.write(rng.standard_normal(m, dtype=np.float32).astype(np_dt).tobytes())
+        # A few known rows at the start, middle and end; with `dense` off the rest is a hole.
         for row in (0, k // 2, k - 1):
             f.seek(row * n * width)
             f.write(rng.standard_normal(n).astype(np_dt).tobytes())
@@ -125,6 +131,7 @@ def main():
     ap.add_argument("--sizes", type=float, nargs="+", default=[0.5, 2.4, 13.0], help="weight sizes in GB")
     ap.add_argument("--dir", default=None, help="scratch folder (default: a temp folder, removed)")
     ap.add_argument("--no-run", action="store_true", help="skip `graphrw run`")
+    ap.add_argument("--dense", action="store_true", help="write every weight (real disk use) instead of a sparse file")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bin] or [["graphrw", "target/release/graphrw"]]
     root = a.dir or tempfile.mkdtemp(prefix="graphrw-weights-")
@@ -133,7 +140,7 @@ def main():
     try:
         for gb in a.sizes:
             d = os.path.join(root, f"w{gb}")
-            w_bytes, f16 = make_model(d, gb)
+            w_bytes, f16 = make_model(d, gb, a.dense)
             for label, exe in bins:
                 out = os.path.join(d, f"out_{label}.onnx")
                 cmds = [("optimize", [exe, "optimize", os.path.join(d, "model.onnx"), "-o", out])]
@@ -145,7 +152,7 @@ def main():
                         continue
                     wall, peak, ok, tail = timed(cmd)
                     print(
-                        f"| {label} | {w_bytes / 1e9:.2f} GB {'f16' if f16 else 'f32'} | {what} | {wall:.2f} "
+                        f"| {label} | {w_bytes / 1e9:.2f} GB {'f16' if f16 else 'f32'}{' dense' if a.dense else ''} | {what} | {wall:.2f} "
                         f"| {peak / 1e6:.0f} MB | {peak / w_bytes:.1%} | {'ok' if ok else 'FAILED: ' + tail[:120]} |",
                         flush=True,
                     )
