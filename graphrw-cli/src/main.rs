@@ -103,6 +103,19 @@ enum Command {
         /// generated kernel) or one kernel (`rms_norm`, `bias_gelu`, ...). Repeatable.
         #[arg(long = "rules", value_name = "NAME")]
         rules: Vec<String>,
+        /// Write every weight inline in the one OUT file (refused when it would pass
+        /// protobuf's 2 GiB limit). By default the input's layout is kept: weights that
+        /// came from external data go to `OUT.data`, copied as file ranges.
+        #[arg(long, conflicts_with = "external_data")]
+        single_file: bool,
+        /// Write every weight of 1 KiB or more to an external data file beside OUT,
+        /// whatever the input's layout.
+        #[arg(long)]
+        external_data: bool,
+        /// The external data file's name, in OUT's folder (default: OUT's file name
+        /// plus `.data`).
+        #[arg(long, value_name = "NAME")]
+        data_file: Option<String>,
     },
     /// Run a model on its ONNX test data and report the max error and time.
     ///
@@ -139,7 +152,24 @@ fn main() -> ExitCode {
             model,
             output,
             rules,
-        } => commands::optimize::run(&model, &output, &rules),
+            single_file,
+            external_data,
+            data_file,
+        } => {
+            let layout = if single_file {
+                graphrw::onnx::WeightLayout::SingleFile
+            } else if external_data {
+                graphrw::onnx::WeightLayout::External
+            } else {
+                graphrw::onnx::WeightLayout::Keep
+            };
+            let save = graphrw::onnx::SaveOptions {
+                layout,
+                data_file,
+                ..Default::default()
+            };
+            commands::optimize::run(&model, &output, &rules, &save)
+        }
         Command::Run { model_dir, model } => commands::run::run(&model_dir, model.as_deref()),
     };
     match result {

@@ -204,6 +204,7 @@ macro_rules! impl_float_element {
             fn storage_slice(storage: &Storage) -> Option<&[Self]> {
                 match storage {
                     Storage::$dt(v) => Some(v),
+                    Storage::Mapped(m) => m.typed::<$t>(),
                     _ => None,
                 }
             }
@@ -287,6 +288,7 @@ macro_rules! impl_int_element {
             fn storage_slice(storage: &Storage) -> Option<&[Self]> {
                 match storage {
                     Storage::$dt(v) => Some(v),
+                    Storage::Mapped(m) => m.typed::<$t>(),
                     _ => None,
                 }
             }

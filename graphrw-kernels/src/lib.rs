@@ -29,9 +29,11 @@ pub mod element;
 pub mod elementwise;
 mod error;
 pub mod fused;
+pub mod mapped;
 mod tensor;
 
 pub use dtype::DType;
 pub use element::{Element, IntElement, Real};
 pub use error::KernelError;
+pub use mapped::{FileRange, MappedFile};
 pub use tensor::{Storage, Tensor};

@@ -8,10 +8,12 @@ use half::{bf16, f16};
 
 use crate::broadcast::strided_collect;
 use crate::macros::dispatch;
+use crate::mapped::{FileRange, MappedElements, MappedFile};
 use crate::{DType, Element, KernelError};
 
-/// The elements of a tensor, one variant per dtype.
-#[derive(Clone, PartialEq)]
+/// The elements of a tensor: one variant per dtype holding them in memory, or
+/// [`Storage::Mapped`] viewing them in a memory-mapped file.
+#[derive(Clone)]
 pub enum Storage {
     /// `f32` elements.
     F32(Vec<f32>),
@@ -27,6 +29,21 @@ pub enum Storage {
     I32(Vec<i32>),
     /// `bool` elements.
     Bool(Vec<bool>),
+    /// Little-endian elements of any dtype but `bool`, viewed in place in a read-only
+    /// file mapping (see [`Tensor::from_mapped`]).
+    Mapped(MappedElements),
+}
+
+impl PartialEq for Storage {
+    /// Same dtype and equal elements (float equality: NaN differs from itself), whether
+    /// the elements are in memory or mapped.
+    fn eq(&self, other: &Storage) -> bool {
+        if self.dtype() != other.dtype() {
+            return false;
+        }
+        dispatch!(self.dtype(), |T| T::storage_slice(self)
+            == T::storage_slice(other))
+    }
 }
 
 impl Storage {
@@ -40,6 +57,7 @@ impl Storage {
             Storage::I64(_) => DType::I64,
             Storage::I32(_) => DType::I32,
             Storage::Bool(_) => DType::Bool,
+            Storage::Mapped(m) => m.dtype(),
         }
     }
 
@@ -53,6 +71,7 @@ impl Storage {
             Storage::I64(v) => v.len(),
             Storage::I32(v) => v.len(),
             Storage::Bool(v) => v.len(),
+            Storage::Mapped(m) => m.len(),
         }
     }
 
@@ -182,6 +201,70 @@ impl Tensor {
                 .map(T::read_le)
                 .collect::<Vec<T>>()
         )))
+    }
+
+    /// A tensor of `dtype` and `shape` whose little-endian elements start at byte
+    /// `offset` of a mapped file, viewed in place: nothing is read or copied until the
+    /// elements are used, and [`Tensor::file_range`] gives the range back to writers.
+    ///
+    /// Falls back to a copy (through [`Tensor::from_raw_bytes`]) where the file's bytes
+    /// cannot be viewed as elements: `bool` (only 0 and 1 are valid), an offset not
+    /// aligned for the dtype, or a big-endian host.
+    ///
+    /// Errors when the range lies beyond the end of the file as it was mapped, or the
+    /// shape's size overflows. The file must not be changed while the tensor lives (see
+    /// [`crate::mapped`]).
+    pub fn from_mapped(
+        file: &Arc<MappedFile>,
+        offset: u64,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<Tensor, KernelError> {
+        let op = "from_mapped";
+        let n = checked_numel(op, shape)?;
+        let nbytes = n
+            .checked_mul(dtype.size_in_bytes())
+            .ok_or_else(|| KernelError::shape(op, format!("shape {shape:?} has too many bytes")))?;
+        let end = offset.checked_add(nbytes as u64);
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|_| end.is_some_and(|e| e <= file.len()));
+        let Some(start) = start else {
+            return Err(KernelError::invalid(
+                op,
+                format!(
+                    "bytes {offset}..{} lie beyond the end of `{}` ({} bytes)",
+                    end.map_or_else(|| "overflow".to_string(), |e| e.to_string()),
+                    file.path().display(),
+                    file.len()
+                ),
+            ));
+        };
+        match MappedElements::new(file, start, n, dtype) {
+            Some(m) => Ok(Tensor::from_parts(shape.to_vec(), Storage::Mapped(m))),
+            None => {
+                let bytes = file.bytes(start, nbytes).ok_or_else(|| {
+                    KernelError::invalid(op, "the range lies beyond the mapped bytes")
+                })?;
+                Tensor::from_raw_bytes(dtype, shape, bytes)
+            }
+        }
+    }
+
+    /// The bytes of the file this tensor's elements are mapped from (just this
+    /// tensor's window of the storage), or `None` for elements held in memory.
+    pub fn file_range(&self) -> Option<FileRange> {
+        match &*self.storage {
+            Storage::Mapped(m) => {
+                let width = self.dtype().size_in_bytes() as u64;
+                Some(FileRange {
+                    file: Arc::clone(m.file()),
+                    offset: m.byte_offset() + self.offset as u64 * width,
+                    len: self.nbytes() as u64,
+                })
+            }
+            _ => None,
+        }
     }
 
     /// The elements as little-endian bytes (the inverse of [`Tensor::from_raw_bytes`]).

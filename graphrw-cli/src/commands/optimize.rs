@@ -1,17 +1,26 @@
-//! `graphrw optimize MODEL -o OUT [--rules NAME...]`: apply rule sets, report what
-//! fired, write the optimised model as ONNX.
+//! `graphrw optimize MODEL -o OUT [--rules NAME...] [--single-file | --external-data]
+//! [--data-file NAME]`: apply rule sets, report what fired, write the optimised model
+//! as ONNX.
+//!
+//! External data in, external data out: the input's weights are memory-mapped when it
+//! is loaded, the rules read only the small constants they inspect, and the writer
+//! copies unchanged weights range by range into `OUT.data` (see
+//! [`graphrw::onnx::external`]); a model past protobuf's 2 GiB limit is refused in
+//! the single-file layout rather than written corrupt.
 
 use std::path::Path;
 use std::process::ExitCode;
 
+use graphrw::onnx::SaveOptions;
 use graphrw::rewrite::Rewriter;
 use graphrw::{rules, verify};
 
 use super::CmdResult;
 
 /// Rule sets by name, in the order given; with none (or `all`) runs the whole pipeline
-/// ([`rules::optimize`]: attention fusion, causal masks, generated fused kernels).
-pub fn run(model: &Path, output: &Path, names: &[String]) -> CmdResult {
+/// ([`rules::optimize`]: attention fusion, causal masks, generated fused kernels); the
+/// result is written with `save`'s weight layout.
+pub fn run(model: &Path, output: &Path, names: &[String], save: &SaveOptions) -> CmdResult {
     let mut graph = super::load(model)?;
     if names.is_empty() || names == ["all"] {
         let done = rules::optimize(&mut graph)?;
@@ -40,8 +49,8 @@ pub fn run(model: &Path, output: &Path, names: &[String]) -> CmdResult {
         print!("{report}");
         println!("nodes: {before} -> {}", graph.node_count());
     }
-    graphrw::onnx::save(&graph, output)?;
-    println!("wrote {}", output.display());
+    let saved = graphrw::onnx::save_with(&graph, output, save)?;
+    println!("{saved}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,6 @@
 //! ONNX in and out: [`load`] a model file (with its external data) as a [`Graph`](crate::Graph)
-//! over the torch-like vocabulary, [`save`] a graph as a valid ONNX model, and read or
+//! over the torch-like vocabulary (external data memory-mapped, not read), [`save`] a
+//! graph as a valid ONNX model (weights inline or as external data: [`external`]), and read or
 //! write the `TensorProto` files of the ONNX test-data layout ([`read_tensor_pb`]).
 //!
 //! The protobuf messages are `prost` derive structs written from the ONNX spec's field
@@ -17,6 +18,7 @@
 //! bytes present.
 
 mod error;
+pub mod external;
 mod functions;
 mod load;
 mod nesting;
@@ -28,9 +30,10 @@ mod tensor_pb;
 mod upgrade;
 
 pub use error::OnnxError;
+pub use external::{SaveOptions, Saved, WeightLayout, MAX_PROTO_BYTES};
 pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
 pub use save::{
-    save, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
+    save, save_with, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
 };
 pub use tensor_pb::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,

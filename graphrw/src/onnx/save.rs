@@ -1,8 +1,9 @@
 //! ONNX export: a [`Graph`] becomes a valid ONNX model again.
 //!
 //! Nodes are written in the printer's deterministic topological order, so that
-//! `load(save(g))` prints the same program as `g`. Constants become initialisers with
-//! `raw_data` (named after the initialiser they came from when there is one); graph
+//! `load(save(g))` prints the same program as `g`. Constants become initialisers, with
+//! `raw_data` or in external data (see [`save_with`] and [`super::external`]), named
+//! after the initialiser they came from when there is one; graph
 //! inputs and outputs keep their names. Vocabulary ops map onto ONNX opset 18 ops
 //! (`permute` to `Transpose`, `slice` to `Slice` with constant bounds, ...); a few ops
 //! need newer opsets and raise the model's opset: `gelu` (`Gelu`, 20), `rms_norm`
@@ -37,6 +38,7 @@ use std::path::Path;
 
 use prost::Message;
 
+use super::external::{SaveOptions, Saved};
 use super::proto::{
     attribute_type, AttributeProto, Dimension, DimensionValue, FunctionProto, GraphProto,
     ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
@@ -60,7 +62,11 @@ pub const ATTENTION_OPSET: i64 = 23;
 /// The domain of the model-local functions written for fused ops.
 pub const FUNCTION_DOMAIN: &str = "graphrw";
 
-/// Writes `graph` as an ONNX model file (all constants inline).
+/// Writes `graph` as an ONNX model file, keeping the weights' layout
+/// ([`WeightLayout::Keep`]): constants mapped from external data go to
+/// `<file name>.data` next to the model, by copying their file ranges; a graph with no
+/// such constants is written as one file. A model that would not fit protobuf's 2 GiB
+/// limit is refused, never written corrupt. See [`save_with`] for the options.
 ///
 /// ```no_run
 /// let graph = graphrw::onnx::load("model.onnx")?;
@@ -68,19 +74,56 @@ pub const FUNCTION_DOMAIN: &str = "graphrw";
 /// # Ok::<(), graphrw::onnx::OnnxError>(())
 /// ```
 pub fn save(graph: &Graph, path: impl AsRef<Path>) -> Result<(), OnnxError> {
-    let path = path.as_ref();
-    let bytes = to_bytes(graph)?;
-    std::fs::write(path, bytes).map_err(|e| OnnxError::io(path, e))
+    save_with(graph, path, &SaveOptions::default()).map(|_| ())
 }
 
-/// The ONNX model of `graph`, encoded.
+/// Writes `graph` as an ONNX model file with the given weight layout, and says where
+/// the bytes went. See [`super::external`] for the external data layout.
+///
+/// ```no_run
+/// use graphrw::onnx::{save_with, SaveOptions, WeightLayout};
+/// let graph = graphrw::onnx::load("model.onnx")?;
+/// let options = SaveOptions { layout: WeightLayout::External, ..SaveOptions::default() };
+/// let saved = save_with(&graph, "out.onnx", &options)?;
+/// println!("{saved}");
+/// # Ok::<(), graphrw::onnx::OnnxError>(())
+/// ```
+pub fn save_with(
+    graph: &Graph,
+    path: impl AsRef<Path>,
+    options: &SaveOptions,
+) -> Result<Saved, OnnxError> {
+    let (model, payloads) = export(graph)?;
+    super::external::write(model, payloads, path.as_ref(), options)
+}
+
+/// The ONNX model of `graph`, encoded, with every constant inline. Refused when it
+/// would pass protobuf's 2 GiB limit (save such a model with external data).
 pub fn to_bytes(graph: &Graph) -> Result<Vec<u8>, OnnxError> {
-    Ok(to_model(graph)?.encode_to_vec())
+    let (mut model, payloads) = export(graph)?;
+    // Refused before any weight is read.
+    super::external::check_inline_estimate(&model, &payloads)?;
+    if let Some(g) = model.graph.as_mut() {
+        fill_inline(&mut g.initializer, payloads);
+    }
+    super::external::check_proto_size(&model)?;
+    Ok(model.encode_to_vec())
 }
 
-/// The ONNX model of `graph`. The graph is verified first; an op with no ONNX form is
-/// an error naming the node.
+/// The ONNX model of `graph`, every constant inline (`raw_data`). The graph is verified
+/// first; an op with no ONNX form is an error naming the node.
 pub fn to_model(graph: &Graph) -> Result<ModelProto, OnnxError> {
+    let (mut model, payloads) = export(graph)?;
+    if let Some(g) = model.graph.as_mut() {
+        fill_inline(&mut g.initializer, payloads);
+    }
+    Ok(model)
+}
+
+/// The model of `graph` with the constants' initialisers still empty: their tensors
+/// come back beside it as `(initializer index, tensor)`, for the writer to place
+/// inline or in external data without copying them first.
+pub(super) fn export(graph: &Graph) -> Result<(ModelProto, Vec<(usize, Tensor)>), OnnxError> {
     crate::verify(graph).map_err(OnnxError::verify)?;
     let mut ex = Exporter::new(graph);
     ex.reserve_io()?;
@@ -88,7 +131,17 @@ pub fn to_model(graph: &Graph) -> Result<ModelProto, OnnxError> {
     for id in order {
         ex.node(id)?;
     }
-    ex.finish()
+    let payloads = std::mem::take(&mut ex.payloads);
+    Ok((ex.finish()?, payloads))
+}
+
+/// Fills the `raw_data` of the initialisers `payloads` name.
+pub(super) fn fill_inline(inits: &mut [TensorProto], payloads: Vec<(usize, Tensor)>) {
+    for (i, t) in payloads {
+        if let Some(p) = inits.get_mut(i) {
+            p.raw_data = t.to_raw_bytes();
+        }
+    }
 }
 
 struct Exporter<'g> {
@@ -117,6 +170,9 @@ struct Exporter<'g> {
     /// Default-domain opaque nodes (index in `nodes`, source opset, graph node),
     /// upgraded or checked against the opset finally written.
     pinned: Vec<(usize, i64, NodeId)>,
+    /// The graph's constants, by index into `inits`, whose `raw_data` is left empty
+    /// until the writer decides where their bytes go.
+    payloads: Vec<(usize, Tensor)>,
 }
 
 fn a_int(name: &str, i: i64) -> AttributeProto {
@@ -224,6 +280,7 @@ impl<'g> Exporter<'g> {
             domains: BTreeMap::new(),
             pinned: Vec::new(),
             value_infos: Vec::new(),
+            payloads: Vec::new(),
         }
     }
 
@@ -401,7 +458,14 @@ impl<'g> Exporter<'g> {
                 let t = node
                     .payload()
                     .ok_or_else(|| OnnxError::tensor(&name, "a constant without a value"))?;
-                self.inits.push(tensor_to_proto(&name, t));
+                // The bytes are placed by the writer (inline or external data).
+                self.payloads.push((self.inits.len(), t.clone()));
+                self.inits.push(TensorProto {
+                    dims: t.shape().iter().map(|&d| d as i64).collect(),
+                    data_type: dtype_to_onnx(t.dtype()),
+                    name,
+                    ..Default::default()
+                });
                 Ok(())
             }
             op => {
@@ -1047,6 +1111,8 @@ impl<'g> Exporter<'g> {
             self.cur = format!("output_{dst}");
             self.push("Identity", vec![src], vec![dst], vec![]);
         }
+        let payloads = std::mem::take(&mut self.payloads);
+        fill_inline(&mut self.inits, payloads);
         let mut nodes: Vec<NodeProto> = std::mem::take(&mut self.inits)
             .into_iter()
             .map(|t| NodeProto {

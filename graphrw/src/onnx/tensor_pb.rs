@@ -5,10 +5,17 @@
 //! size is allocated: dims must be non-negative, their product must not overflow, and
 //! `raw_data`, the typed data fields or the external file must hold exactly that many
 //! elements.
+//!
+//! External data is memory-mapped, not read: a tensor views its bytes in the mapped
+//! file ([`Tensor::from_mapped`]), so loading a model of many gigabytes reads only the
+//! protobuf, and each tensor keeps its file range for the writer to copy
+//! ([`Tensor::file_range`]). The data files must not change while a loaded graph lives
+//! (see [`graphrw_kernels::mapped`]).
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+use graphrw_kernels::MappedFile;
 
 use prost::Message;
 
@@ -176,7 +183,7 @@ pub(crate) fn tensor_from_proto(
     let dtype = dtype_from_onnx(t.data_type).map_err(|m| OnnxError::tensor(name, m))?;
     let (shape, numel, nbytes) = checked_shape(t, name, dtype)?;
     let bytes: Vec<u8> = if t.data_location == DATA_LOCATION_EXTERNAL {
-        read_external(t, name, dir, nbytes)?
+        return read_external(t, name, dir, dtype, &shape, nbytes);
     } else if !t.raw_data.is_empty() || numel == 0 {
         if t.raw_data.len() != nbytes {
             return Err(OnnxError::tensor(
@@ -246,14 +253,62 @@ fn typed_bytes(
     })
 }
 
-/// Reads the bytes of an external tensor, checking the location stays inside `dir`,
-/// the file exists, and offset and length lie within it, before allocating.
+/// The mapped external data file at `path`, shared with every tensor of every live
+/// graph already mapping it (same path, and the file unchanged since: same length,
+/// modification time and, on Unix, inode), so a model's thousands of tensors share one
+/// map.
+fn mapped_file(path: &Path) -> std::io::Result<Arc<MappedFile>> {
+    static OPEN: Mutex<Vec<(PathBuf, FileStamp, Weak<MappedFile>)>> = Mutex::new(Vec::new());
+    let stamp = FileStamp::of(&std::fs::metadata(path)?);
+    let mut open = OPEN
+        .lock()
+        .map_err(|_| std::io::Error::other("the external data map cache's lock was poisoned"))?;
+    open.retain(|(_, _, w)| w.strong_count() > 0);
+    if let Some(m) = open
+        .iter()
+        .find(|(p, s, _)| p == path && *s == stamp)
+        .and_then(|(_, _, w)| w.upgrade())
+    {
+        return Ok(m);
+    }
+    let m = MappedFile::open(path)?;
+    open.push((path.to_path_buf(), stamp, Arc::downgrade(&m)));
+    Ok(m)
+}
+
+/// What identifies a file's version for [`mapped_file`].
+#[derive(PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> FileStamp {
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode,
+        }
+    }
+}
+
+/// An external tensor, memory-mapped in place (see [`Tensor::from_mapped`]), after
+/// checking the location stays inside `dir`, the file exists, and offset and length lie
+/// within it.
 fn read_external(
     t: &TensorProto,
     name: &str,
     dir: Option<&Path>,
+    dtype: DType,
+    shape: &[usize],
     nbytes: usize,
-) -> Result<Vec<u8>, OnnxError> {
+) -> Result<Tensor, OnnxError> {
     let fail = |m: String| OnnxError::ExternalData {
         name: name.to_string(),
         message: m,
@@ -314,15 +369,6 @@ fn read_external(
             real.display()
         )));
     }
-    let mut file = File::open(&real)
-        .map_err(|e| fail(format!("file `{}` cannot be opened: {e}", path.display())))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| fail(format!("file `{}`: {e}", path.display())))?;
-    if !meta.is_file() {
-        return Err(fail(format!("`{}` is not a regular file", path.display())));
-    }
-    let file_len = meta.len();
     let length = length.unwrap_or(nbytes as u64);
     if length != nbytes as u64 {
         return Err(fail(format!(
@@ -330,6 +376,9 @@ fn read_external(
             t.dims
         )));
     }
+    let file = mapped_file(&real)
+        .map_err(|e| fail(format!("file `{}` cannot be mapped: {e}", path.display())))?;
+    let file_len = file.len();
     let end = offset
         .checked_add(length)
         .ok_or_else(|| fail(format!("offset {offset} + length {length} overflows")))?;
@@ -338,12 +387,7 @@ fn read_external(
             "bytes {offset}..{end} lie beyond the end of `{location}` ({file_len} bytes)"
         )));
     }
-    file.seek(SeekFrom::Start(offset))
-        .map_err(|e| fail(format!("seek in `{location}`: {e}")))?;
-    let mut buf = vec![0u8; nbytes];
-    file.read_exact(&mut buf)
-        .map_err(|e| fail(format!("read of `{location}`: {e}")))?;
-    Ok(buf)
+    Tensor::from_mapped(&file, offset, dtype, shape).map_err(|e| fail(e.to_string()))
 }
 
 /// A tensor as a `TensorProto` with `raw_data`.

@@ -1,0 +1,368 @@
+//! Tensors whose elements stay in a file: a read-only memory map ([`MappedFile`]) that
+//! [`Tensor::from_mapped`](crate::Tensor::from_mapped) views without copying, and the
+//! byte range of the file a tensor came from ([`FileRange`]), which a writer copies to
+//! another file without reading it into memory.
+//!
+//! Pages of a mapped tensor are read from the file (or the page cache) only when a
+//! kernel touches them, so loading a model of many gigabytes costs no memory until its
+//! weights are used, and writing it back copies file ranges file to file.
+//!
+//! # The file must not change while it is mapped
+//! A mapping shows the file as it is *now*: if another process truncates the file while
+//! a tensor maps it, touching a page past the new end raises `SIGBUS`, and bytes written
+//! to the file change the tensor's elements. Every memory-mapping loader (onnxruntime,
+//! safetensors) makes the same assumption. graphrw checks what it can: a tensor's range
+//! must lie within the file's length when it is mapped, and [`FileRange::copy_to`]
+//! copies through the file (not the map) and reports a file that became shorter as an
+//! error rather than crashing. Writers that replace a model in place must write a new
+//! file and rename it over the old one (the old file lives on for existing maps).
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use half::{bf16, f16};
+
+use crate::DType;
+
+/// A read-only memory map of a whole file, shared by every tensor that views it.
+pub struct MappedFile {
+    /// `None` for an empty file (nothing to map).
+    map: Option<memmap2::Mmap>,
+    /// The open file, for [`FileRange::copy_to`] (reads through the file, not the map).
+    file: Mutex<File>,
+    path: PathBuf,
+    len: u64,
+}
+
+impl fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MappedFile({}, {} bytes)", self.path.display(), self.len)
+    }
+}
+
+impl MappedFile {
+    /// Opens and maps `path` read-only. Nothing is read until a mapped tensor's
+    /// elements are touched.
+    ///
+    /// Errors when the file cannot be opened, is not a regular file, or cannot be
+    /// mapped (or is larger than the address space).
+    pub fn open(path: impl AsRef<Path>) -> io::Result<Arc<MappedFile>> {
+        let path = path.as_ref();
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{}` is not a regular file", path.display()),
+            ));
+        }
+        let len = meta.len();
+        if usize::try_from(len).is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "`{}` ({len} bytes) is larger than the address space",
+                    path.display()
+                ),
+            ));
+        }
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: the map is read-only and never handed out as mutable. The file may
+            // still be changed by another process while mapped, which would change (or,
+            // when truncated, fault on) the bytes behind mapped tensors; this is the
+            // documented assumption of this module (see the module docs), shared with
+            // every mmap-based model loader. Ranges are checked against `len` here.
+            Some(unsafe { memmap2::MmapOptions::new().len(len as usize).map(&file)? })
+        };
+        Ok(Arc::new(MappedFile {
+            map,
+            file: Mutex::new(file),
+            path: path.to_path_buf(),
+            len,
+        }))
+    }
+
+    /// The path the file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's length in bytes when it was mapped.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for an empty file.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The mapped bytes `[start, start + len)`, or `None` when they lie beyond the file.
+    pub(crate) fn bytes(&self, start: usize, len: usize) -> Option<&[u8]> {
+        let end = start.checked_add(len)?;
+        match &self.map {
+            Some(m) => m.get(start..end),
+            None if len == 0 && start == 0 => Some(&[]),
+            None => None,
+        }
+    }
+}
+
+/// Element types whose every bit pattern is a valid value, so mapped little-endian
+/// bytes may be viewed as a slice of them (not `bool`: only 0 and 1 are valid).
+///
+/// # Safety
+/// Implementors must be plain data: no padding, no invalid bit patterns, and the
+/// in-memory layout of the little-endian encoding on a little-endian host.
+pub(crate) unsafe trait Plain: Copy + 'static {
+    /// The dtype of this element type.
+    const DTYPE: DType;
+}
+
+// SAFETY: IEEE floats and two's-complement integers have no padding and no invalid bit
+// patterns; f16 and bf16 are `repr(transparent)` over `u16`.
+unsafe impl Plain for f32 {
+    const DTYPE: DType = DType::F32;
+}
+// SAFETY: as above.
+unsafe impl Plain for f64 {
+    const DTYPE: DType = DType::F64;
+}
+// SAFETY: as above.
+unsafe impl Plain for f16 {
+    const DTYPE: DType = DType::F16;
+}
+// SAFETY: as above.
+unsafe impl Plain for bf16 {
+    const DTYPE: DType = DType::BF16;
+}
+// SAFETY: as above.
+unsafe impl Plain for i64 {
+    const DTYPE: DType = DType::I64;
+}
+// SAFETY: as above.
+unsafe impl Plain for i32 {
+    const DTYPE: DType = DType::I32;
+}
+
+/// Elements of one dtype in a [`MappedFile`]: the storage of a mapped tensor.
+#[derive(Clone)]
+pub struct MappedElements {
+    file: Arc<MappedFile>,
+    /// Byte offset of the first element in the file (aligned for the dtype).
+    start: usize,
+    /// Number of elements.
+    len: usize,
+    dtype: DType,
+}
+
+impl fmt::Debug for MappedElements {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "MappedElements({} x {} at byte {} of {:?})",
+            self.len, self.dtype, self.start, self.file
+        )
+    }
+}
+
+impl MappedElements {
+    /// Views `len` elements of `dtype` at byte `start` of `file`, when the dtype can be
+    /// viewed in place on this host (not `bool`, a little-endian host, the address
+    /// aligned for the dtype) and the bytes lie within the file; `None` otherwise (the
+    /// caller copies instead).
+    pub(crate) fn new(
+        file: &Arc<MappedFile>,
+        start: usize,
+        len: usize,
+        dtype: DType,
+    ) -> Option<MappedElements> {
+        if dtype == DType::Bool || cfg!(target_endian = "big") {
+            return None;
+        }
+        let nbytes = len.checked_mul(dtype.size_in_bytes())?;
+        let bytes = file.bytes(start, nbytes)?;
+        // Every dtype here has an alignment equal to its size on common targets; check
+        // the address itself so that no target is assumed.
+        let align = match dtype {
+            DType::F32 => std::mem::align_of::<f32>(),
+            DType::F64 => std::mem::align_of::<f64>(),
+            DType::F16 => std::mem::align_of::<f16>(),
+            DType::BF16 => std::mem::align_of::<bf16>(),
+            DType::I64 => std::mem::align_of::<i64>(),
+            DType::I32 => std::mem::align_of::<i32>(),
+            DType::Bool => return None,
+        };
+        if !(bytes.as_ptr() as usize).is_multiple_of(align) {
+            return None;
+        }
+        Some(MappedElements {
+            file: Arc::clone(file),
+            start,
+            len,
+            dtype,
+        })
+    }
+
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no elements are held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file the elements live in.
+    pub fn file(&self) -> &Arc<MappedFile> {
+        &self.file
+    }
+
+    /// Byte offset of the first element in the file.
+    pub fn byte_offset(&self) -> u64 {
+        self.start as u64
+    }
+
+    /// The elements as `T`, when `T` is their dtype.
+    pub(crate) fn typed<T: Plain>(&self) -> Option<&[T]> {
+        if T::DTYPE != self.dtype {
+            return None;
+        }
+        let bytes = self
+            .file
+            .bytes(self.start, self.len * std::mem::size_of::<T>())?;
+        if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
+            return None;
+        }
+        // SAFETY: `bytes` is `len * size_of::<T>()` bytes of a live read-only map owned
+        // by `self.file` (the slice borrows `self`, which keeps the map alive), its
+        // address is aligned for `T` (checked above), `T: Plain` accepts every bit
+        // pattern in little-endian layout, and mapped storage is only built on
+        // little-endian hosts (`MappedElements::new`). The map is never written through.
+        Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), self.len) })
+    }
+}
+
+/// A byte range of a file: where a mapped tensor's elements came from.
+#[derive(Clone, Debug)]
+pub struct FileRange {
+    /// The mapped file.
+    pub file: Arc<MappedFile>,
+    /// Byte offset of the range.
+    pub offset: u64,
+    /// Length of the range in bytes.
+    pub len: u64,
+}
+
+impl FileRange {
+    /// True when both ranges are the same bytes of the same mapped file.
+    pub fn same_as(&self, other: &FileRange) -> bool {
+        Arc::ptr_eq(&self.file, &other.file) && self.offset == other.offset && self.len == other.len
+    }
+
+    /// Copies the range to `out` at its current position, file to file (the kernel's
+    /// `copy_file_range` on Linux, through `std::io::copy`), never through the map or
+    /// a buffer of the range's size, so memory stays flat whatever the size. On Linux
+    /// the holes of a sparse file are found with `SEEK_DATA`/`SEEK_HOLE` and skipped
+    /// (left as holes in `out`); the caller must give `out` its final length
+    /// (`File::set_len`) in case the range ends in a hole. `out` is left at the end of
+    /// the copied range.
+    ///
+    /// Errors when the file became shorter than the range since it was mapped (it was
+    /// changed under the map), or on any read or write error.
+    pub fn copy_to(&self, out: &mut File) -> io::Result<()> {
+        let src = self
+            .file
+            .file
+            .lock()
+            .map_err(|_| io::Error::other("the mapped file's lock was poisoned"))?;
+        let now = src.metadata()?.len();
+        let end = self.offset.saturating_add(self.len);
+        let changed = || {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "`{}` is now {now} bytes, but bytes {}..{end} were mapped from it (the file was changed under the map)",
+                    self.file.path.display(),
+                    self.offset
+                ),
+            )
+        };
+        if end > now {
+            return Err(changed());
+        }
+        let base = out.stream_position()?;
+        let mut at = self.offset;
+        while at < end {
+            let (data, hole) = data_segment(&src, at, end)?;
+            if data >= end {
+                break;
+            }
+            (&*src).seek(SeekFrom::Start(data))?;
+            out.seek(SeekFrom::Start(base + (data - self.offset)))?;
+            let n = hole - data;
+            if io::copy(&mut (&*src).take(n), out)? != n {
+                return Err(changed());
+            }
+            at = hole;
+        }
+        out.seek(SeekFrom::Start(base + self.len))?;
+        Ok(())
+    }
+}
+
+/// The next run of data in `file` at or after `at`, clipped to `end`: `(start, stop)`,
+/// with `start == end` when only a hole is left. Where holes cannot be found the whole
+/// rest is data.
+#[cfg(target_os = "linux")]
+fn data_segment(file: &File, at: u64, end: u64) -> io::Result<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let Ok(off) = libc::off_t::try_from(at) else {
+        return Ok((at, end));
+    };
+    // SAFETY: `lseek` only moves the offset of `fd`, which `file` owns and keeps open for
+    // this call; it reads and writes no memory of ours. The caller seeks again before
+    // reading.
+    let data = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
+    if data < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            // No data after `at`: the rest is a hole.
+            Some(libc::ENXIO) => Ok((end, end)),
+            // The file system cannot tell: copy everything.
+            Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok((at, end)),
+            _ => Err(e),
+        };
+    }
+    let data = (data as u64).min(end);
+    if data >= end {
+        return Ok((end, end));
+    }
+    // SAFETY: as above.
+    let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
+    let stop = if hole < 0 {
+        end
+    } else {
+        (hole as u64).min(end)
+    };
+    // A hole never starts at data; should one seem to, copy the rest (always progress).
+    Ok((data, if stop > data { stop } else { end }))
+}
+
+/// Without `SEEK_DATA`, the whole rest is data.
+#[cfg(not(target_os = "linux"))]
+fn data_segment(_file: &File, at: u64, end: u64) -> io::Result<(u64, u64)> {
+    Ok((at, end))
+}

@@ -1,0 +1,174 @@
+//! Mapped tensors: viewed in place when they can be, copied when they cannot, refused
+//! beyond the file, and copied back out file to file with holes kept.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
+
+use graphrw_kernels::{cpu, DType, MappedFile, Tensor};
+use half::f16;
+
+fn tmp(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("graphrw-mapped-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join("data.bin")
+}
+
+/// A file of `pad` zero bytes, then the little-endian f32s `values`, then `tail` zeros.
+fn f32_file(tag: &str, pad: usize, values: &[f32], tail: usize) -> PathBuf {
+    let path = tmp(tag);
+    let mut bytes = vec![0u8; pad];
+    for v in values {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    bytes.resize(bytes.len() + tail, 0);
+    std::fs::write(&path, bytes).expect("write");
+    path
+}
+
+#[test]
+fn aligned_f32_is_viewed_in_place_and_computes() {
+    let values: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 2.0).collect();
+    let path = f32_file("view", 64, &values, 3);
+    let file = MappedFile::open(&path).expect("map");
+    let t = Tensor::from_mapped(&file, 64, DType::F32, &[3, 4]).expect("tensor");
+    let range = t
+        .file_range()
+        .expect("a mapped tensor keeps its file range");
+    assert_eq!((range.offset, range.len), (64, 48));
+    assert_eq!(t.as_slice::<f32>().expect("f32"), values.as_slice());
+    // Kernels read mapped storage like any other.
+    let r = cpu::transpose(&t, 0, 1).expect("transpose");
+    assert_eq!(r.shape(), &[4, 3]);
+    assert_eq!(r.as_slice::<f32>().expect("f32")[..3], [-2.0, 0.0, 2.0]);
+    // A reshape shares the mapped storage and keeps the file range.
+    let flat = cpu::reshape(&t, &[12]).expect("reshape");
+    assert!(flat.shares_storage_with(&t));
+    let fr = flat.file_range().expect("still mapped");
+    assert_eq!((fr.offset, fr.len), (64, 48));
+}
+
+#[test]
+fn f16_and_i64_map_in_place() {
+    let path = tmp("f16");
+    let mut bytes = Vec::new();
+    let halves: Vec<f16> = (0..5).map(|i| f16::from_f32(i as f32 / 4.0)).collect();
+    for h in &halves {
+        bytes.extend_from_slice(&h.to_le_bytes());
+    }
+    bytes.extend_from_slice(&[0u8; 6]); // pad to 16
+    for i in [7i64, -3] {
+        bytes.extend_from_slice(&i.to_le_bytes());
+    }
+    std::fs::write(&path, &bytes).expect("write");
+    let file = MappedFile::open(&path).expect("map");
+    let h = Tensor::from_mapped(&file, 0, DType::F16, &[5]).expect("f16");
+    assert!(h.file_range().is_some());
+    assert_eq!(h.as_slice::<f16>().expect("f16"), halves.as_slice());
+    let i = Tensor::from_mapped(&file, 16, DType::I64, &[2]).expect("i64");
+    assert!(i.file_range().is_some());
+    assert_eq!(i.to_i64_vec(), vec![7, -3]);
+    // Asking for the wrong element type is an error, not a reinterpretation.
+    assert!(i.as_slice::<f64>().is_err());
+}
+
+#[test]
+fn unaligned_and_bool_fall_back_to_a_copy() {
+    let values = [1.5f32, -2.0, 3.25];
+    let path = f32_file("unaligned", 2, &values, 0);
+    let file = MappedFile::open(&path).expect("map");
+    let t = Tensor::from_mapped(&file, 2, DType::F32, &[3]).expect("tensor");
+    assert!(t.file_range().is_none(), "an unaligned range is copied");
+    assert_eq!(t.as_slice::<f32>().expect("f32"), &values);
+
+    let path = tmp("bool");
+    std::fs::write(&path, [0u8, 1, 7, 0]).expect("write");
+    let file = MappedFile::open(&path).expect("map");
+    let b = Tensor::from_mapped(&file, 0, DType::Bool, &[4]).expect("bool");
+    assert!(
+        b.file_range().is_none(),
+        "bool is copied (only 0 and 1 are valid)"
+    );
+    assert_eq!(
+        b.as_slice::<bool>().expect("bool"),
+        &[false, true, true, false]
+    );
+}
+
+#[test]
+fn ranges_beyond_the_file_are_refused() {
+    let path = f32_file("beyond", 0, &[1.0, 2.0], 0);
+    let file = MappedFile::open(&path).expect("map");
+    let e = Tensor::from_mapped(&file, 4, DType::F32, &[2]).expect_err("one past the end");
+    assert!(e.to_string().contains("beyond the end"), "{e}");
+    let e = Tensor::from_mapped(&file, u64::MAX - 2, DType::F32, &[2]).expect_err("overflow");
+    assert!(e.to_string().contains("beyond the end"), "{e}");
+    let e = Tensor::from_mapped(&file, 0, DType::F32, &[usize::MAX, 4]).expect_err("numel");
+    assert!(e.to_string().contains("too many"), "{e}");
+    // An empty file maps, and only an empty tensor fits in it.
+    let empty = tmp("empty");
+    std::fs::write(&empty, []).expect("write");
+    let file = MappedFile::open(&empty).expect("map empty");
+    assert_eq!(
+        Tensor::from_mapped(&file, 0, DType::F32, &[0])
+            .expect("empty")
+            .numel(),
+        0
+    );
+    assert!(Tensor::from_mapped(&file, 0, DType::F32, &[1]).is_err());
+}
+
+#[test]
+fn copy_to_keeps_bytes_and_holes() {
+    // 3 MiB + 5 bytes: a data run, a hole of whole chunks, another data run.
+    let path = tmp("copy");
+    let mb = 1usize << 20;
+    {
+        let mut f = File::create(&path).expect("create");
+        f.write_all(&[9u8; 100]).expect("write");
+        f.seek(SeekFrom::Start((2 * mb + 100) as u64))
+            .expect("seek");
+        f.write_all(&[5u8; 1000]).expect("write");
+        f.set_len((3 * mb + 5) as u64).expect("len");
+    }
+    let file = MappedFile::open(&path).expect("map");
+    let t = Tensor::from_mapped(&file, 0, DType::I32, &[(3 * mb + 4) / 4]).expect("tensor");
+    let range = t.file_range().expect("mapped");
+    let out_path = tmp("copy-out");
+    let mut out = File::create(&out_path).expect("create out");
+    out.write_all(b"head").expect("head");
+    range.copy_to(&mut out).expect("copy");
+    out.set_len(4 + range.len).expect("len");
+    drop(out);
+    #[cfg(target_os = "linux")]
+    {
+        // The 2 MiB hole was skipped, not written (ext4, xfs, btrfs and tmpfs keep holes).
+        use std::os::unix::fs::MetadataExt;
+        let on_disk = std::fs::metadata(&out_path).expect("meta").blocks() * 512;
+        assert!(
+            on_disk < mb as u64,
+            "{on_disk} bytes on disk: the hole was written"
+        );
+    }
+    let src = std::fs::read(&path).expect("read src");
+    let dst = std::fs::read(&out_path).expect("read dst");
+    assert_eq!(&dst[..4], b"head");
+    assert!(dst[4..] == src[..3 * mb + 4], "copied bytes differ");
+}
+
+#[test]
+fn a_file_truncated_under_the_map_is_an_error_when_copied() {
+    let path = f32_file("truncate", 0, &[1.0; 1024], 0);
+    let file = MappedFile::open(&path).expect("map");
+    let t = Tensor::from_mapped(&file, 0, DType::F32, &[1024]).expect("tensor");
+    let range = t.file_range().expect("mapped");
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(100)
+        .expect("truncate");
+    let mut out = File::create(tmp("truncate-out")).expect("out");
+    let e = range.copy_to(&mut out).expect_err("the file shrank");
+    assert!(e.to_string().contains("changed under the map"), "{e}");
+}

@@ -1,0 +1,372 @@
+//! Where a saved model's weights go: inline in the `.onnx` protobuf, or in an external
+//! data file beside it, laid out as onnx and onnxruntime read it.
+//!
+//! # The external data layout
+//! - One data file per model, named by [`SaveOptions::data_file`] (default: the model's
+//!   file name plus `.data`, as `torch.onnx` writes it), in the model's folder; each
+//!   external initialiser has `data_location = EXTERNAL` and `location`, `offset` and
+//!   `length` entries.
+//! - Offsets of tensors of 64 KiB or more are multiples of 64 KiB (the allocation
+//!   granularity onnxruntime maps external data at); smaller ones are multiples of 64
+//!   bytes, so every dtype can be viewed in place when the model is loaded again.
+//!   Padding is a hole, not written zeros.
+//! - A tensor mapped from a loaded model's external data ([`Tensor::file_range`]) is
+//!   copied file to file ([`FileRange::copy_to`]: `copy_file_range` on Linux), never
+//!   read into memory; the holes of a sparse input stay holes.
+//!   Tensors that view the same bytes are written once and share the range.
+//! - The data file and the model are written to temporary files in the same folder
+//!   and renamed into place, so saving over the model that was loaded (whose data is
+//!   still mapped) is safe: the old files live on for the maps that view them.
+//!
+//! # The 2 GiB limit
+//! A protobuf message cannot pass 2 GiB (`onnx` and onnxruntime refuse it as corrupt).
+//! Every writer checks the encoded size before writing and refuses a model past the
+//! limit with an error that says to use external data.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use graphrw_kernels::FileRange;
+use prost::Message;
+
+use super::proto::{ModelProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL};
+use super::OnnxError;
+use crate::Tensor;
+
+/// The largest protobuf message (2 GiB - 1 bytes): protobuf lengths are 32-bit signed.
+pub const MAX_PROTO_BYTES: u64 = i32::MAX as u64;
+
+/// Alignment of external tensors of at least this size ([`BIG_ALIGN`]); smaller ones
+/// get [`SMALL_ALIGN`].
+const BIG_ALIGN: u64 = 64 * 1024;
+const SMALL_ALIGN: u64 = 64;
+
+/// Where a saved model's constants go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// The layout the weights came with: when any constant is mapped from a loaded
+    /// model's external data, those constants and every other constant of at least
+    /// [`SaveOptions::threshold`] bytes go to the data file; a graph with no mapped
+    /// constant is written as one file.
+    #[default]
+    Keep,
+    /// Every constant inline in the one `.onnx` file (refused past 2 GiB).
+    SingleFile,
+    /// Every constant of at least [`SaveOptions::threshold`] bytes (mapped ones
+    /// included) in the data file, whatever the input's layout.
+    External,
+}
+
+/// How [`save_with`](super::save_with) writes a model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SaveOptions {
+    /// Inline, external, or as the weights came.
+    pub layout: WeightLayout,
+    /// The data file's name, in the model's folder; `None` is the model's file name
+    /// plus `.data` (`out.onnx.data`).
+    pub data_file: Option<String>,
+    /// Constants smaller than this many bytes stay inline in the external layouts
+    /// (mapped constants go to the data file whatever their size). Default 1024, as
+    /// `onnx.external_data_helper`.
+    pub threshold: usize,
+}
+
+impl Default for SaveOptions {
+    fn default() -> SaveOptions {
+        SaveOptions {
+            layout: WeightLayout::Keep,
+            data_file: None,
+            threshold: 1024,
+        }
+    }
+}
+
+/// What [`save_with`](super::save_with) wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Saved {
+    /// The model file.
+    pub model: PathBuf,
+    /// Size of the model file (the protobuf).
+    pub model_bytes: u64,
+    /// The external data file, when any tensor went there.
+    pub data_file: Option<PathBuf>,
+    /// Size of the data file (holes and padding included).
+    pub data_bytes: u64,
+    /// Constants in the data file.
+    pub external_tensors: usize,
+    /// Of those, the ones copied from a mapped file's range (not read into memory).
+    pub copied_ranges: usize,
+    /// Constants written inline.
+    pub inline_tensors: usize,
+}
+
+impl fmt::Display for Saved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "wrote {} ({} bytes, {} tensors inline)",
+            self.model.display(),
+            self.model_bytes,
+            self.inline_tensors
+        )?;
+        if let Some(d) = &self.data_file {
+            write!(
+                f,
+                " and {} ({} bytes, {} tensors, {} copied as file ranges)",
+                d.display(),
+                self.data_bytes,
+                self.external_tensors,
+                self.copied_ranges
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a model whose encoding would pass [`MAX_PROTO_BYTES`].
+pub(crate) fn check_proto_size(model: &ModelProto) -> Result<(), OnnxError> {
+    let n = model.encoded_len() as u64;
+    if n > MAX_PROTO_BYTES {
+        return Err(too_large(n));
+    }
+    Ok(())
+}
+
+/// Refuses a model whose encoding would pass [`MAX_PROTO_BYTES`] once `inline`'s
+/// tensors are filled in (checked before they are read): the skeleton's size plus each
+/// tensor's bytes and a generous field overhead.
+pub(crate) fn check_inline_estimate(
+    model: &ModelProto,
+    inline: &[(usize, Tensor)],
+) -> Result<(), OnnxError> {
+    let inline_bytes: u64 = inline.iter().map(|(_, t)| t.nbytes() as u64 + 16).sum();
+    let estimate = model.encoded_len() as u64 + inline_bytes;
+    if estimate > MAX_PROTO_BYTES {
+        return Err(too_large(estimate));
+    }
+    Ok(())
+}
+
+fn too_large(n: u64) -> OnnxError {
+    OnnxError::Model(format!(
+        "the model would be a {:.2} GiB protobuf, past protobuf's 2 GiB limit (onnx and onnxruntime would read it as corrupt); write its weights as external data (graphrw optimize: --external-data; the library: WeightLayout::External)",
+        n as f64 / (1u64 << 30) as f64
+    ))
+}
+
+fn align_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+/// A temporary file in `path`'s folder, renamed onto `path` by [`Staged::commit`] and
+/// removed when dropped uncommitted.
+struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+    done: bool,
+}
+
+impl Staged {
+    fn create(path: &Path) -> Result<(Staged, File), OnnxError> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        let tmp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
+        let file = File::create(&tmp).map_err(|e| OnnxError::io(&tmp, e))?;
+        Ok((
+            Staged {
+                tmp,
+                path: path.to_path_buf(),
+                done: false,
+            },
+            file,
+        ))
+    }
+
+    fn commit(mut self) -> Result<(), OnnxError> {
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| OnnxError::io(&self.path, e))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.done {
+            // Best effort: the error being returned matters more than a leftover file.
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// True when the payload goes to the data file under `options`.
+fn goes_external(t: &Tensor, options: &SaveOptions, any_mapped: bool) -> bool {
+    let external_layout = match options.layout {
+        WeightLayout::SingleFile => false,
+        WeightLayout::External => true,
+        WeightLayout::Keep => any_mapped,
+    };
+    external_layout && (t.file_range().is_some() || t.nbytes() >= options.threshold)
+}
+
+/// Writes `model` (its constants' `raw_data` still empty, their tensors in `payloads`)
+/// to `path`, placing each constant inline or in the data file as `options` say.
+pub(crate) fn write(
+    mut model: ModelProto,
+    payloads: Vec<(usize, Tensor)>,
+    path: &Path,
+    options: &SaveOptions,
+) -> Result<Saved, OnnxError> {
+    let any_mapped = payloads.iter().any(|(_, t)| t.file_range().is_some());
+    let (external, inline): (Vec<_>, Vec<_>) = payloads
+        .into_iter()
+        .partition(|(_, t)| goes_external(t, options, any_mapped));
+    let mut saved = Saved {
+        model: path.to_path_buf(),
+        inline_tensors: inline.len(),
+        external_tensors: external.len(),
+        ..Saved::default()
+    };
+    // Refuse a protobuf past 2 GiB before reading or writing any weight.
+    check_inline_estimate(&model, &inline)?;
+    let Some(graph) = model.graph.as_mut() else {
+        return Err(OnnxError::Model("the exported model has no graph".into()));
+    };
+    super::save::fill_inline(&mut graph.initializer, inline);
+
+    let mut staged_data = None;
+    if !external.is_empty() {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let location = match &options.data_file {
+            Some(n) => n.clone(),
+            None => format!(
+                "{}.data",
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "model".into())
+            ),
+        };
+        let rel = Path::new(&location);
+        if location.is_empty()
+            || rel.components().count() != 1
+            || !matches!(
+                rel.components().next(),
+                Some(std::path::Component::Normal(_))
+            )
+        {
+            return Err(OnnxError::Model(format!(
+                "the data file name `{location}` must be a plain file name (it is written in the model's folder)"
+            )));
+        }
+        let data_path = dir.join(rel);
+        let (staged, file) = Staged::create(&data_path)?;
+        let end = write_data(
+            &mut graph.initializer,
+            external,
+            &location,
+            file,
+            &staged.tmp,
+        )?;
+        saved.data_file = Some(data_path);
+        saved.data_bytes = end.0;
+        saved.copied_ranges = end.1;
+        staged_data = Some(staged);
+    }
+
+    check_proto_size(&model)?;
+    let bytes = model.encode_to_vec();
+    saved.model_bytes = bytes.len() as u64;
+    let (staged_model, mut file) = Staged::create(path)?;
+    file.write_all(&bytes)
+        .map_err(|e| OnnxError::io(&staged_model.tmp, e))?;
+    drop(file);
+    if let Some(d) = staged_data {
+        d.commit()?;
+    }
+    staged_model.commit()?;
+    Ok(saved)
+}
+
+/// Writes the `external` tensors to `file` (at `tmp`), pointing their initialisers at
+/// `location`; returns the file's length and how many tensors were copied as ranges.
+fn write_data(
+    inits: &mut [TensorProto],
+    external: Vec<(usize, Tensor)>,
+    location: &str,
+    file: File,
+    tmp: &Path,
+) -> Result<(u64, usize), OnnxError> {
+    let io = |e: std::io::Error| OnnxError::io(tmp, e);
+    let mut out = file;
+    let mut pos: u64 = 0;
+    let mut copied = 0;
+    // Ranges already written, so tensors viewing the same bytes share them.
+    let mut written: Vec<(FileRange, u64)> = Vec::new();
+    for (i, t) in external {
+        let len = t.nbytes() as u64;
+        let range = t.file_range();
+        let shared = range
+            .as_ref()
+            .and_then(|r| written.iter().find(|(w, _)| w.same_as(r)).map(|(_, o)| *o));
+        let offset = match shared {
+            Some(o) => o,
+            None => {
+                let align = if len >= BIG_ALIGN {
+                    BIG_ALIGN
+                } else {
+                    SMALL_ALIGN
+                };
+                let offset = align_up(pos, align);
+                if offset != pos {
+                    out.seek(SeekFrom::Start(offset)).map_err(io)?;
+                }
+                match &range {
+                    Some(r) => {
+                        r.copy_to(&mut out).map_err(|e| {
+                            let name = inits.get(i).map_or("?", |p| p.name.as_str());
+                            OnnxError::ExternalData {
+                                name: name.to_string(),
+                                message: format!(
+                                    "copying bytes {}..{} of `{}`: {e}",
+                                    r.offset,
+                                    r.offset + r.len,
+                                    r.file.path().display()
+                                ),
+                            }
+                        })?;
+                        copied += 1;
+                        written.push((r.clone(), offset));
+                    }
+                    None => out.write_all(&t.to_raw_bytes()).map_err(io)?,
+                }
+                pos = offset + len;
+                offset
+            }
+        };
+        if let Some(p) = inits.get_mut(i) {
+            p.raw_data.clear();
+            p.data_location = DATA_LOCATION_EXTERNAL;
+            p.external_data = vec![
+                entry("location", location.to_string()),
+                entry("offset", offset.to_string()),
+                entry("length", len.to_string()),
+            ];
+        }
+    }
+    // Holes at the end (a zero tail, padding) still belong to the file.
+    out.set_len(pos).map_err(io)?;
+    Ok((pos, copied))
+}
+
+fn entry(key: &str, value: String) -> StringStringEntryProto {
+    StringStringEntryProto {
+        key: key.into(),
+        value,
+    }
+}
