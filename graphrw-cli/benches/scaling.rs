@@ -5,6 +5,8 @@
 //! cargo bench -p graphrw-cli --bench scaling                       # 1k 4k 16k 64k 256k 1M + fan-out
 //! cargo bench -p graphrw-cli --bench scaling -- --sizes 1000,64000 # chosen sizes
 //! cargo bench -p graphrw-cli --bench scaling -- --fanout-layers 0  # no fan-out graph
+//! cargo bench -p graphrw-cli --bench scaling -- --keep             # keep the models (to profile
+//!                                                                  # one: `scaling --child MODEL`)
 //! ```
 //!
 //! Each model is spelled the way torch.onnx's dynamo exporter writes a pre-norm
@@ -30,9 +32,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use graphrw::onnx::proto::{
-    attribute_type, data_type, AttributeProto, Dimension, DimensionValue, GraphProto,
-    ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    TypeProtoTensor, ValueInfoProto,
+    attribute_type, data_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto,
+    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor,
+    ValueInfoProto,
 };
 use prost::Message;
 
@@ -58,6 +60,7 @@ fn main() {
     }
     let mut sizes: Vec<usize> = vec![1_000, 4_000, 16_000, 64_000, 256_000, 1_000_000];
     let mut fanout_blocks = 50_000;
+    let mut keep = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -70,6 +73,7 @@ fn main() {
             "--fanout-layers" => {
                 fanout_blocks = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
             }
+            "--keep" => keep = true,
             // `cargo bench` passes `--bench`; a filter or other flags are ignored.
             _ => {}
         }
@@ -119,12 +123,16 @@ fn main() {
             &fanout(fanout_blocks),
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep {
+        println!("models kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// Writes `model`, runs the child on it, prints its row; returns (nodes, total µs/node).
 fn measure(dir: &Path, label: &str, model: &ModelProto) -> Option<(usize, f64)> {
-    let path: PathBuf = dir.join("model.onnx");
+    let path: PathBuf = dir.join(format!("{}.onnx", label.replace(' ', "_")));
     if let Err(e) = std::fs::write(&path, model.encode_to_vec()) {
         eprintln!("cannot write {}: {e}", path.display());
         return None;
