@@ -540,16 +540,18 @@ impl Graph {
     /// check), unlinking the uses its operands had. `None` when there is no such node.
     /// Costs the node's own degree.
     fn detach(&mut self, id: NodeId) -> Option<Node> {
-        let node = self.dag.node_weight(id)?;
-        let links: SmallVec<[(NodeId, u32); 4]> = node
-            .operands
-            .iter()
-            .zip(&node.slots)
-            .filter(|(_, &s)| s != NO_SLOT)
-            .map(|(v, &s)| (v.node, s))
-            .collect();
-        for (producer, slot) in links {
-            self.unlink(producer, slot);
+        let operands = self.dag.node_weight(id)?.operands.len();
+        for i in 0..operands {
+            // Read afresh each time: unlinking one operand may move another entry of
+            // this node (`x.mul(x)`) within the same use list, and fix its slot.
+            let Some(n) = self.dag.node_weight(id) else {
+                break;
+            };
+            if let (Some(v), Some(&slot)) = (n.operands.get(i), n.slots.get(i)) {
+                if slot != NO_SLOT {
+                    self.unlink(v.node, slot);
+                }
+            }
         }
         let node = self.dag.remove_node(id)?;
         if let Some(list) = self.use_lists.get_mut(id.index()) {
