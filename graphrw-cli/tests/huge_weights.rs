@@ -96,6 +96,7 @@ fn value_info(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
                 }),
             }),
             denotation: String::new(),
+            ..Default::default()
         }),
         doc_string: String::new(),
     }

@@ -1,10 +1,19 @@
-//! The graph: nodes (op applications) on a petgraph `StableDiGraph`, values as
+//! The graph: nodes (op applications) in a petgraph `StableGraph`, values as
 //! (node, output), explicit inputs, constants and outputs.
 //!
 //! Operands live twice, on purpose: as an ordered list on each node (the matcher's hot
-//! path reads operands by position) and as edges carrying [`Use`] (so users of a value
-//! are cheap to find and petgraph's algorithms see the dataflow). Every mutation keeps
-//! the two in step; [`crate::verify()`] checks they agree.
+//! path reads operands by position) and as a use list on each producer (so users of a
+//! value are cheap to find). Every mutation keeps the two in step;
+//! [`crate::verify()`] checks they agree.
+//!
+//! The use lists are the graph's own, not petgraph edges: petgraph keeps a node's
+//! outgoing edges in a singly linked list, so unlinking one use costs the fan-out of the
+//! producer, and a constant shared by every layer of a model (weights, a mask, scalar
+//! literals) made each removal of one of its users cost its 100 k other uses. Here a
+//! producer's uses are a vector of (user, [`Use`]), and each operand slot of a user
+//! remembers the position of its entry there: linking a use is a push, unlinking it a
+//! swap-remove that fixes the one entry moved. Adding, rewiring and removing a node
+//! cost its own degree, whatever the fan-out of its operands.
 //!
 //! Beside the dag, the graph keeps two dense columns by node index: the op code of
 //! each node (kept by the graph's op index) and how many operand slots use it.
@@ -14,11 +23,12 @@
 //! [`crate::meta::INLINE_RANK`] dims included), so reading an operand's shape is one
 //! step from the node, not a pointer chase.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
-use petgraph::visit::EdgeRef;
-use petgraph::Direction;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use smallvec::SmallVec;
 
 use graphrw_kernels::Tensor;
@@ -55,8 +65,9 @@ impl From<NodeId> for Value {
     }
 }
 
-/// An edge: the source's output `output` is operand `operand` of the target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// One use of a value, as the producer's use list holds it (with the user's id): the
+/// producer's output `output` is operand `operand` of the user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Use {
     /// Output index on the producing node.
     pub output: u32,
@@ -72,6 +83,9 @@ pub struct Node {
     /// Inline for up to four operands: the matcher reads operands of every candidate, and
     /// keeping them in the node (not behind a second pointer) saves a cache miss per step.
     operands: SmallVec<[Value; 4]>,
+    /// Per operand, the position of this use in the producer's use list ([`NO_SLOT`]
+    /// for an operand whose producer does not exist): what makes unlinking it O(1).
+    slots: SmallVec<[u32; 4]>,
     /// Inline for one output (nearly every op), shapes included (see
     /// [`crate::meta::Dims`]): building a node reads its operands' metadata, and on a
     /// big graph each pointer between a node and its shape would be a cache miss.
@@ -173,6 +187,13 @@ impl Node {
     }
 }
 
+/// The slot of an operand that has no entry in a use list (its producer is missing).
+const NO_SLOT: u32 = u32::MAX;
+
+/// The uses of one node's outputs: (user, use), in no particular order. Inline for
+/// two, the common case; a shared constant's list grows on the heap.
+type UseList = SmallVec<[(NodeId, Use); 2]>;
+
 /// The nodes a dead-code cascade still has to look at: the operands its removals
 /// released (a handful, so inline).
 type DeadStack = SmallVec<[NodeId; 16]>;
@@ -180,14 +201,17 @@ type DeadStack = SmallVec<[NodeId; 16]>;
 /// A computation graph.
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
-    dag: StableDiGraph<Node, Use>,
+    /// The nodes only: the uses are in `uses`, not petgraph edges (see the module docs).
+    dag: StableDiGraph<Node, ()>,
+    /// Per node index, the uses of the node's outputs.
+    use_lists: Vec<UseList>,
     inputs: Vec<NodeId>,
     outputs: Vec<Value>,
     output_names: Vec<String>,
     by_op: OpIndex,
     /// Per node index, how many operand slots of live nodes read one of the node's
-    /// outputs: its out-degree in `dag`, kept beside it so that "is this node used?" and
-    /// dead-code removal read four bytes per node, not the node's edge list or slot.
+    /// outputs: the length of its use list, kept beside it so that "is this node
+    /// used?" and dead-code removal read four bytes per node, not the list or the slot.
     use_counts: Vec<u32>,
 }
 
@@ -195,11 +219,6 @@ impl Graph {
     /// An empty graph.
     pub fn new() -> Graph {
         Graph::default()
-    }
-
-    /// The underlying petgraph graph (read-only).
-    pub fn dag(&self) -> &StableDiGraph<Node, Use> {
-        &self.dag
     }
 
     /// Number of nodes.
@@ -313,10 +332,22 @@ impl Graph {
     /// Uses of `v` as (consumer, operand position), in no particular order and without
     /// allocating (see [`Graph::users`] for a sorted list).
     pub fn uses(&self, v: Value) -> impl Iterator<Item = (NodeId, u32)> + '_ {
-        self.dag
-            .edges_directed(v.node, Direction::Outgoing)
-            .filter(move |e| e.weight().output == v.output)
-            .map(|e| (e.target(), e.weight().operand))
+        self.use_list(v.node)
+            .iter()
+            .filter(move |(_, u)| u.output == v.output)
+            .map(|&(user, u)| (user, u.operand))
+    }
+
+    /// Every use of any output of `id`, as (user, use), in no particular order (empty
+    /// for a node that does not exist).
+    pub fn use_list(&self, id: NodeId) -> &[(NodeId, Use)] {
+        self.use_lists.get(id.index()).map_or(&[], |l| l.as_slice())
+    }
+
+    /// The position of operand `operand`'s use in its producer's use list (verifier).
+    pub(crate) fn use_slot(&self, id: NodeId, operand: usize) -> Option<usize> {
+        let slot = *self.node(id)?.slots.get(operand)?;
+        (slot != NO_SLOT).then_some(slot as usize)
     }
 
     /// True when nothing uses any output of `id`: no node and no graph output.
@@ -340,10 +371,7 @@ impl Graph {
 
     /// Distinct consumer nodes of any output of `id`.
     pub fn consumers(&self, id: NodeId) -> BTreeSet<NodeId> {
-        self.dag
-            .edges_directed(id, Direction::Outgoing)
-            .map(|e| e.target())
-            .collect()
+        self.use_list(id).iter().map(|&(user, _)| user).collect()
     }
 
     /// Adds a graph input named `name`.
@@ -353,6 +381,7 @@ impl Graph {
             op: &ops::builtin::INPUT,
             attrs: Box::new([AttrValue::Str(name.clone())]),
             operands: SmallVec::new(),
+            slots: SmallVec::new(),
             outputs: smallvec::smallvec![meta],
             name: Some(name.into_boxed_str()),
             payload: None,
@@ -368,6 +397,7 @@ impl Graph {
             op: &ops::builtin::CONSTANT,
             attrs: Box::new([]),
             operands: SmallVec::new(),
+            slots: SmallVec::new(),
             outputs: smallvec::smallvec![meta],
             name: None,
             payload: Some(Box::new(Payload::Tensor(value))),
@@ -429,6 +459,7 @@ impl Graph {
             op,
             attrs: attrs.into_boxed_slice(),
             operands: operands.into_iter().collect(),
+            slots: SmallVec::new(),
             outputs: outputs.into_iter().collect(),
             name: name.map(String::into_boxed_str),
             payload: None,
@@ -448,6 +479,7 @@ impl Graph {
             op,
             attrs: attrs.into_boxed_slice(),
             operands: operands.into_iter().collect(),
+            slots: SmallVec::new(),
             outputs: outputs.into_iter().collect(),
             name: None,
             payload: None,
@@ -512,50 +544,85 @@ impl Graph {
         // Sized first: an unchecked node may name its own (reused) index as an operand.
         if id.index() >= self.use_counts.len() {
             self.use_counts.resize(id.index() + 1, 0);
+            self.use_lists.resize_with(id.index() + 1, UseList::new);
         }
         for i in 0..operands {
             let v = self.dag[id].operands[i];
-            if self.dag.contains_node(v.node) {
-                self.add_edge(v, id, i as u32);
-            }
+            let slot = if self.dag.contains_node(v.node) {
+                self.link(v, id, i as u32)
+            } else {
+                NO_SLOT
+            };
+            self.dag[id].slots.push(slot);
         }
         self.by_op.insert(op, id, scalar);
         id
     }
 
-    /// Adds the edge for `value` being operand `operand` of `user`, and counts the use.
-    fn add_edge(&mut self, value: Value, user: NodeId, operand: u32) {
-        self.dag.add_edge(
-            value.node,
+    /// Records that `value` is operand `operand` of `user` in the producer's use list,
+    /// and counts the use; returns the entry's position (the user's slot for it).
+    fn link(&mut self, value: Value, user: NodeId, operand: u32) -> u32 {
+        // Every live node went through `insert`, which sized the columns for it.
+        let list = &mut self.use_lists[value.node.index()];
+        list.push((
             user,
             Use {
                 output: value.output,
                 operand,
             },
-        );
-        // Every live node went through `insert`, which sized the column for it.
+        ));
         self.use_counts[value.node.index()] += 1;
+        // A use list is at most the operand slots of the graph, which node ids (u32)
+        // bound several times over; `NO_SLOT` is never a real position in practice.
+        u32::try_from(list.len() - 1).unwrap_or(NO_SLOT)
     }
 
-    /// Forgets one use of an output of `producer` (its edge is being removed).
-    fn forget_use(&mut self, producer: NodeId) {
+    /// Removes the use list entry at `slot` of `producer` (swap-remove), fixes the slot
+    /// of the entry moved into its place, and forgets the use. O(1).
+    fn unlink(&mut self, producer: NodeId, slot: u32) {
+        let Some(list) = self.use_lists.get_mut(producer.index()) else {
+            return;
+        };
+        let slot = slot as usize;
+        if slot >= list.len() {
+            return;
+        }
+        list.swap_remove(slot);
+        if let Some(&(moved, u)) = list.get(slot) {
+            if let Some(s) = self
+                .dag
+                .node_weight_mut(moved)
+                .and_then(|n| n.slots.get_mut(u.operand as usize))
+            {
+                *s = slot as u32;
+            }
+        }
         if let Some(n) = self.use_counts.get_mut(producer.index()) {
             *n = n.saturating_sub(1);
         }
     }
 
     /// Removes node `id` from the dag and the indexes, whether used or not (callers
-    /// check), forgetting the uses its operands had. `None` when there is no such node.
+    /// check), unlinking the uses its operands had. `None` when there is no such node.
+    /// Costs the node's own degree.
     fn detach(&mut self, id: NodeId) -> Option<Node> {
-        // The node's operand edges, walked here, are the ones petgraph unlinks next.
-        let producers: SmallVec<[NodeId; 4]> = self
-            .dag
-            .edges_directed(id, Direction::Incoming)
-            .map(|e| e.source())
-            .collect();
+        let operands = self.dag.node_weight(id)?.operands.len();
+        for i in 0..operands {
+            // Read afresh each time: unlinking one operand may move another entry of
+            // this node (`x.mul(x)`) within the same use list, and fix its slot.
+            let Some(n) = self.dag.node_weight(id) else {
+                break;
+            };
+            if let (Some(v), Some(&slot)) = (n.operands.get(i), n.slots.get(i)) {
+                if slot != NO_SLOT {
+                    self.unlink(v.node, slot);
+                }
+            }
+        }
         let node = self.dag.remove_node(id)?;
-        for p in producers {
-            self.forget_use(p);
+        if let Some(list) = self.use_lists.get_mut(id.index()) {
+            // Empty for the unused nodes callers remove; freed either way.
+            *list = UseList::new();
         }
         self.by_op.remove(node.op.name, id);
         Some(node)
@@ -582,21 +649,18 @@ impl Graph {
                 operand: index,
             });
         }
+        let (old, slot) = (
+            n.operands[index],
+            n.slots.get(index).copied().unwrap_or(NO_SLOT),
+        );
         self.meta(value)?;
-        let edge: Option<EdgeIndex<u32>> = self
-            .dag
-            .edges_directed(node, Direction::Incoming)
-            .find(|e| e.weight().operand == index as u32)
-            .map(|e| e.id());
-        if let Some(e) = edge {
-            if let Some((producer, _)) = self.dag.edge_endpoints(e) {
-                self.forget_use(producer);
-            }
-            self.dag.remove_edge(e);
+        if slot != NO_SLOT {
+            self.unlink(old.node, slot);
         }
-        self.add_edge(value, node, index as u32);
+        let slot = self.link(value, node, index as u32);
         if let Some(n) = self.dag.node_weight_mut(node) {
             n.operands[index] = value;
+            n.slots[index] = slot;
         }
         Ok(())
     }
@@ -623,12 +687,7 @@ impl Graph {
     /// Removes a node that nothing uses (neither a node nor the graph outputs).
     pub fn remove_node(&mut self, id: NodeId) -> Result<Node, GraphError> {
         let node = self.try_node(id)?;
-        if let Some(user) = self
-            .dag
-            .edges_directed(id, Direction::Outgoing)
-            .map(|e| e.target())
-            .min()
-        {
+        if let Some(user) = self.use_list(id).iter().map(|&(user, _)| user).min() {
             return Err(GraphError::StillUsed {
                 node: id.index(),
                 op: node.op.name,
@@ -713,36 +772,37 @@ impl Graph {
     /// The nodes in a deterministic topological order (among ready nodes, the smallest
     /// id first), or the id of a node on a cycle.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, GraphError> {
-        let mut indegree: HashMap<NodeId, usize> = HashMap::with_capacity(self.node_count());
-        let mut ready = BTreeSet::new();
+        // By node index: the operands still to be ordered (linked ones: a missing
+        // producer is the verifier's error, not an ordering constraint).
+        let mut indegree: Vec<u32> = vec![0; self.use_lists.len()];
+        let mut ready = BinaryHeap::new();
         for n in self.dag.node_indices() {
-            let d = self.dag.edges_directed(n, Direction::Incoming).count();
+            let d = self.dag[n].slots.iter().filter(|&&s| s != NO_SLOT).count();
             if d == 0 {
-                ready.insert(n);
+                ready.push(Reverse(n));
             }
-            indegree.insert(n, d);
+            if let Some(slot) = indegree.get_mut(n.index()) {
+                *slot = d as u32;
+            }
         }
         let mut order = Vec::with_capacity(self.node_count());
-        while let Some(n) = ready.pop_first() {
+        while let Some(Reverse(n)) = ready.pop() {
             order.push(n);
-            for e in self.dag.edges_directed(n, Direction::Outgoing) {
-                let d = indegree
-                    .get_mut(&e.target())
-                    .expect("every node has an indegree");
-                *d -= 1;
-                if *d == 0 {
-                    ready.insert(e.target());
+            for &(user, _) in self.use_list(n) {
+                if let Some(d) = indegree.get_mut(user.index()) {
+                    *d = d.saturating_sub(1);
+                    if *d == 0 {
+                        ready.push(Reverse(user));
+                    }
                 }
             }
         }
         if order.len() != self.node_count() {
-            let on_cycle = indegree
-                .iter()
-                .filter(|(_, &d)| d > 0)
-                .map(|(n, _)| *n)
-                .min()
-                .map(|n| n.index())
-                .unwrap_or(0);
+            let on_cycle = self
+                .dag
+                .node_indices()
+                .find(|n| indegree.get(n.index()).is_some_and(|&d| d > 0))
+                .map_or(0, |n| n.index());
             return Err(GraphError::Cycle { node: on_cycle });
         }
         Ok(order)

@@ -1,11 +1,8 @@
-//! The verifier: a graph is acyclic, every use is defined, operand lists, edges and
-//! use counts agree, attributes fit their op's signature, and every node's metadata is
+//! The verifier: a graph is acyclic, every use is defined, operand lists, use lists
+//! and use counts agree, attributes fit their op's signature, and every node's metadata is
 //! what its op's inference gives.
 
-use petgraph::visit::EdgeRef;
-use petgraph::Direction;
-
-use crate::graph::{check_signature, Graph, NodeId, Value};
+use crate::graph::{check_signature, Graph, NodeId, Use, Value};
 use crate::meta::TensorMeta;
 use crate::ops::{AttrValue, Infer};
 use crate::printer::{node_line, Names};
@@ -48,40 +45,53 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
                 );
             }
         }
-        // Edges agree with the operand list.
-        let mut edges: Vec<(u32, Value)> = graph
-            .dag()
-            .edges_directed(id, Direction::Incoming)
-            .map(|e| {
-                (
-                    e.weight().operand,
-                    Value::new(e.source(), e.weight().output),
-                )
-            })
-            .collect();
-        edges.sort_unstable();
-        let listed: Vec<(u32, Value)> = node
-            .operands()
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| graph.node(v.node).is_some())
-            .map(|(i, &v)| (i as u32, v))
-            .collect();
-        if edges != listed {
+        // Each operand is in its producer's use list, at the slot the node keeps.
+        let linked = node.operands().iter().enumerate().all(|(i, &v)| {
+            let want = (
+                id,
+                Use {
+                    output: v.output,
+                    operand: i as u32,
+                },
+            );
+            match graph.use_slot(id, i) {
+                Some(slot) => graph.use_list(v.node).get(slot) == Some(&want),
+                None => graph.node(v.node).is_none(),
+            }
+        });
+        if !linked {
             fail(
                 &mut errors,
                 id,
-                "its operand list and its incoming edges disagree".into(),
+                "its operand list and its producers' use lists disagree".into(),
             );
         }
-        // The graph's use count agrees with the outgoing edges.
-        let out_degree = graph.dag().edges_directed(id, Direction::Outgoing).count();
-        if graph.use_count_of_node(id) != out_degree {
+        // Each entry of its use list is an operand of a live user, which points back.
+        let back = graph
+            .use_list(id)
+            .iter()
+            .enumerate()
+            .all(|(slot, &(user, u))| {
+                let i = u.operand as usize;
+                graph.node(user).and_then(|n| n.operands().get(i).copied())
+                    == Some(Value::new(id, u.output))
+                    && graph.use_slot(user, i) == Some(slot)
+            });
+        if !back {
+            fail(
+                &mut errors,
+                id,
+                "its use list names a use that its user's operands do not have".into(),
+            );
+        }
+        // The graph's use count agrees with the use list.
+        let listed = graph.use_list(id).len();
+        if graph.use_count_of_node(id) != listed {
             fail(
                 &mut errors,
                 id,
                 format!(
-                    "the graph counts {} uses of it, its outgoing edges are {out_degree}",
+                    "the graph counts {} uses of it, its use list has {listed}",
                     graph.use_count_of_node(id)
                 ),
             );

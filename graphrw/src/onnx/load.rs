@@ -58,7 +58,16 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph, OnnxError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    load_bytes_in(&bytes, Some(dir))
+    let model = decode_model(&bytes)?;
+    // The file's bytes go before the graph is built: on a big model they are a good
+    // part of the peak memory.
+    drop(bytes);
+    from_model(&model, Some(dir))
+}
+
+/// Decodes a model's protobuf.
+fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
+    ModelProto::decode(bytes).map_err(|e| decode_error(bytes, &e.to_string()))
 }
 
 /// Loads an ONNX model from bytes. A model with external data is an error (there is
@@ -69,8 +78,7 @@ pub fn load_bytes(bytes: &[u8]) -> Result<Graph, OnnxError> {
 
 /// Loads an ONNX model from bytes, reading external data relative to `dir`.
 pub fn load_bytes_in(bytes: &[u8], dir: Option<&Path>) -> Result<Graph, OnnxError> {
-    let model = ModelProto::decode(bytes).map_err(|e| decode_error(bytes, &e.to_string()))?;
-    from_model(&model, dir)
+    from_model(&decode_model(bytes)?, dir)
 }
 
 /// The decoder's limit on nested messages (prost's recursion limit).
@@ -1916,10 +1924,7 @@ impl<'m> Importer<'m> {
         let unused: Vec<NodeId> = self
             .graph
             .nodes_with_op("constant")
-            .filter(|&id| {
-                self.graph.consumers(id).is_empty()
-                    && !self.graph.outputs().iter().any(|o| o.node == id)
-            })
+            .filter(|&id| self.graph.is_unused(id))
             .collect();
         for id in unused {
             self.graph.remove_node(id).map_err(OnnxError::verify)?;
