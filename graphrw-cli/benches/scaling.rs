@@ -308,6 +308,7 @@ impl Gen {
                     }),
                 }),
                 denotation: String::new(),
+                ..Default::default()
             }),
             doc_string: String::new(),
         };

@@ -440,6 +440,7 @@ impl Graph {
                 AttrValue::Ints(known),
             ]),
             operands: operands.into_iter().collect(),
+            slots: SmallVec::new(),
             outputs: outputs.into_iter().collect(),
             name: name.map(String::into_boxed_str),
             payload: Some(Box::new(Payload::Foreign(foreign))),
