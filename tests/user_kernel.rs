@@ -168,13 +168,8 @@ fn the_gradient_runs_the_derived_vjp_kernels_and_matches_the_decomposition() {
         "{p}"
     );
     let x = inputs();
-    let through_decomposition = grad_with(
-        &d,
-        &wrt,
-        &GradRegistry::with_builtins(),
-        Cotangents::Scalar,
-    )
-    .unwrap();
+    let through_decomposition =
+        grad_with(&d, &wrt, &GradRegistry::with_builtins(), Cotangents::Scalar).unwrap();
     let stack: Vec<Arc<dyn Executor>> = reference_stack();
     let want = run(&plan(&through_decomposition, &stack).unwrap(), &x);
     let got = run(&p, &x);

@@ -265,10 +265,8 @@ impl Kernels {
     /// The default CPU stack ([`default_stack`](super::default_stack)) with the
     /// executor of these kernels first.
     pub fn stack(&self) -> Vec<Arc<dyn Executor>> {
-        let mut stack: Vec<Arc<dyn Executor>> = vec![
-            Arc::new(self.executor()),
-            Arc::new(generated_executor()),
-        ];
+        let mut stack: Vec<Arc<dyn Executor>> =
+            vec![Arc::new(self.executor()), Arc::new(generated_executor())];
         stack.extend(after_generated());
         stack
     }

@@ -54,8 +54,7 @@ mod grad;
 // The executor lives in `exec` (which reads the descriptors defined here); these names
 // are kept for the paths users already write.
 pub use crate::exec::{
-    check_node, check_vjp_node, generated_executor, generated_executor_of, Kernels,
-    GENERATED_CPU,
+    check_node, check_vjp_node, generated_executor, generated_executor_of, Kernels, GENERATED_CPU,
 };
 pub use grad::{register_grads, register_grads_of, vjp_nodes};
 
