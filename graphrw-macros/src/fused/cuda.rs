@@ -9,7 +9,6 @@ use std::fmt::Write;
 use super::cpu::{levels, row_constant};
 use super::ir::{has_rot, lower_rot, operands, topo, Bin, Dag, Dt, Id, Node, Red, Un};
 
-
 fn lit(x: f64) -> String {
     if x.is_nan() {
         "__int_as_float(0x7fc00000)".into()
