@@ -131,6 +131,11 @@ enum Command {
         /// optimised copy) on the folder's test data.
         #[arg(long, value_name = "FILE")]
         model: Option<PathBuf>,
+        /// Where to run: `cpu` (the reference executor), or `cuda` / `cuda:N` (the CUDA
+        /// stack; needs a build with `--features cuda`), which also reports cold and
+        /// warm run times and device memory.
+        #[arg(long, value_name = "DEVICE", default_value = "cpu")]
+        device: commands::device::Device,
     },
 }
 
@@ -170,7 +175,11 @@ fn main() -> ExitCode {
             };
             commands::optimize::run(&model, &output, &rules, &save)
         }
-        Command::Run { model_dir, model } => commands::run::run(&model_dir, model.as_deref()),
+        Command::Run {
+            model_dir,
+            model,
+            device,
+        } => commands::device::run(&model_dir, model.as_deref(), device),
     };
     match result {
         Ok(code) => code,

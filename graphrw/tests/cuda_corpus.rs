@@ -1,5 +1,6 @@
 //! Whole corpus models on the GPU (feature `cuda`): each of the 8 models of
-//! `../shared/corpus` (or `$GRAPHRW_CORPUS`), as exported and after attention fusion, is
+//! `../shared/corpus` (or `$GRAPHRW_CORPUS`), as exported, after attention fusion and
+//! after the full default pipeline (`rules::optimize`, with generated kernels), is
 //! planned on the CUDA stack, must run every kernel node on the GPU, must download
 //! nothing but its outputs, and must match onnxruntime's `output_0.pb` within 1e-4
 //! absolute + 1e-3 relative. Without a CUDA device it prints `skipped: ...` and returns.
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use graphrw::exec::{plan, CudaExecutor, Executor, FusedCpu, ReferenceCpu};
+use graphrw::fused::builtin;
 use graphrw::{rules, Graph, Tensor};
 
 const ATOL: f64 = 1e-4;
@@ -112,6 +114,15 @@ fn run_on_gpu(
     ))
 }
 
+/// Nodes of `graph` whose op is a built-in generated kernel.
+fn generated_nodes(graph: &Graph) -> usize {
+    graph
+        .node_ids()
+        .filter_map(|id| graph.node(id))
+        .filter(|n| builtin::ALL.iter().any(|k| k.op.name == n.op_name()))
+        .count()
+}
+
 #[test]
 fn every_corpus_model_runs_on_the_gpu() {
     let cuda = match CudaExecutor::new(0) {
@@ -132,7 +143,17 @@ fn every_corpus_model_runs_on_the_gpu() {
         let (_, want) = graphrw::onnx::read_tensor_pb(set.join("output_0.pb")).expect("output pb");
         let mut fused = graph.clone();
         rules::fuse_attention(&mut fused).unwrap_or_else(|e| panic!("{model}: fusion: {e}"));
-        for (form, g) in [("as exported", &graph), ("fused", &fused)] {
+        // The full default pipeline: attention, causal masks, then the generated kernels,
+        // whose nodes must all run on the GPU too (run_on_gpu refuses any CPU node).
+        let mut optimized = graph.clone();
+        rules::optimize(&mut optimized).unwrap_or_else(|e| panic!("{model}: optimize: {e}"));
+        let generated = generated_nodes(&optimized);
+        eprintln!("{model}: rules::optimize made {generated} generated-kernel nodes");
+        for (form, g) in [
+            ("as exported", &graph),
+            ("fused", &fused),
+            ("optimized", &optimized),
+        ] {
             match run_on_gpu(&cuda, g, &inputs, &want) {
                 Ok(line) => eprintln!("{model} ({form}): {line}"),
                 Err(e) => {

@@ -1,10 +1,11 @@
-//! The CUDA C source of every built-in generated kernel (and of its vjp kernels)
-//! compiles to PTX with NVRTC, for f32, f16 and bf16 storage. Needs the `cuda` feature
+//! The CUDA C source of every built-in generated kernel (and of its vjp kernels), after
+//! the shared prelude, compiles to PTX with NVRTC for f32, f16 and bf16 storage, with its
+//! entry point, and states the launch shape its descriptor gives. Needs the `cuda` feature
 //! and the NVRTC library (`GRAPHRW_NVRTC_LIB`, or the `nvidia-cuda-nvrtc` wheel of the
 //! `python3` on the PATH); says `skipped` when NVRTC cannot be found.
 #![cfg(feature = "cuda")]
 
-use graphrw::fused::builtin;
+use graphrw::fused::{builtin, CudaLaunch};
 use graphrw::kernels::cuda;
 
 /// Points `GRAPHRW_NVRTC_LIB` at the NVRTC of the `nvidia-cuda-nvrtc` wheel when it is
@@ -38,18 +39,27 @@ fn nvrtc_compiles_every_generated_kernel() {
     }
     let mut compiled = 0;
     for k in builtin::ALL {
-        let mut sources = vec![(k.cuda.entry.to_string(), k.cuda.source)];
+        let mut sources = vec![(k.op.name.to_string(), k.cuda)];
         for v in k.vjp {
-            sources.push((format!("{}.vjp_{}", k.cuda.entry, v.param), v.cuda_source));
+            sources.push((v.op.name.to_string(), v.cuda));
         }
         for (name, src) in sources {
+            // The launch shape the executor uses is the one the source's header states.
+            let rows = src.source.contains("// Launch: one block per row");
+            assert_eq!(rows, src.launch == CudaLaunch::Rows, "{name}: launch");
+            let full = cuda::generated_source(src.source);
             for dtype in ["0", "1", "2"] {
-                let ptx = cuda::compile_ptx(src, &name, &[("DTYPE_ID", dtype)], "compute_80")
+                let ptx = cuda::compile_ptx(&full, &name, &[("DTYPE_ID", dtype)], "compute_80")
                     .unwrap_or_else(|e| panic!("{name} (DTYPE_ID {dtype}): {e}"));
-                assert!(ptx.contains(".entry"), "{name}: no entry in the PTX");
+                let entry = format!(".entry {}(", src.entry);
+                assert!(ptx.contains(&entry), "{name}: no `{entry}` in the PTX");
                 compiled += 1;
             }
         }
     }
+    assert_eq!(
+        compiled,
+        3 * builtin::ALL.iter().map(|k| 1 + k.vjp.len()).sum::<usize>()
+    );
     println!("compiled {compiled} generated kernels");
 }

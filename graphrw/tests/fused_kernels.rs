@@ -636,7 +636,7 @@ fn rotary_cuda_source_runs_by_rows_and_reads_rotated() {
     let rotated: Vec<&str> = k
         .vjp
         .iter()
-        .filter(|v| v.cuda_source.contains("% n)"))
+        .filter(|v| v.cuda.source.contains("% n)"))
         .map(|v| v.param)
         .collect();
     assert_eq!(rotated, ["x", "sin"]);

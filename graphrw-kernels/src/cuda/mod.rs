@@ -39,6 +39,7 @@ use cudarc::nvrtc::CompileOptions;
 use crate::{DType, KernelError, Tensor};
 
 mod elementwise;
+mod generated;
 mod indexing;
 mod launch;
 mod layout;
@@ -50,6 +51,7 @@ mod tensor;
 /// The cudarc crate this module is built on (for streams, events and raw buffers).
 pub use cudarc;
 pub use elementwise::{binary, cast, unary, where_};
+pub use generated::{generated_source, run_generated, GeneratedKernel, GeneratedLaunch};
 pub use indexing::{gather, gather_elements, gather_nd, index_select};
 pub use layout::{concat, contiguous, expand, permute, slice, split, transpose};
 pub use matmul::matmul;
@@ -59,24 +61,41 @@ pub use tensor::CudaTensor;
 
 /// The CUDA C sources of the kernels, compiled by NVRTC at first use.
 pub mod kernels {
+    /// The one f16/bf16 prelude (conversions; `elem_t`, `load_elem`, `store_elem` for
+    /// `DTYPE_ID`) that starts every source below and every generated kernel.
+    pub const HALF: &str = include_str!("kernels/half.cuh");
+
+    /// What precedes the source of a kernel `fused_kernel!` generates ([`HALF`] and the
+    /// helpers of `generated.cuh`); see [`generated_source`](super::generated_source).
+    pub const GENERATED_PRELUDE: &str = concat!(
+        include_str!("kernels/half.cuh"),
+        include_str!("kernels/generated.cuh")
+    );
+
     /// Fused scaled dot-product attention (`sdpa_mma` for f16/bf16 on tensor cores,
     /// `sdpa_generic` for everything else).
-    pub const SDPA: &str = include_str!("kernels/sdpa.cu");
+    pub const SDPA: &str = concat!(
+        include_str!("kernels/half.cuh"),
+        include_str!("kernels/sdpa.cu")
+    );
 
     /// Elementwise ops with broadcasting and casts (with the shared prelude).
     pub const ELEMENTWISE: &str = concat!(
+        include_str!("kernels/half.cuh"),
         include_str!("kernels/common.cuh"),
         include_str!("kernels/elementwise.cu")
     );
 
     /// Strided copies and gathers by index (with the shared prelude).
     pub const LAYOUT: &str = concat!(
+        include_str!("kernels/half.cuh"),
         include_str!("kernels/common.cuh"),
         include_str!("kernels/layout.cu")
     );
 
     /// Softmax, layer/rms norm and reductions (with the shared prelude).
     pub const REDUCE: &str = concat!(
+        include_str!("kernels/half.cuh"),
         include_str!("kernels/common.cuh"),
         include_str!("kernels/reduce.cu")
     );
@@ -409,6 +428,19 @@ impl CudaDevice {
         &self.stream
     }
 
+    /// Device memory in use, in bytes: total minus free as the driver reports it (every
+    /// context on the device counts, this process's cached pool memory included).
+    pub fn memory_used(&self) -> Result<usize, KernelError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_err("bind context", e))?;
+        let (free, total) = self
+            .ctx
+            .mem_get_info()
+            .map_err(|e| cuda_err("memory info", e))?;
+        Ok(total.saturating_sub(free))
+    }
+
     /// Waits until every queued call has finished.
     pub fn synchronize(&self) -> Result<(), KernelError> {
         self.stream
@@ -506,6 +538,18 @@ impl CudaDevice {
         defines: &[(&str, String)],
         func: &str,
     ) -> Result<CudaFunction, KernelError> {
+        self.function_with(src_name, || src.to_string(), defines, func)
+    }
+
+    /// [`CudaDevice::function`] with the source made only when it is compiled (the
+    /// cache key is `src_name`, `func` and the defines).
+    pub(crate) fn function_with(
+        &self,
+        src_name: &str,
+        src: impl FnOnce() -> String,
+        defines: &[(&str, String)],
+        func: &str,
+    ) -> Result<CudaFunction, KernelError> {
         let key = format!(
             "{src_name}:{func}:{}",
             defines
@@ -522,7 +566,7 @@ impl CudaDevice {
             return Ok(f.clone());
         }
         let defs: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let ptx = compile_ptx(src, src_name, &defs, self.arch())?;
+        let ptx = compile_ptx(&src(), src_name, &defs, self.arch())?;
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))

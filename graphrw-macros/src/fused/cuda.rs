@@ -1,61 +1,13 @@
-//! The CUDA C source of a fused expression (compiled by NVRTC at first use).
+//! The CUDA C source of a fused expression, without its prelude: the runtime
+//! (`graphrw_kernels::cuda::generated_source`) puts `half.cuh` (the one f16/bf16
+//! load/store prelude of every CUDA source) and `generated.cuh` (the helpers used here:
+//! `max_nan`, `sigmoidf_`, `round_f16`, `block_sum`, ...) before it, and NVRTC compiles it
+//! at first use.
 
 use std::fmt::Write;
 
 use super::cpu::{levels, row_constant};
 use super::ir::{has_rot, lower_rot, operands, topo, Bin, Dag, Dt, Id, Node, Red, Un};
-
-const PRELUDE: &str = r#"// No headers: f16/bf16 are raw 16-bit words converted with PTX (NVRTC needs no include path).
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef long long i64;
-#ifndef DTYPE_ID
-#define DTYPE_ID 0
-#endif
-#if DTYPE_ID == 0
-typedef float elem_t;
-#else
-typedef u16 elem_t;
-#endif
-__device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ float bh2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
-__device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ __forceinline__ u16 f2bh(float f) { u16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ __forceinline__ float load_elem(const elem_t* p, i64 i) {
-#if DTYPE_ID == 0
-    return p[i];
-#elif DTYPE_ID == 1
-    return h2f(p[i]);
-#else
-    return bh2f(p[i]);
-#endif
-}
-__device__ __forceinline__ void store_elem(elem_t* p, i64 i, float v) {
-#if DTYPE_ID == 0
-    p[i] = v;
-#elif DTYPE_ID == 1
-    p[i] = f2h(v);
-#else
-    p[i] = f2bh(v);
-#endif
-}
-__device__ __forceinline__ float max_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (b > a ? b : a); }
-__device__ __forceinline__ float min_nan(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : (b < a ? b : a); }
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float round_f16(float x) { return h2f(f2h(x)); }
-__device__ __forceinline__ float round_bf16(float x) { return bh2f(f2bh(x)); }
-// Block-wide reductions (blockDim.x a power of two, `sh` blockDim.x floats).
-__device__ float block_sum(float v, float* sh) {
-    sh[threadIdx.x] = v; __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) { if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s]; __syncthreads(); }
-    float r = sh[0]; __syncthreads(); return r;
-}
-__device__ float block_max(float v, float* sh) {
-    sh[threadIdx.x] = v; __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) { if ((int)threadIdx.x < s) sh[threadIdx.x] = max_nan(sh[threadIdx.x], sh[threadIdx.x + s]); __syncthreads(); }
-    float r = sh[0]; __syncthreads(); return r;
-}
-"#;
 
 fn lit(x: f64) -> String {
     if x.is_nan() {
@@ -187,7 +139,7 @@ pub fn source(dag: &Dag, root: Id, ntensors: usize, name: &str, entry: &str) -> 
             }
         }
     }
-    s.push_str(PRELUDE);
+    let _ = writeln!(s, "// Compiled after graphrw-kernels' GENERATED_PRELUDE (half.cuh: elem_t, load_elem, store_elem; generated.cuh: helpers).");
     let params: Vec<String> = (0..ntensors)
         .map(|k| format!("const elem_t* __restrict__ in{k}"))
         .collect();

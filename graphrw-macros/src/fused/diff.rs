@@ -286,8 +286,9 @@ pub fn vjp(
             k.scalars.len(),
             "fused.vjp",
         );
-        let (src, _) =
-            super::cuda::source(&b.dag, gi, k.tensors.len() + 1, &name, &format!("vjp_{t}"));
+        let entry = format!("vjp_{t}");
+        let (src, launch) = super::cuda::source(&b.dag, gi, k.tensors.len() + 1, &name, &entry);
+        let launch = super::launch_tokens(launch);
         let tokens = &cpu.tokens;
         let m = format_ident!("{}", t);
         let doc = format!("The gradient of `{t}`.");
@@ -304,7 +305,7 @@ pub fn vjp(
             }
         });
         let tn = t.to_string();
-        list.push(quote!(graphrw::fused::VjpKernel { param: #tn, op: &vjp::#m::OP, cpu: vjp::#m::cpu, reduction_inputs: &[#(#red_inputs),*], rotate_inputs: &[#(#rot_inputs),*], cuda_source: vjp::#m::CUDA_SOURCE }));
+        list.push(quote!(graphrw::fused::VjpKernel { param: #tn, op: &vjp::#m::OP, cpu: vjp::#m::cpu, reduction_inputs: &[#(#red_inputs),*], rotate_inputs: &[#(#rot_inputs),*], cuda: graphrw::fused::CudaSource { source: vjp::#m::CUDA_SOURCE, entry: #entry, launch: #launch } }));
     }
     Ok(Vjp {
         items,

@@ -95,6 +95,14 @@ fn attrs(f: &PatternFn) -> syn::Result<Attrs> {
     Ok(a)
 }
 
+/// The `graphrw::fused::CudaLaunch` of a launch shape.
+fn launch_tokens(launch: cuda::Launch) -> TokenStream {
+    match launch {
+        cuda::Launch::Elementwise => quote!(graphrw::fused::CudaLaunch::Elementwise),
+        cuda::Launch::Rows => quote!(graphrw::fused::CudaLaunch::Rows),
+    }
+}
+
 fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
     let at = attrs(f)?;
     let k = ir::analyse(f)?;
@@ -152,10 +160,7 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
 
     let (cuda_src, launch) = cuda::source(&k.dag, root, nt, &op_name, &name.to_string());
     let cpu_tokens = &cpu.tokens;
-    let launch = match launch {
-        cuda::Launch::Elementwise => quote!(graphrw::fused::CudaLaunch::Elementwise),
-        cuda::Launch::Rows => quote!(graphrw::fused::CudaLaunch::Rows),
-    };
+    let launch = launch_tokens(launch);
     let entry = name.to_string();
     let red_inputs = cpu.reduction_inputs.iter().map(|v| quote!(&[#(#v),*]));
     let rot_inputs = cpu.rotate_inputs.iter().map(|v| quote!(&[#(#v),*]));

@@ -22,6 +22,7 @@
 mod cuda;
 mod executor;
 mod fused_cpu;
+mod generated;
 mod interpreter;
 mod plan;
 mod reference;
@@ -38,6 +39,9 @@ use graphrw_kernels::Tensor;
 pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
+pub use generated::{
+    check_node, check_vjp_node, generated_executor, generated_executor_of, Kernels, GENERATED_CPU,
+};
 pub use interpreter::RunReport;
 pub use plan::{plan, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
@@ -94,16 +98,13 @@ pub fn reference_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(ReferenceCpu)]
 }
 
-/// The default CPU stack: the generated fused kernels ([`crate::fused`]) and the fused
+/// The default CPU stack: the generated fused kernels ([`generated_executor`]) and the fused
 /// attention/cross-entropy kernels first, then the tile executor (groups of elementwise
 /// nodes left to the reference kernels run as one node each), then the reference kernels.
 pub fn default_stack() -> Vec<Arc<dyn Executor>> {
-    vec![
-        Arc::new(crate::fused::generated_executor()),
-        Arc::new(FusedCpu),
-        tile_executor(),
-        Arc::new(ReferenceCpu),
-    ]
+    let mut stack: Vec<Arc<dyn Executor>> = vec![Arc::new(generated_executor())];
+    stack.extend(generated::after_generated());
+    stack
 }
 
 /// Plans `graph` on the reference stack and runs it.

@@ -1,6 +1,7 @@
 //! Generated fused kernels: [`fused_kernel!`](crate::fused_kernel) definitions, the
 //! built-in ones ([`builtin`]), the pass that fuses their decomposed forms
-//! ([`fuse_kernels`]) and the executor that runs them ([`generated_executor`]).
+//! ([`fuse_kernels`]); the executor that runs them is [`crate::exec::generated_executor`],
+//! and [`Kernels`] wires a list of kernels (rules, stack, vjp rules) in one call.
 //!
 //! Besides elementwise ops and last-dimension reductions, a body may rotate a tensor
 //! parameter by half its last dimension, `x.rotate_half()` (see [`rotate_half`]; rotary
@@ -48,11 +49,12 @@
 //! ```
 
 pub mod builtin;
-mod executor;
 mod grad;
 
-pub use executor::{
-    check_node, check_vjp_node, generated_executor, generated_executor_of, GENERATED_CPU,
+// The executor lives in `exec` (which reads the descriptors defined here); these names
+// are kept for the paths users already write.
+pub use crate::exec::{
+    check_node, check_vjp_node, generated_executor, generated_executor_of, Kernels, GENERATED_CPU,
 };
 pub use grad::{register_grads, register_grads_of, vjp_nodes};
 
@@ -81,6 +83,10 @@ pub enum CudaLaunch {
 /// The CUDA C source of a generated kernel, for NVRTC. Arguments: `(out, in0.., scalars
 /// (f32), meta (i64: rank, output shape, each operand's broadcast strides), count)`;
 /// `DTYPE_ID` (0 f32, 1 f16, 2 bf16) selects the storage type of operands and output.
+/// The source leaves out the prelude it is compiled after (the f16/bf16 loads and stores
+/// shared by every CUDA source of the workspace, and the generated kernels' helpers):
+/// `graphrw_kernels::cuda::generated_source` puts it first, and the CUDA executor
+/// (feature `cuda`) compiles and launches it at first use.
 #[derive(Clone, Copy, Debug)]
 pub struct CudaSource {
     /// The source.
@@ -107,8 +113,8 @@ pub struct VjpKernel {
     /// Per `rotate_half` of the kernel, the operands it reads (one must span the output's
     /// last dimension, which must be even).
     pub rotate_inputs: &'static [&'static [usize]],
-    /// Its CUDA source (entry `vjp_<param>`, same conventions).
-    pub cuda_source: &'static str,
+    /// Its CUDA source (entry `vjp_<param>`, same conventions as the forward's).
+    pub cuda: CudaSource,
 }
 
 /// Everything `fused_kernel!` emits for one kernel.

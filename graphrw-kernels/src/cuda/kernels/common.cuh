@@ -1,15 +1,11 @@
-// Shared prelude of the graph-op kernels (prepended to each source by the host; NVRTC
-// needs no include path). No CUDA headers: f16/bf16 are raw 16-bit words converted with
-// PTX instructions.
+// Shared prelude of the graph-op kernels (prepended to each source by the host, after
+// half.cuh, which holds the f16/bf16 conversions; NVRTC needs no include path).
 //
 // Dtype ids (the host's `dtype_id`): 0 f32, 1 f16, 2 bf16, 3 i64, 4 i32, 5 bool (one
 // byte), 6 f64. `ACC` picks the arithmetic type: 0 float, 1 double, 2 long long.
 
 typedef unsigned char u8;
-typedef unsigned short u16;
-typedef unsigned int u32;
 typedef unsigned long long u64;
-typedef long long i64;
 
 #ifndef ACC
 #define ACC 0
@@ -47,23 +43,6 @@ __device__ __forceinline__ void offsets(const Layout& L, i64 i, i64* o) {
 #pragma unroll
         for (int k = 0; k < K; ++k) o[k] += c * L.st[k][d];
     }
-}
-
-__device__ __forceinline__ float h2f(u16 h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float bh2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
-__device__ __forceinline__ u16 f2h(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-__device__ __forceinline__ u16 f2bh(float f) {
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
 }
 
 // Loads element `i` of a buffer of dtype `TY` as acc_t.

@@ -1,7 +1,8 @@
 // Fused scaled dot-product attention (flash-attention-2 style), compiled by NVRTC.
 //
-// No CUDA headers are included (so NVRTC needs no include path): f16/bf16 are handled as
-// raw 16-bit words with PTX conversions, and the tensor-core path issues `ldmatrix` and
+// No CUDA headers are included (so NVRTC needs no include path): the host prepends
+// half.cuh (f16/bf16 as raw 16-bit words with PTX conversions, elem_t, load_elem and
+// store_elem for DTYPE_ID), and the tensor-core path issues `ldmatrix` and
 // `mma.sync.m16n8k16` directly.
 //
 // The host specialises every build with these macros:
@@ -19,7 +20,7 @@
 // (element offsets; broadcast dims have stride 0).
 
 #ifndef DTYPE_ID
-#define DTYPE_ID 1
+#error "DTYPE_ID must be defined (half.cuh reads it before this file)"
 #endif
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
@@ -46,54 +47,8 @@
 #define M_TILES 1
 #endif
 
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef long long i64;
-
 #define LOG2E 1.4426950408889634f
 #define NEG_INF (__int_as_float(0xff800000))
-
-#if DTYPE_ID == 0
-typedef float elem_t;
-#else
-typedef u16 elem_t;
-#endif
-
-__device__ __forceinline__ float h2f(u16 h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float bh2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
-__device__ __forceinline__ u16 f2h(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-__device__ __forceinline__ u16 f2bh(float f) {
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-
-__device__ __forceinline__ float load_elem(const elem_t* p, i64 i) {
-#if DTYPE_ID == 0
-    return p[i];
-#elif DTYPE_ID == 1
-    return h2f(p[i]);
-#else
-    return bh2f(p[i]);
-#endif
-}
-__device__ __forceinline__ void store_elem(elem_t* p, i64 i, float v) {
-#if DTYPE_ID == 0
-    p[i] = v;
-#elif DTYPE_ID == 1
-    p[i] = f2h(v);
-#else
-    p[i] = f2bh(v);
-#endif
-}
 
 // Mask value for (row, col) in log2 units: 0 to keep, -inf to drop, else the additive
 // bias times log2(e).

@@ -19,9 +19,11 @@
 //! ```
 
 mod check;
+mod generated;
 mod ops;
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -30,7 +32,8 @@ use graphrw_kernels::{DType, KernelError, Tensor};
 
 use super::executor::{Executor, KernelFailure, NodeView};
 use super::value::{DeviceValue, RunValue};
-use super::{FusedCpu, ReferenceCpu};
+use super::{generated_executor, FusedCpu, ReferenceCpu};
+use crate::fused::{builtin, FusedKernel};
 use crate::meta::Device;
 use crate::ops as op_table;
 
@@ -97,12 +100,18 @@ impl DeviceValue for CudaValue {
 /// default); the dtypes suit the kernel (floats for math, bool conditions, i64/i32
 /// indices, f32/f16/bf16 for attention, norms and reductions); for attention, head dims
 /// known and at most 256 and `dropout_p` 0.
+///
+/// It also runs generated kernels ([`crate::fused`]: the built-in ones, more with
+/// [`CudaExecutor::with_kernels`]) and their vjp ops on their CUDA source, compiled by
+/// NVRTC at first use and cached per kernel and dtype, when the output is f32, f16 or
+/// bf16, every operand has the output's dtype, and the rows suit the kernel as on the CPU.
 #[derive(Clone, Debug)]
 pub struct CudaExecutor {
     device: Arc<CudaDevice>,
     name: String,
     host_operands: bool,
     counters: Arc<Counters>,
+    generated: Arc<HashMap<&'static str, generated::GeneratedOp>>,
 }
 
 impl CudaExecutor {
@@ -113,7 +122,24 @@ impl CudaExecutor {
             name: format!("cuda:{ordinal}"),
             host_operands: true,
             counters: Arc::default(),
+            generated: Arc::new(generated::table(builtin::ALL)),
         })
+    }
+
+    /// The executor also running `kernels` (and their vjp ops) on the GPU, besides the
+    /// built-in generated kernels.
+    pub fn with_kernels(mut self, kernels: &[&'static FusedKernel]) -> CudaExecutor {
+        let all: Vec<&'static FusedKernel> = builtin::ALL.iter().chain(kernels).copied().collect();
+        self.generated = Arc::new(generated::table(&all));
+        self
+    }
+
+    /// The generated kernel that runs `node`, if `node` is of a generated op it knows.
+    fn generated_op(&self, node: &NodeView<'_>) -> Option<generated::GeneratedOp> {
+        self.generated
+            .get(node.op.name)
+            .filter(|g| g.is_for(node))
+            .copied()
     }
 
     /// Whether nodes whose operands are placed on the CPU are taken (their host values
@@ -153,6 +179,18 @@ impl CudaExecutor {
         self.upload(&v.to_host()?)
     }
 
+    /// Runs an accepted node on device operands: its generated kernel, or the op's.
+    fn run_device(
+        &self,
+        node: &NodeView<'_>,
+        inputs: &[&CudaTensor],
+    ) -> Result<Vec<CudaTensor>, KernelFailure> {
+        match self.generated_op(node) {
+            Some(g) => Ok(vec![g.run(node, inputs)?]),
+            None => Ok(ops::run_op(node, inputs)?),
+        }
+    }
+
     fn wrap(&self, t: CudaTensor) -> RunValue {
         RunValue::Device(Arc::new(CudaValue {
             tensor: t,
@@ -167,8 +205,12 @@ impl Executor for CudaExecutor {
     }
 
     fn check(&self, node: &NodeView<'_>) -> Result<(), String> {
-        if op_table::lookup(node.op.name) != Some(node.op) {
-            return Err(format!("`{}` is not a built-in op", node.op.name));
+        let gen = self.generated_op(node);
+        if gen.is_none() && op_table::lookup(node.op.name) != Some(node.op) {
+            return Err(format!(
+                "`{}` is neither a built-in op nor a generated kernel it was given",
+                node.op.name
+            ));
         }
         let me = Device::Cuda(self.device.ordinal() as u32);
         for m in &node.inputs {
@@ -177,13 +219,16 @@ impl Executor for CudaExecutor {
                 return Err(format!("operand on {}, not {me}", m.device));
             }
         }
-        check::check_op(node)
+        match gen {
+            Some(g) => g.check(node),
+            None => check::check_op(node),
+        }
     }
 
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
         let dev: Vec<CudaTensor> = x.iter().map(|t| self.upload(t)).collect::<Result<_, _>>()?;
         let refs: Vec<&CudaTensor> = dev.iter().collect();
-        ops::run_op(node, &refs)?
+        self.run_device(node, &refs)?
             .iter()
             .map(|t| {
                 self.counters.downloads.fetch_add(1, Ordering::Relaxed);
@@ -202,18 +247,21 @@ impl Executor for CudaExecutor {
             .map(|v| self.on_device(v))
             .collect::<Result<_, _>>()?;
         let refs: Vec<&CudaTensor> = dev.iter().collect();
-        Ok(ops::run_op(node, &refs)?
+        Ok(self
+            .run_device(node, &refs)?
             .into_iter()
             .map(|t| self.wrap(t))
             .collect())
     }
 }
 
-/// The CUDA stack on device `ordinal`: the CUDA executor first, then the fused and
-/// reference CPU executors for what it does not take.
+/// The CUDA stack on device `ordinal`: the CUDA executor first (built-in ops and the
+/// built-in generated kernels), then the generated, fused and reference CPU executors
+/// for what it does not take.
 pub fn cuda_stack(ordinal: usize) -> Result<Vec<Arc<dyn Executor>>, KernelError> {
     Ok(vec![
         Arc::new(CudaExecutor::new(ordinal)?),
+        Arc::new(generated_executor()),
         Arc::new(FusedCpu),
         Arc::new(ReferenceCpu),
     ])
