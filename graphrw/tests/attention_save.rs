@@ -205,3 +205,34 @@ fn dtype_of_saved_fused_attention_is_kept() {
     let outs = back.outputs().to_vec();
     assert_eq!(back.meta(outs[0]).expect("meta").dtype, DType::F16);
 }
+
+/// The failing case: `attention_scale` matched q with 4 heads over k with one
+/// head (a broadcasting `matmul`), and its replacement failed. Now the rule's checks see
+/// the grouping (the fused node gets `enable_gqa`), and a batch that only broadcasts
+/// (q batch 2, k batch 1) is refused by the checks: nothing fails, nothing is skipped.
+#[test]
+fn broadcast_kv_heads_fuse_with_grouping_and_broadcast_batches_are_refused() {
+    use graphrw::{rules, TensorMeta};
+    let build = |kb: usize, kh: usize| {
+        let b = Builder::new();
+        let q = b.input("q", TensorMeta::new(DType::F32, [2usize, 4, 16, 16]));
+        let k = b.input("k", TensorMeta::new(DType::F32, [kb, kh, 16, 16]));
+        let v = b.input("v", TensorMeta::new(DType::F32, [kb, kh, 16, 16]));
+        let s = q.matmul(k.transpose(-2, -1).unwrap()).unwrap().mul(0.25).unwrap();
+        let out = s.softmax(-1).unwrap().matmul(v).unwrap();
+        b.output(&[out]).unwrap();
+        b.finish()
+    };
+    let mut g = build(2, 1);
+    let done = rules::optimize(&mut g).expect("optimize");
+    assert_eq!(done.skipped().count(), 0, "{done}");
+    let fused: Vec<_> = g.nodes_with_op("scaled_dot_product_attention").collect();
+    assert_eq!(fused.len(), 1, "{g}");
+    let node = g.node(fused[0]).expect("node");
+    assert_eq!(node.attrs().bool("enable_gqa").expect("attr"), true, "{g}");
+
+    let mut g = build(1, 4);
+    let done = rules::optimize(&mut g).expect("optimize");
+    assert_eq!(done.skipped().count(), 0, "{done}");
+    assert_eq!(g.nodes_with_op("scaled_dot_product_attention").count(), 0, "{g}");
+}
