@@ -15,7 +15,9 @@ use graphrw::{Builder, DType, Graph, Tensor};
 /// Deterministic values in [-1, 1).
 fn values(shape: &[usize], seed: u64) -> Tensor {
     let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let data: Vec<f32> = (0..n)
         .map(|_| {
             s = s
@@ -80,17 +82,87 @@ fn cases() -> Vec<Case> {
     };
     vec![
         c("3d", &[6, 5, 8], &[6, 5, 8], Mask::None, false, false),
-        c("3d_mask3", &[6, 5, 8], &[6, 5, 8], Mask::Additive(vec![6, 1, 5]), false, false),
-        c("3d_mask2_causal", &[6, 5, 8], &[6, 5, 8], Mask::Additive(vec![5, 5]), true, false),
-        c("3d_cross_bool", &[6, 3, 8], &[6, 7, 8], Mask::Bool(vec![6, 3, 7]), false, false),
+        c(
+            "3d_mask3",
+            &[6, 5, 8],
+            &[6, 5, 8],
+            Mask::Additive(vec![6, 1, 5]),
+            false,
+            false,
+        ),
+        c(
+            "3d_mask2_causal",
+            &[6, 5, 8],
+            &[6, 5, 8],
+            Mask::Additive(vec![5, 5]),
+            true,
+            false,
+        ),
+        c(
+            "3d_cross_bool",
+            &[6, 3, 8],
+            &[6, 7, 8],
+            Mask::Bool(vec![6, 3, 7]),
+            false,
+            false,
+        ),
         c("4d", &[2, 3, 5, 8], &[2, 3, 5, 8], Mask::None, false, false),
-        c("4d_padding", &[2, 3, 5, 8], &[2, 3, 5, 8], Mask::Bool(vec![2, 1, 1, 5]), false, false),
-        c("4d_gqa_causal", &[2, 4, 5, 8], &[2, 2, 5, 8], Mask::None, true, true),
-        c("4d_mqa_mask", &[2, 4, 5, 8], &[2, 1, 5, 8], Mask::Additive(vec![2, 1, 5, 5]), false, true),
-        c("4d_cross", &[2, 3, 3, 8], &[2, 3, 7, 8], Mask::Additive(vec![2, 1, 1, 7]), false, false),
-        c("5d_grouped", &[2, 2, 3, 5, 8], &[2, 2, 1, 5, 8], Mask::None, false, true),
-        c("5d_mask5", &[2, 2, 3, 5, 8], &[2, 2, 3, 5, 8], Mask::Additive(vec![2, 1, 1, 1, 5]), false, false),
-        c("5d_mask2_causal", &[2, 2, 3, 5, 8], &[2, 2, 1, 5, 8], Mask::Bool(vec![5, 5]), true, true),
+        c(
+            "4d_padding",
+            &[2, 3, 5, 8],
+            &[2, 3, 5, 8],
+            Mask::Bool(vec![2, 1, 1, 5]),
+            false,
+            false,
+        ),
+        c(
+            "4d_gqa_causal",
+            &[2, 4, 5, 8],
+            &[2, 2, 5, 8],
+            Mask::None,
+            true,
+            true,
+        ),
+        c(
+            "4d_mqa_mask",
+            &[2, 4, 5, 8],
+            &[2, 1, 5, 8],
+            Mask::Additive(vec![2, 1, 5, 5]),
+            false,
+            true,
+        ),
+        c(
+            "4d_cross",
+            &[2, 3, 3, 8],
+            &[2, 3, 7, 8],
+            Mask::Additive(vec![2, 1, 1, 7]),
+            false,
+            false,
+        ),
+        c(
+            "5d_grouped",
+            &[2, 2, 3, 5, 8],
+            &[2, 2, 1, 5, 8],
+            Mask::None,
+            false,
+            true,
+        ),
+        c(
+            "5d_mask5",
+            &[2, 2, 3, 5, 8],
+            &[2, 2, 3, 5, 8],
+            Mask::Additive(vec![2, 1, 1, 1, 5]),
+            false,
+            false,
+        ),
+        c(
+            "5d_mask2_causal",
+            &[2, 2, 3, 5, 8],
+            &[2, 2, 1, 5, 8],
+            Mask::Bool(vec![5, 5]),
+            true,
+            true,
+        ),
     ]
 }
 
@@ -156,7 +228,10 @@ fn onnxruntime_output(bytes: &[u8], name: &str) -> Result<Vec<f64>, String> {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(format!(
             "onnxruntime failed: {}",
-            err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("")
+            err.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
         ));
     }
     String::from_utf8_lossy(&out.stdout)
@@ -184,7 +259,11 @@ fn every_fused_attention_form_saves_loads_back_and_runs_in_onnxruntime() {
             Ok(())
         })();
         match result {
-            Ok(()) => println!("{:<18} saved, loaded back{}", c.name, if ort { ", ran in onnxruntime" } else { "" }),
+            Ok(()) => println!(
+                "{:<18} saved, loaded back{}",
+                c.name,
+                if ort { ", ran in onnxruntime" } else { "" }
+            ),
             Err(e) => failures.push(format!("{}: {e}", c.name)),
         }
     }
@@ -218,7 +297,11 @@ fn broadcast_kv_heads_fuse_with_grouping_and_broadcast_batches_are_refused() {
         let q = b.input("q", TensorMeta::new(DType::F32, [2usize, 4, 16, 16]));
         let k = b.input("k", TensorMeta::new(DType::F32, [kb, kh, 16, 16]));
         let v = b.input("v", TensorMeta::new(DType::F32, [kb, kh, 16, 16]));
-        let s = q.matmul(k.transpose(-2, -1).unwrap()).unwrap().mul(0.25).unwrap();
+        let s = q
+            .matmul(k.transpose(-2, -1).unwrap())
+            .unwrap()
+            .mul(0.25)
+            .unwrap();
         let out = s.softmax(-1).unwrap().matmul(v).unwrap();
         b.output(&[out]).unwrap();
         b.finish()
@@ -234,5 +317,9 @@ fn broadcast_kv_heads_fuse_with_grouping_and_broadcast_batches_are_refused() {
     let mut g = build(1, 4);
     let done = rules::optimize(&mut g).expect("optimize");
     assert_eq!(done.skipped().count(), 0, "{done}");
-    assert_eq!(g.nodes_with_op("scaled_dot_product_attention").count(), 0, "{g}");
+    assert_eq!(
+        g.nodes_with_op("scaled_dot_product_attention").count(),
+        0,
+        "{g}"
+    );
 }

@@ -57,7 +57,10 @@ fn have_onnxruntime() -> bool {
             "CI=true but `{} -c 'import onnxruntime, numpy'` fails",
             python()
         );
-        println!("SKIPPED: {} has no onnxruntime and numpy: the onnxruntime comparison does not run", python());
+        println!(
+            "SKIPPED: {} has no onnxruntime and numpy: the onnxruntime comparison does not run",
+            python()
+        );
     }
     ok
 }
@@ -123,7 +126,13 @@ fn every_spelling_fuses_and_runs_in_onnxruntime_with_the_same_outputs() {
     for e in &entries {
         let c = per_class.entry(&e.class).or_default();
         c.1 += 1;
-        let result = optimise(e, &out).and_then(|p| if ort { compare(e, &p) } else { Ok(String::new()) });
+        let result = optimise(e, &out).and_then(|p| {
+            if ort {
+                compare(e, &p)
+            } else {
+                Ok(String::new())
+            }
+        });
         match result {
             Ok(text) => {
                 c.0 += 1;
@@ -138,7 +147,10 @@ fn every_spelling_fuses_and_runs_in_onnxruntime_with_the_same_outputs() {
     let _ = std::fs::remove_dir_all(&out);
     // Every class of issue #19 has at least two spellings.
     for (class, (_, n)) in &per_class {
-        assert!(*n >= 2 || *class == "nan_row", "class {class} has {n} spelling(s)");
+        assert!(
+            *n >= 2 || *class == "nan_row",
+            "class {class} has {n} spelling(s)"
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

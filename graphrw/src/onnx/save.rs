@@ -721,8 +721,8 @@ impl<'g> Exporter<'g> {
             None
         } else {
             let out_meta = self.meta(Value::new(id, 0))?;
-            for (i, x) in [0usize, 1, 2].into_iter().enumerate() {
-                let meta = self.meta(node.operands()[x])?;
+            for i in 0..3 {
+                let meta = self.meta(node.operands()[i])?;
                 ins[i] = self.to_4d(&ins[i], &meta, r, "qkv")?;
             }
             if let Some(m) = &mask {
@@ -784,12 +784,22 @@ impl<'g> Exporter<'g> {
         let out = self.tmp(&format!("{what}_4d"));
         if r == 3 {
             let axes = self.init_ints("axes", &[0])?;
-            self.push("Unsqueeze", vec![x.to_string(), axes], vec![out.clone()], vec![]);
+            self.push(
+                "Unsqueeze",
+                vec![x.to_string(), axes],
+                vec![out.clone()],
+                vec![],
+            );
             return Ok(out);
         }
         let tail = self.known_tail(meta, 3)?;
         let shape = self.init_ints("shape_4d", &[-1, tail[0], tail[1], tail[2]])?;
-        self.push("Reshape", vec![x.to_string(), shape], vec![out.clone()], vec![]);
+        self.push(
+            "Reshape",
+            vec![x.to_string(), shape],
+            vec![out.clone()],
+            vec![],
+        );
         Ok(out)
     }
 
@@ -817,8 +827,16 @@ impl<'g> Exporter<'g> {
         scores.push(self.known(&k.shape.dims()[r - 2])?);
         let full = self.init_ints("mask_full_shape", &scores)?;
         let expanded = self.tmp("mask_full");
-        self.push("Expand", vec![m.to_string(), full], vec![expanded.clone()], vec![]);
-        let shape = self.init_ints("mask_shape_4d", &[-1, scores[r - 3], scores[r - 2], scores[r - 1]])?;
+        self.push(
+            "Expand",
+            vec![m.to_string(), full],
+            vec![expanded.clone()],
+            vec![],
+        );
+        let shape = self.init_ints(
+            "mask_shape_4d",
+            &[-1, scores[r - 3], scores[r - 2], scores[r - 1]],
+        )?;
         let out = self.tmp("mask_4d");
         self.push("Reshape", vec![expanded, shape], vec![out.clone()], vec![]);
         Ok(out)
@@ -828,7 +846,12 @@ impl<'g> Exporter<'g> {
     fn from_4d(&mut self, x: &str, meta: &TensorMeta, out: &str) -> Result<(), OnnxError> {
         if meta.rank() == 3 {
             let axes = self.init_ints("axes", &[0])?;
-            self.push("Squeeze", vec![x.to_string(), axes], vec![out.to_string()], vec![]);
+            self.push(
+                "Squeeze",
+                vec![x.to_string(), axes],
+                vec![out.to_string()],
+                vec![],
+            );
             return Ok(());
         }
         let mut dims = Vec::with_capacity(meta.rank());
@@ -836,7 +859,12 @@ impl<'g> Exporter<'g> {
             dims.push(self.known(d)?);
         }
         let shape = self.init_ints("out_shape", &dims)?;
-        self.push("Reshape", vec![x.to_string(), shape], vec![out.to_string()], vec![]);
+        self.push(
+            "Reshape",
+            vec![x.to_string(), shape],
+            vec![out.to_string()],
+            vec![],
+        );
         Ok(())
     }
 
@@ -850,7 +878,10 @@ impl<'g> Exporter<'g> {
 
     fn known_tail(&self, meta: &TensorMeta, n: usize) -> Result<Vec<i64>, OnnxError> {
         let dims = meta.shape.dims();
-        dims[dims.len() - n..].iter().map(|d| self.known(d)).collect()
+        dims[dims.len() - n..]
+            .iter()
+            .map(|d| self.known(d))
+            .collect()
     }
 
     /// Writes a fused op as its standard ONNX op when it has one and the node has the
