@@ -721,9 +721,10 @@ impl<'g> Exporter<'g> {
             None
         } else {
             let out_meta = self.meta(Value::new(id, 0))?;
-            for i in 0..3 {
-                let meta = self.meta(node.operands()[i])?;
-                ins[i] = self.to_4d(&ins[i], &meta, r, "qkv")?;
+            let qkv = node.operands()[..3].to_vec();
+            for (x, name) in qkv.into_iter().zip(ins.iter_mut()) {
+                let meta = self.meta(x)?;
+                *name = self.view_as_4d(name, &meta, r, "qkv")?;
             }
             if let Some(m) = &mask {
                 ins[3] = self.mask_to_4d(&ins[3], m, &q, &k, r)?;
@@ -767,14 +768,14 @@ impl<'g> Exporter<'g> {
         }
         self.push_named(attn_name, "Attention", ins, attn_outs.clone(), a);
         if let Some(out_meta) = out {
-            self.from_4d(&attn_outs[0], &out_meta, &outs[0])?;
+            self.write_back_from_4d(&attn_outs[0], &out_meta, &outs[0])?;
         }
         Ok(())
     }
 
     /// `x` (q, k or v of rank `r` != 4) as a 4-D tensor: `Unsqueeze(0)` for rank 3,
     /// a `Reshape` to `[-1, heads, seq, dim]` (known) above 4.
-    fn to_4d(
+    fn view_as_4d(
         &mut self,
         x: &str,
         meta: &TensorMeta,
@@ -818,7 +819,7 @@ impl<'g> Exporter<'g> {
             return Ok(m.to_string());
         }
         if r == 3 {
-            return self.to_4d(m, meta, 3, "mask");
+            return self.view_as_4d(m, meta, 3, "mask");
         }
         let mut scores: Vec<i64> = Vec::with_capacity(r);
         for d in &q.shape.dims()[..r - 1] {
@@ -843,7 +844,12 @@ impl<'g> Exporter<'g> {
     }
 
     /// Brings the 4-D attention output `x` back to `meta` (the fused node's output).
-    fn from_4d(&mut self, x: &str, meta: &TensorMeta, out: &str) -> Result<(), OnnxError> {
+    fn write_back_from_4d(
+        &mut self,
+        x: &str,
+        meta: &TensorMeta,
+        out: &str,
+    ) -> Result<(), OnnxError> {
         if meta.rank() == 3 {
             let axes = self.init_ints("axes", &[0])?;
             self.push(
