@@ -129,14 +129,40 @@ fn a_match_whose_interior_escapes_is_not_applied() {
 }
 
 #[test]
-fn a_failing_replacement_leaves_the_graph_untouched() {
+fn a_failing_replacement_is_rolled_back_skipped_and_reported() {
     let b = Builder::new();
     let x = b.input("x", f32s(&[2, 3]));
     let y = x.relu().unwrap().relu().unwrap();
     b.output(&[y]).unwrap();
     let mut g = b.finish();
     let printed = g.to_string();
-    let err = Rewriter::new(&[&BROKEN]).run(&mut g).unwrap_err();
+    let report = Rewriter::new(&[&BROKEN]).run(&mut g).unwrap();
+    assert_eq!(report.total(), 0, "{report}");
+    assert_eq!(report.skipped.len(), 1, "{report}");
+    let skip = &report.skipped[0];
+    assert_eq!(skip.rule, "sum_instead");
+    assert!(skip.at.contains("relu"), "{skip}");
+    assert!(
+        skip.reason.contains("f32[2, 3]") && skip.reason.contains("f32[]"),
+        "{skip}"
+    );
+    assert!(report.to_string().contains("sum_instead"), "{report}");
+    assert_eq!(g.to_string(), printed);
+    verify(&g).unwrap();
+}
+
+#[test]
+fn a_strict_rewriter_reports_a_failing_replacement_as_an_error() {
+    let b = Builder::new();
+    let x = b.input("x", f32s(&[2, 3]));
+    let y = x.relu().unwrap().relu().unwrap();
+    b.output(&[y]).unwrap();
+    let mut g = b.finish();
+    let printed = g.to_string();
+    let err = Rewriter::new(&[&BROKEN])
+        .with_strict(true)
+        .run(&mut g)
+        .unwrap_err();
     let msg = err.to_string();
     assert!(
         matches!(

@@ -927,20 +927,48 @@ impl<'g> Exporter<'g> {
         }
         let q = self.meta(node.operands()[0])?;
         let k = self.meta(node.operands()[1])?;
-        if q.rank() != 4 || k.rank() != 4 {
+        let r = q.rank();
+        if r < 3 || k.rank() != r {
             return Err(self.err(format!(
-                "ONNX Attention export takes 4-D (batch, heads, seq, dim) inputs, found {} and {}",
+                "ONNX Attention export takes (batch.., heads, seq, dim) inputs of rank >= 3, found {} and {}",
                 q.shape, k.shape
             )));
         }
+        let (sq, skv) = (q.shape.dims()[r - 2].clone(), k.shape.dims()[r - 2].clone());
+        let mask = match node.operands().get(3) {
+            Some(&m) => Some(self.meta(m)?),
+            None => None,
+        };
+        // ONNX Attention is 4-D: a 3-D attention (heads folded into the batch, the
+        // `bmm` form) gets a leading unit dim, a higher rank has its batch dims merged.
+        let out = if r == 4 {
+            None
+        } else {
+            let out_meta = self.meta(Value::new(id, 0))?;
+            let qkv = node.operands()[..3].to_vec();
+            for (x, name) in qkv.into_iter().zip(ins.iter_mut()) {
+                let meta = self.meta(x)?;
+                *name = self.view_as_4d(name, &meta, r, "qkv")?;
+            }
+            if let Some(m) = &mask {
+                ins[3] = self.mask_to_4d(&ins[3], m, &q, &k, r)?;
+            }
+            Some(out_meta)
+        };
+        let attn_outs = match &out {
+            Some(_) => vec![self.tmp("attention_4d")],
+            None => outs.clone(),
+        };
         self.opset = self.opset.max(ATTENTION_OPSET);
         let attn_name = unique(&mut self.node_names, &self.cur.clone());
-        if let Some(&mask) = node.operands().get(3) {
-            let m = self.meta(mask)?;
-            let (sq, skv) = (&q.shape.dims()[2], &k.shape.dims()[2]);
-            let r = m.rank();
-            let full =
-                (r == 2 || r == 4) && &m.shape.dims()[r - 2] == sq && &m.shape.dims()[r - 1] == skv;
+        if let Some(m) = &mask {
+            // The mask's rank as written: 2 stays 2, anything else became 4-D.
+            let mr = if m.rank() <= 2 { m.rank() } else { 4 };
+            let md = m.shape.dims();
+            let full = (mr == 2 || mr == 4)
+                && m.rank() >= 2
+                && md[m.rank() - 2] == sq
+                && md[m.rank() - 1] == skv;
             if let (false, Some(sq), Some(skv)) = (full, sq.known(), skv.known()) {
                 let shape = self.init_ints("mask_shape", &[1, 1, sq as i64, skv as i64])?;
                 let expanded = self.tmp("mask_expanded");
@@ -962,8 +990,128 @@ impl<'g> Exporter<'g> {
         if let Some(scale) = attrs.opt_float("scale").map_err(bad)? {
             a.push(a_float("scale", scale));
         }
-        self.push_named(attn_name, "Attention", ins, outs, a);
+        self.push_named(attn_name, "Attention", ins, attn_outs.clone(), a);
+        if let Some(out_meta) = out {
+            self.write_back_from_4d(&attn_outs[0], &out_meta, &outs[0])?;
+        }
         Ok(())
+    }
+
+    /// `x` (q, k or v of rank `r` != 4) as a 4-D tensor: `Unsqueeze(0)` for rank 3,
+    /// a `Reshape` to `[-1, heads, seq, dim]` (known) above 4.
+    fn view_as_4d(
+        &mut self,
+        x: &str,
+        meta: &TensorMeta,
+        r: usize,
+        what: &str,
+    ) -> Result<String, OnnxError> {
+        let out = self.tmp(&format!("{what}_4d"));
+        if r == 3 {
+            let axes = self.init_ints("axes", &[0])?;
+            self.push(
+                "Unsqueeze",
+                vec![x.to_string(), axes],
+                vec![out.clone()],
+                vec![],
+            );
+            return Ok(out);
+        }
+        let tail = self.known_tail(meta, 3)?;
+        let shape = self.init_ints("shape_4d", &[-1, tail[0], tail[1], tail[2]])?;
+        self.push(
+            "Reshape",
+            vec![x.to_string(), shape],
+            vec![out.clone()],
+            vec![],
+        );
+        Ok(out)
+    }
+
+    /// The mask of an attention of rank `r` != 4 as the 4-D attention's mask: a 2-D
+    /// mask stays, a rank-3 one gets a leading unit dim, a higher rank is expanded to
+    /// the scores' shape and its batch dims merged.
+    fn mask_to_4d(
+        &mut self,
+        m: &str,
+        meta: &TensorMeta,
+        q: &TensorMeta,
+        k: &TensorMeta,
+        r: usize,
+    ) -> Result<String, OnnxError> {
+        if meta.rank() <= 2 {
+            return Ok(m.to_string());
+        }
+        if r == 3 {
+            return self.view_as_4d(m, meta, 3, "mask");
+        }
+        let mut scores: Vec<i64> = Vec::with_capacity(r);
+        for d in &q.shape.dims()[..r - 1] {
+            scores.push(self.known(d)?);
+        }
+        scores.push(self.known(&k.shape.dims()[r - 2])?);
+        let full = self.init_ints("mask_full_shape", &scores)?;
+        let expanded = self.tmp("mask_full");
+        self.push(
+            "Expand",
+            vec![m.to_string(), full],
+            vec![expanded.clone()],
+            vec![],
+        );
+        let shape = self.init_ints(
+            "mask_shape_4d",
+            &[-1, scores[r - 3], scores[r - 2], scores[r - 1]],
+        )?;
+        let out = self.tmp("mask_4d");
+        self.push("Reshape", vec![expanded, shape], vec![out.clone()], vec![]);
+        Ok(out)
+    }
+
+    /// Brings the 4-D attention output `x` back to `meta` (the fused node's output).
+    fn write_back_from_4d(
+        &mut self,
+        x: &str,
+        meta: &TensorMeta,
+        out: &str,
+    ) -> Result<(), OnnxError> {
+        if meta.rank() == 3 {
+            let axes = self.init_ints("axes", &[0])?;
+            self.push(
+                "Squeeze",
+                vec![x.to_string(), axes],
+                vec![out.to_string()],
+                vec![],
+            );
+            return Ok(());
+        }
+        let mut dims = Vec::with_capacity(meta.rank());
+        for d in meta.shape.dims() {
+            dims.push(self.known(d)?);
+        }
+        let shape = self.init_ints("out_shape", &dims)?;
+        self.push(
+            "Reshape",
+            vec![x.to_string(), shape],
+            vec![out.to_string()],
+            vec![],
+        );
+        Ok(())
+    }
+
+    fn known(&self, d: &Dim) -> Result<i64, OnnxError> {
+        d.known().map(|d| d as i64).ok_or_else(|| {
+            self.err(format!(
+                "ONNX Attention export of a rank other than 3 or 4 needs known dims, found {d}"
+            ))
+        })
+    }
+
+    fn known_tail(&self, meta: &TensorMeta, n: usize) -> Result<Vec<i64>, OnnxError> {
+        let dims = meta.shape.dims();
+        dims[dims.len() - n..]
+            .iter()
+            .map(|d| self.known(d))
+            .collect()
     }
 
     /// Writes a fused op as its standard ONNX op when it has one and the node has the

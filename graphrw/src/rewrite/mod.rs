@@ -9,7 +9,10 @@
 //! ([`apply::apply`]), with whatever only the match used, and the new nodes and their
 //! users go back on the worklist. Matches never overlap: each replacement happens on
 //! the graph as it is after the previous one. An iteration guard turns a rule
-//! ping-pong into an error naming the rules. Dead code is removed at the end (not
+//! ping-pong into an error naming the rules. A replacement that fails is rolled back
+//! (the graph is exactly as before), the match is skipped and listed in
+//! [`Report::skipped`] with the rule, the node and the reason, and rewriting goes on
+//! ([`Rewriter::with_strict`] makes it an error instead). Dead code is removed at the end (not
 //! first: as in FX, a match whose outputs nobody uses is still replaced). Configured
 //! egg-style with builder methods; FX's matching options come as [`MatchOptions`]
 //! ([`Rewriter::with_options`]).
@@ -24,7 +27,7 @@
 
 pub mod apply;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,7 +56,9 @@ pub enum RewriteError {
         /// The rules that fired in the last rewrites, most frequent first.
         rules: Vec<String>,
     },
-    /// A replacement failed (the graph is as it was before that replacement).
+    /// A replacement failed (the graph is as it was before that replacement). Only
+    /// returned by a strict rewriter ([`Rewriter::with_strict`]); by default the match
+    /// is skipped and listed in [`Report::skipped`].
     #[error("rule `{rule}` at {node}: {source}")]
     Replacement {
         /// The rule.
@@ -82,6 +87,24 @@ pub struct Firing {
     pub at: String,
 }
 
+/// A match whose replacement failed: rolled back (the graph is as it was before) and
+/// skipped.
+#[derive(Clone, Debug)]
+pub struct Skip {
+    /// The rule.
+    pub rule: &'static str,
+    /// The anchor node (`%id op "name"`).
+    pub at: String,
+    /// Why the replacement failed.
+    pub reason: String,
+}
+
+impl fmt::Display for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rule `{}` at {}: {}", self.rule, self.at, self.reason)
+    }
+}
+
 /// What a run did.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -89,6 +112,9 @@ pub struct Report {
     pub firings: Vec<Firing>,
     /// Matches found but not applied because they were unsafe, per rule.
     pub rejected_unsafe: BTreeMap<&'static str, usize>,
+    /// Matches whose replacement failed and was rolled back, in order (each rule and
+    /// anchor at most once).
+    pub skipped: Vec<Skip>,
     /// Nodes removed by dead-code elimination after the last rewrite. The nodes a
     /// replacement leaves unused are removed with it and not counted here.
     pub dead_removed: usize,
@@ -132,6 +158,9 @@ impl fmt::Display for Report {
         for (rule, n) in &self.rejected_unsafe {
             writeln!(f, "  {rule:<40} {n:>6} matches skipped as unsafe")?;
         }
+        for skip in &self.skipped {
+            writeln!(f, "  skipped (replacement failed, rolled back): {skip}")?;
+        }
         Ok(())
     }
 }
@@ -142,6 +171,7 @@ pub struct Rewriter {
     sets: Vec<&'static RuleSet>,
     iteration_limit: Option<usize>,
     verify_each: bool,
+    strict: bool,
     options: MatchOptions,
 }
 
@@ -153,6 +183,7 @@ impl Rewriter {
             sets: sets.to_vec(),
             iteration_limit: None,
             verify_each: cfg!(debug_assertions),
+            strict: false,
             options: MatchOptions::new(),
         }
     }
@@ -177,6 +208,14 @@ impl Rewriter {
     /// Verify the graph after every rewrite (default: in debug builds).
     pub fn with_verify_each(mut self, on: bool) -> Rewriter {
         self.verify_each = on;
+        self
+    }
+
+    /// Make a failing replacement an error ([`RewriteError::Replacement`]) instead of a
+    /// skipped match (default: off; either way the graph is left as it was before the
+    /// failed replacement).
+    pub fn with_strict(mut self, on: bool) -> Rewriter {
+        self.strict = on;
         self
     }
 
@@ -209,6 +248,8 @@ impl Rewriter {
         let mut report = Report::default();
         let mut keys = dispatch.keys(graph);
         let mut queue = Worklist::default();
+        // (rule, anchor) pairs whose replacement failed: not tried again.
+        let mut failed: HashSet<(&'static str, NodeId)> = HashSet::new();
         for id in graph.node_ids() {
             queue.insert(id);
         }
@@ -225,6 +266,9 @@ impl Rewriter {
             }
             dispatch.candidates_with(&keys, graph, id, flags.ignore_literals, &mut candidates);
             for &rule in &candidates {
+                if !failed.is_empty() && failed.contains(&(rule.name, id)) {
+                    continue;
+                }
                 report.attempts += 1;
                 let Ok(m) = matcher::run_in::<false>(rule.pattern, graph, id, flags, &mut scratch)
                 else {
@@ -238,14 +282,26 @@ impl Rewriter {
                     continue;
                 };
                 let at = describe(graph, id);
-                let patch =
-                    apply::apply_safe(graph, &m, rule.replace, &inside).map_err(|source| {
-                        RewriteError::Replacement {
+                let patch = match apply::apply_safe(graph, &m, rule.replace, &inside) {
+                    Ok(patch) => patch,
+                    Err(source) if self.strict => {
+                        return Err(RewriteError::Replacement {
                             rule: rule.name,
-                            node: at.clone(),
+                            node: at,
                             source: Box::new(source),
-                        }
-                    })?;
+                        })
+                    }
+                    Err(source) => {
+                        // `apply_safe` rolled the patch back: the graph is unchanged.
+                        failed.insert((rule.name, id));
+                        report.skipped.push(Skip {
+                            rule: rule.name,
+                            at,
+                            reason: source.to_string(),
+                        });
+                        continue;
+                    }
+                };
                 report.firings.push(Firing {
                     rule: rule.name,
                     at,

@@ -10,29 +10,73 @@
 //! Semantics kept: the fused op gives zeros for query rows whose keys are all masked
 //! with `-inf`, which is what the guarded form computes; an additive mask of large
 //! finite negatives (eager exports) is computed exactly as before.
+//!
+//! Semantics changed, on purpose:
+//! - **Fully masked rows of the unguarded forms.** Without the NaN guard, a query row
+//!   whose keys are all masked with `-inf` is `softmax` of all `-inf`, which is NaN,
+//!   and the block's output row is NaN. The fused node gives zeros for that row (the
+//!   guarded form's value, and what SDPA kernels compute). So fusing an unguarded form
+//!   turns a NaN row into zeros; every other row is unchanged.
+//! - **Finite fills written with `masked_fill`/`where`.** Canonicalisation turns
+//!   `masked_fill(x, m, fill)` before a softmax into `x + where(m, fill, 0)`. For any
+//!   row with at least one visible key both give exactly zero weight to the hidden
+//!   keys (`exp(fill - max)` underflows for `fill <= -1e4`); a row with no visible key
+//!   averages `v` uniformly in the original and weights it by `softmax(x)` after.
+//!   Such rows only exist for fully padded queries, whose outputs nothing reads.
+//!
+//! Grouped heads come in three spellings, all one fused node with `enable_gqa`: kv
+//! heads repeated by `repeat_kv` (`unsqueeze`/`expand`/`reshape`, below), a
+//! `matmul` that broadcasts one kv head (multi-query), and grouped queries viewed as
+//! `[.., Hkv, G, S, D]` against `[.., Hkv, 1, S, D]` keys (see [`attention_shapes`]).
 
 use crate::rule_set;
 use crate::{GraphError, Var};
 
 /// Checks shared by every attention rule: q, kᵀ and v of one rank >= 3 and one float
-/// dtype, and the contraction dims agree.
+/// dtype, the contraction dims agree, the batch dims (before the heads) are the same,
+/// k and v have one head count, and the query heads are either as many or a multiple
+/// of them (then the fused node groups them, `enable_gqa`: what a broadcasting
+/// `matmul` over one kv head, or over grouped `[.., Hkv, G, S, D]` queries, computes).
+/// A head count it cannot prove compatible (say, 4 query heads over 3 kv heads, or
+/// symbolic counts that differ) refuses the match instead of failing the replacement.
 fn attention_shapes(
     q: &crate::pattern::TensorRef<'_>,
     kt: &crate::pattern::TensorRef<'_>,
     v: &crate::pattern::TensorRef<'_>,
 ) -> bool {
     let r = q.rank();
-    r >= 3
+    let base = r >= 3
         && kt.rank() == r
         && v.rank() == r
         && q.dtype().is_float()
         && kt.dtype() == q.dtype()
         && v.dtype() == q.dtype()
         && q.dim(-1) == kt.dim(-2)
-        && kt.dim(-1) == v.dim(-2)
+        && kt.dim(-1) == v.dim(-2);
+    if !base {
+        return false;
+    }
+    let (qd, kd, vd) = (&q.meta().shape.0, &kt.meta().shape.0, &v.meta().shape.0);
+    if qd[..r - 3] != kd[..r - 3] || qd[..r - 3] != vd[..r - 3] || kd[r - 3] != vd[r - 3] {
+        return false;
+    }
+    heads_grouping(&qd[r - 3], &kd[r - 3]).is_some()
 }
 
-/// The fused node.
+/// `Some(false)` when q and k have the same head count, `Some(true)` when the kv heads
+/// are a known divisor of the query heads (grouped heads), else `None`.
+fn heads_grouping(hq: &crate::meta::Dim, hk: &crate::meta::Dim) -> Option<bool> {
+    if hq == hk {
+        return Some(false);
+    }
+    match (hq.known(), hk.known()) {
+        (Some(hq), Some(hk)) if hk > 0 && hq % hk == 0 => Some(true),
+        _ => None,
+    }
+}
+
+/// The fused node (`enable_gqa` when k has fewer heads than q; [`attention_shapes`]
+/// has checked they divide).
 fn fused<'b>(
     q: Var<'b>,
     kt: Var<'b>,
@@ -40,8 +84,11 @@ fn fused<'b>(
     mask: Option<Var<'b>>,
     scale: f64,
 ) -> Result<Var<'b>, GraphError> {
+    let (qm, km) = (q.meta()?, kt.meta()?);
+    let r = qm.rank();
+    let gqa = r >= 3 && heads_grouping(&qm.shape.0[r - 3], &km.shape.0[r - 3]) == Some(true);
     let k = kt.transpose(-2, -1)?;
-    q.scaled_dot_product_attention(k, v, mask, 0.0, false, Some(scale), false)
+    q.scaled_dot_product_attention(k, v, mask, 0.0, false, Some(scale), gqa)
 }
 
 rule_set! {

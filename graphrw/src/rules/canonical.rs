@@ -8,7 +8,21 @@
 //!   on either operand of a `matmul` move after it; consecutive scalar factors merge (so
 //!   `sqrt(scale)` applied to both q and k becomes one `scale` on the scores);
 //! - masks: two additive terms on scores that feed a softmax (T5's position bias and
-//!   padding mask) become one, so attention patterns see a single mask.
+//!   padding mask) become one, so attention patterns see a single mask; scores hidden
+//!   by `masked_fill(m, fill)`, `where(keep, x, fill)` or `where(m, fill, x)` before a
+//!   softmax, with `fill` `-inf` or a large negative (`finfo.min`, `-1e9`, `-1e4`:
+//!   anything at most [`HIDE_LIMIT`]), become `x + where(keep, 0, fill)`, an additive
+//!   mask (see [`crate::rules::attention`] for what this means for rows with no
+//!   visible key);
+//! - dims: a softmax over a dim counted from the front (`softmax(x, 3)` of a 4-D `x`)
+//!   is written counted from the end (`softmax(x, -1)`);
+//! - softmax: written by hand (`exp(x - amax(x)) / sum(exp(x - amax(x)))`, with or
+//!   without the max) becomes `softmax`; a softmax computed in another float precision
+//!   (`cast(softmax(cast(x, f32)), f16)`) is computed in `x`'s own (the fused kernels
+//!   accumulate in f32 anyway), and a cast to the dtype a value already has goes away;
+//! - scales: a scalar factor moves after the layout ops (`reshape`, `transpose`,
+//!   `permute`, `unsqueeze`, `expand`) that follow it, so a scale applied to q or k
+//!   right after their projection meets the `matmul`.
 
 use crate::rule_set;
 
@@ -101,6 +115,40 @@ fn resolve_reshape(numel: u64, shape: &[i64]) -> Option<Vec<i64>> {
         out[i] = numel as i64 / known;
     }
     (out.iter().all(|&d| d >= 0) && out.iter().product::<i64>() == numel as i64).then_some(out)
+}
+
+/// The largest fill value that hides a score: a masked score of at most this much
+/// gives `exp(fill - max) == 0` in every float dtype for any reasonable score.
+pub const HIDE_LIMIT: f64 = -1e4;
+
+/// True when `fill` hides the scores it replaces before a softmax.
+fn hides(fill: f64) -> bool {
+    fill <= HIDE_LIMIT
+}
+
+/// True when `dims` is one dim of `x`, the last.
+fn is_last_dim(x: &crate::pattern::TensorRef<'_>, dims: &[i64]) -> bool {
+    let r = x.rank();
+    matches!(dims, [d] if crate::meta::normalize_axis(*d, r) == Some(r.wrapping_sub(1)))
+}
+
+/// `softmax(x, dims[0])` with the dim counted from the end.
+fn softmax_over<'b>(x: crate::Var<'b>, dims: &[i64]) -> Result<crate::Var<'b>, crate::GraphError> {
+    let r = x.meta()?.rank() as i64;
+    let d = dims.first().copied().unwrap_or(-1);
+    x.softmax(if d >= 0 { d - r } else { d })
+}
+
+/// `x + where(keep, 0, fill)` in `x`'s dtype: scores with an additive mask.
+fn add_hiding<'b>(
+    b: &'b crate::Builder,
+    x: crate::Var<'b>,
+    keep: crate::Var<'b>,
+    fill: f64,
+) -> Result<crate::Var<'b>, crate::GraphError> {
+    let dt = x.meta()?.dtype;
+    let mask = keep.where_(b.scalar(0.0, dt), b.scalar(fill, dt))?;
+    x.add(mask)
 }
 
 rule_set! {
@@ -209,5 +257,121 @@ rule_set! {
         a.matmul(b).mul(s).add(m1).add(m2).softmax(d)
     } => {
         a.matmul(b)?.mul(s)?.add(m1.add(m2)?)?.softmax(d)?
+    }
+
+    rule softmax_dim_from_front(x: Tensor, d: i64) -> Tensor
+    where check(|x, d| d >= 0 && (d as usize) < x.rank())
+    {
+        x.softmax(d)
+    } => {
+        let r = x.meta()?.rank() as i64;
+        x.softmax(d - r)?
+    }
+
+    rule softmax_by_hand(x: Tensor, d1: Vec<i64>, d2: Vec<i64>) -> Tensor
+    where check(|x, d1, d2| x.dtype().is_float() && d1.len() == 1 && d2.len() == 1
+        && crate::meta::normalize_axis(d1[0], x.rank()).is_some()
+        && crate::meta::normalize_axis(d1[0], x.rank()) == crate::meta::normalize_axis(d2[0], x.rank()))
+    {
+        let e = x.sub(x.amax(d1, true)).exp();
+        e.div(e.sum(d2, true))
+    } => {
+        softmax_over(x, &d1)?
+    }
+
+    rule softmax_by_hand_no_max(x: Tensor, d: Vec<i64>) -> Tensor
+    where check(|x, d| x.dtype().is_float() && is_last_dim(&x, &d))
+    {
+        let e = x.exp();
+        e.div(e.sum(d, true))
+    } => {
+        x.softmax(-1)?
+    }
+
+    rule softmax_in_other_precision(x: Tensor, wide: DType, d: i64, back: DType) -> Tensor
+    where check(|x, wide, back| x.dtype() == back && x.dtype().is_float() && wide.is_float())
+    {
+        x.cast(wide).softmax(d).cast(back)
+    } => {
+        x.softmax(d)?
+    }
+
+    rule cast_to_own_dtype(x: Tensor, t: DType) -> Tensor
+    where check(|x, t| x.dtype() == t)
+    {
+        x.cast(t)
+    } => {
+        x
+    }
+
+    rule masked_fill_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
+    where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
+    {
+        x.masked_fill(m, f).softmax(d)
+    } => {
+        add_hiding(b, x, m.not()?, f)?.softmax(d)?
+    }
+
+    rule where_keep_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
+    where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
+    {
+        m.where_(x, f).softmax(d)
+    } => {
+        add_hiding(b, x, m, f)?.softmax(d)?
+    }
+
+    #[overlap]
+    rule where_hide_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
+    where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
+    {
+        m.where_(f, x).softmax(d)
+    } => {
+        add_hiding(b, x, m.not()?, f)?.softmax(d)?
+    }
+
+    rule scale_after_reshape(x: Tensor, s: f64, shape: Vec<i64>) -> Tensor
+    where check(|x| x.dtype().is_float() && x.rank() >= 1)
+    {
+        x.mul(s).reshape(shape)
+    } => {
+        x.reshape(&shape)?.mul(s)?
+    }
+
+    rule scale_after_transpose(x: Tensor, s: f64, a: i64, c: i64) -> Tensor
+    where check(|x| x.dtype().is_float() && x.rank() >= 1)
+    {
+        x.mul(s).transpose(a, c)
+    } => {
+        x.transpose(a, c)?.mul(s)?
+    }
+
+    rule scale_after_permute(x: Tensor, s: f64, p: Vec<i64>) -> Tensor
+    where check(|x| x.dtype().is_float() && x.rank() >= 1)
+    {
+        x.mul(s).permute(p)
+    } => {
+        x.permute(&p)?.mul(s)?
+    }
+
+    rule scale_after_unsqueeze(x: Tensor, s: f64, d: i64) -> Tensor
+    where check(|x| x.dtype().is_float() && x.rank() >= 1)
+    {
+        x.mul(s).unsqueeze(d)
+    } => {
+        x.unsqueeze(d)?.mul(s)?
+    }
+
+    rule scale_after_expand(x: Tensor, s: f64, size: Vec<i64>) -> Tensor
+    where check(|x| x.dtype().is_float() && x.rank() >= 1)
+    {
+        x.mul(s).expand(size)
+    } => {
+        x.expand(&size)?.mul(s)?
+    }
+
+    rule not_not(x: Tensor) -> Tensor {
+        x.not().not()
+    } => {
+        x
     }
 }

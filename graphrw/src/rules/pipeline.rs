@@ -12,7 +12,8 @@ use crate::rewrite::{Report, RewriteError};
 use crate::{Graph, GraphError};
 
 /// Why [`optimize`] failed. The graph may be partly optimised (every finished pass left
-/// it valid).
+/// it valid). A replacement that fails is not an error: it is rolled back and listed in
+/// [`Optimized::skipped`].
 #[derive(Debug, Error)]
 pub enum OptimizeError {
     /// A rewrite pass failed.
@@ -83,6 +84,16 @@ pub fn optimize(graph: &mut Graph) -> Result<Optimized, OptimizeError> {
     })
 }
 
+impl Optimized {
+    /// Every match whose replacement failed and was rolled back, over all passes.
+    pub fn skipped(&self) -> impl Iterator<Item = &crate::rewrite::Skip> + '_ {
+        self.attention
+            .iter()
+            .chain(std::iter::once(&self.kernels))
+            .flat_map(|r| r.skipped.iter())
+    }
+}
+
 impl fmt::Display for Optimized {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "nodes: {} -> {}", self.nodes_before, self.nodes_after)?;
@@ -93,6 +104,10 @@ impl fmt::Display for Optimized {
             f,
             "  causal masks: {} attention node(s) made causal ({} kept a padding mask), {} left with their mask",
             self.causal.converted, self.causal.with_remainder, self.causal.unchanged
-        )
+        )?;
+        for skip in self.skipped() {
+            write!(f, "\n  skipped (replacement failed, rolled back): {skip}")?;
+        }
+        Ok(())
     }
 }
