@@ -11,202 +11,15 @@ use quote::ToTokens;
 use syn::{BinOp, Expr, Ident, Lit as SynLit, Pat, Path, Stmt, Type, UnOp};
 
 use super::error::{article, hint, Errors};
+use super::ir::{
+    AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit, Node, OpNode, OpRef, Param,
+    ParamKind, Term, DTYPES,
+};
 use super::parse::PatternFn;
 use crate::vocab::{self, Arity, DefaultValue, Kind, OpSpec, BUILTIN_OPS};
 
 /// What a pattern body may contain (quoted by "unsupported syntax" errors).
 pub const SUPPORTED: &str = "a pattern body is `let name = ..;` bindings and one final expression of op calls (`x.op(..)` or `op(x, ..)`), parameters, `_`, number literals, `a | b` alternatives and `repeat(x, |t| .., min..=max)`";
-
-/// The dtype names a pattern may write.
-pub const DTYPES: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "bool"];
-
-/// The kind of a parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PKind {
-    Tensor,
-    Int,
-    Float,
-    Bool,
-    Ints,
-    Str,
-    DType,
-}
-
-impl PKind {
-    pub fn from_type(ty: &Type) -> Option<PKind> {
-        let text = ty.to_token_stream().to_string().replace(' ', "");
-        Some(match text.as_str() {
-            "Tensor" | "Var" => PKind::Tensor,
-            "i64" => PKind::Int,
-            "f64" => PKind::Float,
-            "bool" => PKind::Bool,
-            "Ints" | "Vec<i64>" => PKind::Ints,
-            "String" | "Str" => PKind::Str,
-            "DType" => PKind::DType,
-            _ => return None,
-        })
-    }
-
-    pub fn of_attr(k: Kind) -> PKind {
-        match k {
-            Kind::Int => PKind::Int,
-            Kind::Float => PKind::Float,
-            Kind::Bool => PKind::Bool,
-            Kind::Ints => PKind::Ints,
-            Kind::Str => PKind::Str,
-            Kind::DType => PKind::DType,
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            PKind::Tensor => "a tensor",
-            PKind::Int => "an int",
-            PKind::Float => "a float",
-            PKind::Bool => "a bool",
-            PKind::Ints => "an int list",
-            PKind::Str => "a string",
-            PKind::DType => "a dtype",
-        }
-    }
-
-    pub fn type_name(self) -> &'static str {
-        match self {
-            PKind::Tensor => "Tensor",
-            PKind::Int => "i64",
-            PKind::Float => "f64",
-            PKind::Bool => "bool",
-            PKind::Ints => "Ints",
-            PKind::Str => "String",
-            PKind::DType => "DType",
-        }
-    }
-}
-
-pub struct IrParam {
-    pub name: Ident,
-    pub kind: Option<PKind>,
-    pub ty: Type,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Lit {
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Ints(Vec<i64>),
-    Str(String),
-    DType(&'static str),
-    Null,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum IAttr {
-    Lit(Lit),
-    Param(usize),
-    OneOf(Vec<Lit>),
-}
-
-#[derive(Clone)]
-pub enum AttrKey {
-    Builtin(usize, &'static str),
-    User(Ident, Option<Kind>),
-}
-
-#[derive(Clone)]
-pub struct IAttrCheck {
-    pub key: AttrKey,
-    pub pat: IAttr,
-}
-
-#[derive(Clone)]
-pub enum OpRef {
-    Builtin(&'static OpSpec),
-    User(Path),
-}
-
-impl OpRef {
-    pub fn key(&self) -> String {
-        match self {
-            OpRef::Builtin(op) => op.name.to_string(),
-            OpRef::User(p) => p.to_token_stream().to_string(),
-        }
-    }
-    pub fn commutative(&self) -> bool {
-        matches!(self, OpRef::Builtin(op) if op.commutative)
-    }
-}
-
-#[derive(Clone)]
-pub struct IOp {
-    pub op: OpRef,
-    pub operands: Vec<usize>,
-    pub more: bool,
-    pub attrs: Vec<IAttrCheck>,
-    pub slot: Option<usize>,
-}
-
-#[derive(Clone)]
-pub enum INode {
-    Any,
-    Tensor(usize),
-    ConstValue(f64),
-    ConstParam(usize),
-    Op(IOp),
-    Alt(Vec<usize>),
-    Repeat {
-        body: usize,
-        base: usize,
-        min: u16,
-        max: u16,
-    },
-    Hole(usize),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Cmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum ITerm {
-    Rank(usize),
-    DType(usize),
-    Dim(usize, i64),
-    Users(usize),
-    Param(usize),
-    Int(i64),
-    Float(f64),
-    DTypeLit(&'static str),
-    Bool(bool),
-}
-
-pub enum ICheck {
-    Compare(ITerm, Cmp, ITerm),
-    /// `check(|a, b| body)`: (name, slot, kind) per argument.
-    Closure(Vec<(Ident, usize, PKind)>, Box<Expr>),
-    Pred(Path),
-}
-
-pub struct IConstraint {
-    pub reads: Vec<usize>,
-    pub check: ICheck,
-    pub text: String,
-}
-
-/// A checked pattern.
-pub struct Ir {
-    pub params: Vec<IrParam>,
-    pub nodes: Vec<INode>,
-    pub roots: Vec<usize>,
-    pub constraints: Vec<IConstraint>,
-    pub slots: usize,
-}
 
 /// Analyses one pattern function; errors go to `errs`. Returns `None` when the pattern
 /// is too broken to lower.
@@ -230,14 +43,14 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
             );
             continue;
         }
-        let kind = PKind::from_type(&p.ty);
+        let kind = ParamKind::from_type(&p.ty);
         if kind.is_none() {
             s.errs.spanned(
                 &p.ty,
                 "unsupported parameter type: a pattern parameter is `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`",
             );
         }
-        s.params.push(IrParam {
+        s.params.push(Param {
             name: p.name.clone(),
             kind,
             ty: p.ty.clone(),
@@ -355,11 +168,11 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
 }
 
 fn is_tensor_type(t: &Type) -> bool {
-    matches!(PKind::from_type(t), Some(PKind::Tensor))
+    matches!(ParamKind::from_type(t), Some(ParamKind::Tensor))
 }
 
-fn example(params: &[IrParam]) -> String {
-    match params.iter().find(|p| p.kind == Some(PKind::Tensor)) {
+fn example(params: &[Param]) -> String {
+    match params.iter().find(|p| p.kind == Some(ParamKind::Tensor)) {
         Some(p) => format!("{}.relu()", p.name),
         None => "x.relu()".into(),
     }
@@ -367,10 +180,10 @@ fn example(params: &[IrParam]) -> String {
 
 struct Sema<'a> {
     errs: &'a mut Errors,
-    params: Vec<IrParam>,
+    params: Vec<Param>,
     uses: Vec<usize>,
     lets: HashMap<String, usize>,
-    nodes: Vec<INode>,
+    nodes: Vec<Node>,
     next_slot: usize,
     /// The closure parameter of the `repeat` being analysed, its node, and its uses.
     hole: Option<(String, usize, usize)>,
@@ -381,7 +194,7 @@ enum Arg<'e> {
 }
 
 impl Sema<'_> {
-    fn push(&mut self, n: INode) -> usize {
+    fn push(&mut self, n: Node) -> usize {
         self.nodes.push(n);
         self.nodes.len() - 1
     }
@@ -400,9 +213,9 @@ impl Sema<'_> {
 
     fn is_bare(&self, n: usize) -> bool {
         match &self.nodes[n] {
-            INode::Op(_) => false,
-            INode::Alt(bs) => bs.iter().any(|&b| self.is_bare(b)),
-            INode::Repeat {
+            Node::Op(_) => false,
+            Node::Alt(bs) => bs.iter().any(|&b| self.is_bare(b)),
+            Node::Repeat {
                 body, base, min, ..
             } => self.is_bare(*body) || (*min == 0 && self.is_bare(*base)),
             _ => true,
@@ -450,37 +263,37 @@ impl Sema<'_> {
             e,
             format!("{what} are not supported in patterns; {SUPPORTED}"),
         );
-        self.push(INode::Any)
+        self.push(Node::Any)
     }
 
     /// A pattern for a tensor operand.
     fn tensor(&mut self, e: &Expr) -> usize {
         match e {
-            Expr::Infer(_) => self.push(INode::Any),
+            Expr::Infer(_) => self.push(Node::Any),
             Expr::Paren(p) => self.tensor(&p.expr),
             Expr::Group(g) => self.tensor(&g.expr),
             Expr::Path(p) if p.path.get_ident().is_some() && p.qself.is_none() => {
                 let id = p.path.get_ident().expect("checked");
                 self.name(id)
             }
-            Expr::Lit(l) => match number(&l.lit, false) {
-                Some(v) => self.push(INode::ConstValue(v)),
+            Expr::Lit(l) => match number(&l.lit) {
+                Some(v) => self.push(Node::ConstValue(v)),
                 None => {
                     self.errs.spanned(
                         e,
                         "only number literals can stand for tensor operands (they match a constant node holding that number)",
                     );
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             },
             Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match &*u.expr {
-                Expr::Lit(l) if number(&l.lit, true).is_some() => {
-                    self.push(INode::ConstValue(-number(&l.lit, true).expect("checked")))
+                Expr::Lit(l) if number(&l.lit).is_some() => {
+                    self.push(Node::ConstValue(-number(&l.lit).expect("checked")))
                 }
                 _ => {
                     self.errs
                         .spanned(e, "unary `-` is not supported on tensors; write `x.neg()`");
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             },
             Expr::MethodCall(m) => {
@@ -489,7 +302,7 @@ impl Sema<'_> {
                         .spanned(t, "turbofish is not supported in patterns");
                 }
                 let args: Vec<&Expr> = std::iter::once(&*m.receiver).chain(m.args.iter()).collect();
-                self.builtin_call(&m.method, args, e)
+                self.builtin_call(&m.method, args)
             }
             Expr::Call(c) => {
                 let Expr::Path(fp) = &*c.func else {
@@ -498,8 +311,8 @@ impl Sema<'_> {
                 let args: Vec<&Expr> = c.args.iter().collect();
                 match fp.path.get_ident() {
                     Some(id) if id == "repeat" => self.repeat(id, &args, e),
-                    Some(id) if !is_upper(&id.to_string()) => self.builtin_call(id, args, e),
-                    _ => self.user_call(&fp.path, args, e),
+                    Some(id) if !is_upper(&id.to_string()) => self.builtin_call(id, args),
+                    _ => self.user_call(&fp.path, args),
                 }
             }
             Expr::Binary(b) => match b.op {
@@ -521,7 +334,7 @@ impl Sema<'_> {
                             );
                         }
                     }
-                    self.push(INode::Alt(nodes))
+                    self.push(Node::Alt(nodes))
                 }
                 op => {
                     let hint = match op {
@@ -535,7 +348,7 @@ impl Sema<'_> {
                         e,
                         format!("operators are not supported in patterns{hint}; {SUPPORTED}"),
                     );
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             },
             Expr::Closure(_) => self.unsupported(
@@ -570,7 +383,7 @@ impl Sema<'_> {
             if *h == name {
                 *uses += 1;
                 let rep = *rep;
-                return self.push(INode::Hole(rep));
+                return self.push(Node::Hole(rep));
             }
         }
         if let Some(&n) = self.lets.get(&name) {
@@ -579,14 +392,14 @@ impl Sema<'_> {
         if let Some(i) = self.param(&name) {
             self.uses[i] += 1;
             return match self.params[i].kind {
-                Some(PKind::Tensor) | None => self.push(INode::Tensor(i)),
-                Some(PKind::Int) | Some(PKind::Float) => self.push(INode::ConstParam(i)),
+                Some(ParamKind::Tensor) | None => self.push(Node::Tensor(i)),
+                Some(ParamKind::Int) | Some(ParamKind::Float) => self.push(Node::ConstParam(i)),
                 Some(k) => {
                     self.errs.spanned(
                         id,
                         format!("parameter `{name}` is declared `{}` ({}), which cannot stand for a tensor operand; declare it `Tensor`, or a number (`f64`/`i64`) to match a constant", k.type_name(), k.describe()),
                     );
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             };
         }
@@ -605,7 +418,7 @@ impl Sema<'_> {
                 ),
             );
         }
-        self.push(INode::Any)
+        self.push(Node::Any)
     }
 
     fn params_in(&self, n: usize) -> BTreeSet<usize> {
@@ -616,21 +429,21 @@ impl Sema<'_> {
 
     fn collect_params(&self, n: usize, out: &mut BTreeSet<usize>) {
         match &self.nodes[n] {
-            INode::Tensor(p) | INode::ConstParam(p) => {
+            Node::Tensor(p) | Node::ConstParam(p) => {
                 out.insert(*p);
             }
-            INode::Op(o) => {
+            Node::Op(o) => {
                 for &x in &o.operands {
                     self.collect_params(x, out);
                 }
                 for a in &o.attrs {
-                    if let IAttr::Param(p) = a.pat {
+                    if let AttrPattern::Param(p) = a.pat {
                         out.insert(p);
                     }
                 }
             }
-            INode::Alt(bs) => bs.iter().for_each(|&b| self.collect_params(b, out)),
-            INode::Repeat { body, base, .. } => {
+            Node::Alt(bs) => bs.iter().for_each(|&b| self.collect_params(b, out)),
+            Node::Repeat { body, base, .. } => {
                 self.collect_params(*body, out);
                 self.collect_params(*base, out);
             }
@@ -638,17 +451,17 @@ impl Sema<'_> {
         }
     }
 
-    fn new_op(&mut self, op: IOp) -> usize {
+    fn new_op(&mut self, op: OpNode) -> usize {
         let slot = if self.hole.is_some() {
             None
         } else {
             self.next_slot += 1;
             Some(self.next_slot - 1)
         };
-        self.push(INode::Op(IOp { slot, ..op }))
+        self.push(Node::Op(OpNode { slot, ..op }))
     }
 
-    fn builtin_call(&mut self, method: &Ident, args: Vec<&Expr>, call: &Expr) -> usize {
+    fn builtin_call(&mut self, method: &Ident, args: Vec<&Expr>) -> usize {
         let name = method.to_string();
         let name = name.trim_start_matches("r#");
         let name = if name == "where_" { "where" } else { name };
@@ -665,7 +478,7 @@ impl Sema<'_> {
                     self.tensor(a);
                 }
             }
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         };
         // Sort the arguments: positional, keyword, `..`.
         let mut positional: Vec<&Expr> = Vec::new();
@@ -761,7 +574,7 @@ impl Sema<'_> {
                                 signature(spec)
                             ),
                         );
-                        return self.push(INode::Any);
+                        return self.push(Node::Any);
                     }
                     more = true;
                     break;
@@ -810,7 +623,7 @@ impl Sema<'_> {
                 ),
                 None if rest || unknown_keyword => None,
                 None => match default_lit(a.default) {
-                    Some(l) => Some(IAttr::Lit(l)),
+                    Some(l) => Some(AttrPattern::Lit(l)),
                     None => {
                         self.errs.spanned(
                             method,
@@ -821,14 +634,13 @@ impl Sema<'_> {
                 },
             };
             if let Some(pat) = pat {
-                attrs.push(IAttrCheck {
+                attrs.push(AttrCheck {
                     key: AttrKey::Builtin(i, a.name),
                     pat,
                 });
             }
         }
-        let _ = call;
-        self.new_op(IOp {
+        self.new_op(OpNode {
             op: OpRef::Builtin(spec),
             operands,
             more,
@@ -837,7 +649,7 @@ impl Sema<'_> {
         })
     }
 
-    fn user_call(&mut self, path: &Path, args: Vec<&Expr>, _call: &Expr) -> usize {
+    fn user_call(&mut self, path: &Path, args: Vec<&Expr>) -> usize {
         let mut operands = Vec::new();
         let mut attrs = Vec::new();
         let mut more = false;
@@ -854,7 +666,7 @@ impl Sema<'_> {
                     };
                     let (pat, kind) = self.user_attr(&asg.right);
                     if let Some(pat) = pat {
-                        attrs.push(IAttrCheck {
+                        attrs.push(AttrCheck {
                             key: AttrKey::User(k.clone(), kind),
                             pat,
                         });
@@ -867,7 +679,7 @@ impl Sema<'_> {
                 }
             }
         }
-        self.new_op(IOp {
+        self.new_op(OpNode {
             op: OpRef::User(path.clone()),
             operands,
             more,
@@ -877,7 +689,7 @@ impl Sema<'_> {
     }
 
     /// A keyword attribute of a user op: its pattern and, when known, its kind.
-    fn user_attr(&mut self, e: &Expr) -> (Option<IAttr>, Option<Kind>) {
+    fn user_attr(&mut self, e: &Expr) -> (Option<AttrPattern>, Option<Kind>) {
         let kind = match e {
             Expr::Lit(l) => match &l.lit {
                 SynLit::Int(_) => Some(Kind::Int),
@@ -896,12 +708,12 @@ impl Sema<'_> {
             Expr::Array(_) => Some(Kind::Ints),
             Expr::Path(p) => match p.path.get_ident().and_then(|i| self.param(&i.to_string())) {
                 Some(i) => match self.params[i].kind {
-                    Some(PKind::Int) => Some(Kind::Int),
-                    Some(PKind::Float) => Some(Kind::Float),
-                    Some(PKind::Bool) => Some(Kind::Bool),
-                    Some(PKind::Ints) => Some(Kind::Ints),
-                    Some(PKind::Str) => Some(Kind::Str),
-                    Some(PKind::DType) => Some(Kind::DType),
+                    Some(ParamKind::Int) => Some(Kind::Int),
+                    Some(ParamKind::Float) => Some(Kind::Float),
+                    Some(ParamKind::Bool) => Some(Kind::Bool),
+                    Some(ParamKind::Ints) => Some(Kind::Ints),
+                    Some(ParamKind::Str) => Some(Kind::Str),
+                    Some(ParamKind::DType) => Some(Kind::DType),
                     _ => None,
                 },
                 None => Some(Kind::DType),
@@ -922,8 +734,8 @@ impl Sema<'_> {
         nullable: bool,
         op: &str,
         attr: &str,
-    ) -> Option<IAttr> {
-        let want = PKind::of_attr(kind);
+    ) -> Option<AttrPattern> {
+        let want = ParamKind::of_attr(kind);
         match e {
             Expr::Infer(_) => return None,
             Expr::Paren(p) => return self.attr(&p.expr, kind, nullable, op, attr),
@@ -933,8 +745,8 @@ impl Sema<'_> {
                 if let Some(i) = self.param(&name) {
                     self.uses[i] += 1;
                     match self.params[i].kind {
-                        Some(k) if k == want => return Some(IAttr::Param(i)),
-                        Some(PKind::Tensor) => {
+                        Some(k) if k == want => return Some(AttrPattern::Param(i)),
+                        Some(ParamKind::Tensor) => {
                             self.errs.spanned(id, format!("`{name}` is a tensor parameter but attribute `{attr}` of `{op}` is {}: a parameter is either a tensor or a scalar; declare a separate `{}` parameter for the attribute", want.describe(), want.type_name()));
                         }
                         Some(k) => {
@@ -945,11 +757,11 @@ impl Sema<'_> {
                     return None;
                 }
                 if name == "None" && nullable {
-                    return Some(IAttr::Lit(Lit::Null));
+                    return Some(AttrPattern::Lit(Lit::Null));
                 }
                 if kind == Kind::DType {
                     if let Some(d) = DTYPES.iter().find(|d| **d == name) {
-                        return Some(IAttr::Lit(Lit::DType(d)));
+                        return Some(AttrPattern::Lit(Lit::DType(d)));
                     }
                 }
                 if self.lets.contains_key(&name) {
@@ -963,14 +775,14 @@ impl Sema<'_> {
                 let mut lits = Vec::new();
                 for b in branches {
                     match self.attr(b, kind, nullable, op, attr) {
-                        Some(IAttr::Lit(l)) => lits.push(l),
+                        Some(AttrPattern::Lit(l)) => lits.push(l),
                         Some(_) => self
                             .errs
                             .spanned(b, "alternatives of an attribute are literals"),
                         None => return None,
                     }
                 }
-                return Some(IAttr::OneOf(lits));
+                return Some(AttrPattern::OneOf(lits));
             }
             _ => {}
         }
@@ -980,11 +792,11 @@ impl Sema<'_> {
                 | (Lit::Float(_), Kind::Float)
                 | (Lit::Bool(_), Kind::Bool) => true,
                 (Lit::Ints(_), Kind::Ints) | (Lit::Str(_), Kind::Str) => true,
-                (Lit::Int(v), Kind::Float) => return Some(IAttr::Lit(Lit::Float(*v as f64))),
+                (Lit::Int(v), Kind::Float) => return Some(AttrPattern::Lit(Lit::Float(*v as f64))),
                 _ => false,
             };
             if fits {
-                return Some(IAttr::Lit(l));
+                return Some(AttrPattern::Lit(l));
             }
         }
         let example = match kind {
@@ -1007,18 +819,18 @@ impl Sema<'_> {
         let [base, body, range] = args else {
             self.errs
                 .spanned(call, format!("`repeat` takes three arguments; {USAGE}"));
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         };
         if self.hole.is_some() {
             self.errs.spanned(id, "nested `repeat` is not supported");
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         }
         let Expr::Closure(cl) = body else {
             self.errs.spanned(
                 body,
                 format!("the second argument of `repeat` is a closure; {USAGE}"),
             );
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         };
         let hole = match cl.inputs.iter().collect::<Vec<_>>().as_slice() {
             [Pat::Ident(p)] => p.ident.to_string(),
@@ -1027,7 +839,7 @@ impl Sema<'_> {
                     &cl.inputs,
                     format!("the closure of `repeat` takes one parameter; {USAGE}"),
                 );
-                return self.push(INode::Any);
+                return self.push(Node::Any);
             }
         };
         let (min, max) = match range_bounds(range) {
@@ -1041,20 +853,20 @@ impl Sema<'_> {
             self.errs
                 .spanned(range, "the count range of `repeat` is empty");
         }
-        let rep = self.push(INode::Any);
+        let rep = self.push(Node::Any);
         self.hole = Some((hole, rep, 0));
         let body_node = self.tensor(&cl.body);
         let (h, _, uses) = self.hole.take().expect("set above");
         if uses != 1 {
             self.errs.spanned(&cl.body, format!("the body of `repeat` must use `{h}` exactly once (found {uses}): it is where the previous iteration goes"));
-        } else if matches!(self.nodes[body_node], INode::Hole(_)) {
+        } else if matches!(self.nodes[body_node], Node::Hole(_)) {
             self.errs.spanned(
                 &cl.body,
                 "the body of `repeat` must apply at least one op to its parameter",
             );
         }
         let base_node = self.tensor(base);
-        self.nodes[rep] = INode::Repeat {
+        self.nodes[rep] = Node::Repeat {
             body: body_node,
             base: base_node,
             min,
@@ -1078,7 +890,7 @@ impl Sema<'_> {
         };
         let name = id.to_string();
         if let Some(i) = self.param(&name) {
-            if self.params[i].kind == Some(PKind::Tensor) {
+            if self.params[i].kind == Some(ParamKind::Tensor) {
                 return Some(i);
             }
             self.errs.spanned(
@@ -1092,8 +904,8 @@ impl Sema<'_> {
         }
         if let Some(&n) = self.lets.get(&name) {
             match &self.nodes[n] {
-                INode::Op(o) => return o.slot,
-                INode::Tensor(p) => return Some(*p),
+                Node::Op(o) => return o.slot,
+                Node::Tensor(p) => return Some(*p),
                 _ => {}
             }
         }
@@ -1114,7 +926,7 @@ impl Sema<'_> {
     }
 
     /// A term of a comparison and its type (`n` number, `d` dim, `t` dtype, `b` bool).
-    fn term(&mut self, e: &Expr, reads: &mut Vec<usize>) -> Option<(ITerm, char)> {
+    fn term(&mut self, e: &Expr, reads: &mut Vec<usize>) -> Option<(Term, char)> {
         match e {
             Expr::Paren(p) => self.term(&p.expr, reads),
             Expr::Call(c) => {
@@ -1125,9 +937,9 @@ impl Sema<'_> {
                 let args: Vec<&Expr> = c.args.iter().collect();
                 let f = f.unwrap_or_default();
                 let (t, ty) = match (f.as_str(), args.as_slice()) {
-                    ("rank", [x]) => (ITerm::Rank(self.tensor_binding(x, "rank")?), 'n'),
-                    ("users", [x]) => (ITerm::Users(self.tensor_binding(x, "users")?), 'n'),
-                    ("dtype", [x]) => (ITerm::DType(self.tensor_binding(x, "dtype")?), 't'),
+                    ("rank", [x]) => (Term::Rank(self.tensor_binding(x, "rank")?), 'n'),
+                    ("users", [x]) => (Term::Users(self.tensor_binding(x, "users")?), 'n'),
+                    ("dtype", [x]) => (Term::DType(self.tensor_binding(x, "dtype")?), 't'),
                     ("dim", [x, i]) => {
                         let s = self.tensor_binding(x, "dim")?;
                         let Some(Lit::Int(i)) = literal(i) else {
@@ -1135,14 +947,14 @@ impl Sema<'_> {
                                 .spanned(i, "the index of `dim(x, i)` is an integer literal");
                             return None;
                         };
-                        (ITerm::Dim(s, i), 'd')
+                        (Term::Dim(s, i), 'd')
                     }
                     _ => {
                         self.errs.spanned(&c.func, "in a `where` comparison, call `rank(x)`, `dtype(x)`, `dim(x, i)` or `users(x)`");
                         return None;
                     }
                 };
-                if let ITerm::Rank(s) | ITerm::Users(s) | ITerm::DType(s) | ITerm::Dim(s, _) = t {
+                if let Term::Rank(s) | Term::Users(s) | Term::DType(s) | Term::Dim(s, _) = t {
                     reads.push(s);
                 }
                 Some((t, ty))
@@ -1152,10 +964,10 @@ impl Sema<'_> {
                 let name = id.to_string();
                 if let Some(i) = self.param(&name) {
                     let ty = match self.params[i].kind? {
-                        PKind::Int | PKind::Float => 'n',
-                        PKind::Bool => 'b',
-                        PKind::DType => 't',
-                        PKind::Tensor => {
+                        ParamKind::Int | ParamKind::Float => 'n',
+                        ParamKind::Bool => 'b',
+                        ParamKind::DType => 't',
+                        ParamKind::Tensor => {
                             self.errs.spanned(id, format!("compare a property of `{name}`: `rank({name})`, `dtype({name})`, `dim({name}, i)` or `users({name})`"));
                             return None;
                         }
@@ -1165,18 +977,18 @@ impl Sema<'_> {
                         }
                     };
                     reads.push(i);
-                    return Some((ITerm::Param(i), ty));
+                    return Some((Term::Param(i), ty));
                 }
                 if let Some(d) = DTYPES.iter().find(|d| **d == name) {
-                    return Some((ITerm::DTypeLit(d), 't'));
+                    return Some((Term::DTypeLit(d), 't'));
                 }
                 self.unknown_binding(id);
                 None
             }
             e => match literal(e) {
-                Some(Lit::Int(v)) => Some((ITerm::Int(v), 'n')),
-                Some(Lit::Float(v)) => Some((ITerm::Float(v), 'n')),
-                Some(Lit::Bool(v)) => Some((ITerm::Bool(v), 'b')),
+                Some(Lit::Int(v)) => Some((Term::Int(v), 'n')),
+                Some(Lit::Float(v)) => Some((Term::Float(v), 'n')),
+                Some(Lit::Bool(v)) => Some((Term::Bool(v), 'b')),
                 _ => {
                     self.errs.spanned(e, "unsupported term in a `where` comparison: use `rank(x)`, `dtype(x)`, `dim(x, i)`, `users(x)`, a scalar parameter, a number, a bool or a dtype (`f16`)");
                     None
@@ -1185,7 +997,7 @@ impl Sema<'_> {
         }
     }
 
-    fn constraint(&mut self, e: &Expr) -> Option<IConstraint> {
+    fn constraint(&mut self, e: &Expr) -> Option<Constraint> {
         let text = tidy(&e.to_token_stream().to_string());
         match e {
             Expr::Binary(b) => {
@@ -1221,9 +1033,9 @@ impl Sema<'_> {
                 }
                 reads.sort_unstable();
                 reads.dedup();
-                Some(IConstraint {
+                Some(Constraint {
                     reads,
-                    check: ICheck::Compare(l, cmp, r),
+                    check: Check::Compare(l, cmp, r),
                     text,
                 })
             }
@@ -1245,12 +1057,12 @@ impl Sema<'_> {
                         }
                     } else if let Some(s) =
                         self.lets.get(&name).and_then(|&n| match &self.nodes[n] {
-                            INode::Op(o) => o.slot,
-                            INode::Tensor(p) => Some(*p),
+                            Node::Op(o) => o.slot,
+                            Node::Tensor(p) => Some(*p),
                             _ => None,
                         })
                     {
-                        args.push((pi.ident.clone(), s, PKind::Tensor));
+                        args.push((pi.ident.clone(), s, ParamKind::Tensor));
                     } else {
                         self.unknown_binding(&pi.ident);
                     }
@@ -1261,9 +1073,9 @@ impl Sema<'_> {
                 }
                 reads.sort_unstable();
                 reads.dedup();
-                Some(IConstraint {
+                Some(Constraint {
                     reads,
-                    check: ICheck::Closure(args, cl.body.clone()),
+                    check: Check::Closure(args, cl.body.clone()),
                     text,
                 })
             }
@@ -1272,9 +1084,9 @@ impl Sema<'_> {
                     self.errs.spanned(e, "`pred` takes the path of a `fn(&Graph, &Bindings) -> bool`: `pred(my_checks::is_causal)`");
                     return None;
                 };
-                Some(IConstraint {
+                Some(Constraint {
                     reads: (0..self.params.len()).collect(),
-                    check: ICheck::Pred(p.path.clone()),
+                    check: Check::Pred(p.path.clone()),
                     text,
                 })
             }
@@ -1305,7 +1117,7 @@ fn flatten_or<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     }
 }
 
-fn number(l: &SynLit, _neg: bool) -> Option<f64> {
+fn number(l: &SynLit) -> Option<f64> {
     match l {
         SynLit::Int(i) => i.base10_parse::<f64>().ok(),
         SynLit::Float(f) => f.base10_parse::<f64>().ok(),
