@@ -12,7 +12,7 @@ use syn::{BinOp, Expr, Ident, Lit as SynLit, Pat, Path, Stmt, Type, UnOp};
 
 use super::error::{article, hint, Errors};
 use super::ir::{
-    AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit, Node, OpNode, OpRef, Param,
+    param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit, Node, OpNode, OpRef, Param,
     ParamKind, Term, DTYPES,
 };
 use super::parse::PatternFn;
@@ -33,6 +33,7 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
         nodes: Vec::new(),
         next_slot: 0,
         hole: None,
+        optionals: HashMap::new(),
     };
     // Parameters.
     for p in &f.params {
@@ -43,16 +44,17 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
             );
             continue;
         }
-        let kind = ParamKind::from_type(&p.ty);
-        if kind.is_none() {
+        let ty = param_type(&p.ty);
+        if ty.is_none() {
             s.errs.spanned(
                 &p.ty,
-                "unsupported parameter type: a pattern parameter is `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`",
+                "unsupported parameter type: a pattern parameter is `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`, or `Option<..>` of one for a binding of an optional part",
             );
         }
         s.params.push(Param {
             name: p.name.clone(),
-            kind,
+            kind: ty.map(|t| t.0),
+            optional: ty.is_some_and(|t| t.1),
             ty: p.ty.clone(),
         });
     }
@@ -93,7 +95,12 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
                 for e in exprs {
                     let before = s.errs.count();
                     let n = s.tensor(e);
-                    if before == s.errs.count() && s.is_bare(n) {
+                    if let Some(&span) = s.optionals.get(&n) {
+                        s.errs.at(
+                            span,
+                            "the pattern's result cannot be optional: it is the anchor every match starts from; make the step before it optional instead, or write the result without `?`/`opt`",
+                        );
+                    } else if before == s.errs.count() && s.is_bare(n) {
                         s.errs.spanned(
                             e,
                             "this pattern is only a bare wildcard and would match every value; its result must be an op call, e.g. `x.relu()`",
@@ -148,6 +155,7 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
             );
         }
     }
+    s.check_optionals(&roots);
     // Constraints.
     let mut constraints = Vec::new();
     for c in &f.constraints {
@@ -187,6 +195,9 @@ struct Sema<'a> {
     next_slot: usize,
     /// The closure parameter of the `repeat` being analysed, its node, and its uses.
     hole: Option<(String, usize, usize)>,
+    /// The alternatives made by optional parts (`present | absent`), with the span of
+    /// their `?` or `opt`.
+    optionals: HashMap<usize, proc_macro2::Span>,
 }
 
 enum Arg<'e> {
@@ -197,6 +208,14 @@ impl Sema<'_> {
     fn push(&mut self, n: Node) -> usize {
         self.nodes.push(n);
         self.nodes.len() - 1
+    }
+
+    /// The parameters bound in every match (all but the `Option<..>` ones): what a
+    /// constraint that names no binding waits for.
+    fn required_params(&self) -> Vec<usize> {
+        (0..self.params.len())
+            .filter(|&i| !self.params[i].optional)
+            .collect()
     }
 
     fn param(&self, name: &str) -> Option<usize> {
@@ -311,6 +330,7 @@ impl Sema<'_> {
                 let args: Vec<&Expr> = c.args.iter().collect();
                 match fp.path.get_ident() {
                     Some(id) if id == "repeat" => self.repeat(id, &args, e),
+                    Some(id) if id == "opt" => self.optional_step(id, &args, e),
                     Some(id) if !is_upper(&id.to_string()) => self.builtin_call(id, args),
                     _ => self.user_call(&fp.path, args),
                 }
@@ -351,6 +371,13 @@ impl Sema<'_> {
                     self.push(Node::Any)
                 }
             },
+            Expr::Try(t) => {
+                self.errs.spanned(
+                    &t.question_token,
+                    "`?` marks an optional operand of an op call (`x.mul(s?)`: the `mul` is there or not); for an optional step of several ops write `opt(x, |t| ..)`",
+                );
+                self.tensor(&t.expr)
+            }
             Expr::Closure(_) => self.unsupported(
                 e,
                 "closures (outside `repeat(x, |t| .., n..=m)` and `check(|..| ..)`)",
@@ -560,6 +587,8 @@ impl Sema<'_> {
         let mut operands = Vec::new();
         let mut more = rest;
         let mut absent: Option<&str> = None;
+        // `x.op(a?)`: the index of the optional operand and the span of its `?`.
+        let mut optional: Option<(usize, proc_macro2::Span)> = None;
         let given = positional.len().min(nops);
         for (i, slot) in spec.operands.iter().enumerate() {
             let arg = operand_args[i].take();
@@ -601,6 +630,23 @@ impl Sema<'_> {
                     }
                 },
                 (Arity::Variadic, None) => {}
+                (_, Some(Arg::Expr(Expr::Try(t)))) => {
+                    if let Some(prev) = absent {
+                        self.errs.spanned(t, format!("operand `{}` is given but `{prev}` before it is not (optional operands fill in order)", slot.name));
+                    }
+                    if optional.is_some() {
+                        self.errs.spanned(&t.question_token, "only one operand of a call can be optional: with two, which would be the value when the call is absent?");
+                        let n = self.tensor(&t.expr);
+                        operands.push(n);
+                        continue;
+                    }
+                    if let Expr::Try(inner) = &*t.expr {
+                        self.errs.spanned(&inner.question_token, "this operand is already optional: write one `?`");
+                    }
+                    optional = Some((operands.len(), t.question_token.span));
+                    let n = self.tensor(&t.expr);
+                    operands.push(n);
+                }
                 (_, Some(Arg::Expr(e))) => {
                     if let Some(prev) = absent {
                         self.errs.spanned(e, format!("operand `{}` is given but `{prev}` before it is not (optional operands fill in order)", slot.name));
@@ -640,13 +686,203 @@ impl Sema<'_> {
                 });
             }
         }
-        self.new_op(OpNode {
+        let kept: Vec<usize> = match optional {
+            Some((i, _)) => operands
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, &n)| n)
+                .collect(),
+            None => Vec::new(),
+        };
+        let op = self.new_op(OpNode {
             op: OpRef::Builtin(spec),
             operands,
             more,
             attrs,
             slot: None,
-        })
+        });
+        let Some((_, span)) = optional else {
+            return op;
+        };
+        let [pass] = kept[..] else {
+            self.errs.at(
+                span,
+                format!("an optional operand needs exactly one other operand, the value that stands when the `{}` is absent (`x.{}(a?)`); this call has {}", spec.name, spec.name, kept.len()),
+            );
+            return op;
+        };
+        self.optional_part(op, pass, span)
+    }
+
+    /// The alternative `present | absent` of an optional part, after checking that it is
+    /// not ambiguous with an optional part right below it.
+    fn optional_part(&mut self, present: usize, absent: usize, span: proc_macro2::Span) -> usize {
+        if self.hole.is_some() {
+            self.errs.at(span, "optional parts inside `repeat` are not supported");
+        }
+        let top = |s: &Self, n: usize| match &s.nodes[n] {
+            Node::Op(o) => Some(o.op.key()),
+            _ => None,
+        };
+        let inner = match &self.nodes[absent] {
+            Node::Alt(bs) if self.optionals.contains_key(&absent) => Some(bs[0]),
+            _ => None,
+        };
+        if let (Some(inner), Some(op)) = (inner, top(self, present)) {
+            if top(self, inner).as_deref() == Some(op.as_str()) {
+                self.errs.at(span, format!("ambiguous optional parts: two optional `{op}` steps in a row match a single `{op}` two ways (either step could be the one present); merge them into one, or make one of them required"));
+            }
+        }
+        let alt = self.push(Node::Alt(vec![present, absent]));
+        self.optionals.insert(alt, span);
+        alt
+    }
+
+    /// `opt(base, |t| step)`: `step` applied to `base`, or `base` alone.
+    fn optional_step(&mut self, id: &Ident, args: &[&Expr], call: &Expr) -> usize {
+        const USAGE: &str = "write `opt(x, |t| t.op(..))`: the step `t.op(..)` applied to `x`, or no step at all (then the value is `x` itself)";
+        let [base, step] = args else {
+            self.errs
+                .spanned(call, format!("`opt` takes two arguments; {USAGE}"));
+            return self.push(Node::Any);
+        };
+        let Expr::Closure(cl) = step else {
+            self.errs.spanned(
+                step,
+                format!("the second argument of `opt` is a closure; {USAGE}"),
+            );
+            return self.push(Node::Any);
+        };
+        let hole = match cl.inputs.iter().collect::<Vec<_>>().as_slice() {
+            [Pat::Ident(p)] => p.ident.clone(),
+            _ => {
+                self.errs.spanned(
+                    &cl.inputs,
+                    format!("the closure of `opt` takes one parameter; {USAGE}"),
+                );
+                return self.push(Node::Any);
+            }
+        };
+        let name = hole.to_string();
+        if self.param(&name).is_some() {
+            self.errs.spanned(
+                &hole,
+                format!("the closure parameter `{name}` shadows the parameter `{name}`; pick another name"),
+            );
+        }
+        let base_node = self.tensor(base);
+        let before = self.lets.insert(name.clone(), base_node);
+        let step_node = self.tensor(&cl.body);
+        match before {
+            Some(n) => self.lets.insert(name, n),
+            None => self.lets.remove(&name),
+        };
+        if step_node == base_node {
+            self.errs.spanned(
+                &cl.body,
+                format!("the step of `opt` must apply at least one op to `{hole}`; {USAGE}"),
+            );
+        } else if !self.reaches(step_node, base_node) {
+            self.errs.spanned(
+                &cl.body,
+                format!("the step of `opt` must use `{hole}`: when the step is absent the value is `{hole}` itself; {USAGE}"),
+            );
+        }
+        self.optional_part(step_node, base_node, id.span())
+    }
+
+    /// True when node `target` is `n` or below it.
+    fn reaches(&self, n: usize, target: usize) -> bool {
+        n == target
+            || match &self.nodes[n] {
+                Node::Op(o) => o.operands.iter().any(|&x| self.reaches(x, target)),
+                Node::Alt(bs) => bs.iter().any(|&b| self.reaches(b, target)),
+                Node::Repeat { body, base, .. } => {
+                    self.reaches(*body, target) || self.reaches(*base, target)
+                }
+                _ => false,
+            }
+    }
+
+    /// Parameters bound in every match (`always`) and only when some optional part is
+    /// present (`sometimes`), below node `n`.
+    fn classify(
+        &self,
+        n: usize,
+        under: bool,
+        seen: &mut BTreeSet<(usize, bool)>,
+        always: &mut BTreeSet<usize>,
+        sometimes: &mut BTreeSet<usize>,
+    ) {
+        if !seen.insert((n, under)) {
+            return;
+        }
+        let mut note = |p: usize| {
+            if under {
+                sometimes.insert(p);
+            } else {
+                always.insert(p);
+            }
+        };
+        match &self.nodes[n] {
+            Node::Tensor(p) | Node::ConstParam(p) => note(*p),
+            Node::Op(o) => {
+                for a in &o.attrs {
+                    if let AttrPattern::Param(p) = a.pat {
+                        note(p);
+                    }
+                }
+                for &x in &o.operands {
+                    self.classify(x, under, seen, always, sometimes);
+                }
+            }
+            Node::Alt(bs) if self.optionals.contains_key(&n) => {
+                self.classify(bs[0], true, seen, always, sometimes);
+                self.classify(bs[1], under, seen, always, sometimes);
+            }
+            Node::Alt(bs) => {
+                for &b in bs {
+                    self.classify(b, under, seen, always, sometimes);
+                }
+            }
+            Node::Repeat { body, base, .. } => {
+                self.classify(*body, under, seen, always, sometimes);
+                self.classify(*base, under, seen, always, sometimes);
+            }
+            _ => {}
+        }
+    }
+
+    /// A parameter is `Option<..>` exactly when it is bound only inside optional parts.
+    fn check_optionals(&mut self, roots: &[usize]) {
+        if !self.errs.is_empty() {
+            // The parts may be malformed; their own errors say more.
+            return;
+        }
+        let (mut seen, mut always, mut sometimes) =
+            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for &r in roots {
+            self.classify(r, false, &mut seen, &mut always, &mut sometimes);
+        }
+        for (i, p) in self.params.iter().enumerate() {
+            let Some(kind) = p.kind else { continue };
+            if self.uses[i] == 0 {
+                continue;
+            }
+            let t = kind.type_name();
+            if p.optional && always.contains(&i) {
+                self.errs.spanned(
+                    &p.ty,
+                    format!("`{}` is declared `Option<{t}>` but is bound in every match: it is used outside the optional parts (`x.op(a?)`, `opt(x, |t| ..)`); declare it `{t}`, or use it only inside an optional part", p.name),
+                );
+            } else if !p.optional && !always.contains(&i) && sometimes.contains(&i) {
+                self.errs.spanned(
+                    &p.ty,
+                    format!("`{}` is bound only when its optional part is present; declare it `Option<{t}>` (the replacement then gets `None` when the part is absent)", p.name),
+                );
+            }
+        }
     }
 
     fn user_call(&mut self, path: &Path, args: Vec<&Expr>) -> usize {
@@ -1069,7 +1305,7 @@ impl Sema<'_> {
                 }
                 let mut reads: Vec<usize> = args.iter().map(|a| a.1).collect();
                 if reads.is_empty() {
-                    reads = (0..self.params.len()).collect();
+                    reads = self.required_params();
                 }
                 reads.sort_unstable();
                 reads.dedup();
@@ -1085,7 +1321,7 @@ impl Sema<'_> {
                     return None;
                 };
                 Some(Constraint {
-                    reads: (0..self.params.len()).collect(),
+                    reads: self.required_params(),
                     check: Check::Pred(p.path.clone()),
                     text,
                 })

@@ -6,7 +6,7 @@ use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::{Block, Ident, Type};
 
-use super::ir::{AttrKey, AttrPattern, Check, Ir, Lit, Node, OpRef, ParamKind, Term};
+use super::ir::{param_type, AttrKey, AttrPattern, Check, Ir, Lit, Node, OpRef, ParamKind, Term};
 use super::lower::Lowered;
 use super::parse::{FnParam, PatternFn};
 use crate::optable::static_ident;
@@ -313,13 +313,16 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
     let outputs = ir.roots.len();
     let match_struct = match_struct(
         f,
-        ir.params.iter().map(|q| (&q.name, q.kind)),
+        ir.params.iter().map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
         quote! {
             fn pattern() -> &'static #rt::Pattern { &PATTERN }
         },
         true,
     );
-    let params_consts = params_consts(f, ir.params.iter().map(|q| (&q.name, q.kind)));
+    let params_consts = params_consts(
+        f,
+        ir.params.iter().map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
+    );
     let doc = format!("The compiled tree of pattern `{name_str}`.");
     quote! {
         #[allow(unused_imports)]
@@ -349,10 +352,17 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
 /// each gets), read by the const check `replacement!` emits.
 fn params_consts<'a>(
     f: &PatternFn,
-    params: impl Iterator<Item = (&'a Ident, Option<ParamKind>)>,
+    params: impl Iterator<Item = (&'a Ident, Option<(ParamKind, bool)>)>,
 ) -> TokenStream {
-    let params: Vec<(String, &str)> = params
-        .map(|(n, k)| (n.to_string(), k.map(ParamKind::type_name).unwrap_or("_")))
+    let params: Vec<(String, String)> = params
+        .map(|(n, k)| {
+            let t = match k {
+                Some((k, false)) => k.type_name().to_string(),
+                Some((k, true)) => format!("Option<{}>", k.type_name()),
+                None => "_".to_string(),
+            };
+            (n.to_string(), t)
+        })
         .collect();
     let sig: Vec<String> = params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
     let names = params.iter().map(|(n, _)| n);
@@ -374,7 +384,7 @@ fn params_consts<'a>(
 /// The typed match struct; `real` false makes `from_bindings` unreachable (stubs).
 fn match_struct<'a>(
     f: &PatternFn,
-    params: impl Iterator<Item = (&'a Ident, Option<ParamKind>)>,
+    params: impl Iterator<Item = (&'a Ident, Option<(ParamKind, bool)>)>,
     pattern_fn: TokenStream,
     real: bool,
 ) -> TokenStream {
@@ -382,12 +392,24 @@ fn match_struct<'a>(
     let mut fields = Vec::new();
     let mut inits = Vec::new();
     for (slot, (name, kind)) in params.enumerate() {
-        let Some(kind) = kind else { continue };
+        let Some((kind, optional)) = kind else {
+            continue;
+        };
         let ty = field_type(kind);
-        let doc = format!("Parameter `{name}: {}`.", kind.type_name());
-        fields.push(quote!(#[doc = #doc] pub #name: #ty));
         let get = getter(kind, slot);
-        inits.push(quote!(#name: #get));
+        if optional {
+            let doc = format!(
+                "Parameter `{name}: Option<{}>` (`None` when its optional part is absent).",
+                kind.type_name()
+            );
+            fields.push(quote!(#[doc = #doc] pub #name: ::core::option::Option<#ty>));
+            let s = u16_lit(slot);
+            inits.push(quote!(#name: if __b.is_bound(#s) { ::core::option::Option::Some(#get) } else { ::core::option::Option::None }));
+        } else {
+            let doc = format!("Parameter `{name}: {}`.", kind.type_name());
+            fields.push(quote!(#[doc = #doc] pub #name: #ty));
+            inits.push(quote!(#name: #get));
+        }
     }
     let doc = format!(
         "The bindings of a match of pattern `{}`, one field per parameter.",
@@ -419,13 +441,13 @@ pub fn stub_module(f: &PatternFn, extra: TokenStream) -> TokenStream {
         Type::Tuple(t) => t.elems.len(),
         _ => 1,
     };
-    let kinds: Vec<(Ident, Option<ParamKind>)> = f
+    let kinds: Vec<(Ident, Option<(ParamKind, bool)>)> = f
         .params
         .iter()
-        .map(|q| (q.name.clone(), ParamKind::from_type(&q.ty)))
+        .map(|q| (q.name.clone(), param_type(&q.ty)))
         .collect();
     let mut seen = Vec::new();
-    let kinds: Vec<(Ident, Option<ParamKind>)> = kinds
+    let kinds: Vec<(Ident, Option<(ParamKind, bool)>)> = kinds
         .into_iter()
         .filter(|(n, _)| {
             let fresh = !seen.contains(n);
@@ -494,17 +516,30 @@ pub fn replacement_fn(
     for q in params {
         let n = &q.name;
         fields.push(quote!(#n));
-        let kind = ParamKind::from_type(&q.ty);
-        let Some(kind) = kind else {
+        let Some((kind, optional)) = param_type(&q.ty) else {
             checks.push(quote_spanned!(syn::spanned::Spanned::span(&q.ty)=>
-                compile_error!("unsupported parameter type: use `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`");));
+                compile_error!("unsupported parameter type: use `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`, or `Option<..>` of one for an optional part's binding");));
             continue;
         };
         let check_ty = field_type(kind);
+        let check_ty = if optional {
+            quote!(::core::option::Option<#check_ty>)
+        } else {
+            check_ty
+        };
         let ty_span = syn::spanned::Spanned::span(&q.ty);
         let check_ty = quote_spanned!(ty_span=> #check_ty);
         checks.push(quote!(let #n: #check_ty = #n;));
         match kind {
+            ParamKind::Tensor if optional => {
+                body_params.push(quote!(#n: ::core::option::Option<#rt::Var<'__b>>));
+                args.push(quote!(#n.map(|__v| __bld.var(__v))));
+            }
+            k if optional => {
+                let t = field_type(k);
+                body_params.push(quote!(#n: ::core::option::Option<#t>));
+                args.push(quote!(#n));
+            }
             ParamKind::Tensor => {
                 body_params.push(quote!(#n: #rt::Var<'__b>));
                 args.push(quote!(__bld.var(#n)));

@@ -77,7 +77,34 @@ impl ParamKind {
 pub struct Param {
     pub name: Ident,
     pub kind: Option<ParamKind>,
+    /// Declared `Option<..>`: bound only when the optional part it is in matched.
+    pub optional: bool,
     pub ty: Type,
+}
+
+/// A parameter type: its kind, and whether it is written `Option<..>` (an optional
+/// part's binding). `None` for types a pattern does not support.
+pub fn param_type(ty: &Type) -> Option<(ParamKind, bool)> {
+    match option_inner(ty) {
+        Some(inner) => ParamKind::from_type(inner).map(|k| (k, true)),
+        None => ParamKind::from_type(ty).map(|k| (k, false)),
+    }
+}
+
+/// `T` of a type written `Option<T>`.
+pub fn option_inner(ty: &Type) -> Option<&Type> {
+    let Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Option" || p.qself.is_some() {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(a) = &seg.arguments else {
+        return None;
+    };
+    match a.args.iter().collect::<Vec<_>>().as_slice() {
+        [syn::GenericArgument::Type(t)] => Some(t),
+        _ => None,
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
