@@ -12,8 +12,8 @@ use syn::{BinOp, Expr, Ident, Lit as SynLit, Pat, Path, Stmt, Type, UnOp};
 
 use super::error::{article, hint, Errors};
 use super::ir::{
-    param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit, Node, OpNode, OpRef, Param,
-    ParamKind, Term, DTYPES,
+    param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit, Node, OpNode,
+    OpRef, Param, ParamKind, Term, DTYPES,
 };
 use super::parse::PatternFn;
 use crate::vocab::{self, Arity, DefaultValue, Kind, OpSpec, BUILTIN_OPS};
@@ -641,7 +641,10 @@ impl Sema<'_> {
                         continue;
                     }
                     if let Expr::Try(inner) = &*t.expr {
-                        self.errs.spanned(&inner.question_token, "this operand is already optional: write one `?`");
+                        self.errs.spanned(
+                            &inner.question_token,
+                            "this operand is already optional: write one `?`",
+                        );
                     }
                     optional = Some((operands.len(), t.question_token.span));
                     let n = self.tensor(&t.expr);
@@ -719,7 +722,8 @@ impl Sema<'_> {
     /// not ambiguous with an optional part right below it.
     fn optional_part(&mut self, present: usize, absent: usize, span: proc_macro2::Span) -> usize {
         if self.hole.is_some() {
-            self.errs.at(span, "optional parts inside `repeat` are not supported");
+            self.errs
+                .at(span, "optional parts inside `repeat` are not supported");
         }
         let top = |s: &Self, n: usize| match &s.nodes[n] {
             Node::Op(o) => Some(o.op.key()),

@@ -313,7 +313,9 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
     let outputs = ir.roots.len();
     let match_struct = match_struct(
         f,
-        ir.params.iter().map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
+        ir.params
+            .iter()
+            .map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
         quote! {
             fn pattern() -> &'static #rt::Pattern { &PATTERN }
         },
@@ -321,7 +323,9 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
     );
     let params_consts = params_consts(
         f,
-        ir.params.iter().map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
+        ir.params
+            .iter()
+            .map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
     );
     let doc = format!("The compiled tree of pattern `{name_str}`.");
     quote! {

@@ -1,6 +1,6 @@
 //! `pattern!`, `replacement!` and `rule_set!`: one file per stage, strung together here.
 //!
-//! `parse` (syn) -> `sema` (resolve ops and names, check, build the IR) -> `lower` (anchors,
+//! `parse` (syn) -> `analysis` (resolve ops and names, check, build the IR, `ir`) -> `lower` (anchors,
 //! root links, op count) -> `codegen` (statics, typed match struct, functions);
 //! `overlap` checks rule sets; `error` collects every error of an expansion. On errors the
 //! macros still emit stub items with the same names, so one mistake does not cascade.
