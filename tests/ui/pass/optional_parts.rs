@@ -34,7 +34,7 @@ fn main() {
     let graph = g.finish();
     let ms = scaled::PATTERN.find(&graph);
     assert_eq!(ms.len(), 1);
-    let m: scaled::Match = ms[0].bindings.typed();
+    let m: scaled::Match = ms[0].typed();
     assert_eq!(m.s, None);
     let m: Option<attn::Match> = None;
     let _: Option<Option<graphrw::Value>> = m.map(|m| m.mask);
