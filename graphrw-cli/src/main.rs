@@ -62,7 +62,7 @@ enum Command {
         /// Write to this file instead of standard output.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
-        /// Fill in the nodes of every match of this built-in rule (e.g. `attention_scale_mask`).
+        /// Fill in the nodes of every match of this built-in rule (e.g. `attention`).
         #[arg(long, value_name = "RULE")]
         highlight: Option<String>,
     },
@@ -72,7 +72,7 @@ enum Command {
     /// position, the graph node, what was expected and found). Without it, lists the
     /// rule's near misses over the model, deepest first.
     ///
-    /// Example: `graphrw explain model.onnx --rule attention_scale_mask --node t41`
+    /// Example: `graphrw explain model.onnx --rule attention --node t41`
     Explain {
         /// The ONNX model file.
         model: PathBuf,

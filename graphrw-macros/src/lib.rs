@@ -4,6 +4,8 @@
 //! the built-in op vocabulary as data ([`vocab`]), the one table that both the
 //! compile-time pattern checks and `graphrw`'s op declarations are made from.
 
+#![warn(missing_docs)]
+
 mod fused;
 mod optable;
 mod pattern;

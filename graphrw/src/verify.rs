@@ -27,13 +27,11 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
             message,
         })
     };
-    let mut uses_ok = true;
     for id in graph.node_ids() {
         let Some(node) = graph.node(id) else { continue };
         // Every use is defined.
         for (i, &v) in node.operands().iter().enumerate() {
             if graph.meta(v).is_err() {
-                uses_ok = false;
                 fail(
                     &mut errors,
                     id,
@@ -142,7 +140,6 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
             message: "lies on a cycle: a value depends on itself".into(),
         });
     }
-    let _ = uses_ok;
     errors
 }
 

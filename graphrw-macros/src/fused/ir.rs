@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use syn::spanned::Spanned;
 use syn::{BinOp, Expr, Lit, Stmt, UnOp};
 
+use crate::pattern::ir::ParamKind;
 use crate::pattern::parse::PatternFn;
-use crate::pattern::sema::PKind;
 
 /// What a fused kernel body supports (quoted by errors).
 pub const SUPPORTED: &str = "a fused kernel body is `let` bindings and one expression of elementwise ops (add, sub, mul, div, pow, maximum, minimum, neg, abs, reciprocal, sqrt, rsqrt, exp, log, sin, cos, erf, tanh, sigmoid, relu, silu, where, eq/ne/lt/le/gt/ge, cast), `rotate_half()` of a tensor parameter (over the last dimension) and reductions over the last dimension (`sum`/`mean`/`amax` with `dims=[-1], keepdim=true`), over tensor and `f64` parameters and number literals, with `a | b` alternatives";
@@ -247,13 +247,13 @@ pub fn analyse(f: &PatternFn) -> Result<Kernel, syn::Error> {
     let mut tensors = Vec::new();
     let mut scalars = Vec::new();
     for p in &f.params {
-        match PKind::from_type(&p.ty) {
-            Some(PKind::Tensor) => {
+        match ParamKind::from_type(&p.ty) {
+            Some(ParamKind::Tensor) => {
                 s.params
                     .insert(p.name.to_string(), Param::Tensor(tensors.len()));
                 tensors.push(p.name.clone());
             }
-            Some(PKind::Float) => {
+            Some(ParamKind::Float) => {
                 s.params
                     .insert(p.name.to_string(), Param::Scalar(scalars.len()));
                 scalars.push(p.name.clone());

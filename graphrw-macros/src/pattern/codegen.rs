@@ -6,9 +6,9 @@ use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::{Block, Ident, Type};
 
+use super::ir::{param_type, AttrKey, AttrPattern, Check, Ir, Lit, Node, OpRef, ParamKind, Term};
 use super::lower::Lowered;
 use super::parse::{FnParam, PatternFn};
-use super::sema::{AttrKey, IAttr, ICheck, INode, ITerm, Ir, Lit, OpRef, PKind};
 use crate::optable::static_ident;
 use crate::vocab::Kind;
 
@@ -16,7 +16,8 @@ fn u16_lit(n: usize) -> Literal {
     Literal::u16_unsuffixed(n as u16)
 }
 
-fn p() -> TokenStream {
+/// The path generated code reaches graphrw through.
+fn private_path() -> TokenStream {
     quote!(graphrw::__private)
 }
 
@@ -31,120 +32,119 @@ fn dtype_tokens(name: &str) -> TokenStream {
         _ => "Bool",
     };
     let v = Ident::new(v, Span::call_site());
-    let p = p();
-    quote!(#p::DType::#v)
+    let rt = private_path();
+    quote!(#rt::DType::#v)
 }
 
 /// The Rust type of a typed-match field of kind `k`.
-pub fn field_type(k: PKind) -> TokenStream {
-    let p = p();
+pub fn field_type(k: ParamKind) -> TokenStream {
+    let rt = private_path();
     match k {
-        PKind::Tensor => quote!(#p::Value),
-        PKind::Int => quote!(i64),
-        PKind::Float => quote!(f64),
-        PKind::Bool => quote!(bool),
-        PKind::Ints => quote!(::std::vec::Vec<i64>),
-        PKind::Str => quote!(::std::string::String),
-        PKind::DType => quote!(#p::DType),
+        ParamKind::Tensor => quote!(#rt::Value),
+        ParamKind::Int => quote!(i64),
+        ParamKind::Float => quote!(f64),
+        ParamKind::Bool => quote!(bool),
+        ParamKind::Ints => quote!(::std::vec::Vec<i64>),
+        ParamKind::Str => quote!(::std::string::String),
+        ParamKind::DType => quote!(#rt::DType),
     }
 }
 
-fn param_kind(k: PKind) -> TokenStream {
-    let p = p();
+fn param_kind(k: ParamKind) -> TokenStream {
+    let rt = private_path();
     let v = format_ident!(
         "{}",
         match k {
-            PKind::Tensor => "Tensor",
-            PKind::Int => "Int",
-            PKind::Float => "Float",
-            PKind::Bool => "Bool",
-            PKind::Ints => "Ints",
-            PKind::Str => "Str",
-            PKind::DType => "DType",
+            ParamKind::Tensor => "Tensor",
+            ParamKind::Int => "Int",
+            ParamKind::Float => "Float",
+            ParamKind::Bool => "Bool",
+            ParamKind::Ints => "Ints",
+            ParamKind::Str => "Str",
+            ParamKind::DType => "DType",
         }
     );
-    quote!(#p::ParamKind::#v)
+    quote!(#rt::ParamKind::#v)
 }
 
-fn getter(k: PKind, slot: usize) -> TokenStream {
+fn getter(k: ParamKind, slot: usize) -> TokenStream {
     let s = u16_lit(slot);
     match k {
-        PKind::Tensor => quote!(__b.value(#s)),
-        PKind::Int => quote!(__b.int(#s)),
-        PKind::Float => quote!(__b.float(#s)),
-        PKind::Bool => quote!(__b.bool(#s)),
-        PKind::Ints => quote!(__b.ints(#s)),
-        PKind::Str => quote!(__b.string(#s)),
-        PKind::DType => quote!(__b.dtype(#s)),
+        ParamKind::Tensor => quote!(__b.value(#s)),
+        ParamKind::Int => quote!(__b.int(#s)),
+        ParamKind::Float => quote!(__b.float(#s)),
+        ParamKind::Bool => quote!(__b.bool(#s)),
+        ParamKind::Ints => quote!(__b.ints(#s)),
+        ParamKind::Str => quote!(__b.string(#s)),
+        ParamKind::DType => quote!(__b.dtype(#s)),
     }
 }
 
 fn lit_tokens(l: &Lit) -> TokenStream {
-    let p = p();
+    let rt = private_path();
     match l {
-        Lit::Int(v) => quote!(#p::AttrPat::Int(#v)),
-        Lit::Float(v) => quote!(#p::AttrPat::Float(#v)),
-        Lit::Bool(v) => quote!(#p::AttrPat::Bool(#v)),
-        Lit::Ints(v) => quote!(#p::AttrPat::Ints(&[#(#v),*])),
-        Lit::Str(v) => quote!(#p::AttrPat::Str(#v)),
+        Lit::Int(v) => quote!(#rt::AttrPat::Int(#v)),
+        Lit::Float(v) => quote!(#rt::AttrPat::Float(#v)),
+        Lit::Bool(v) => quote!(#rt::AttrPat::Bool(#v)),
+        Lit::Ints(v) => quote!(#rt::AttrPat::Ints(&[#(#v),*])),
+        Lit::Str(v) => quote!(#rt::AttrPat::Str(#v)),
         Lit::DType(v) => {
             let d = dtype_tokens(v);
-            quote!(#p::AttrPat::DType(#d))
+            quote!(#rt::AttrPat::DType(#d))
         }
-        Lit::Null => quote!(#p::AttrPat::Null),
+        Lit::Null => quote!(#rt::AttrPat::Null),
     }
 }
 
-fn attr_tokens(a: &IAttr) -> TokenStream {
-    let p = p();
+fn attr_tokens(a: &AttrPattern) -> TokenStream {
+    let rt = private_path();
     match a {
-        IAttr::Lit(l) => lit_tokens(l),
-        IAttr::Param(s) => {
+        AttrPattern::Lit(l) => lit_tokens(l),
+        AttrPattern::Param(s) => {
             let s = u16_lit(*s);
-            quote!(#p::AttrPat::Param(#s))
+            quote!(#rt::AttrPat::Param(#s))
         }
-        IAttr::OneOf(ls) => {
+        AttrPattern::OneOf(ls) => {
             let ls = ls.iter().map(lit_tokens);
-            quote!(#p::AttrPat::OneOf(&[#(#ls),*]))
+            quote!(#rt::AttrPat::OneOf(&[#(#ls),*]))
         }
     }
 }
 
 fn kind_tokens(k: Kind) -> TokenStream {
-    let p = p();
+    let rt = private_path();
     let v = format_ident!("{}", format!("{k:?}"));
-    quote!(#p::AttrKind::#v)
+    quote!(#rt::AttrKind::#v)
 }
 
 fn op_tokens(op: &OpRef, operands: usize, more: bool) -> TokenStream {
-    let p = p();
+    let rt = private_path();
     match op {
         OpRef::Builtin(spec) => {
             let s = static_ident(spec.name);
-            quote!(&#p::builtin::#s)
+            quote!(&#rt::builtin::#s)
         }
         OpRef::User(path) => {
             let span = syn::spanned::Spanned::span(path);
-            let _ = p;
             quote_spanned!(span=> graphrw::__private::user_op_with_operands(&#path, #operands, #more))
         }
     }
 }
 
-fn node_tokens(ir: &Ir, n: &INode) -> TokenStream {
-    let p = p();
+fn node_tokens(n: &Node) -> TokenStream {
+    let rt = private_path();
     match n {
-        INode::Any => quote!(#p::PatNode::Any),
-        INode::Tensor(s) => {
+        Node::Any => quote!(#rt::PatNode::Any),
+        Node::Tensor(s) => {
             let s = u16_lit(*s);
-            quote!(#p::PatNode::Tensor(#s))
+            quote!(#rt::PatNode::Tensor(#s))
         }
-        INode::ConstValue(v) => quote!(#p::PatNode::Const(#p::ConstPat::Value(#v))),
-        INode::ConstParam(s) => {
+        Node::ConstValue(v) => quote!(#rt::PatNode::Const(#rt::ConstPat::Value(#v))),
+        Node::ConstParam(s) => {
             let s = u16_lit(*s);
-            quote!(#p::PatNode::Const(#p::ConstPat::Param(#s)))
+            quote!(#rt::PatNode::Const(#rt::ConstPat::Param(#s)))
         }
-        INode::Op(o) => {
+        Node::Op(o) => {
             let op = op_tokens(&o.op, o.operands.len(), o.more);
             let operands = o.operands.iter().map(|&x| u16_lit(x));
             let more = o.more;
@@ -152,7 +152,7 @@ fn node_tokens(ir: &Ir, n: &INode) -> TokenStream {
                 let pat = attr_tokens(&a.pat);
                 match &a.key {
                     AttrKey::Builtin(i, name) => {
-                        quote!(#p::AttrCheck { index: #i, name: #name, pat: #pat })
+                        quote!(#rt::AttrCheck { index: #i, name: #name, pat: #pat })
                     }
                     AttrKey::User(id, kind) => {
                         let name = id.to_string();
@@ -165,7 +165,7 @@ fn node_tokens(ir: &Ir, n: &INode) -> TokenStream {
                         };
                         let OpRef::User(path) = &o.op else { unreachable!("user attrs are on user ops") };
                         let index = quote_spanned!(id.span()=> graphrw::__private::user_attr_index(&#path, #name, #kind));
-                        quote!(#p::AttrCheck { index: #index, name: #name, pat: #pat })
+                        quote!(#rt::AttrCheck { index: #index, name: #name, pat: #pat })
                     }
                 }
             });
@@ -176,7 +176,7 @@ fn node_tokens(ir: &Ir, n: &INode) -> TokenStream {
                 }
                 None => quote!(None),
             };
-            quote!(#p::PatNode::Op(#p::OpPat {
+            quote!(#rt::PatNode::Op(#rt::OpPat {
                 op: #op,
                 operands: &[#(#operands),*],
                 more_operands: #more,
@@ -184,11 +184,11 @@ fn node_tokens(ir: &Ir, n: &INode) -> TokenStream {
                 slot: #slot,
             }))
         }
-        INode::Alt(bs) => {
+        Node::Alt(bs) => {
             let bs = bs.iter().map(|&b| u16_lit(b));
-            quote!(#p::PatNode::Alt(&[#(#bs),*]))
+            quote!(#rt::PatNode::Alt(&[#(#bs),*]))
         }
-        INode::Repeat {
+        Node::Repeat {
             body,
             base,
             min,
@@ -196,72 +196,71 @@ fn node_tokens(ir: &Ir, n: &INode) -> TokenStream {
         } => {
             let (body, base) = (u16_lit(*body), u16_lit(*base));
             let (min, max) = (Literal::u16_unsuffixed(*min), Literal::u16_unsuffixed(*max));
-            quote!(#p::PatNode::Repeat(#p::RepeatPat { body: #body, base: #base, min: #min, max: #max }))
+            quote!(#rt::PatNode::Repeat(#rt::RepeatPat { body: #body, base: #base, min: #min, max: #max }))
         }
-        INode::Hole(r) => {
+        Node::Hole(r) => {
             let r = u16_lit(*r);
-            let _ = ir;
-            quote!(#p::PatNode::Hole(#r))
+            quote!(#rt::PatNode::Hole(#r))
         }
     }
 }
 
-fn term_tokens(t: &ITerm) -> TokenStream {
-    let p = p();
+fn term_tokens(t: &Term) -> TokenStream {
+    let rt = private_path();
     match t {
-        ITerm::Rank(s) => {
+        Term::Rank(s) => {
             let s = u16_lit(*s);
-            quote!(#p::Term::Rank(#s))
+            quote!(#rt::Term::Rank(#s))
         }
-        ITerm::DType(s) => {
+        Term::DType(s) => {
             let s = u16_lit(*s);
-            quote!(#p::Term::DType(#s))
+            quote!(#rt::Term::DType(#s))
         }
-        ITerm::Dim(s, i) => {
+        Term::Dim(s, i) => {
             let s = u16_lit(*s);
-            quote!(#p::Term::Dim(#s, #i))
+            quote!(#rt::Term::Dim(#s, #i))
         }
-        ITerm::Users(s) => {
+        Term::Users(s) => {
             let s = u16_lit(*s);
-            quote!(#p::Term::Users(#s))
+            quote!(#rt::Term::Users(#s))
         }
-        ITerm::Param(s) => {
+        Term::Param(s) => {
             let s = u16_lit(*s);
-            quote!(#p::Term::Param(#s))
+            quote!(#rt::Term::Param(#s))
         }
-        ITerm::Int(v) => quote!(#p::Term::Int(#v)),
-        ITerm::Float(v) => quote!(#p::Term::Float(#v)),
-        ITerm::DTypeLit(d) => {
+        Term::Int(v) => quote!(#rt::Term::Int(#v)),
+        Term::Float(v) => quote!(#rt::Term::Float(#v)),
+        Term::DTypeLit(d) => {
             let d = dtype_tokens(d);
-            quote!(#p::Term::DTypeLit(#d))
+            quote!(#rt::Term::DTypeLit(#d))
         }
-        ITerm::Bool(v) => quote!(#p::Term::Bool(#v)),
+        Term::Bool(v) => quote!(#rt::Term::Bool(#v)),
     }
 }
 
 /// The items of a pattern module (inside `mod name { .. }`), plus `extra` items.
 pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream) -> TokenStream {
-    let p = p();
+    let rt = private_path();
     let name = &f.name;
     let name_str = name.to_string();
     let params = ir.params.iter().map(|q| {
         let n = q.name.to_string();
         let k = param_kind(q.kind.expect("sema checked kinds"));
-        quote!(#p::Param { name: #n, kind: #k })
+        quote!(#rt::Param { name: #n, kind: #k })
     });
     let slots = u16_lit(ir.slots);
-    let nodes = ir.nodes.iter().map(|n| node_tokens(ir, n));
+    let nodes = ir.nodes.iter().map(node_tokens);
     let roots = ir.roots.iter().zip(&low.links).map(|(&r, link)| {
         let r = u16_lit(r);
         let link = match link {
             Some((s, d)) => {
                 let s = u16_lit(*s);
                 let d = Literal::u16_unsuffixed(*d);
-                quote!(Some(#p::Link { slot: #s, depth: #d }))
+                quote!(Some(#rt::Link { slot: #s, depth: #d }))
             }
             None => quote!(None),
         };
-        quote!(#p::Root { node: #r, link: #link })
+        quote!(#rt::Root { node: #r, link: #link })
     });
     let anchors = low.anchors.iter().map(|a| op_tokens(a, 0, true));
     let mut check_fns = Vec::new();
@@ -273,23 +272,23 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
             let reads = c.reads.iter().map(|&s| u16_lit(s));
             let text = &c.text;
             let check = match &c.check {
-                ICheck::Compare(l, op, r) => {
+                Check::Compare(l, op, r) => {
                     let (l, r) = (term_tokens(l), term_tokens(r));
                     let op = format_ident!("{}", format!("{op:?}"));
-                    quote!(#p::Check::Compare(#l, #p::CmpOp::#op, #r))
+                    quote!(#rt::Check::Compare(#l, #rt::CmpOp::#op, #r))
                 }
-                ICheck::Pred(path) => quote!(#p::Check::Pred(#path)),
-                ICheck::Closure(args, body) => {
+                Check::Pred(path) => quote!(#rt::Check::Pred(#path)),
+                Check::Closure(args, body) => {
                     let f = format_ident!("__check_{}", i);
                     let lets = args.iter().map(|(id, s, k)| {
                         let get = match k {
-                            PKind::Tensor => {
+                            ParamKind::Tensor => {
                                 let sl = u16_lit(*s);
                                 quote!(__b.tensor(__g, #sl))
                             }
                             // Borrowed: a check runs at every candidate, a copy per run
                             // would be an allocation per candidate.
-                            PKind::Ints => {
+                            ParamKind::Ints => {
                                 let sl = u16_lit(*s);
                                 quote!(__b.ints_ref(#sl))
                             }
@@ -299,34 +298,41 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
                     });
                     check_fns.push(quote! {
                         #[allow(unused_variables, clippy::all)]
-                        fn #f(__g: &#p::Graph, __b: &#p::Bindings) -> bool {
+                        fn #f(__g: &#rt::Graph, __b: &#rt::Bindings) -> bool {
                             #(#lets)*
                             #body
                         }
                     });
-                    quote!(#p::Check::Pred(#f))
+                    quote!(#rt::Check::Pred(#f))
                 }
             };
-            quote!(#p::Constraint { reads: &[#(#reads),*], check: #check, text: #text })
+            quote!(#rt::Constraint { reads: &[#(#reads),*], check: #check, text: #text })
         })
         .collect();
     let op_count = Literal::u16_unsuffixed(low.op_count);
     let outputs = ir.roots.len();
     let match_struct = match_struct(
         f,
-        ir.params.iter().map(|q| (&q.name, q.kind)),
+        ir.params
+            .iter()
+            .map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
         quote! {
-            fn pattern() -> &'static #p::Pattern { &PATTERN }
+            fn pattern() -> &'static #rt::Pattern { &PATTERN }
         },
         true,
     );
-    let params_consts = params_consts(f, ir.params.iter().map(|q| (&q.name, q.kind)));
+    let params_consts = params_consts(
+        f,
+        ir.params
+            .iter()
+            .map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
+    );
     let doc = format!("The compiled tree of pattern `{name_str}`.");
     quote! {
         #[allow(unused_imports)]
         use super::*;
         #[doc = #doc]
-        pub static PATTERN: #p::Pattern = #p::Pattern {
+        pub static PATTERN: #rt::Pattern = #rt::Pattern {
             name: #name_str,
             location: concat!(file!(), ":", line!()),
             params: &[#(#params),*],
@@ -350,10 +356,17 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
 /// each gets), read by the const check `replacement!` emits.
 fn params_consts<'a>(
     f: &PatternFn,
-    params: impl Iterator<Item = (&'a Ident, Option<PKind>)>,
+    params: impl Iterator<Item = (&'a Ident, Option<(ParamKind, bool)>)>,
 ) -> TokenStream {
-    let params: Vec<(String, &str)> = params
-        .map(|(n, k)| (n.to_string(), k.map(PKind::type_name).unwrap_or("_")))
+    let params: Vec<(String, String)> = params
+        .map(|(n, k)| {
+            let t = match k {
+                Some((k, false)) => k.type_name().to_string(),
+                Some((k, true)) => format!("Option<{}>", k.type_name()),
+                None => "_".to_string(),
+            };
+            (n.to_string(), t)
+        })
         .collect();
     let sig: Vec<String> = params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
     let names = params.iter().map(|(n, _)| n);
@@ -375,20 +388,32 @@ fn params_consts<'a>(
 /// The typed match struct; `real` false makes `from_bindings` unreachable (stubs).
 fn match_struct<'a>(
     f: &PatternFn,
-    params: impl Iterator<Item = (&'a Ident, Option<PKind>)>,
+    params: impl Iterator<Item = (&'a Ident, Option<(ParamKind, bool)>)>,
     pattern_fn: TokenStream,
     real: bool,
 ) -> TokenStream {
-    let p = p();
+    let rt = private_path();
     let mut fields = Vec::new();
     let mut inits = Vec::new();
     for (slot, (name, kind)) in params.enumerate() {
-        let Some(kind) = kind else { continue };
+        let Some((kind, optional)) = kind else {
+            continue;
+        };
         let ty = field_type(kind);
-        let doc = format!("Parameter `{name}: {}`.", kind.type_name());
-        fields.push(quote!(#[doc = #doc] pub #name: #ty));
         let get = getter(kind, slot);
-        inits.push(quote!(#name: #get));
+        if optional {
+            let doc = format!(
+                "Parameter `{name}: Option<{}>` (`None` when its optional part is absent).",
+                kind.type_name()
+            );
+            fields.push(quote!(#[doc = #doc] pub #name: ::core::option::Option<#ty>));
+            let s = u16_lit(slot);
+            inits.push(quote!(#name: if __b.is_bound(#s) { ::core::option::Option::Some(#get) } else { ::core::option::Option::None }));
+        } else {
+            let doc = format!("Parameter `{name}: {}`.", kind.type_name());
+            fields.push(quote!(#[doc = #doc] pub #name: #ty));
+            inits.push(quote!(#name: #get));
+        }
     }
     let doc = format!(
         "The bindings of a match of pattern `{}`, one field per parameter.",
@@ -406,27 +431,27 @@ fn match_struct<'a>(
         #[doc = #doc]
         #[derive(Clone, Debug, PartialEq)]
         pub struct Match { #(#fields),* }
-        impl #p::PatternMatch for Match {
+        impl #rt::PatternMatch for Match {
             #pattern_fn
-            fn from_bindings(__b: &#p::Bindings) -> Self { #body }
+            fn from_bindings(__b: &#rt::Bindings) -> Self { #body }
         }
     }
 }
 
 /// A pattern module for a pattern with errors: same names, nothing that can match.
 pub fn stub_module(f: &PatternFn, extra: TokenStream) -> TokenStream {
-    let p = p();
+    let rt = private_path();
     let outputs = match &f.ret {
         Type::Tuple(t) => t.elems.len(),
         _ => 1,
     };
-    let kinds: Vec<(Ident, Option<PKind>)> = f
+    let kinds: Vec<(Ident, Option<(ParamKind, bool)>)> = f
         .params
         .iter()
-        .map(|q| (q.name.clone(), PKind::from_type(&q.ty)))
+        .map(|q| (q.name.clone(), param_type(&q.ty)))
         .collect();
     let mut seen = Vec::new();
-    let kinds: Vec<(Ident, Option<PKind>)> = kinds
+    let kinds: Vec<(Ident, Option<(ParamKind, bool)>)> = kinds
         .into_iter()
         .filter(|(n, _)| {
             let fresh = !seen.contains(n);
@@ -438,14 +463,14 @@ pub fn stub_module(f: &PatternFn, extra: TokenStream) -> TokenStream {
     let ms = match_struct(
         f,
         kinds.iter().map(|(n, k)| (n, *k)),
-        quote!(fn pattern() -> &'static #p::Pattern { &PATTERN }),
+        quote!(fn pattern() -> &'static #rt::Pattern { &PATTERN }),
         false,
     );
     quote! {
         #[allow(unused_imports)]
         use super::*;
         /// A pattern with errors (see the compiler's messages).
-        pub static PATTERN: #p::Pattern = #p::Pattern::STUB;
+        pub static PATTERN: #rt::Pattern = #rt::Pattern::STUB;
         /// Number of outputs.
         pub const OUTPUTS: usize = #outputs;
         #params_consts
@@ -487,7 +512,7 @@ pub fn replacement_fn(
     target: TokenStream,
     body: &Block,
 ) -> TokenStream {
-    let p = p();
+    let rt = private_path();
     let mut fields = Vec::new();
     let mut checks = Vec::new();
     let mut body_params = Vec::new();
@@ -495,19 +520,32 @@ pub fn replacement_fn(
     for q in params {
         let n = &q.name;
         fields.push(quote!(#n));
-        let kind = PKind::from_type(&q.ty);
-        let Some(kind) = kind else {
+        let Some((kind, optional)) = param_type(&q.ty) else {
             checks.push(quote_spanned!(syn::spanned::Spanned::span(&q.ty)=>
-                compile_error!("unsupported parameter type: use `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`");));
+                compile_error!("unsupported parameter type: use `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`, or `Option<..>` of one for an optional part's binding");));
             continue;
         };
         let check_ty = field_type(kind);
+        let check_ty = if optional {
+            quote!(::core::option::Option<#check_ty>)
+        } else {
+            check_ty
+        };
         let ty_span = syn::spanned::Spanned::span(&q.ty);
         let check_ty = quote_spanned!(ty_span=> #check_ty);
         checks.push(quote!(let #n: #check_ty = #n;));
         match kind {
-            PKind::Tensor => {
-                body_params.push(quote!(#n: #p::Var<'__b>));
+            ParamKind::Tensor if optional => {
+                body_params.push(quote!(#n: ::core::option::Option<#rt::Var<'__b>>));
+                args.push(quote!(#n.map(|__v| __bld.var(__v))));
+            }
+            k if optional => {
+                let t = field_type(k);
+                body_params.push(quote!(#n: ::core::option::Option<#t>));
+                args.push(quote!(#n));
+            }
+            ParamKind::Tensor => {
+                body_params.push(quote!(#n: #rt::Var<'__b>));
                 args.push(quote!(__bld.var(#n)));
             }
             k => {
@@ -519,10 +557,10 @@ pub fn replacement_fn(
     }
     let (ret_ty, n_out) = match ret {
         Type::Tuple(t) => {
-            let vars = t.elems.iter().map(|_| quote!(#p::Var<'__b>));
+            let vars = t.elems.iter().map(|_| quote!(#rt::Var<'__b>));
             (quote!((#(#vars),*)), t.elems.len())
         }
-        _ => (quote!(#p::Var<'__b>), 1),
+        _ => (quote!(#rt::Var<'__b>), 1),
     };
     let msg = format!(
         "replacement `{name}` returns {n_out} value(s) but its pattern has another number of outputs; make the return type match the pattern's"
@@ -531,7 +569,7 @@ pub fn replacement_fn(
     let out_check =
         quote_spanned!(ret_span=> const _: () = ::core::assert!(#target::OUTPUTS == #n_out, #msg););
     let (bparam, barg) = match builder {
-        Some(b) => (quote!(#b: &'__b #p::Builder,), quote!(__bld,)),
+        Some(b) => (quote!(#b: &'__b #rt::Builder,), quote!(__bld,)),
         None => (quote!(), quote!()),
     };
     let target_span = target
@@ -548,24 +586,24 @@ pub fn replacement_fn(
             ::core::option::Option::None => (),
         };);
     let destructure = quote_spanned!(target_span=> let #target::Match { #(#fields,)* .. } =
-        <#target::Match as #p::PatternMatch>::from_bindings(__m););
+        <#target::Match as #rt::PatternMatch>::from_bindings(__m););
     quote! {
         #attrs
         #[allow(clippy::all)]
         #vis fn #name(
-            __bld: &#p::Builder,
-            __m: &#p::Bindings,
-        ) -> ::core::result::Result<::std::vec::Vec<#p::Value>, #p::GraphError> {
+            __bld: &#rt::Builder,
+            __m: &#rt::Bindings,
+        ) -> ::core::result::Result<::std::vec::Vec<#rt::Value>, #rt::GraphError> {
             #missing_check
             #destructure
             #out_check
             #(#checks)*
             #[allow(unused_variables, unused_mut, unused_braces, clippy::all)]
-            fn __body<'__b>(#bparam #(#body_params),*) -> ::core::result::Result<#ret_ty, #p::GraphError> {
+            fn __body<'__b>(#bparam #(#body_params),*) -> ::core::result::Result<#ret_ty, #rt::GraphError> {
                 ::core::result::Result::Ok(#body)
             }
             let __out = __body(#barg #(#args),*)?;
-            ::core::result::Result::Ok(#p::IntoOutputs::into_outputs(__out))
+            ::core::result::Result::Ok(#rt::IntoOutputs::into_outputs(__out))
         }
     }
 }

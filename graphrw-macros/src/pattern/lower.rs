@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::sema::{INode, Ir, OpRef};
+use super::ir::{Ir, Node, OpRef};
 
 /// What lowering adds to the IR.
 pub struct Lowered {
@@ -53,9 +53,9 @@ pub fn lower(ir: &Ir) -> Lowered {
 
 pub fn anchor_ops(ir: &Ir, n: usize, out: &mut Vec<OpRef>) {
     match &ir.nodes[n] {
-        INode::Op(o) => out.push(o.op.clone()),
-        INode::Alt(bs) => bs.iter().for_each(|&b| anchor_ops(ir, b, out)),
-        INode::Repeat {
+        Node::Op(o) => out.push(o.op.clone()),
+        Node::Alt(bs) => bs.iter().for_each(|&b| anchor_ops(ir, b, out)),
+        Node::Repeat {
             body, base, min, ..
         } => {
             anchor_ops(ir, *body, out);
@@ -71,10 +71,10 @@ pub fn anchor_ops(ir: &Ir, n: usize, out: &mut Vec<OpRef>) {
 /// bodies (alternatives bind the same ones), op slots outside alternatives.
 fn surely_bound(ir: &Ir, n: usize, out: &mut BTreeSet<usize>) {
     match &ir.nodes[n] {
-        INode::Tensor(p) => {
+        Node::Tensor(p) => {
             out.insert(*p);
         }
-        INode::Op(o) => {
+        Node::Op(o) => {
             if let Some(s) = o.slot {
                 out.insert(s);
             }
@@ -82,7 +82,7 @@ fn surely_bound(ir: &Ir, n: usize, out: &mut BTreeSet<usize>) {
                 surely_bound(ir, x, out);
             }
         }
-        INode::Alt(bs) => {
+        Node::Alt(bs) => {
             let sets: Vec<BTreeSet<usize>> = bs
                 .iter()
                 .map(|&b| {
@@ -99,7 +99,7 @@ fn surely_bound(ir: &Ir, n: usize, out: &mut BTreeSet<usize>) {
                 }
             }
         }
-        INode::Repeat { base, .. } => surely_bound(ir, *base, out),
+        Node::Repeat { base, .. } => surely_bound(ir, *base, out),
         _ => {}
     }
 }
@@ -113,8 +113,8 @@ fn find_link(ir: &Ir, r: usize, bound: &BTreeSet<usize>) -> Option<(usize, u16)>
         let mut next = Vec::new();
         for &n in &level {
             match &ir.nodes[n] {
-                INode::Tensor(p) if bound.contains(p) && depth > 0 => return Some((*p, depth)),
-                INode::Op(o) => {
+                Node::Tensor(p) if bound.contains(p) && depth > 0 => return Some((*p, depth)),
+                Node::Op(o) => {
                     if let Some(s) = o.slot {
                         if bound.contains(&s) && depth > 0 {
                             return Some((s, depth));
@@ -136,22 +136,22 @@ fn count_ops(ir: &Ir, n: usize, visited: &mut BTreeSet<usize>) -> usize {
         return 0;
     }
     match &ir.nodes[n] {
-        INode::Op(o) => {
+        Node::Op(o) => {
             1 + o
                 .operands
                 .iter()
                 .map(|&x| count_ops(ir, x, visited))
                 .sum::<usize>()
         }
-        INode::Alt(bs) => bs
+        Node::Alt(bs) => bs
             .iter()
             .map(|&b| count_ops(ir, b, &mut visited.clone()))
             .min()
             .unwrap_or(0),
-        INode::Repeat {
+        Node::Repeat {
             body, base, min, ..
         } => count_ops(ir, *body, visited) * (*min as usize) + count_ops(ir, *base, visited),
-        INode::ConstValue(_) | INode::ConstParam(_) => 0,
+        Node::ConstValue(_) | Node::ConstParam(_) => 0,
         _ => 0,
     }
 }

@@ -1,16 +1,17 @@
 //! `pattern!`, `replacement!` and `rule_set!`: one file per stage, strung together here.
 //!
-//! `parse` (syn) -> `sema` (resolve ops and names, check, build the IR) -> `lower` (anchors,
+//! `parse` (syn) -> `analysis` (resolve ops and names, check, build the IR, `ir`) -> `lower` (anchors,
 //! root links, op count) -> `codegen` (statics, typed match struct, functions);
 //! `overlap` checks rule sets; `error` collects every error of an expansion. On errors the
 //! macros still emit stub items with the same names, so one mistake does not cascade.
 
+pub(crate) mod analysis;
 mod codegen;
 mod error;
+pub(crate) mod ir;
 mod lower;
 mod overlap;
 pub(crate) mod parse;
-pub(crate) mod sema;
 #[cfg(test)]
 mod tests;
 
@@ -44,9 +45,9 @@ fn pattern_item(
     f: &PatternFn,
     errs: &mut Errors,
     extra: TokenStream,
-) -> (TokenStream, Option<sema::Ir>) {
+) -> (TokenStream, Option<ir::Ir>) {
     let mut local = Errors::default();
-    let ir = sema::analyse(f, &mut local);
+    let ir = analysis::analyse(f, &mut local);
     let ok = local.is_empty();
     if let Some(e) = local.take() {
         errs.push(e);
@@ -116,8 +117,8 @@ fn rule_attrs(f: &PatternFn, errs: &mut Errors) -> RuleAttrs {
                 Meta::NameValue(nv) => Some(nv.value.clone()),
                 Meta::Path(_) => None,
             };
-            match lit.as_ref().and_then(sema::literal) {
-                Some(sema::Lit::Int(v)) => out.priority = Some(v as i32),
+            match lit.as_ref().and_then(analysis::literal) {
+                Some(ir::Lit::Int(v)) => out.priority = Some(v as i32),
                 _ => errs.spanned(a, "write `#[priority(N)]` with an integer `N`"),
             }
         } else if !a.path().is_ident("doc") {
@@ -137,7 +138,7 @@ pub fn expand_rule_set(input: TokenStream) -> syn::Result<TokenStream> {
     let mut out = TokenStream::new();
     struct Checked {
         name: syn::Ident,
-        ir: sema::Ir,
+        ir: ir::Ir,
         priority: i32,
         overlap: bool,
     }

@@ -6,7 +6,7 @@
 //! B" is claimed only when A has no constraints, one root, and each parameter used once;
 //! "A and B overlap" treats anything it cannot compare as overlapping.
 
-use super::sema::{IAttr, INode, Ir, Lit};
+use super::ir::{AttrPattern, Ir, Lit, Node};
 
 /// True when every match of `b` is a match of `a`.
 pub fn subsumes(a: &Ir, b: &Ir) -> bool {
@@ -16,10 +16,10 @@ pub fn subsumes(a: &Ir, b: &Ir) -> bool {
     let mut uses = vec![0usize; a.params.len()];
     for n in &a.nodes {
         match n {
-            INode::Tensor(p) | INode::ConstParam(p) => uses[*p] += 1,
-            INode::Op(o) => {
+            Node::Tensor(p) | Node::ConstParam(p) => uses[*p] += 1,
+            Node::Op(o) => {
                 for at in &o.attrs {
-                    if let IAttr::Param(p) = at.pat {
+                    if let AttrPattern::Param(p) = at.pat {
                         uses[p] += 1;
                     }
                 }
@@ -34,15 +34,15 @@ pub fn subsumes(a: &Ir, b: &Ir) -> bool {
 }
 
 fn sub(a: &Ir, x: usize, b: &Ir, y: usize) -> bool {
-    if let INode::Alt(bs) = &b.nodes[y] {
+    if let Node::Alt(bs) = &b.nodes[y] {
         return bs.iter().all(|&yb| sub(a, x, b, yb));
     }
     match (&a.nodes[x], &b.nodes[y]) {
-        (INode::Any, _) | (INode::Tensor(_), _) => true,
-        (INode::Alt(xs), _) => xs.iter().any(|&xa| sub(a, xa, b, y)),
-        (INode::ConstValue(v), INode::ConstValue(w)) => v == w,
-        (INode::ConstParam(_), INode::ConstValue(_) | INode::ConstParam(_)) => true,
-        (INode::Op(oa), INode::Op(ob)) => {
+        (Node::Any, _) | (Node::Tensor(_), _) => true,
+        (Node::Alt(xs), _) => xs.iter().any(|&xa| sub(a, xa, b, y)),
+        (Node::ConstValue(v), Node::ConstValue(w)) => v == w,
+        (Node::ConstParam(_), Node::ConstValue(_) | Node::ConstParam(_)) => true,
+        (Node::Op(oa), Node::Op(ob)) => {
             if oa.op.key() != ob.op.key() {
                 return false;
             }
@@ -57,10 +57,14 @@ fn sub(a: &Ir, x: usize, b: &Ir, y: usize) -> bool {
             for ca in &oa.attrs {
                 let cb = ob.attrs.iter().find(|cb| same_key(&cb.key, &ca.key));
                 let ok = match (&ca.pat, cb.map(|c| &c.pat)) {
-                    (IAttr::Param(_), Some(IAttr::Lit(_) | IAttr::Param(_))) => true,
-                    (IAttr::Lit(l), Some(IAttr::Lit(m))) => l == m,
-                    (IAttr::OneOf(ls), Some(IAttr::Lit(m))) => ls.contains(m),
-                    (IAttr::OneOf(ls), Some(IAttr::OneOf(ms))) => ms.iter().all(|m| ls.contains(m)),
+                    (AttrPattern::Param(_), Some(AttrPattern::Lit(_) | AttrPattern::Param(_))) => {
+                        true
+                    }
+                    (AttrPattern::Lit(l), Some(AttrPattern::Lit(m))) => l == m,
+                    (AttrPattern::OneOf(ls), Some(AttrPattern::Lit(m))) => ls.contains(m),
+                    (AttrPattern::OneOf(ls), Some(AttrPattern::OneOf(ms))) => {
+                        ms.iter().all(|m| ls.contains(m))
+                    }
                     _ => false,
                 };
                 if !ok {
@@ -88,8 +92,8 @@ fn sub(a: &Ir, x: usize, b: &Ir, y: usize) -> bool {
     }
 }
 
-fn same_key(a: &super::sema::AttrKey, b: &super::sema::AttrKey) -> bool {
-    use super::sema::AttrKey::*;
+fn same_key(a: &super::ir::AttrKey, b: &super::ir::AttrKey) -> bool {
+    use super::ir::AttrKey::*;
     match (a, b) {
         (Builtin(i, _), Builtin(j, _)) => i == j,
         (User(x, _), User(y, _)) => x == y,
@@ -107,12 +111,12 @@ pub fn overlaps(a: &Ir, b: &Ir) -> bool {
 
 fn ovl(a: &Ir, x: usize, b: &Ir, y: usize) -> bool {
     match (&a.nodes[x], &b.nodes[y]) {
-        (INode::Alt(xs), _) => xs.iter().any(|&xa| ovl(a, xa, b, y)),
-        (_, INode::Alt(ys)) => ys.iter().any(|&yb| ovl(a, x, b, yb)),
-        (INode::ConstValue(v), INode::ConstValue(w)) => v == w,
-        (INode::ConstValue(_) | INode::ConstParam(_), INode::Op(_))
-        | (INode::Op(_), INode::ConstValue(_) | INode::ConstParam(_)) => false,
-        (INode::Op(oa), INode::Op(ob)) => {
+        (Node::Alt(xs), _) => xs.iter().any(|&xa| ovl(a, xa, b, y)),
+        (_, Node::Alt(ys)) => ys.iter().any(|&yb| ovl(a, x, b, yb)),
+        (Node::ConstValue(v), Node::ConstValue(w)) => v == w,
+        (Node::ConstValue(_) | Node::ConstParam(_), Node::Op(_))
+        | (Node::Op(_), Node::ConstValue(_) | Node::ConstParam(_)) => false,
+        (Node::Op(oa), Node::Op(ob)) => {
             if oa.op.key() != ob.op.key() {
                 return false;
             }
@@ -141,12 +145,12 @@ fn ovl(a: &Ir, x: usize, b: &Ir, y: usize) -> bool {
     }
 }
 
-fn attrs_meet(x: &IAttr, y: &IAttr) -> bool {
-    let set = |p: &IAttr| -> Option<Vec<Lit>> {
+fn attrs_meet(x: &AttrPattern, y: &AttrPattern) -> bool {
+    let set = |p: &AttrPattern| -> Option<Vec<Lit>> {
         match p {
-            IAttr::Lit(l) => Some(vec![l.clone()]),
-            IAttr::OneOf(ls) => Some(ls.clone()),
-            IAttr::Param(_) => None,
+            AttrPattern::Lit(l) => Some(vec![l.clone()]),
+            AttrPattern::OneOf(ls) => Some(ls.clone()),
+            AttrPattern::Param(_) => None,
         }
     };
     match (set(x), set(y)) {

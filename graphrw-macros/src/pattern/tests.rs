@@ -1,11 +1,12 @@
 //! Unit tests: the tree built for several patterns is exactly the expected one, and the
 //! rule-set relations (subsumption, overlap) hold where they should.
 
+use super::analysis::analyse;
 use super::error::Errors;
+use super::ir::{AttrPattern, Ir, Lit, Node};
 use super::lower::lower;
 use super::overlap::{overlaps, subsumes};
 use super::parse::PatternInput;
-use super::sema::{analyse, IAttr, INode, Ir, Lit};
 
 fn ir(src: &str) -> Ir {
     let input: PatternInput = syn::parse_str(src).expect("parses");
@@ -22,27 +23,27 @@ fn render(ir: &Ir) -> Vec<String> {
     ir.nodes
         .iter()
         .map(|n| match n {
-            INode::Any => "_".into(),
-            INode::Tensor(p) => format!("T{p}"),
-            INode::ConstValue(v) => format!("C{v}"),
-            INode::ConstParam(p) => format!("CP{p}"),
-            INode::Hole(r) => format!("H{r}"),
-            INode::Alt(bs) => format!("Alt{bs:?}"),
-            INode::Repeat {
+            Node::Any => "_".into(),
+            Node::Tensor(p) => format!("T{p}"),
+            Node::ConstValue(v) => format!("C{v}"),
+            Node::ConstParam(p) => format!("CP{p}"),
+            Node::Hole(r) => format!("H{r}"),
+            Node::Alt(bs) => format!("Alt{bs:?}"),
+            Node::Repeat {
                 body,
                 base,
                 min,
                 max,
             } => format!("Rep(body={body},base={base},{min}..={max})"),
-            INode::Op(o) => {
+            Node::Op(o) => {
                 let attrs: Vec<String> = o
                     .attrs
                     .iter()
                     .map(|a| match &a.pat {
-                        IAttr::Lit(Lit::Int(v)) => format!("{v}"),
-                        IAttr::Lit(l) => format!("{l:?}"),
-                        IAttr::Param(p) => format!("P{p}"),
-                        IAttr::OneOf(ls) => format!("{ls:?}"),
+                        AttrPattern::Lit(Lit::Int(v)) => format!("{v}"),
+                        AttrPattern::Lit(l) => format!("{l:?}"),
+                        AttrPattern::Param(p) => format!("P{p}"),
+                        AttrPattern::OneOf(ls) => format!("{ls:?}"),
                     })
                     .collect();
                 format!(

@@ -201,10 +201,10 @@ pub(crate) fn run_in<const E: bool>(
         iter: 0,
     });
     let mut m = Matcher::<E> {
-        p: pattern,
-        g: graph,
+        pattern,
+        graph,
         flags,
-        s,
+        scratch: s,
         fail: None,
         at: (Some(root.node), value),
     };
@@ -212,17 +212,17 @@ pub(crate) fn run_in<const E: bool>(
     let ok = m.unconditional() && m.solve();
     let result = if ok {
         // Each node once, in match order (matches are small: a scan beats a set).
-        let mut nodes: Vec<NodeId> = Vec::with_capacity(m.s.nodes.len());
-        for &n in &m.s.nodes {
+        let mut nodes: Vec<NodeId> = Vec::with_capacity(m.scratch.nodes.len());
+        for &n in &m.scratch.nodes {
             if !nodes.contains(&n) {
                 nodes.push(n);
             }
         }
         Ok(Match {
             pattern,
-            outputs: m.s.roots.clone(),
+            outputs: m.scratch.roots.clone(),
             nodes,
-            bindings: m.s.b.clone(),
+            bindings: m.scratch.b.clone(),
         })
     } else {
         Err(m.fail.take())
@@ -253,10 +253,10 @@ enum Goal {
 }
 
 struct Matcher<'g, 's, const E: bool> {
-    p: &'static Pattern,
-    g: &'g Graph,
+    pattern: &'static Pattern,
+    graph: &'g Graph,
     flags: Flags,
-    s: &'s mut Scratch,
+    scratch: &'s mut Scratch,
     /// Explain mode: the deepest failure so far.
     fail: Option<Failure>,
     /// Explain mode: the pattern node and value being matched (for failures of `bind`).
@@ -271,7 +271,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
     #[inline(always)]
     fn record(&mut self, pat: Option<u16>, value: Value, why: impl FnOnce(&Self) -> Why) {
         if E {
-            let depth = self.s.nodes.len();
+            let depth = self.scratch.nodes.len();
             if self.fail.as_ref().is_none_or(|f| depth > f.depth) {
                 let why = why(self);
                 self.fail = Some(Failure {
@@ -285,36 +285,40 @@ impl<const E: bool> Matcher<'_, '_, E> {
     }
 
     fn mark(&self) -> Mark {
-        (self.s.trail.len(), self.s.nodes.len())
+        (self.scratch.trail.len(), self.scratch.nodes.len())
     }
 
     /// Rolls bindings and matched nodes back to `mark`.
     fn undo(&mut self, (trail, nodes): Mark) {
-        while self.s.trail.len() > trail {
-            let s = self.s.trail.pop().expect("trail is longer than the mark");
-            if let Some(b) = self.s.b.take(s) {
-                self.s.recycle(b);
+        while self.scratch.trail.len() > trail {
+            let s = self
+                .scratch
+                .trail
+                .pop()
+                .expect("trail is longer than the mark");
+            if let Some(b) = self.scratch.b.take(s) {
+                self.scratch.recycle(b);
             }
         }
-        self.s.nodes.truncate(nodes);
+        self.scratch.nodes.truncate(nodes);
     }
 
     /// Runs the constraints that read no slot.
     fn unconditional(&mut self) -> bool {
-        self.p.constraints.iter().all(|c| {
+        self.pattern.constraints.iter().all(|c| {
             !c.reads.is_empty()
                 || match c.check {
-                    Check::Compare(l, op, r) => compare(self.g, &self.s.b, l, op, r),
-                    Check::Pred(f) => f(self.g, &self.s.b),
+                    Check::Compare(l, op, r) => compare(self.graph, &self.scratch.b, l, op, r),
+                    Check::Pred(f) => f(self.graph, &self.scratch.b),
                 }
         })
     }
 
     /// Binds `slot` (or compares when bound) and runs the constraints that became ready.
     fn bind(&mut self, slot: Slot, value: Bound) -> bool {
-        if let Some(old) = self.s.b.get(slot) {
+        if let Some(old) = self.scratch.b.get(slot) {
             if *old == value {
-                self.s.recycle(value);
+                self.scratch.recycle(value);
                 return true;
             }
             if E {
@@ -326,18 +330,18 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     new: value,
                 });
             } else {
-                self.s.recycle(value);
+                self.scratch.recycle(value);
             }
             return false;
         }
-        self.s.b.set(slot, value);
-        self.s.trail.push(slot);
-        let failed = self.p.constraints.iter().position(|c| {
+        self.scratch.b.set(slot, value);
+        self.scratch.trail.push(slot);
+        let failed = self.pattern.constraints.iter().position(|c| {
             c.reads.contains(&slot)
-                && c.reads.iter().all(|&s| self.s.b.is_bound(s))
+                && c.reads.iter().all(|&s| self.scratch.b.is_bound(s))
                 && !match c.check {
-                    Check::Compare(l, op, r) => compare(self.g, &self.s.b, l, op, r),
-                    Check::Pred(f) => f(self.g, &self.s.b),
+                    Check::Compare(l, op, r) => compare(self.graph, &self.scratch.b, l, op, r),
+                    Check::Pred(f) => f(self.graph, &self.scratch.b),
                 }
         });
         match failed {
@@ -346,9 +350,13 @@ impl<const E: bool> Matcher<'_, '_, E> {
                 let (pat, at) = self.at;
                 self.record(pat, at, |m| Why::Constraint {
                     index,
-                    detail: match m.p.constraints[index].check {
+                    detail: match m.pattern.constraints[index].check {
                         Check::Compare(l, _, r) => {
-                            format!("{} vs {}", show(m.g, &m.s.b, l), show(m.g, &m.s.b, r))
+                            format!(
+                                "{} vs {}",
+                                show(m.graph, &m.scratch.b, l),
+                                show(m.graph, &m.scratch.b, r)
+                            )
                         }
                         Check::Pred(_) => String::new(),
                     },
@@ -361,7 +369,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
     /// Solves the goals on the stack, last first. On failure the stack is left exactly
     /// as it was, so a caller can push alternatives, fail, truncate and try the next.
     fn solve(&mut self) -> bool {
-        let Some(goal) = self.s.goals.pop() else {
+        let Some(goal) = self.scratch.goals.pop() else {
             return true;
         };
         let ok = match goal {
@@ -370,24 +378,24 @@ impl<const E: bool> Matcher<'_, '_, E> {
             Goal::Root(k) => self.match_root(k),
         };
         if !ok {
-            self.s.goals.push(goal);
+            self.scratch.goals.push(goal);
         }
         ok
     }
 
     /// Pushes `goal`, solves, and on failure pops it again.
     fn attempt(&mut self, goal: Goal) -> bool {
-        let base = self.s.goals.len();
-        self.s.goals.push(goal);
+        let base = self.scratch.goals.len();
+        self.scratch.goals.push(goal);
         if self.solve() {
             return true;
         }
-        self.s.goals.truncate(base);
+        self.scratch.goals.truncate(base);
         false
     }
 
     fn repeat(&mut self, pat: u16, value: Value, count: u16) -> bool {
-        let PatNode::Repeat(r) = &self.p.nodes[pat as usize] else {
+        let PatNode::Repeat(r) = &self.pattern.nodes[pat as usize] else {
             unreachable!("a repeat goal names a repeat node")
         };
         let more = Goal::Match {
@@ -407,13 +415,13 @@ impl<const E: bool> Matcher<'_, '_, E> {
     }
 
     fn match_root(&mut self, k: u16) -> bool {
-        let root = self.p.roots[k as usize];
-        let mut ops = std::mem::take(&mut self.s.ops);
+        let root = self.pattern.roots[k as usize];
+        let mut ops = std::mem::take(&mut self.scratch.ops);
         ops.clear();
-        anchor_ops(self.p, root.node, &mut ops);
+        anchor_ops(self.pattern, root.node, &mut ops);
         let candidates: Vec<NodeId> = if self.flags.match_output {
             // The pattern's outputs are the graph's, in order: one candidate.
-            let v = self.g.outputs()[k as usize];
+            let v = self.graph.outputs()[k as usize];
             if v.output == 0 {
                 vec![v.node]
             } else {
@@ -422,19 +430,24 @@ impl<const E: bool> Matcher<'_, '_, E> {
         } else {
             match root.link {
                 Some(Link { slot, depth }) => {
-                    let Some(Bound::Value(v)) = self.s.b.get(slot) else {
-                        self.s.ops = ops;
+                    let Some(Bound::Value(v)) = self.scratch.b.get(slot) else {
+                        self.scratch.ops = ops;
                         return false;
                     };
                     let mut frontier = BTreeSet::from([v.node]);
                     for _ in 0..depth {
-                        frontier = frontier.iter().flat_map(|&n| self.g.consumers(n)).collect();
+                        frontier = frontier
+                            .iter()
+                            .flat_map(|&n| self.graph.consumers(n))
+                            .collect();
                     }
                     frontier.into_iter().collect()
                 }
                 None => {
-                    let mut all: Vec<NodeId> =
-                        ops.iter().flat_map(|op| self.g.nodes_with_op(op)).collect();
+                    let mut all: Vec<NodeId> = ops
+                        .iter()
+                        .flat_map(|op| self.graph.nodes_with_op(op))
+                        .collect();
                     all.sort_unstable();
                     all
                 }
@@ -442,12 +455,14 @@ impl<const E: bool> Matcher<'_, '_, E> {
         };
         let mut found = false;
         for c in candidates {
-            let Some(node) = self.g.node(c) else { continue };
+            let Some(node) = self.graph.node(c) else {
+                continue;
+            };
             let value = Value::new(c, 0);
-            if !ops.contains(&node.op_name()) || self.s.roots.contains(&value) {
+            if !ops.contains(&node.op_name()) || self.scratch.roots.contains(&value) {
                 continue;
             }
-            self.s.roots.push(value);
+            self.scratch.roots.push(value);
             if self.attempt(Goal::Match {
                 pat: root.node,
                 value,
@@ -456,11 +471,11 @@ impl<const E: bool> Matcher<'_, '_, E> {
                 found = true;
                 break;
             }
-            self.s.roots.pop();
+            self.scratch.roots.pop();
         }
-        self.s.ops = ops;
+        self.scratch.ops = ops;
         if !found {
-            let at = self.s.roots[0];
+            let at = self.scratch.roots[0];
             self.record(None, at, |_| Why::NoRoot { root: k });
         }
         found
@@ -471,12 +486,12 @@ impl<const E: bool> Matcher<'_, '_, E> {
         if E {
             self.at = (Some(pat), value);
         }
-        let ok = match &self.p.nodes[pat as usize] {
+        let ok = match &self.pattern.nodes[pat as usize] {
             PatNode::Any => return self.solve(),
             PatNode::Tensor(slot) => {
                 if self.flags.match_placeholder
                     && !self
-                        .g
+                        .graph
                         .node(value.node)
                         .is_some_and(|n| *n.op() == crate::ops::builtin::INPUT)
                 {
@@ -485,11 +500,15 @@ impl<const E: bool> Matcher<'_, '_, E> {
                 self.bind(*slot, Bound::Value(value)) && self.solve()
             }
             PatNode::Const(c) => {
-                let Some(x) = constant_scalar(self.g, value) else {
+                let Some(x) = constant_scalar(self.graph, value) else {
                     self.record(Some(pat), value, |_| Why::NotConst);
                     return false;
                 };
-                let dtype = self.g.meta(value).map(|m| m.dtype).unwrap_or(DType::F64);
+                let dtype = self
+                    .graph
+                    .meta(value)
+                    .map(|m| m.dtype)
+                    .unwrap_or(DType::F64);
                 let ok = match c {
                     ConstPat::Value(_) if self.flags.ignore_literals => true,
                     ConstPat::Value(want) => {
@@ -501,7 +520,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                         ok
                     }
                     ConstPat::Param(slot) => {
-                        let bound = match self.p.params[*slot as usize].kind {
+                        let bound = match self.pattern.params[*slot as usize].kind {
                             ParamKind::Int if x.fract() == 0.0 => Bound::Int(x as i64),
                             ParamKind::Int => {
                                 self.record(Some(pat), value, |_| Why::NotInt { found: x });
@@ -512,11 +531,11 @@ impl<const E: bool> Matcher<'_, '_, E> {
                         self.bind(*slot, bound)
                     }
                 };
-                self.s.nodes.push(value.node);
+                self.scratch.nodes.push(value.node);
                 ok && self.solve()
             }
             PatNode::Op(o) => {
-                let Some(node) = self.g.node(value.node) else {
+                let Some(node) = self.graph.node(value.node) else {
                     return false;
                 };
                 if node.op() != o.op {
@@ -529,7 +548,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     self.record(Some(pat), value, |_| Why::Output);
                     return false;
                 }
-                if let Some(Bound::Value(v)) = o.slot.and_then(|s| self.s.b.get(s)) {
+                if let Some(Bound::Value(v)) = o.slot.and_then(|s| self.scratch.b.get(s)) {
                     // A shared (`let`) node matched already.
                     if *v != value {
                         let old = *v;
@@ -571,10 +590,10 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     self.undo(mark);
                     return false;
                 }
-                self.s.nodes.push(value.node);
+                self.scratch.nodes.push(value.node);
                 let operands = node.operands();
                 let swap = o.op.commutative && o.operands.len() >= 2;
-                let base = self.s.goals.len();
+                let base = self.scratch.goals.len();
                 let mut ok = false;
                 for order in 0..1 + usize::from(swap) {
                     for (i, &sub) in o.operands.iter().enumerate().rev() {
@@ -583,7 +602,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                             (1, 1) => 0,
                             _ => i,
                         };
-                        self.s.goals.push(Goal::Match {
+                        self.scratch.goals.push(Goal::Match {
                             pat: sub,
                             value: operands[j],
                             iter,
@@ -593,7 +612,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                         ok = true;
                         break;
                     }
-                    self.s.goals.truncate(base);
+                    self.scratch.goals.truncate(base);
                 }
                 ok
             }
@@ -629,7 +648,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     AttrValue::Float(x) => Bound::Float(*x),
                     AttrValue::Bool(x) => Bound::Bool(*x),
                     AttrValue::Ints(x) => {
-                        let mut v = self.s.int_lists.pop().unwrap_or_default();
+                        let mut v = self.scratch.int_lists.pop().unwrap_or_default();
                         v.clear();
                         v.extend_from_slice(x);
                         Bound::Ints(v)

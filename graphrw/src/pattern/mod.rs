@@ -122,6 +122,30 @@
 //! # Ok::<(), graphrw::GraphError>(())
 //! ```
 //!
+//! Optional parts: `x.op(a?)` is `op(x, a)` or, when the op is absent, `x` itself (the
+//! other operand passes through); `opt(x, |t| step)` is `step` applied to `x`, or `x`.
+//! A parameter bound only inside optional parts is declared `Option<..>`; the typed
+//! `Match` and the replacement get `None` when its part is absent. Matching tries the
+//! part present, then absent, so one pattern covers every combination without 2^n rules;
+//! a constraint that reads an optional binding runs only when its part is present.
+//!
+//! ```
+//! use graphrw::{pattern, Builder, DType, TensorMeta};
+//! pattern! {
+//!     fn scaled(x: Tensor, s: Option<f64>) -> Tensor {
+//!         opt(x.relu(), |t| t.isnan().where_(0.0, t)).mul(s?).neg()
+//!     }
+//! }
+//! let g = Builder::new();
+//! let x = g.input("x", TensorMeta::new(DType::F32, [4usize]));
+//! let y = x.relu()?.neg()?;
+//! g.output(&[y])?;
+//! let graph = g.finish();
+//! let m: scaled::Match = scaled::PATTERN.find(&graph)[0].typed();
+//! assert_eq!(m.s, None);
+//! # Ok::<(), graphrw::GraphError>(())
+//! ```
+//!
 //! A user op is called by the Rust path of its `OpDef` static, attributes by keyword;
 //! what the macro cannot know (the attribute names, kinds and operand count) is checked
 //! by compile-time evaluation of the emitted static:

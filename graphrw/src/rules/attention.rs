@@ -1,6 +1,7 @@
 //! Attention fusion: after [`super::canonical`], an attention block is
 //! `softmax(q @ kᵀ [* scale] [+ mask], -1) @ v`, possibly with the exporters' guard
-//! `where(isnan(p), 0, p)` on the probabilities. Each becomes one
+//! `where(isnan(p), 0, p)` on the probabilities. One rule with optional parts
+//! (`mul(s?)`, `add(mask?)`, `opt(p, |p| ..)`) matches every form; each becomes one
 //! `scaled_dot_product_attention(q, k, v, mask, scale)` node, with `k` recovered as
 //! `kᵀ.transpose(-2, -1)` (canonicalisation then folds that transpose into the layout
 //! ops that made `kᵀ`). A missing scale is a scale of 1 (T5 scales nothing). Grouped
@@ -95,72 +96,15 @@ rule_set! {
     /// Attention blocks to `scaled_dot_product_attention` (see the module docs).
     pub static ATTENTION;
 
-    rule attention_scale_mask_guarded(q: Tensor, kt: Tensor, v: Tensor, s: f64, mask: Tensor) -> Tensor
+    /// Every form at once: the scale, the mask and the NaN guard are optional parts, so
+    /// one rule covers the eight spellings (with or without each) without eight rules.
+    rule attention(q: Tensor, kt: Tensor, v: Tensor, s: Option<f64>, mask: Option<Tensor>) -> Tensor
     where check(|q, kt, v| attention_shapes(&q, &kt, &v))
     {
-        let p = q.matmul(kt).mul(s).add(mask).softmax(-1);
-        p.isnan().where_(0.0, p).matmul(v)
+        let p = q.matmul(kt).mul(s?).add(mask?).softmax(-1);
+        opt(p, |p| p.isnan().where_(0.0, p)).matmul(v)
     } => {
-        fused(q, kt, v, Some(mask), s)?
-    }
-
-    rule attention_scale_guarded(q: Tensor, kt: Tensor, v: Tensor, s: f64) -> Tensor
-    where check(|q, kt, v| attention_shapes(&q, &kt, &v))
-    {
-        let p = q.matmul(kt).mul(s).softmax(-1);
-        p.isnan().where_(0.0, p).matmul(v)
-    } => {
-        fused(q, kt, v, None, s)?
-    }
-
-    rule attention_mask_guarded(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor) -> Tensor
-    where check(|q, kt, v| attention_shapes(&q, &kt, &v))
-    {
-        let p = q.matmul(kt).add(mask).softmax(-1);
-        p.isnan().where_(0.0, p).matmul(v)
-    } => {
-        fused(q, kt, v, Some(mask), 1.0)?
-    }
-
-    rule attention_guarded(q: Tensor, kt: Tensor, v: Tensor) -> Tensor
-    where check(|q, kt, v| attention_shapes(&q, &kt, &v))
-    {
-        let p = q.matmul(kt).softmax(-1);
-        p.isnan().where_(0.0, p).matmul(v)
-    } => {
-        fused(q, kt, v, None, 1.0)?
-    }
-
-    rule attention_scale_mask(q: Tensor, kt: Tensor, v: Tensor, s: f64, mask: Tensor) -> Tensor
-    where check(|q, kt, v| attention_shapes(&q, &kt, &v))
-    {
-        q.matmul(kt).mul(s).add(mask).softmax(-1).matmul(v)
-    } => {
-        fused(q, kt, v, Some(mask), s)?
-    }
-
-    rule attention_scale(q: Tensor, kt: Tensor, v: Tensor, s: f64) -> Tensor
-    where check(|q, kt, v| attention_shapes(&q, &kt, &v))
-    {
-        q.matmul(kt).mul(s).softmax(-1).matmul(v)
-    } => {
-        fused(q, kt, v, None, s)?
-    }
-
-    rule attention_mask(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor) -> Tensor
-    where check(|q, kt, v| attention_shapes(&q, &kt, &v))
-    {
-        q.matmul(kt).add(mask).softmax(-1).matmul(v)
-    } => {
-        fused(q, kt, v, Some(mask), 1.0)?
-    }
-
-    rule attention(q: Tensor, kt: Tensor, v: Tensor) -> Tensor
-    where check(|q, kt, v| attention_shapes(&q, &kt, &v))
-    {
-        q.matmul(kt).softmax(-1).matmul(v)
-    } => {
-        fused(q, kt, v, None, 1.0)?
+        fused(q, kt, v, mask, s.unwrap_or(1.0))?
     }
 
     rule grouped_kv_heads_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, ke: Vec<i64>, kr: Vec<i64>, ve: Vec<i64>, vr: Vec<i64>, s: f64) -> Tensor

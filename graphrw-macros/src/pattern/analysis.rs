@@ -11,202 +11,15 @@ use quote::ToTokens;
 use syn::{BinOp, Expr, Ident, Lit as SynLit, Pat, Path, Stmt, Type, UnOp};
 
 use super::error::{article, hint, Errors};
+use super::ir::{
+    param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit, Node, OpNode,
+    OpRef, Param, ParamKind, Term, DTYPES,
+};
 use super::parse::PatternFn;
 use crate::vocab::{self, Arity, DefaultValue, Kind, OpSpec, BUILTIN_OPS};
 
 /// What a pattern body may contain (quoted by "unsupported syntax" errors).
 pub const SUPPORTED: &str = "a pattern body is `let name = ..;` bindings and one final expression of op calls (`x.op(..)` or `op(x, ..)`), parameters, `_`, number literals, `a | b` alternatives and `repeat(x, |t| .., min..=max)`";
-
-/// The dtype names a pattern may write.
-pub const DTYPES: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "bool"];
-
-/// The kind of a parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PKind {
-    Tensor,
-    Int,
-    Float,
-    Bool,
-    Ints,
-    Str,
-    DType,
-}
-
-impl PKind {
-    pub fn from_type(ty: &Type) -> Option<PKind> {
-        let text = ty.to_token_stream().to_string().replace(' ', "");
-        Some(match text.as_str() {
-            "Tensor" | "Var" => PKind::Tensor,
-            "i64" => PKind::Int,
-            "f64" => PKind::Float,
-            "bool" => PKind::Bool,
-            "Ints" | "Vec<i64>" => PKind::Ints,
-            "String" | "Str" => PKind::Str,
-            "DType" => PKind::DType,
-            _ => return None,
-        })
-    }
-
-    pub fn of_attr(k: Kind) -> PKind {
-        match k {
-            Kind::Int => PKind::Int,
-            Kind::Float => PKind::Float,
-            Kind::Bool => PKind::Bool,
-            Kind::Ints => PKind::Ints,
-            Kind::Str => PKind::Str,
-            Kind::DType => PKind::DType,
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            PKind::Tensor => "a tensor",
-            PKind::Int => "an int",
-            PKind::Float => "a float",
-            PKind::Bool => "a bool",
-            PKind::Ints => "an int list",
-            PKind::Str => "a string",
-            PKind::DType => "a dtype",
-        }
-    }
-
-    pub fn type_name(self) -> &'static str {
-        match self {
-            PKind::Tensor => "Tensor",
-            PKind::Int => "i64",
-            PKind::Float => "f64",
-            PKind::Bool => "bool",
-            PKind::Ints => "Ints",
-            PKind::Str => "String",
-            PKind::DType => "DType",
-        }
-    }
-}
-
-pub struct IrParam {
-    pub name: Ident,
-    pub kind: Option<PKind>,
-    pub ty: Type,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Lit {
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Ints(Vec<i64>),
-    Str(String),
-    DType(&'static str),
-    Null,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum IAttr {
-    Lit(Lit),
-    Param(usize),
-    OneOf(Vec<Lit>),
-}
-
-#[derive(Clone)]
-pub enum AttrKey {
-    Builtin(usize, &'static str),
-    User(Ident, Option<Kind>),
-}
-
-#[derive(Clone)]
-pub struct IAttrCheck {
-    pub key: AttrKey,
-    pub pat: IAttr,
-}
-
-#[derive(Clone)]
-pub enum OpRef {
-    Builtin(&'static OpSpec),
-    User(Path),
-}
-
-impl OpRef {
-    pub fn key(&self) -> String {
-        match self {
-            OpRef::Builtin(op) => op.name.to_string(),
-            OpRef::User(p) => p.to_token_stream().to_string(),
-        }
-    }
-    pub fn commutative(&self) -> bool {
-        matches!(self, OpRef::Builtin(op) if op.commutative)
-    }
-}
-
-#[derive(Clone)]
-pub struct IOp {
-    pub op: OpRef,
-    pub operands: Vec<usize>,
-    pub more: bool,
-    pub attrs: Vec<IAttrCheck>,
-    pub slot: Option<usize>,
-}
-
-#[derive(Clone)]
-pub enum INode {
-    Any,
-    Tensor(usize),
-    ConstValue(f64),
-    ConstParam(usize),
-    Op(IOp),
-    Alt(Vec<usize>),
-    Repeat {
-        body: usize,
-        base: usize,
-        min: u16,
-        max: u16,
-    },
-    Hole(usize),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Cmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum ITerm {
-    Rank(usize),
-    DType(usize),
-    Dim(usize, i64),
-    Users(usize),
-    Param(usize),
-    Int(i64),
-    Float(f64),
-    DTypeLit(&'static str),
-    Bool(bool),
-}
-
-pub enum ICheck {
-    Compare(ITerm, Cmp, ITerm),
-    /// `check(|a, b| body)`: (name, slot, kind) per argument.
-    Closure(Vec<(Ident, usize, PKind)>, Box<Expr>),
-    Pred(Path),
-}
-
-pub struct IConstraint {
-    pub reads: Vec<usize>,
-    pub check: ICheck,
-    pub text: String,
-}
-
-/// A checked pattern.
-pub struct Ir {
-    pub params: Vec<IrParam>,
-    pub nodes: Vec<INode>,
-    pub roots: Vec<usize>,
-    pub constraints: Vec<IConstraint>,
-    pub slots: usize,
-}
 
 /// Analyses one pattern function; errors go to `errs`. Returns `None` when the pattern
 /// is too broken to lower.
@@ -220,6 +33,7 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
         nodes: Vec::new(),
         next_slot: 0,
         hole: None,
+        optionals: HashMap::new(),
     };
     // Parameters.
     for p in &f.params {
@@ -230,16 +44,17 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
             );
             continue;
         }
-        let kind = PKind::from_type(&p.ty);
-        if kind.is_none() {
+        let ty = param_type(&p.ty);
+        if ty.is_none() {
             s.errs.spanned(
                 &p.ty,
-                "unsupported parameter type: a pattern parameter is `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`",
+                "unsupported parameter type: a pattern parameter is `Tensor`, `f64`, `i64`, `bool`, `Ints`, `String` or `DType`, or `Option<..>` of one for a binding of an optional part",
             );
         }
-        s.params.push(IrParam {
+        s.params.push(Param {
             name: p.name.clone(),
-            kind,
+            kind: ty.map(|t| t.0),
+            optional: ty.is_some_and(|t| t.1),
             ty: p.ty.clone(),
         });
     }
@@ -280,7 +95,12 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
                 for e in exprs {
                     let before = s.errs.count();
                     let n = s.tensor(e);
-                    if before == s.errs.count() && s.is_bare(n) {
+                    if let Some(&span) = s.optionals.get(&n) {
+                        s.errs.at(
+                            span,
+                            "the pattern's result cannot be optional: it is the anchor every match starts from; make the step before it optional instead, or write the result without `?`/`opt`",
+                        );
+                    } else if before == s.errs.count() && s.is_bare(n) {
                         s.errs.spanned(
                             e,
                             "this pattern is only a bare wildcard and would match every value; its result must be an op call, e.g. `x.relu()`",
@@ -335,6 +155,7 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
             );
         }
     }
+    s.check_optionals(&roots);
     // Constraints.
     let mut constraints = Vec::new();
     for c in &f.constraints {
@@ -355,11 +176,11 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
 }
 
 fn is_tensor_type(t: &Type) -> bool {
-    matches!(PKind::from_type(t), Some(PKind::Tensor))
+    matches!(ParamKind::from_type(t), Some(ParamKind::Tensor))
 }
 
-fn example(params: &[IrParam]) -> String {
-    match params.iter().find(|p| p.kind == Some(PKind::Tensor)) {
+fn example(params: &[Param]) -> String {
+    match params.iter().find(|p| p.kind == Some(ParamKind::Tensor)) {
         Some(p) => format!("{}.relu()", p.name),
         None => "x.relu()".into(),
     }
@@ -367,13 +188,16 @@ fn example(params: &[IrParam]) -> String {
 
 struct Sema<'a> {
     errs: &'a mut Errors,
-    params: Vec<IrParam>,
+    params: Vec<Param>,
     uses: Vec<usize>,
     lets: HashMap<String, usize>,
-    nodes: Vec<INode>,
+    nodes: Vec<Node>,
     next_slot: usize,
     /// The closure parameter of the `repeat` being analysed, its node, and its uses.
     hole: Option<(String, usize, usize)>,
+    /// The alternatives made by optional parts (`present | absent`), with the span of
+    /// their `?` or `opt`.
+    optionals: HashMap<usize, proc_macro2::Span>,
 }
 
 enum Arg<'e> {
@@ -381,9 +205,17 @@ enum Arg<'e> {
 }
 
 impl Sema<'_> {
-    fn push(&mut self, n: INode) -> usize {
+    fn push(&mut self, n: Node) -> usize {
         self.nodes.push(n);
         self.nodes.len() - 1
+    }
+
+    /// The parameters bound in every match (all but the `Option<..>` ones): what a
+    /// constraint that names no binding waits for.
+    fn required_params(&self) -> Vec<usize> {
+        (0..self.params.len())
+            .filter(|&i| !self.params[i].optional)
+            .collect()
     }
 
     fn param(&self, name: &str) -> Option<usize> {
@@ -400,9 +232,9 @@ impl Sema<'_> {
 
     fn is_bare(&self, n: usize) -> bool {
         match &self.nodes[n] {
-            INode::Op(_) => false,
-            INode::Alt(bs) => bs.iter().any(|&b| self.is_bare(b)),
-            INode::Repeat {
+            Node::Op(_) => false,
+            Node::Alt(bs) => bs.iter().any(|&b| self.is_bare(b)),
+            Node::Repeat {
                 body, base, min, ..
             } => self.is_bare(*body) || (*min == 0 && self.is_bare(*base)),
             _ => true,
@@ -450,37 +282,37 @@ impl Sema<'_> {
             e,
             format!("{what} are not supported in patterns; {SUPPORTED}"),
         );
-        self.push(INode::Any)
+        self.push(Node::Any)
     }
 
     /// A pattern for a tensor operand.
     fn tensor(&mut self, e: &Expr) -> usize {
         match e {
-            Expr::Infer(_) => self.push(INode::Any),
+            Expr::Infer(_) => self.push(Node::Any),
             Expr::Paren(p) => self.tensor(&p.expr),
             Expr::Group(g) => self.tensor(&g.expr),
             Expr::Path(p) if p.path.get_ident().is_some() && p.qself.is_none() => {
                 let id = p.path.get_ident().expect("checked");
                 self.name(id)
             }
-            Expr::Lit(l) => match number(&l.lit, false) {
-                Some(v) => self.push(INode::ConstValue(v)),
+            Expr::Lit(l) => match number(&l.lit) {
+                Some(v) => self.push(Node::ConstValue(v)),
                 None => {
                     self.errs.spanned(
                         e,
                         "only number literals can stand for tensor operands (they match a constant node holding that number)",
                     );
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             },
             Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match &*u.expr {
-                Expr::Lit(l) if number(&l.lit, true).is_some() => {
-                    self.push(INode::ConstValue(-number(&l.lit, true).expect("checked")))
+                Expr::Lit(l) if number(&l.lit).is_some() => {
+                    self.push(Node::ConstValue(-number(&l.lit).expect("checked")))
                 }
                 _ => {
                     self.errs
                         .spanned(e, "unary `-` is not supported on tensors; write `x.neg()`");
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             },
             Expr::MethodCall(m) => {
@@ -489,7 +321,7 @@ impl Sema<'_> {
                         .spanned(t, "turbofish is not supported in patterns");
                 }
                 let args: Vec<&Expr> = std::iter::once(&*m.receiver).chain(m.args.iter()).collect();
-                self.builtin_call(&m.method, args, e)
+                self.builtin_call(&m.method, args)
             }
             Expr::Call(c) => {
                 let Expr::Path(fp) = &*c.func else {
@@ -498,8 +330,9 @@ impl Sema<'_> {
                 let args: Vec<&Expr> = c.args.iter().collect();
                 match fp.path.get_ident() {
                     Some(id) if id == "repeat" => self.repeat(id, &args, e),
-                    Some(id) if !is_upper(&id.to_string()) => self.builtin_call(id, args, e),
-                    _ => self.user_call(&fp.path, args, e),
+                    Some(id) if id == "opt" => self.optional_step(id, &args, e),
+                    Some(id) if !is_upper(&id.to_string()) => self.builtin_call(id, args),
+                    _ => self.user_call(&fp.path, args),
                 }
             }
             Expr::Binary(b) => match b.op {
@@ -521,7 +354,7 @@ impl Sema<'_> {
                             );
                         }
                     }
-                    self.push(INode::Alt(nodes))
+                    self.push(Node::Alt(nodes))
                 }
                 op => {
                     let hint = match op {
@@ -535,9 +368,16 @@ impl Sema<'_> {
                         e,
                         format!("operators are not supported in patterns{hint}; {SUPPORTED}"),
                     );
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             },
+            Expr::Try(t) => {
+                self.errs.spanned(
+                    &t.question_token,
+                    "`?` marks an optional operand of an op call (`x.mul(s?)`: the `mul` is there or not); for an optional step of several ops write `opt(x, |t| ..)`",
+                );
+                self.tensor(&t.expr)
+            }
             Expr::Closure(_) => self.unsupported(
                 e,
                 "closures (outside `repeat(x, |t| .., n..=m)` and `check(|..| ..)`)",
@@ -570,7 +410,7 @@ impl Sema<'_> {
             if *h == name {
                 *uses += 1;
                 let rep = *rep;
-                return self.push(INode::Hole(rep));
+                return self.push(Node::Hole(rep));
             }
         }
         if let Some(&n) = self.lets.get(&name) {
@@ -579,14 +419,14 @@ impl Sema<'_> {
         if let Some(i) = self.param(&name) {
             self.uses[i] += 1;
             return match self.params[i].kind {
-                Some(PKind::Tensor) | None => self.push(INode::Tensor(i)),
-                Some(PKind::Int) | Some(PKind::Float) => self.push(INode::ConstParam(i)),
+                Some(ParamKind::Tensor) | None => self.push(Node::Tensor(i)),
+                Some(ParamKind::Int) | Some(ParamKind::Float) => self.push(Node::ConstParam(i)),
                 Some(k) => {
                     self.errs.spanned(
                         id,
                         format!("parameter `{name}` is declared `{}` ({}), which cannot stand for a tensor operand; declare it `Tensor`, or a number (`f64`/`i64`) to match a constant", k.type_name(), k.describe()),
                     );
-                    self.push(INode::Any)
+                    self.push(Node::Any)
                 }
             };
         }
@@ -605,7 +445,7 @@ impl Sema<'_> {
                 ),
             );
         }
-        self.push(INode::Any)
+        self.push(Node::Any)
     }
 
     fn params_in(&self, n: usize) -> BTreeSet<usize> {
@@ -616,21 +456,21 @@ impl Sema<'_> {
 
     fn collect_params(&self, n: usize, out: &mut BTreeSet<usize>) {
         match &self.nodes[n] {
-            INode::Tensor(p) | INode::ConstParam(p) => {
+            Node::Tensor(p) | Node::ConstParam(p) => {
                 out.insert(*p);
             }
-            INode::Op(o) => {
+            Node::Op(o) => {
                 for &x in &o.operands {
                     self.collect_params(x, out);
                 }
                 for a in &o.attrs {
-                    if let IAttr::Param(p) = a.pat {
+                    if let AttrPattern::Param(p) = a.pat {
                         out.insert(p);
                     }
                 }
             }
-            INode::Alt(bs) => bs.iter().for_each(|&b| self.collect_params(b, out)),
-            INode::Repeat { body, base, .. } => {
+            Node::Alt(bs) => bs.iter().for_each(|&b| self.collect_params(b, out)),
+            Node::Repeat { body, base, .. } => {
                 self.collect_params(*body, out);
                 self.collect_params(*base, out);
             }
@@ -638,17 +478,17 @@ impl Sema<'_> {
         }
     }
 
-    fn new_op(&mut self, op: IOp) -> usize {
+    fn new_op(&mut self, op: OpNode) -> usize {
         let slot = if self.hole.is_some() {
             None
         } else {
             self.next_slot += 1;
             Some(self.next_slot - 1)
         };
-        self.push(INode::Op(IOp { slot, ..op }))
+        self.push(Node::Op(OpNode { slot, ..op }))
     }
 
-    fn builtin_call(&mut self, method: &Ident, args: Vec<&Expr>, call: &Expr) -> usize {
+    fn builtin_call(&mut self, method: &Ident, args: Vec<&Expr>) -> usize {
         let name = method.to_string();
         let name = name.trim_start_matches("r#");
         let name = if name == "where_" { "where" } else { name };
@@ -665,7 +505,7 @@ impl Sema<'_> {
                     self.tensor(a);
                 }
             }
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         };
         // Sort the arguments: positional, keyword, `..`.
         let mut positional: Vec<&Expr> = Vec::new();
@@ -747,6 +587,8 @@ impl Sema<'_> {
         let mut operands = Vec::new();
         let mut more = rest;
         let mut absent: Option<&str> = None;
+        // `x.op(a?)`: the index of the optional operand and the span of its `?`.
+        let mut optional: Option<(usize, proc_macro2::Span)> = None;
         let given = positional.len().min(nops);
         for (i, slot) in spec.operands.iter().enumerate() {
             let arg = operand_args[i].take();
@@ -761,7 +603,7 @@ impl Sema<'_> {
                                 signature(spec)
                             ),
                         );
-                        return self.push(INode::Any);
+                        return self.push(Node::Any);
                     }
                     more = true;
                     break;
@@ -788,6 +630,26 @@ impl Sema<'_> {
                     }
                 },
                 (Arity::Variadic, None) => {}
+                (_, Some(Arg::Expr(Expr::Try(t)))) => {
+                    if let Some(prev) = absent {
+                        self.errs.spanned(t, format!("operand `{}` is given but `{prev}` before it is not (optional operands fill in order)", slot.name));
+                    }
+                    if optional.is_some() {
+                        self.errs.spanned(&t.question_token, "only one operand of a call can be optional: with two, which would be the value when the call is absent?");
+                        let n = self.tensor(&t.expr);
+                        operands.push(n);
+                        continue;
+                    }
+                    if let Expr::Try(inner) = &*t.expr {
+                        self.errs.spanned(
+                            &inner.question_token,
+                            "this operand is already optional: write one `?`",
+                        );
+                    }
+                    optional = Some((operands.len(), t.question_token.span));
+                    let n = self.tensor(&t.expr);
+                    operands.push(n);
+                }
                 (_, Some(Arg::Expr(e))) => {
                     if let Some(prev) = absent {
                         self.errs.spanned(e, format!("operand `{}` is given but `{prev}` before it is not (optional operands fill in order)", slot.name));
@@ -810,7 +672,7 @@ impl Sema<'_> {
                 ),
                 None if rest || unknown_keyword => None,
                 None => match default_lit(a.default) {
-                    Some(l) => Some(IAttr::Lit(l)),
+                    Some(l) => Some(AttrPattern::Lit(l)),
                     None => {
                         self.errs.spanned(
                             method,
@@ -821,23 +683,213 @@ impl Sema<'_> {
                 },
             };
             if let Some(pat) = pat {
-                attrs.push(IAttrCheck {
+                attrs.push(AttrCheck {
                     key: AttrKey::Builtin(i, a.name),
                     pat,
                 });
             }
         }
-        let _ = call;
-        self.new_op(IOp {
+        let kept: Vec<usize> = match optional {
+            Some((i, _)) => operands
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, &n)| n)
+                .collect(),
+            None => Vec::new(),
+        };
+        let op = self.new_op(OpNode {
             op: OpRef::Builtin(spec),
             operands,
             more,
             attrs,
             slot: None,
-        })
+        });
+        let Some((_, span)) = optional else {
+            return op;
+        };
+        let [pass] = kept[..] else {
+            self.errs.at(
+                span,
+                format!("an optional operand needs exactly one other operand, the value that stands when the `{}` is absent (`x.{}(a?)`); this call has {}", spec.name, spec.name, kept.len()),
+            );
+            return op;
+        };
+        self.optional_part(op, pass, span)
     }
 
-    fn user_call(&mut self, path: &Path, args: Vec<&Expr>, _call: &Expr) -> usize {
+    /// The alternative `present | absent` of an optional part, after checking that it is
+    /// not ambiguous with an optional part right below it.
+    fn optional_part(&mut self, present: usize, absent: usize, span: proc_macro2::Span) -> usize {
+        if self.hole.is_some() {
+            self.errs
+                .at(span, "optional parts inside `repeat` are not supported");
+        }
+        let top = |s: &Self, n: usize| match &s.nodes[n] {
+            Node::Op(o) => Some(o.op.key()),
+            _ => None,
+        };
+        let inner = match &self.nodes[absent] {
+            Node::Alt(bs) if self.optionals.contains_key(&absent) => Some(bs[0]),
+            _ => None,
+        };
+        if let (Some(inner), Some(op)) = (inner, top(self, present)) {
+            if top(self, inner).as_deref() == Some(op.as_str()) {
+                self.errs.at(span, format!("ambiguous optional parts: two optional `{op}` steps in a row match a single `{op}` two ways (either step could be the one present); merge them into one, or make one of them required"));
+            }
+        }
+        let alt = self.push(Node::Alt(vec![present, absent]));
+        self.optionals.insert(alt, span);
+        alt
+    }
+
+    /// `opt(base, |t| step)`: `step` applied to `base`, or `base` alone.
+    fn optional_step(&mut self, id: &Ident, args: &[&Expr], call: &Expr) -> usize {
+        const USAGE: &str = "write `opt(x, |t| t.op(..))`: the step `t.op(..)` applied to `x`, or no step at all (then the value is `x` itself)";
+        let [base, step] = args else {
+            self.errs
+                .spanned(call, format!("`opt` takes two arguments; {USAGE}"));
+            return self.push(Node::Any);
+        };
+        let Expr::Closure(cl) = step else {
+            self.errs.spanned(
+                step,
+                format!("the second argument of `opt` is a closure; {USAGE}"),
+            );
+            return self.push(Node::Any);
+        };
+        let hole = match cl.inputs.iter().collect::<Vec<_>>().as_slice() {
+            [Pat::Ident(p)] => p.ident.clone(),
+            _ => {
+                self.errs.spanned(
+                    &cl.inputs,
+                    format!("the closure of `opt` takes one parameter; {USAGE}"),
+                );
+                return self.push(Node::Any);
+            }
+        };
+        let name = hole.to_string();
+        if self.param(&name).is_some() {
+            self.errs.spanned(
+                &hole,
+                format!("the closure parameter `{name}` shadows the parameter `{name}`; pick another name"),
+            );
+        }
+        let base_node = self.tensor(base);
+        let before = self.lets.insert(name.clone(), base_node);
+        let step_node = self.tensor(&cl.body);
+        match before {
+            Some(n) => self.lets.insert(name, n),
+            None => self.lets.remove(&name),
+        };
+        if step_node == base_node {
+            self.errs.spanned(
+                &cl.body,
+                format!("the step of `opt` must apply at least one op to `{hole}`; {USAGE}"),
+            );
+        } else if !self.reaches(step_node, base_node) {
+            self.errs.spanned(
+                &cl.body,
+                format!("the step of `opt` must use `{hole}`: when the step is absent the value is `{hole}` itself; {USAGE}"),
+            );
+        }
+        self.optional_part(step_node, base_node, id.span())
+    }
+
+    /// True when node `target` is `n` or below it.
+    fn reaches(&self, n: usize, target: usize) -> bool {
+        n == target
+            || match &self.nodes[n] {
+                Node::Op(o) => o.operands.iter().any(|&x| self.reaches(x, target)),
+                Node::Alt(bs) => bs.iter().any(|&b| self.reaches(b, target)),
+                Node::Repeat { body, base, .. } => {
+                    self.reaches(*body, target) || self.reaches(*base, target)
+                }
+                _ => false,
+            }
+    }
+
+    /// Parameters bound in every match (`always`) and only when some optional part is
+    /// present (`sometimes`), below node `n`.
+    fn classify(
+        &self,
+        n: usize,
+        under: bool,
+        seen: &mut BTreeSet<(usize, bool)>,
+        always: &mut BTreeSet<usize>,
+        sometimes: &mut BTreeSet<usize>,
+    ) {
+        if !seen.insert((n, under)) {
+            return;
+        }
+        let mut note = |p: usize| {
+            if under {
+                sometimes.insert(p);
+            } else {
+                always.insert(p);
+            }
+        };
+        match &self.nodes[n] {
+            Node::Tensor(p) | Node::ConstParam(p) => note(*p),
+            Node::Op(o) => {
+                for a in &o.attrs {
+                    if let AttrPattern::Param(p) = a.pat {
+                        note(p);
+                    }
+                }
+                for &x in &o.operands {
+                    self.classify(x, under, seen, always, sometimes);
+                }
+            }
+            Node::Alt(bs) if self.optionals.contains_key(&n) => {
+                self.classify(bs[0], true, seen, always, sometimes);
+                self.classify(bs[1], under, seen, always, sometimes);
+            }
+            Node::Alt(bs) => {
+                for &b in bs {
+                    self.classify(b, under, seen, always, sometimes);
+                }
+            }
+            Node::Repeat { body, base, .. } => {
+                self.classify(*body, under, seen, always, sometimes);
+                self.classify(*base, under, seen, always, sometimes);
+            }
+            _ => {}
+        }
+    }
+
+    /// A parameter is `Option<..>` exactly when it is bound only inside optional parts.
+    fn check_optionals(&mut self, roots: &[usize]) {
+        if !self.errs.is_empty() {
+            // The parts may be malformed; their own errors say more.
+            return;
+        }
+        let (mut seen, mut always, mut sometimes) =
+            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for &r in roots {
+            self.classify(r, false, &mut seen, &mut always, &mut sometimes);
+        }
+        for (i, p) in self.params.iter().enumerate() {
+            let Some(kind) = p.kind else { continue };
+            if self.uses[i] == 0 {
+                continue;
+            }
+            let t = kind.type_name();
+            if p.optional && always.contains(&i) {
+                self.errs.spanned(
+                    &p.ty,
+                    format!("`{}` is declared `Option<{t}>` but is bound in every match: it is used outside the optional parts (`x.op(a?)`, `opt(x, |t| ..)`); declare it `{t}`, or use it only inside an optional part", p.name),
+                );
+            } else if !p.optional && !always.contains(&i) && sometimes.contains(&i) {
+                self.errs.spanned(
+                    &p.ty,
+                    format!("`{}` is bound only when its optional part is present; declare it `Option<{t}>` (the replacement then gets `None` when the part is absent)", p.name),
+                );
+            }
+        }
+    }
+
+    fn user_call(&mut self, path: &Path, args: Vec<&Expr>) -> usize {
         let mut operands = Vec::new();
         let mut attrs = Vec::new();
         let mut more = false;
@@ -854,7 +906,7 @@ impl Sema<'_> {
                     };
                     let (pat, kind) = self.user_attr(&asg.right);
                     if let Some(pat) = pat {
-                        attrs.push(IAttrCheck {
+                        attrs.push(AttrCheck {
                             key: AttrKey::User(k.clone(), kind),
                             pat,
                         });
@@ -867,7 +919,7 @@ impl Sema<'_> {
                 }
             }
         }
-        self.new_op(IOp {
+        self.new_op(OpNode {
             op: OpRef::User(path.clone()),
             operands,
             more,
@@ -877,7 +929,7 @@ impl Sema<'_> {
     }
 
     /// A keyword attribute of a user op: its pattern and, when known, its kind.
-    fn user_attr(&mut self, e: &Expr) -> (Option<IAttr>, Option<Kind>) {
+    fn user_attr(&mut self, e: &Expr) -> (Option<AttrPattern>, Option<Kind>) {
         let kind = match e {
             Expr::Lit(l) => match &l.lit {
                 SynLit::Int(_) => Some(Kind::Int),
@@ -896,12 +948,12 @@ impl Sema<'_> {
             Expr::Array(_) => Some(Kind::Ints),
             Expr::Path(p) => match p.path.get_ident().and_then(|i| self.param(&i.to_string())) {
                 Some(i) => match self.params[i].kind {
-                    Some(PKind::Int) => Some(Kind::Int),
-                    Some(PKind::Float) => Some(Kind::Float),
-                    Some(PKind::Bool) => Some(Kind::Bool),
-                    Some(PKind::Ints) => Some(Kind::Ints),
-                    Some(PKind::Str) => Some(Kind::Str),
-                    Some(PKind::DType) => Some(Kind::DType),
+                    Some(ParamKind::Int) => Some(Kind::Int),
+                    Some(ParamKind::Float) => Some(Kind::Float),
+                    Some(ParamKind::Bool) => Some(Kind::Bool),
+                    Some(ParamKind::Ints) => Some(Kind::Ints),
+                    Some(ParamKind::Str) => Some(Kind::Str),
+                    Some(ParamKind::DType) => Some(Kind::DType),
                     _ => None,
                 },
                 None => Some(Kind::DType),
@@ -922,8 +974,8 @@ impl Sema<'_> {
         nullable: bool,
         op: &str,
         attr: &str,
-    ) -> Option<IAttr> {
-        let want = PKind::of_attr(kind);
+    ) -> Option<AttrPattern> {
+        let want = ParamKind::of_attr(kind);
         match e {
             Expr::Infer(_) => return None,
             Expr::Paren(p) => return self.attr(&p.expr, kind, nullable, op, attr),
@@ -933,8 +985,8 @@ impl Sema<'_> {
                 if let Some(i) = self.param(&name) {
                     self.uses[i] += 1;
                     match self.params[i].kind {
-                        Some(k) if k == want => return Some(IAttr::Param(i)),
-                        Some(PKind::Tensor) => {
+                        Some(k) if k == want => return Some(AttrPattern::Param(i)),
+                        Some(ParamKind::Tensor) => {
                             self.errs.spanned(id, format!("`{name}` is a tensor parameter but attribute `{attr}` of `{op}` is {}: a parameter is either a tensor or a scalar; declare a separate `{}` parameter for the attribute", want.describe(), want.type_name()));
                         }
                         Some(k) => {
@@ -945,11 +997,11 @@ impl Sema<'_> {
                     return None;
                 }
                 if name == "None" && nullable {
-                    return Some(IAttr::Lit(Lit::Null));
+                    return Some(AttrPattern::Lit(Lit::Null));
                 }
                 if kind == Kind::DType {
                     if let Some(d) = DTYPES.iter().find(|d| **d == name) {
-                        return Some(IAttr::Lit(Lit::DType(d)));
+                        return Some(AttrPattern::Lit(Lit::DType(d)));
                     }
                 }
                 if self.lets.contains_key(&name) {
@@ -963,14 +1015,14 @@ impl Sema<'_> {
                 let mut lits = Vec::new();
                 for b in branches {
                     match self.attr(b, kind, nullable, op, attr) {
-                        Some(IAttr::Lit(l)) => lits.push(l),
+                        Some(AttrPattern::Lit(l)) => lits.push(l),
                         Some(_) => self
                             .errs
                             .spanned(b, "alternatives of an attribute are literals"),
                         None => return None,
                     }
                 }
-                return Some(IAttr::OneOf(lits));
+                return Some(AttrPattern::OneOf(lits));
             }
             _ => {}
         }
@@ -980,11 +1032,11 @@ impl Sema<'_> {
                 | (Lit::Float(_), Kind::Float)
                 | (Lit::Bool(_), Kind::Bool) => true,
                 (Lit::Ints(_), Kind::Ints) | (Lit::Str(_), Kind::Str) => true,
-                (Lit::Int(v), Kind::Float) => return Some(IAttr::Lit(Lit::Float(*v as f64))),
+                (Lit::Int(v), Kind::Float) => return Some(AttrPattern::Lit(Lit::Float(*v as f64))),
                 _ => false,
             };
             if fits {
-                return Some(IAttr::Lit(l));
+                return Some(AttrPattern::Lit(l));
             }
         }
         let example = match kind {
@@ -1007,18 +1059,18 @@ impl Sema<'_> {
         let [base, body, range] = args else {
             self.errs
                 .spanned(call, format!("`repeat` takes three arguments; {USAGE}"));
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         };
         if self.hole.is_some() {
             self.errs.spanned(id, "nested `repeat` is not supported");
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         }
         let Expr::Closure(cl) = body else {
             self.errs.spanned(
                 body,
                 format!("the second argument of `repeat` is a closure; {USAGE}"),
             );
-            return self.push(INode::Any);
+            return self.push(Node::Any);
         };
         let hole = match cl.inputs.iter().collect::<Vec<_>>().as_slice() {
             [Pat::Ident(p)] => p.ident.to_string(),
@@ -1027,7 +1079,7 @@ impl Sema<'_> {
                     &cl.inputs,
                     format!("the closure of `repeat` takes one parameter; {USAGE}"),
                 );
-                return self.push(INode::Any);
+                return self.push(Node::Any);
             }
         };
         let (min, max) = match range_bounds(range) {
@@ -1041,20 +1093,20 @@ impl Sema<'_> {
             self.errs
                 .spanned(range, "the count range of `repeat` is empty");
         }
-        let rep = self.push(INode::Any);
+        let rep = self.push(Node::Any);
         self.hole = Some((hole, rep, 0));
         let body_node = self.tensor(&cl.body);
         let (h, _, uses) = self.hole.take().expect("set above");
         if uses != 1 {
             self.errs.spanned(&cl.body, format!("the body of `repeat` must use `{h}` exactly once (found {uses}): it is where the previous iteration goes"));
-        } else if matches!(self.nodes[body_node], INode::Hole(_)) {
+        } else if matches!(self.nodes[body_node], Node::Hole(_)) {
             self.errs.spanned(
                 &cl.body,
                 "the body of `repeat` must apply at least one op to its parameter",
             );
         }
         let base_node = self.tensor(base);
-        self.nodes[rep] = INode::Repeat {
+        self.nodes[rep] = Node::Repeat {
             body: body_node,
             base: base_node,
             min,
@@ -1078,7 +1130,7 @@ impl Sema<'_> {
         };
         let name = id.to_string();
         if let Some(i) = self.param(&name) {
-            if self.params[i].kind == Some(PKind::Tensor) {
+            if self.params[i].kind == Some(ParamKind::Tensor) {
                 return Some(i);
             }
             self.errs.spanned(
@@ -1092,8 +1144,8 @@ impl Sema<'_> {
         }
         if let Some(&n) = self.lets.get(&name) {
             match &self.nodes[n] {
-                INode::Op(o) => return o.slot,
-                INode::Tensor(p) => return Some(*p),
+                Node::Op(o) => return o.slot,
+                Node::Tensor(p) => return Some(*p),
                 _ => {}
             }
         }
@@ -1114,7 +1166,7 @@ impl Sema<'_> {
     }
 
     /// A term of a comparison and its type (`n` number, `d` dim, `t` dtype, `b` bool).
-    fn term(&mut self, e: &Expr, reads: &mut Vec<usize>) -> Option<(ITerm, char)> {
+    fn term(&mut self, e: &Expr, reads: &mut Vec<usize>) -> Option<(Term, char)> {
         match e {
             Expr::Paren(p) => self.term(&p.expr, reads),
             Expr::Call(c) => {
@@ -1125,9 +1177,9 @@ impl Sema<'_> {
                 let args: Vec<&Expr> = c.args.iter().collect();
                 let f = f.unwrap_or_default();
                 let (t, ty) = match (f.as_str(), args.as_slice()) {
-                    ("rank", [x]) => (ITerm::Rank(self.tensor_binding(x, "rank")?), 'n'),
-                    ("users", [x]) => (ITerm::Users(self.tensor_binding(x, "users")?), 'n'),
-                    ("dtype", [x]) => (ITerm::DType(self.tensor_binding(x, "dtype")?), 't'),
+                    ("rank", [x]) => (Term::Rank(self.tensor_binding(x, "rank")?), 'n'),
+                    ("users", [x]) => (Term::Users(self.tensor_binding(x, "users")?), 'n'),
+                    ("dtype", [x]) => (Term::DType(self.tensor_binding(x, "dtype")?), 't'),
                     ("dim", [x, i]) => {
                         let s = self.tensor_binding(x, "dim")?;
                         let Some(Lit::Int(i)) = literal(i) else {
@@ -1135,14 +1187,14 @@ impl Sema<'_> {
                                 .spanned(i, "the index of `dim(x, i)` is an integer literal");
                             return None;
                         };
-                        (ITerm::Dim(s, i), 'd')
+                        (Term::Dim(s, i), 'd')
                     }
                     _ => {
                         self.errs.spanned(&c.func, "in a `where` comparison, call `rank(x)`, `dtype(x)`, `dim(x, i)` or `users(x)`");
                         return None;
                     }
                 };
-                if let ITerm::Rank(s) | ITerm::Users(s) | ITerm::DType(s) | ITerm::Dim(s, _) = t {
+                if let Term::Rank(s) | Term::Users(s) | Term::DType(s) | Term::Dim(s, _) = t {
                     reads.push(s);
                 }
                 Some((t, ty))
@@ -1152,10 +1204,10 @@ impl Sema<'_> {
                 let name = id.to_string();
                 if let Some(i) = self.param(&name) {
                     let ty = match self.params[i].kind? {
-                        PKind::Int | PKind::Float => 'n',
-                        PKind::Bool => 'b',
-                        PKind::DType => 't',
-                        PKind::Tensor => {
+                        ParamKind::Int | ParamKind::Float => 'n',
+                        ParamKind::Bool => 'b',
+                        ParamKind::DType => 't',
+                        ParamKind::Tensor => {
                             self.errs.spanned(id, format!("compare a property of `{name}`: `rank({name})`, `dtype({name})`, `dim({name}, i)` or `users({name})`"));
                             return None;
                         }
@@ -1165,18 +1217,18 @@ impl Sema<'_> {
                         }
                     };
                     reads.push(i);
-                    return Some((ITerm::Param(i), ty));
+                    return Some((Term::Param(i), ty));
                 }
                 if let Some(d) = DTYPES.iter().find(|d| **d == name) {
-                    return Some((ITerm::DTypeLit(d), 't'));
+                    return Some((Term::DTypeLit(d), 't'));
                 }
                 self.unknown_binding(id);
                 None
             }
             e => match literal(e) {
-                Some(Lit::Int(v)) => Some((ITerm::Int(v), 'n')),
-                Some(Lit::Float(v)) => Some((ITerm::Float(v), 'n')),
-                Some(Lit::Bool(v)) => Some((ITerm::Bool(v), 'b')),
+                Some(Lit::Int(v)) => Some((Term::Int(v), 'n')),
+                Some(Lit::Float(v)) => Some((Term::Float(v), 'n')),
+                Some(Lit::Bool(v)) => Some((Term::Bool(v), 'b')),
                 _ => {
                     self.errs.spanned(e, "unsupported term in a `where` comparison: use `rank(x)`, `dtype(x)`, `dim(x, i)`, `users(x)`, a scalar parameter, a number, a bool or a dtype (`f16`)");
                     None
@@ -1185,7 +1237,7 @@ impl Sema<'_> {
         }
     }
 
-    fn constraint(&mut self, e: &Expr) -> Option<IConstraint> {
+    fn constraint(&mut self, e: &Expr) -> Option<Constraint> {
         let text = tidy(&e.to_token_stream().to_string());
         match e {
             Expr::Binary(b) => {
@@ -1221,9 +1273,9 @@ impl Sema<'_> {
                 }
                 reads.sort_unstable();
                 reads.dedup();
-                Some(IConstraint {
+                Some(Constraint {
                     reads,
-                    check: ICheck::Compare(l, cmp, r),
+                    check: Check::Compare(l, cmp, r),
                     text,
                 })
             }
@@ -1245,25 +1297,25 @@ impl Sema<'_> {
                         }
                     } else if let Some(s) =
                         self.lets.get(&name).and_then(|&n| match &self.nodes[n] {
-                            INode::Op(o) => o.slot,
-                            INode::Tensor(p) => Some(*p),
+                            Node::Op(o) => o.slot,
+                            Node::Tensor(p) => Some(*p),
                             _ => None,
                         })
                     {
-                        args.push((pi.ident.clone(), s, PKind::Tensor));
+                        args.push((pi.ident.clone(), s, ParamKind::Tensor));
                     } else {
                         self.unknown_binding(&pi.ident);
                     }
                 }
                 let mut reads: Vec<usize> = args.iter().map(|a| a.1).collect();
                 if reads.is_empty() {
-                    reads = (0..self.params.len()).collect();
+                    reads = self.required_params();
                 }
                 reads.sort_unstable();
                 reads.dedup();
-                Some(IConstraint {
+                Some(Constraint {
                     reads,
-                    check: ICheck::Closure(args, cl.body.clone()),
+                    check: Check::Closure(args, cl.body.clone()),
                     text,
                 })
             }
@@ -1272,9 +1324,9 @@ impl Sema<'_> {
                     self.errs.spanned(e, "`pred` takes the path of a `fn(&Graph, &Bindings) -> bool`: `pred(my_checks::is_causal)`");
                     return None;
                 };
-                Some(IConstraint {
-                    reads: (0..self.params.len()).collect(),
-                    check: ICheck::Pred(p.path.clone()),
+                Some(Constraint {
+                    reads: self.required_params(),
+                    check: Check::Pred(p.path.clone()),
                     text,
                 })
             }
@@ -1305,7 +1357,7 @@ fn flatten_or<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     }
 }
 
-fn number(l: &SynLit, _neg: bool) -> Option<f64> {
+fn number(l: &SynLit) -> Option<f64> {
     match l {
         SynLit::Int(i) => i.base10_parse::<f64>().ok(),
         SynLit::Float(f) => f.base10_parse::<f64>().ok(),

@@ -1,0 +1,227 @@
+//! The pattern's intermediate form: what analysis ([`super::analysis`]) builds from a
+//! parsed pattern function, and lowering and code generation read. Nodes refer to each
+//! other by index into [`Ir::nodes`]; parameters are the first slots, op nodes take the
+//! next ones.
+
+use quote::ToTokens;
+use syn::{Expr, Ident, Path, Type};
+
+use crate::vocab::{Kind, OpSpec};
+
+/// The dtype names a pattern may write.
+pub const DTYPES: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "bool"];
+
+/// The kind of a parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    Tensor,
+    Int,
+    Float,
+    Bool,
+    Ints,
+    Str,
+    DType,
+}
+
+impl ParamKind {
+    pub fn from_type(ty: &Type) -> Option<ParamKind> {
+        let text = ty.to_token_stream().to_string().replace(' ', "");
+        Some(match text.as_str() {
+            "Tensor" | "Var" => ParamKind::Tensor,
+            "i64" => ParamKind::Int,
+            "f64" => ParamKind::Float,
+            "bool" => ParamKind::Bool,
+            "Ints" | "Vec<i64>" => ParamKind::Ints,
+            "String" | "Str" => ParamKind::Str,
+            "DType" => ParamKind::DType,
+            _ => return None,
+        })
+    }
+
+    pub fn of_attr(k: Kind) -> ParamKind {
+        match k {
+            Kind::Int => ParamKind::Int,
+            Kind::Float => ParamKind::Float,
+            Kind::Bool => ParamKind::Bool,
+            Kind::Ints => ParamKind::Ints,
+            Kind::Str => ParamKind::Str,
+            Kind::DType => ParamKind::DType,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            ParamKind::Tensor => "a tensor",
+            ParamKind::Int => "an int",
+            ParamKind::Float => "a float",
+            ParamKind::Bool => "a bool",
+            ParamKind::Ints => "an int list",
+            ParamKind::Str => "a string",
+            ParamKind::DType => "a dtype",
+        }
+    }
+
+    pub fn type_name(self) -> &'static str {
+        match self {
+            ParamKind::Tensor => "Tensor",
+            ParamKind::Int => "i64",
+            ParamKind::Float => "f64",
+            ParamKind::Bool => "bool",
+            ParamKind::Ints => "Ints",
+            ParamKind::Str => "String",
+            ParamKind::DType => "DType",
+        }
+    }
+}
+
+pub struct Param {
+    pub name: Ident,
+    pub kind: Option<ParamKind>,
+    /// Declared `Option<..>`: bound only when the optional part it is in matched.
+    pub optional: bool,
+    pub ty: Type,
+}
+
+/// A parameter type: its kind, and whether it is written `Option<..>` (an optional
+/// part's binding). `None` for types a pattern does not support.
+pub fn param_type(ty: &Type) -> Option<(ParamKind, bool)> {
+    match option_inner(ty) {
+        Some(inner) => ParamKind::from_type(inner).map(|k| (k, true)),
+        None => ParamKind::from_type(ty).map(|k| (k, false)),
+    }
+}
+
+/// `T` of a type written `Option<T>`.
+pub fn option_inner(ty: &Type) -> Option<&Type> {
+    let Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Option" || p.qself.is_some() {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(a) = &seg.arguments else {
+        return None;
+    };
+    match a.args.iter().collect::<Vec<_>>().as_slice() {
+        [syn::GenericArgument::Type(t)] => Some(t),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lit {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Ints(Vec<i64>),
+    Str(String),
+    DType(&'static str),
+    Null,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrPattern {
+    Lit(Lit),
+    Param(usize),
+    OneOf(Vec<Lit>),
+}
+
+#[derive(Clone)]
+pub enum AttrKey {
+    Builtin(usize, &'static str),
+    User(Ident, Option<Kind>),
+}
+
+#[derive(Clone)]
+pub struct AttrCheck {
+    pub key: AttrKey,
+    pub pat: AttrPattern,
+}
+
+#[derive(Clone)]
+pub enum OpRef {
+    Builtin(&'static OpSpec),
+    User(Path),
+}
+
+impl OpRef {
+    pub fn key(&self) -> String {
+        match self {
+            OpRef::Builtin(op) => op.name.to_string(),
+            OpRef::User(p) => p.to_token_stream().to_string(),
+        }
+    }
+    pub fn commutative(&self) -> bool {
+        matches!(self, OpRef::Builtin(op) if op.commutative)
+    }
+}
+
+#[derive(Clone)]
+pub struct OpNode {
+    pub op: OpRef,
+    pub operands: Vec<usize>,
+    pub more: bool,
+    pub attrs: Vec<AttrCheck>,
+    pub slot: Option<usize>,
+}
+
+#[derive(Clone)]
+pub enum Node {
+    Any,
+    Tensor(usize),
+    ConstValue(f64),
+    ConstParam(usize),
+    Op(OpNode),
+    Alt(Vec<usize>),
+    Repeat {
+        body: usize,
+        base: usize,
+        min: u16,
+        max: u16,
+    },
+    Hole(usize),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Term {
+    Rank(usize),
+    DType(usize),
+    Dim(usize, i64),
+    Users(usize),
+    Param(usize),
+    Int(i64),
+    Float(f64),
+    DTypeLit(&'static str),
+    Bool(bool),
+}
+
+pub enum Check {
+    Compare(Term, Cmp, Term),
+    /// `check(|a, b| body)`: (name, slot, kind) per argument.
+    Closure(Vec<(Ident, usize, ParamKind)>, Box<Expr>),
+    Pred(Path),
+}
+
+pub struct Constraint {
+    pub reads: Vec<usize>,
+    pub check: Check,
+    pub text: String,
+}
+
+/// A checked pattern.
+pub struct Ir {
+    pub params: Vec<Param>,
+    pub nodes: Vec<Node>,
+    pub roots: Vec<usize>,
+    pub constraints: Vec<Constraint>,
+    pub slots: usize,
+}
