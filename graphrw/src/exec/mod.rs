@@ -20,6 +20,7 @@
 
 #[cfg(feature = "cuda")]
 mod cuda;
+mod epilogue;
 mod executor;
 mod fused_cpu;
 mod interpreter;
@@ -36,6 +37,7 @@ use graphrw_kernels::Tensor;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
+pub use epilogue::{EpilogueCpu, EPILOGUE_CPU, MATMUL_EPILOGUE};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
 pub use interpreter::RunReport;
@@ -94,11 +96,15 @@ pub fn reference_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(ReferenceCpu)]
 }
 
-/// The default CPU stack: the generated fused kernels ([`crate::fused`]) and the fused
-/// attention/cross-entropy kernels first, then the tile executor (groups of elementwise
-/// nodes left to the reference kernels run as one node each), then the reference kernels.
+/// The default CPU stack: the matmul epilogue executor (a matmul with its bias and
+/// activation as one node, formed at plan time), the generated fused kernels
+/// ([`crate::fused`]) and the fused attention/cross-entropy kernels, then the tile
+/// executor (groups of
+/// elementwise nodes left to the reference kernels run as one node each), then the
+/// reference kernels.
 pub fn default_stack() -> Vec<Arc<dyn Executor>> {
     vec![
+        Arc::new(EpilogueCpu),
         Arc::new(crate::fused::generated_executor()),
         Arc::new(FusedCpu),
         tile_executor(),
