@@ -119,11 +119,14 @@ enum Command {
     },
     /// Run a model on its ONNX test data and report the max error and time.
     ///
-    /// Runs `test_data_set_*/input_N.pb` with the reference executor and compares with
-    /// `output_N.pb` (within 1e-4 absolute plus 1e-3 relative). Exits with code 1 when
-    /// an output is beyond tolerance.
+    /// Runs `test_data_set_*/input_N.pb` and compares with `output_N.pb` (within 1e-4
+    /// absolute plus 1e-3 relative). By default the model is optimised by the built-in
+    /// rules and run on the default executor stack (fused kernels, tile executor,
+    /// reference kernels); `--executors reference` runs it as loaded on the reference
+    /// kernels. Prints the best time of `--repeat N` runs and the peak live memory.
+    /// Exits with code 1 when an output is beyond tolerance.
     ///
-    /// Example: `graphrw run ../shared/corpus/llama_sdpa`
+    /// Example: `graphrw run ../shared/corpus/llama_sdpa --repeat 5 --compare`
     Run {
         /// A folder holding `model.onnx` and `test_data_set_*/`.
         model_dir: PathBuf,
@@ -136,6 +139,16 @@ enum Command {
         /// warm run times and device memory.
         #[arg(long, value_name = "DEVICE", default_value = "cpu")]
         device: commands::device::Device,
+        /// The executor stack: `default` (optimised graph, fused kernels) or
+        /// `reference` (the graph as loaded, reference kernels).
+        #[arg(long, value_enum, default_value = "default")]
+        executors: commands::run::Executors,
+        /// Timed runs per test data set; the best time is printed.
+        #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
+        /// Also run the other stack and print the max difference and the time ratio.
+        #[arg(long)]
+        compare: bool,
     },
 }
 
@@ -179,7 +192,19 @@ fn main() -> ExitCode {
             model_dir,
             model,
             device,
-        } => commands::device::run(&model_dir, model.as_deref(), device),
+            executors,
+            repeat,
+            compare,
+        } => commands::device::run(
+            &model_dir,
+            model.as_deref(),
+            device,
+            &commands::run::RunOptions {
+                executors,
+                repeat: repeat as usize,
+                compare,
+            },
+        ),
     };
     match result {
         Ok(code) => code,

@@ -33,9 +33,14 @@ impl std::str::FromStr for Device {
 }
 
 /// Runs `graphrw run` on `device`.
-pub fn run(model_dir: &Path, model: Option<&Path>, device: Device) -> CmdResult {
+pub fn run(
+    model_dir: &Path,
+    model: Option<&Path>,
+    device: Device,
+    opts: &super::run::RunOptions,
+) -> CmdResult {
     match device {
-        Device::Cpu => super::run::run(model_dir, model),
+        Device::Cpu => super::run::run(model_dir, model, opts),
         Device::Cuda(ordinal) => cuda::run(model_dir, model, ordinal),
     }
 }

@@ -1,12 +1,20 @@
-//! `graphrw run MODEL_DIR [--model FILE]`: run a model on its ONNX test data with the
-//! reference executor and compare with the expected outputs.
+//! `graphrw run MODEL_DIR [--model FILE] [--executors default|reference] [--repeat N]
+//! [--compare]`: run a model on its ONNX test data and compare with the expected outputs.
+//!
+//! The fast path is the default: the graph is optimised ([`graphrw::rules::optimize`]:
+//! attention fusion, causal masks, generated kernels) and planned on
+//! [`graphrw::exec::default_stack`]; `--executors reference` runs the graph as loaded on
+//! the reference kernels. The stack is chosen in one place ([`executor_stack`]), so
+//! another device's stack slots in beside these two.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::Duration;
 
-use graphrw::Tensor;
+use graphrw::exec::{self, Executor, Plan};
+use graphrw::{Graph, Tensor};
 
 use super::CmdResult;
 
@@ -96,8 +104,148 @@ pub fn test_sets(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(sets)
 }
 
-/// Runs the model on every test data set and prints the errors and times.
-pub fn run(model_dir: &Path, model: Option<&Path>) -> CmdResult {
+/// Which executor stack `run` plans the model on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Executors {
+    /// The fast path: the graph optimised by the built-in rules, then the generated
+    /// fused kernels, the fused attention kernels, the tile executor and the reference
+    /// kernels ([`graphrw::exec::default_stack`]).
+    Default,
+    /// The graph as loaded, on the reference kernels alone.
+    Reference,
+}
+
+impl Executors {
+    /// The name shown in the output.
+    pub fn label(self) -> &'static str {
+        match self {
+            Executors::Default => "default",
+            Executors::Reference => "reference",
+        }
+    }
+
+    /// Whether this stack runs the optimised graph.
+    fn optimizes(self) -> bool {
+        self == Executors::Default
+    }
+}
+
+/// Options of `graphrw run`.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// The stack whose outputs are checked against the test data.
+    pub executors: Executors,
+    /// Timed runs per test data set (the best is reported); at least 1.
+    pub repeat: usize,
+    /// Also run the other stack and print the max difference between the two.
+    pub compare: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            executors: Executors::Default,
+            repeat: 1,
+            compare: false,
+        }
+    }
+}
+
+/// The executor stack of `executors`.
+pub fn executor_stack(executors: Executors) -> Vec<Arc<dyn Executor>> {
+    match executors {
+        Executors::Default => exec::default_stack(),
+        Executors::Reference => exec::reference_stack(),
+    }
+}
+
+/// The model planned for one stack (optimised first when the stack wants it).
+struct Prepared {
+    executors: Executors,
+    plan: Plan,
+}
+
+/// Optimises a copy of `graph` if `executors` asks for it (a failing rewrite is
+/// reported and the graph run as loaded) and plans it.
+fn prepare(graph: &Graph, executors: Executors) -> Result<Prepared, String> {
+    let label = executors.label();
+    let mut g = graph.clone();
+    if executors.optimizes() {
+        match graphrw::rules::optimize(&mut g) {
+            Ok(done) => println!("[{label}] {done}"),
+            Err(e) => {
+                println!("[{label}] optimisation failed, running the model as loaded: {e}");
+                g = graph.clone();
+            }
+        }
+    }
+    let plan = exec::plan(&g, &executor_stack(executors))
+        .map_err(|e| format!("planning on the {label} stack: {e}"))?;
+    Ok(Prepared { executors, plan })
+}
+
+/// What the timed runs of one plan gave.
+struct Timed {
+    outputs: Vec<Tensor>,
+    best: Duration,
+    peak_live_bytes: usize,
+}
+
+/// Runs `plan` `repeat` times (at least once); the last outputs, the best time and the
+/// largest peak.
+fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize) -> Result<Timed, String> {
+    let mut best = Duration::MAX;
+    let mut peak = 0;
+    let mut outputs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let (out, report) = plan.run(inputs).map_err(|e| e.to_string())?;
+        best = best.min(report.total);
+        peak = peak.max(report.peak_live_bytes);
+        outputs = out;
+    }
+    Ok(Timed {
+        outputs,
+        best,
+        peak_live_bytes: peak,
+    })
+}
+
+/// The largest `|a - b|` over all outputs (NaN against NaN counts as equal; a NaN
+/// against a number, or a shape mismatch, as infinite).
+fn max_difference(a: &[Tensor], b: &[Tensor]) -> f64 {
+    let mut worst = if a.len() == b.len() {
+        0.0f64
+    } else {
+        f64::INFINITY
+    };
+    for (x, y) in a.iter().zip(b) {
+        if x.shape() != y.shape() {
+            return f64::INFINITY;
+        }
+        for (p, q) in x.to_f64_vec().into_iter().zip(y.to_f64_vec()) {
+            if p.is_nan() && q.is_nan() {
+                continue;
+            }
+            let d = (p - q).abs();
+            worst = worst.max(if d.is_nan() { f64::INFINITY } else { d });
+        }
+    }
+    worst
+}
+
+/// One line of timing: best time over the runs and peak live memory.
+fn timing_line(set_name: &str, executors: Executors, t: &Timed, repeat: usize) -> String {
+    format!(
+        "{set_name} [{}]: best of {} {:.2} ms, peak live {:.1} MiB",
+        executors.label(),
+        repeat.max(1),
+        t.best.as_secs_f64() * 1e3,
+        t.peak_live_bytes as f64 / (1024.0 * 1024.0)
+    )
+}
+
+/// Runs the model on every test data set and prints the errors, times and peak memory.
+pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResult {
     let progress = std::io::stderr().is_terminal();
     let model_path = model
         .map(Path::to_path_buf)
@@ -115,6 +263,16 @@ pub fn run(model_dir: &Path, model: Option<&Path>) -> CmdResult {
         model_path.display(),
         graph.node_count()
     );
+    let main = prepare(&graph, opts.executors)?;
+    let other = if opts.compare {
+        let o = match opts.executors {
+            Executors::Default => Executors::Reference,
+            Executors::Reference => Executors::Default,
+        };
+        Some(prepare(&graph, o)?)
+    } else {
+        None
+    };
     let mut all_ok = true;
     for set in sets {
         let set_name = set
@@ -140,11 +298,30 @@ pub fn run(model_dir: &Path, model: Option<&Path>) -> CmdResult {
         if progress {
             eprintln!("running {set_name}…");
         }
-        let start = Instant::now();
-        let outputs = graphrw::exec::run_reference(&graph, &inputs)
-            .map_err(|e| format!("{set_name}: {e}"))?;
-        let elapsed = start.elapsed();
-        println!("{set_name}: ran in {:.2} ms", elapsed.as_secs_f64() * 1e3);
+        let t = timed(&main.plan, &inputs, opts.repeat)
+            .map_err(|e| format!("{set_name} [{}]: {e}", main.executors.label()))?;
+        println!(
+            "{}",
+            timing_line(&set_name, main.executors, &t, opts.repeat)
+        );
+        if let Some(other) = &other {
+            let u = timed(&other.plan, &inputs, opts.repeat)
+                .map_err(|e| format!("{set_name} [{}]: {e}", other.executors.label()))?;
+            println!(
+                "{}",
+                timing_line(&set_name, other.executors, &u, opts.repeat)
+            );
+            println!(
+                "{set_name}: max |{} - {}| {:.3e}, time {} / {} {:.2}",
+                main.executors.label(),
+                other.executors.label(),
+                max_difference(&t.outputs, &u.outputs),
+                main.executors.label(),
+                other.executors.label(),
+                t.best.as_secs_f64() / u.best.as_secs_f64().max(1e-12)
+            );
+        }
+        let outputs = t.outputs;
         if outputs.len() < expected.len() {
             return Err(format!(
                 "{set_name}: the model gives {} outputs, the test data expects {}",

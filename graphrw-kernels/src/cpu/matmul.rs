@@ -1,4 +1,8 @@
-//! Matrix multiplication with `torch.matmul` rules, on `matrixmultiply`'s strided GEMM.
+//! Matrix multiplication with `torch.matmul` rules, on a strided GEMM: the `gemm`
+//! crate (runtime-dispatched AVX2/FMA and AVX-512 micro-kernels) by default, or
+//! `matrixmultiply` where it was measured to win (see [`GemmBackend::Auto`]); plus the
+//! matmul with a fused epilogue (bias accumulated by the GEMM, then an activation) that
+//! the planner's epilogue executor runs.
 
 use rayon::prelude::*;
 
@@ -8,12 +12,43 @@ use crate::macros::dispatch_float;
 use crate::{DType, Element, IntElement, KernelError, Real, Tensor};
 
 /// Per-matrix work (`m * k * n`) below which a batched matmul runs its matrices in
-/// parallel with rayon rather than relying on matrixmultiply's own threading.
+/// parallel with rayon rather than relying on the GEMM's own threading.
 const SMALL_GEMM: usize = 1 << 21;
 
-/// A float type with a strided GEMM: `c = a @ b` for row-major contiguous `c` (`m x n`)
-/// and `a` (`m x k`), `b` (`k x n`) read through element strides, so transposed
-/// operands need no copy.
+/// Per-matrix work (`m * k * n`) below which [`GemmBackend::Auto`] takes
+/// `matrixmultiply`: on tiny products its lower call overhead wins (measured with
+/// `cargo bench -p graphrw-kernels --bench matmul`, see the README).
+const TINY_GEMM: usize = 1 << 12;
+
+/// Which GEMM library runs a float product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GemmBackend {
+    /// The measured choice: `gemm` except for tiny products (`m * k * n` below 4096),
+    /// where `matrixmultiply` is faster.
+    #[default]
+    Auto,
+    /// The `gemm` crate (AVX-512 / AVX2+FMA micro-kernels chosen at run time).
+    Gemm,
+    /// The `matrixmultiply` crate.
+    MatrixMultiply,
+}
+
+impl GemmBackend {
+    /// The backend that runs an `m x k x n` product.
+    fn resolve(self, m: usize, k: usize, n: usize) -> GemmBackend {
+        match self {
+            GemmBackend::Auto if m.saturating_mul(k).saturating_mul(n) < TINY_GEMM => {
+                GemmBackend::MatrixMultiply
+            }
+            GemmBackend::Auto => GemmBackend::Gemm,
+            other => other,
+        }
+    }
+}
+
+/// A float type with a strided GEMM: `c = a @ b` (or `c += a @ b`) for row-major
+/// contiguous `c` (`m x n`) and `a` (`m x k`), `b` (`k x n`) read through element
+/// strides, so transposed operands need no copy.
 pub(crate) trait Gemm: Real {
     /// `c[i * n + j] = sum_p a[i * rsa + p * csa] * b[p * rsb + j * csb]`.
     ///
@@ -30,7 +65,46 @@ pub(crate) trait Gemm: Real {
         rsb: usize,
         csb: usize,
         c: &mut [Self],
+    ) {
+        Self::gemm_with(
+            GemmBackend::Auto,
+            false,
+            Strided {
+                m,
+                k,
+                n,
+                rsa,
+                csa,
+                rsb,
+                csb,
+            },
+            a,
+            b,
+            c,
+        )
+    }
+
+    /// The product on `backend`; with `accumulate`, `c += a @ b` instead of `c = a @ b`.
+    fn gemm_with(
+        backend: GemmBackend,
+        accumulate: bool,
+        s: Strided,
+        a: &[Self],
+        b: &[Self],
+        c: &mut [Self],
     );
+}
+
+/// The sizes and operand strides of one strided product (`c` is row-major `m x n`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Strided {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub rsa: usize,
+    pub csa: usize,
+    pub rsb: usize,
+    pub csb: usize,
 }
 
 /// Checks that the strided `rows x cols` view fits in `len` elements.
@@ -38,21 +112,36 @@ fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> bool {
     rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
 }
 
+/// The `gemm` crate's threading: its own rayon parallelism from outside the pool, none
+/// from inside a rayon task (the caller already runs products in parallel).
+fn parallelism() -> gemm::Parallelism {
+    if rayon::current_thread_index().is_some() {
+        gemm::Parallelism::None
+    } else {
+        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    }
+}
+
 macro_rules! impl_gemm {
-    ($t:ty, $f:path) => {
+    ($t:ty, $mm:path) => {
         impl Gemm for $t {
-            fn gemm(
-                m: usize,
-                k: usize,
-                n: usize,
+            fn gemm_with(
+                backend: GemmBackend,
+                accumulate: bool,
+                s: Strided,
                 a: &[Self],
-                rsa: usize,
-                csa: usize,
                 b: &[Self],
-                rsb: usize,
-                csb: usize,
                 c: &mut [Self],
             ) {
+                let Strided {
+                    m,
+                    k,
+                    n,
+                    rsa,
+                    csa,
+                    rsb,
+                    csb,
+                } = s;
                 assert!(
                     fits(a.len(), m, k, rsa, csa)
                         && fits(b.len(), k, n, rsb, csb)
@@ -62,29 +151,66 @@ macro_rules! impl_gemm {
                     return;
                 }
                 if k == 0 {
-                    c[..m * n].fill(0.0);
+                    if !accumulate {
+                        c[..m * n].fill(0.0);
+                    }
                     return;
                 }
-                // SAFETY: the assert above bounds every element the strides reach inside
-                // `a`, `b` (read) and `c` (written, exclusively borrowed); strides are
-                // small enough to be `isize` since they index live slices.
-                unsafe {
-                    $f(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        a.as_ptr(),
-                        rsa as isize,
-                        csa as isize,
-                        b.as_ptr(),
-                        rsb as isize,
-                        csb as isize,
-                        0.0,
-                        c.as_mut_ptr(),
-                        n as isize,
-                        1,
-                    );
+                match backend.resolve(m, k, n) {
+                    GemmBackend::MatrixMultiply | GemmBackend::Auto => {
+                        let beta = if accumulate { 1.0 } else { 0.0 };
+                        // SAFETY: the assert above bounds every element the strides reach
+                        // inside `a`, `b` (read) and `c` (written, exclusively borrowed);
+                        // strides are small enough to be `isize` since they index live
+                        // slices.
+                        unsafe {
+                            $mm(
+                                m,
+                                k,
+                                n,
+                                1.0,
+                                a.as_ptr(),
+                                rsa as isize,
+                                csa as isize,
+                                b.as_ptr(),
+                                rsb as isize,
+                                csb as isize,
+                                beta,
+                                c.as_mut_ptr(),
+                                n as isize,
+                                1,
+                            );
+                        }
+                    }
+                    GemmBackend::Gemm => {
+                        // SAFETY: as above, the assert bounds every element reached
+                        // through the strides; `gemm` computes
+                        // `dst = alpha * dst + beta * lhs @ rhs` and reads `dst` only when
+                        // `read_dst` (here: `accumulate`, with `c` initialised).
+                        unsafe {
+                            gemm::gemm(
+                                m,
+                                n,
+                                k,
+                                c.as_mut_ptr(),
+                                1,
+                                n as isize,
+                                accumulate,
+                                a.as_ptr(),
+                                csa as isize,
+                                rsa as isize,
+                                b.as_ptr(),
+                                csb as isize,
+                                rsb as isize,
+                                1.0,
+                                1.0,
+                                false,
+                                false,
+                                false,
+                                parallelism(),
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -101,6 +227,125 @@ impl_gemm!(f64, matrixmultiply::dgemm);
 /// Both operands must share a float or integer dtype. f16/bf16 are multiplied in f32
 /// with f32 accumulation; integers accumulate in i64 and wrap.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
+    matmul_with(a, b, GemmBackend::Auto)
+}
+
+/// [`matmul`] on a chosen GEMM backend (for benchmarks and tests; integer products
+/// ignore it).
+pub fn matmul_with(a: &Tensor, b: &Tensor, backend: GemmBackend) -> Result<Tensor, KernelError> {
+    let p = shapes(a, b)?;
+    match p.dtype {
+        DType::I64 => Ok(Tensor::from_data(
+            p.out_shape,
+            int_matmul::<i64>(&p.plan, a, b),
+        )),
+        DType::I32 => Ok(Tensor::from_data(
+            p.out_shape,
+            int_matmul::<i32>(&p.plan, a, b),
+        )),
+        dt => dispatch_float!(dt, "matmul", |T| Ok(Tensor::from_data(
+            p.out_shape,
+            float_matmul::<T>(&p.plan, a, b, None, backend)?
+        ))),
+    }
+}
+
+/// An activation applied elementwise to a product in the epilogue of
+/// [`matmul_epilogue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    /// No activation.
+    #[default]
+    Identity,
+    /// `max(x, 0)`.
+    Relu,
+    /// Exact GELU: `x/2 (1 + erf(x / sqrt 2))`.
+    Gelu,
+    /// GELU's tanh approximation: `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    GeluTanh,
+    /// `x sigmoid(x)` (SiLU / swish).
+    Silu,
+}
+
+impl Activation {
+    /// The activation on one compute-type value.
+    #[inline]
+    fn apply<F: Real>(self, x: F) -> F {
+        let c = F::from_f64;
+        match self {
+            Activation::Identity => x,
+            Activation::Relu => {
+                if x > F::ZERO {
+                    x
+                } else {
+                    F::ZERO
+                }
+            }
+            Activation::Gelu => {
+                c(0.5) * x * (F::ONE + (x * c(std::f64::consts::FRAC_1_SQRT_2)).erf())
+            }
+            Activation::GeluTanh => {
+                let inner = c(0.797_884_560_802_865_4) * (x + c(0.044_715) * x * x * x);
+                c(0.5) * x * (F::ONE + inner.tanh())
+            }
+            Activation::Silu => x / (F::ONE + (F::ZERO - x).exp()),
+        }
+    }
+}
+
+/// `act(a @ b + bias)` in one kernel: the bias (shape `[N]`, broadcast over rows) is
+/// written into the result first and the GEMM accumulates onto it, then the activation
+/// runs in place over the result in parallel row blocks, so no intermediate tensor is
+/// allocated. Float dtypes only; `bias` must share `a`'s dtype. Shapes follow
+/// [`matmul`]; `b` must have rank 2 or more (the bias runs along its columns).
+pub fn matmul_epilogue(
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    act: Activation,
+    backend: GemmBackend,
+) -> Result<Tensor, KernelError> {
+    let p = shapes(a, b)?;
+    if !p.dtype.is_float() {
+        return Err(KernelError::UnsupportedDType {
+            op: "matmul_epilogue",
+            dtype: p.dtype,
+            expected: "f32, f64, f16 or bf16",
+        });
+    }
+    if let Some(bias) = bias {
+        same_dtype("matmul_epilogue", a, bias)?;
+        if b.rank() < 2
+            || bias.numel() != p.plan.n
+            || bias.shape().iter().rev().skip(1).any(|&d| d != 1)
+        {
+            return Err(KernelError::shape(
+                "matmul_epilogue",
+                format!(
+                    "bias {:?} does not run along the {} columns of {:?} @ {:?}",
+                    bias.shape(),
+                    p.plan.n,
+                    a.shape(),
+                    b.shape()
+                ),
+            ));
+        }
+    }
+    dispatch_float!(p.dtype, "matmul_epilogue", |T| Ok(Tensor::from_data(
+        p.out_shape,
+        float_matmul::<T>(&p.plan, a, b, Some((bias, act)), backend)?
+    )))
+}
+
+/// A checked product: its common dtype, batch plan and output shape.
+struct Shapes {
+    dtype: DType,
+    plan: Plan,
+    out_shape: Vec<usize>,
+}
+
+/// Validates the operands of a product and lays out its batch.
+fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
     if a.rank() == 0 || b.rank() == 0 {
         return Err(KernelError::shape(
             "matmul",
@@ -142,11 +387,22 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
             ),
         )
     })?;
-    let plan = Plan {
-        m,
-        k,
-        n,
-        offsets: batch_offsets(&batch, a_batch, b_batch, m * k, k * n),
+    // A right operand without batch (a weight): the batch of `a` is folded into its
+    // rows, one tall product instead of many short ones.
+    let plan = if a.rank() > 1 && prod(b_batch) == 1 {
+        Plan {
+            m: prod(a_batch) * m,
+            k,
+            n,
+            offsets: vec![[0, 0]],
+        }
+    } else {
+        Plan {
+            m,
+            k,
+            n,
+            offsets: batch_offsets(&batch, a_batch, b_batch, m * k, k * n),
+        }
     };
     let mut out_shape = batch.clone();
     if a.rank() > 1 {
@@ -155,14 +411,11 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
     if b.rank() > 1 {
         out_shape.push(n);
     }
-    match dtype {
-        DType::I64 => Ok(Tensor::from_data(out_shape, int_matmul::<i64>(&plan, a, b))),
-        DType::I32 => Ok(Tensor::from_data(out_shape, int_matmul::<i32>(&plan, a, b))),
-        dt => dispatch_float!(dt, "matmul", |T| Ok(Tensor::from_data(
-            out_shape,
-            float_matmul::<T>(&plan, a, b)
-        ))),
-    }
+    Ok(Shapes {
+        dtype,
+        plan,
+        out_shape,
+    })
 }
 
 /// The matrices of one batched product.
@@ -201,17 +454,50 @@ fn batch_offsets(
     out
 }
 
-fn float_matmul<T: Element>(plan: &Plan, a: &Tensor, b: &Tensor) -> Vec<T>
+/// Rows of the result per task of the parallel epilogue.
+const EPILOGUE_ROWS: usize = 16;
+
+/// The float product of every batch entry; with an epilogue, the bias is written first
+/// (and accumulated onto) and the activation applied after.
+fn float_matmul<T: Element>(
+    plan: &Plan,
+    a: &Tensor,
+    b: &Tensor,
+    epilogue: Option<(Option<&Tensor>, Activation)>,
+    backend: GemmBackend,
+) -> Result<Vec<T>, KernelError>
 where
     T::Acc: Gemm,
 {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let a = a.acc_cow::<T>();
     let b = b.acc_cow::<T>();
+    let bias = match epilogue {
+        Some((Some(bias), _)) => Some(bias.acc_cow::<T>()),
+        _ => None,
+    };
+    let act = epilogue.map_or(Activation::Identity, |(_, act)| act);
     let mut out = vec![T::Acc::ZERO; plan.offsets.len() * m * n];
+    if let Some(bias) = &bias {
+        out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
+            .for_each(|rows| {
+                rows.chunks_mut(n.max(1))
+                    .for_each(|row| row.copy_from_slice(&bias[..row.len()]));
+            });
+    }
+    let accumulate = bias.is_some();
     if m * n > 0 {
         let one = |c: &mut [T::Acc], &[oa, ob]: &[usize; 2]| {
-            T::Acc::gemm(m, k, n, &a[oa..], k, 1, &b[ob..], n, 1, c);
+            let s = Strided {
+                m,
+                k,
+                n,
+                rsa: k,
+                csa: 1,
+                rsb: n,
+                csb: 1,
+            };
+            T::Acc::gemm_with(backend, accumulate, s, &a[oa..], &b[ob..], c);
         };
         if plan.offsets.len() > 1 && m * k * n <= SMALL_GEMM {
             out.par_chunks_mut(m * n)
@@ -223,7 +509,16 @@ where
                 .for_each(|(c, o)| one(c, o));
         }
     }
-    out.into_iter().map(T::from_acc).collect()
+    if act == Activation::Identity {
+        return Ok(out.into_iter().map(T::from_acc).collect());
+    }
+    out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
+        .for_each(|rows| {
+            for x in rows {
+                *x = act.apply(*x);
+            }
+        });
+    Ok(out.into_iter().map(T::from_acc).collect())
 }
 
 fn int_matmul<T: IntElement>(plan: &Plan, a: &Tensor, b: &Tensor) -> Vec<T> {

@@ -23,6 +23,6 @@ pub use layout::{
     concat, contiguous, expand, permute, reshape, slice, split, squeeze, transpose, tril, triu,
     unsqueeze,
 };
-pub use matmul::matmul;
+pub use matmul::{matmul, matmul_epilogue, matmul_with, Activation, GemmBackend};
 pub use norm::{layer_norm, rms_norm};
 pub use reduce::{cumsum, log_softmax, reduce, softmax, ReduceOp};

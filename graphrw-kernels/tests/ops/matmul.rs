@@ -1,3 +1,4 @@
+use graphrw_kernels::cpu::{Activation, BinaryOp, GemmBackend, UnaryOp};
 use graphrw_kernels::{cpu, DType, Tensor};
 
 use crate::common::*;
@@ -62,30 +63,130 @@ fn matmul_matches_reference() {
         (&[2, 3, 0], &[0, 2]),
         (&[16, 8, 8], &[16, 8, 8]),
         (&[70, 33], &[33, 65]),
+        (&[3, 37, 129], &[129, 17]),
+        (&[2, 3, 1, 5], &[5, 1]),
+    ];
+    let backends = [
+        GemmBackend::Auto,
+        GemmBackend::Gemm,
+        GemmBackend::MatrixMultiply,
     ];
     let mut rng = Rng::new(5);
     for dtype in NUMERIC {
         for &(sa, sb) in cases {
-            let a = rand_tensor(&mut rng, dtype, sa);
-            let b = rand_tensor(&mut rng, dtype, sb);
-            let out = cpu::matmul(&a, &b).unwrap();
-            let (shape, expected) = reference(&a, &b);
-            // Sums of k products: widen the absolute tolerance for the low-precision types.
-            let expected: Vec<f64> = expected.into_iter().map(|v| round_to(dtype, v)).collect();
-            let what = format!("matmul {dtype} {sa:?} @ {sb:?}");
-            let (atol, rtol) = match dtype {
-                DType::F16 | DType::BF16 => (0.1, 2e-2),
-                DType::F32 => (1e-4, 1e-5),
-                DType::F64 => (1e-10, 1e-10),
-                _ => (0.0, 0.0),
-            };
-            assert_eq!(out.shape(), &shape[..], "{what}");
-            assert_eq!(out.dtype(), dtype, "{what}");
-            for (g, e) in out.to_f64_vec().iter().zip(&expected) {
-                assert!((g - e).abs() <= atol + rtol * e.abs(), "{what}: {g} vs {e}");
+            for backend in backends {
+                let a = rand_tensor(&mut rng, dtype, sa);
+                let b = rand_tensor(&mut rng, dtype, sb);
+                let out = cpu::matmul_with(&a, &b, backend).unwrap();
+                let (shape, expected) = reference(&a, &b);
+                // Sums of k products: widen the absolute tolerance for the low-precision types.
+                let expected: Vec<f64> = expected.into_iter().map(|v| round_to(dtype, v)).collect();
+                let what = format!("matmul {dtype} {sa:?} @ {sb:?} on {backend:?}");
+                let (atol, rtol) = match dtype {
+                    DType::F16 | DType::BF16 => (0.1, 2e-2),
+                    DType::F32 => (1e-4, 1e-5),
+                    DType::F64 => (1e-10, 1e-10),
+                    _ => (0.0, 0.0),
+                };
+                assert_eq!(out.shape(), &shape[..], "{what}");
+                assert_eq!(out.dtype(), dtype, "{what}");
+                for (g, e) in out.to_f64_vec().iter().zip(&expected) {
+                    assert!((g - e).abs() <= atol + rtol * e.abs(), "{what}: {g} vs {e}");
+                }
             }
         }
     }
+}
+
+/// The activation as the separate unary kernel computes it.
+fn unary_of(act: Activation) -> Option<UnaryOp> {
+    match act {
+        Activation::Identity => None,
+        Activation::Relu => Some(UnaryOp::Relu),
+        Activation::Gelu => Some(UnaryOp::Gelu),
+        Activation::GeluTanh => Some(UnaryOp::GeluTanh),
+        Activation::Silu => Some(UnaryOp::Silu),
+    }
+}
+
+#[test]
+fn matmul_epilogue_matches_separate_kernels() {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[1, 1], &[1, 1]),
+        (&[3, 5], &[5, 7]),
+        (&[2, 9, 33], &[33, 17]),
+        (&[4, 6, 8], &[4, 8, 3]),
+        (&[1, 64, 40], &[40, 96]),
+    ];
+    let acts = [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+    ];
+    let mut rng = Rng::new(11);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for &(sa, sb) in cases {
+            for act in acts {
+                for backend in [GemmBackend::Gemm, GemmBackend::MatrixMultiply] {
+                    let a = rand_tensor(&mut rng, dtype, sa);
+                    let b = rand_tensor(&mut rng, dtype, sb);
+                    let n = sb[sb.len() - 1];
+                    // A 1-D bias and one with leading ones: both run along the columns.
+                    let bias_shape: Vec<usize> = if n % 2 == 0 { vec![1, n] } else { vec![n] };
+                    let bias = rand_tensor(&mut rng, dtype, &bias_shape);
+                    let got = cpu::matmul_epilogue(&a, &b, Some(&bias), act, backend).unwrap();
+                    let mut want =
+                        cpu::binary(BinaryOp::Add, &cpu::matmul(&a, &b).unwrap(), &bias).unwrap();
+                    if let Some(op) = unary_of(act) {
+                        want = cpu::unary(op, &want).unwrap();
+                    }
+                    let what = format!("{dtype} {sa:?} @ {sb:?} + bias, {act:?} on {backend:?}");
+                    assert_eq!(got.shape(), want.shape(), "{what}");
+                    assert_eq!(got.dtype(), dtype, "{what}");
+                    let (atol, rtol) = match dtype {
+                        // The fused kernel rounds once, the separate ones after each op.
+                        DType::F16 | DType::BF16 => (0.1, 3e-2),
+                        DType::F32 => (1e-5, 1e-5),
+                        _ => (1e-12, 1e-12),
+                    };
+                    for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+                        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}: {g} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_epilogue_rejects_bad_bias() {
+    let a = Tensor::zeros(DType::F32, &[2, 3]);
+    let b = Tensor::zeros(DType::F32, &[3, 4]);
+    for bad in [&[3usize][..], &[2, 4], &[4, 1]] {
+        let bias = Tensor::zeros(DType::F32, bad);
+        let e = cpu::matmul_epilogue(&a, &b, Some(&bias), Activation::Relu, GemmBackend::Auto)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("does not run along the 4 columns"),
+            "{bad:?}: {e}"
+        );
+    }
+    let bias = Tensor::zeros(DType::F64, &[4]);
+    assert!(
+        cpu::matmul_epilogue(&a, &b, Some(&bias), Activation::Relu, GemmBackend::Auto).is_err()
+    );
+    let ints = Tensor::zeros(DType::I64, &[2, 2]);
+    assert!(
+        cpu::matmul_epilogue(&ints, &ints, None, Activation::Identity, GemmBackend::Auto).is_err()
+    );
+    // Without a bias it is the activation of the product.
+    let x = Tensor::from_vec(vec![1, 2], vec![1.0f32, -2.0]).unwrap();
+    let y = Tensor::from_vec(vec![2, 1], vec![1.0f32, 1.0]).unwrap();
+    let r = cpu::matmul_epilogue(&x, &y, None, Activation::Relu, GemmBackend::Auto).unwrap();
+    assert_eq!(r.as_slice::<f32>().unwrap(), &[0.0]);
 }
 
 #[test]

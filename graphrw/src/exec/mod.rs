@@ -20,6 +20,7 @@
 
 #[cfg(feature = "cuda")]
 mod cuda;
+mod epilogue;
 mod executor;
 mod fused_cpu;
 mod generated;
@@ -37,6 +38,7 @@ use graphrw_kernels::Tensor;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
+pub use epilogue::{EpilogueCpu, EPILOGUE_CPU, MATMUL_EPILOGUE};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
 pub use generated::{
@@ -98,11 +100,14 @@ pub fn reference_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(ReferenceCpu)]
 }
 
-/// The default CPU stack: the generated fused kernels ([`generated_executor`]) and the fused
-/// attention/cross-entropy kernels first, then the tile executor (groups of elementwise
-/// nodes left to the reference kernels run as one node each), then the reference kernels.
+/// The default CPU stack: the matmul epilogue executor (a matmul with its bias and
+/// activation as one node, formed at plan time), the generated fused kernels
+/// ([`generated_executor`]) and the fused attention/cross-entropy kernels, then the tile
+/// executor (groups of elementwise nodes left to the reference kernels run as one node
+/// each), then the reference kernels.
 pub fn default_stack() -> Vec<Arc<dyn Executor>> {
-    let mut stack: Vec<Arc<dyn Executor>> = vec![Arc::new(generated_executor())];
+    let mut stack: Vec<Arc<dyn Executor>> =
+        vec![Arc::new(EpilogueCpu), Arc::new(generated_executor())];
     stack.extend(generated::after_generated());
     stack
 }

@@ -1,0 +1,133 @@
+//! Times the fused CPU SDPA kernel on the shapes given, for `benches/torch_sdpa_compare.py`
+//! (which times PyTorch's CPU `scaled_dot_product_attention` on the same shapes in the
+//! same run, alternating with this program).
+//!
+//! ```sh
+//! cargo run --release -p graphrw-kernels --example sdpa_time -- --repeat 5 f32,64,1024,causal bf16,128,2048
+//! ```
+//!
+//! Each shape is `DTYPE,D,S[,causal]` with B = 1, H = 8 (`--heads N` changes it),
+//! Sq = Skv = S. Prints one line per shape: `DTYPE,D,S,CAUSAL best_ms GFLOP/s`, where
+//! the flops are `4 B H S S D` (halved when causal: the kernel skips the blocks above
+//! the diagonal, as every peer does).
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use graphrw_kernels::fused::{sdpa, SdpaOptions};
+use graphrw_kernels::{DType, Tensor};
+
+/// One shape to time.
+struct Spec {
+    dtype: DType,
+    d: usize,
+    s: usize,
+    causal: bool,
+}
+
+fn parse_spec(text: &str) -> Result<Spec, String> {
+    let parts: Vec<&str> = text.split(',').collect();
+    if parts.len() < 3 || parts.len() > 4 {
+        return Err(format!("`{text}`: expected DTYPE,D,S[,causal]"));
+    }
+    let dtype = match parts[0] {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => return Err(format!("`{text}`: dtype `{other}` is not f32, f16 or bf16")),
+    };
+    let num = |s: &str| {
+        s.parse::<usize>()
+            .map_err(|e| format!("`{text}`: `{s}`: {e}"))
+    };
+    let causal = match parts.get(3) {
+        None => false,
+        Some(&"causal") => true,
+        Some(other) => return Err(format!("`{text}`: `{other}` is not `causal`")),
+    };
+    Ok(Spec {
+        dtype,
+        d: num(parts[1])?,
+        s: num(parts[2])?,
+        causal,
+    })
+}
+
+/// Deterministic values in `[-1, 1)`.
+fn ramp(dtype: DType, shape: &[usize], seed: usize) -> Result<Tensor, String> {
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = (0..n)
+        .map(|i| (((i + seed * 7) * 7919) % 1000) as f64 / 500.0 - 1.0)
+        .collect();
+    Tensor::from_f64_slice(dtype, shape, &vals).map_err(|e| e.to_string())
+}
+
+fn run() -> Result<(), String> {
+    let mut repeat = 5usize;
+    let mut heads = 8usize;
+    let mut specs = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--repeat" | "--heads" => {
+                let v = args
+                    .next()
+                    .ok_or_else(|| format!("{a} needs a value"))?
+                    .parse::<usize>()
+                    .map_err(|e| format!("{a}: {e}"))?;
+                if a == "--repeat" {
+                    repeat = v.max(1);
+                } else {
+                    heads = v.max(1);
+                }
+            }
+            _ => specs.push(parse_spec(&a)?),
+        }
+    }
+    if specs.is_empty() {
+        return Err("give at least one shape DTYPE,D,S[,causal]".into());
+    }
+    for spec in specs {
+        let shape = [1, heads, spec.s, spec.d];
+        let q = ramp(spec.dtype, &shape, 0)?;
+        let k = ramp(spec.dtype, &shape, 1)?;
+        let v = ramp(spec.dtype, &shape, 2)?;
+        let opts = SdpaOptions {
+            is_causal: spec.causal,
+            ..SdpaOptions::default()
+        };
+        // One warm-up call (thread pool, page faults), then the best of `repeat`.
+        sdpa(&q, &k, &v, None, &opts).map_err(|e| e.to_string())?;
+        let mut best = f64::INFINITY;
+        for _ in 0..repeat {
+            let t0 = Instant::now();
+            let out = sdpa(&q, &k, &v, None, &opts).map_err(|e| e.to_string())?;
+            best = best.min(t0.elapsed().as_secs_f64());
+            std::hint::black_box(out);
+        }
+        let mut flops = 4.0 * (heads * spec.s * spec.s * spec.d) as f64;
+        if spec.causal {
+            flops /= 2.0;
+        }
+        println!(
+            "{},{},{},{} {:.4} {:.1}",
+            spec.dtype,
+            spec.d,
+            spec.s,
+            if spec.causal { "causal" } else { "full" },
+            best * 1e3,
+            flops / best / 1e9
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The matmul epilogue executor: matmul + column bias (+ activation) chains become one
+//! `fused.matmul_epilogue` node in the plan, give the reference stack's outputs, and
+//! chains it must not take (a product used twice, a bias that broadcasts rows, a graph
+//! output in the middle) are left alone.
+
+use std::sync::Arc;
+
+use graphrw::exec::{
+    default_stack, plan, reference_stack, EpilogueCpu, Executor, ReferenceCpu, EPILOGUE_CPU,
+    MATMUL_EPILOGUE,
+};
+use graphrw::{verify, Builder, DType, Graph, Tensor, TensorMeta};
+
+fn epilogue_stack() -> Vec<Arc<dyn Executor>> {
+    vec![Arc::new(EpilogueCpu), Arc::new(ReferenceCpu)]
+}
+
+fn ramp(dt: DType, shape: &[usize], seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = (0..n)
+        .map(|i| (((i + seed * 13) * 7919) % 1000) as f64 / 400.0 - 1.25)
+        .collect();
+    // Rounded to bf16 first, so the graph of every dtype holds the same numbers.
+    let vals = Tensor::from_f64_slice(DType::BF16, shape, &vals)
+        .unwrap()
+        .to_f64_vec();
+    Tensor::from_f64_slice(dt, shape, &vals).unwrap()
+}
+
+/// The largest difference from `exact` of each of `a` and `b`.
+fn errors(exact: &Tensor, a: &Tensor, b: &Tensor) -> (f64, f64) {
+    let e = exact.to_f64_vec();
+    let err = |t: &Tensor| {
+        t.to_f64_vec()
+            .iter()
+            .zip(&e)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f64, f64::max)
+    };
+    (err(a), err(b))
+}
+
+/// Plans `g` on `stack` and on the reference stack; the outputs agree within the
+/// dtype's tolerance. Returns how many fused epilogue nodes the plan has.
+fn check_against_reference(
+    g: &Graph,
+    stack: &[Arc<dyn Executor>],
+    inputs: &[Tensor],
+    dt: DType,
+) -> usize {
+    verify(g).unwrap();
+    let (want, _) = plan(g, &reference_stack()).unwrap().run(inputs).unwrap();
+    let p = plan(g, stack).unwrap();
+    verify(p.graph()).unwrap();
+    let (got, _) = p.run(inputs).unwrap();
+    let (atol, rtol) = match dt {
+        DType::F16 | DType::BF16 => (0.05, 3e-2),
+        DType::F32 => (1e-4, 1e-5),
+        _ => (1e-10, 1e-12),
+    };
+    assert_eq!(want.len(), got.len());
+    for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(w.shape(), o.shape(), "output {i}");
+        assert_eq!(w.dtype(), o.dtype(), "output {i}");
+        for (a, b) in w.to_f64_vec().iter().zip(o.to_f64_vec()) {
+            assert!(
+                (a - b).abs() <= atol + rtol * a.abs(),
+                "output {i}: {a} vs {b}\n{p}"
+            );
+        }
+    }
+    let fused = p.assignments().filter(|&(_, e)| e == EPILOGUE_CPU).count();
+    assert_eq!(
+        fused,
+        p.graph()
+            .op_counts()
+            .get(MATMUL_EPILOGUE.name)
+            .copied()
+            .unwrap_or(0),
+        "every fused node runs on the epilogue executor\n{p}"
+    );
+    fused
+}
+
+/// An MLP: `gelu(x @ w1 + b1) @ w2 + b2`, then `relu(. @ w3 + b3)`.
+fn mlp(dt: DType, rows: usize, k: usize, hidden: usize, gelu: &str) -> (Graph, Vec<Tensor>) {
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [2usize, rows, k]));
+    let w1 = b.constant(ramp(dt, &[k, hidden], 1));
+    let b1 = b.constant(ramp(dt, &[hidden], 2));
+    let w2 = b.constant(ramp(dt, &[hidden, k], 3));
+    let b2 = b.constant(ramp(dt, &[1, k], 4));
+    let w3 = b.constant(ramp(dt, &[k, 5], 5));
+    let b3 = b.constant(ramp(dt, &[5], 6));
+    let h = x.matmul(w1).unwrap().add(b1).unwrap().gelu(gelu).unwrap();
+    let y = h.matmul(w2).unwrap().add(b2).unwrap();
+    let z = y.matmul(w3).unwrap().add(b3).unwrap().relu().unwrap();
+    b.output(&[z]).unwrap();
+    (b.finish(), vec![ramp(dt, &[2, rows, k], 7)])
+}
+
+#[test]
+fn half_precision_chains_are_as_accurate_as_the_unfused_graph() {
+    // Three chained products in f16/bf16 drift from the exact result by the roundings
+    // of each op; the fused plan (one rounding per chain) must not drift further than
+    // the reference plan does (against the same graph computed in f64).
+    for dt in [DType::F16, DType::BF16] {
+        for (rows, k, hidden) in [(3, 7, 9), (17, 33, 65)] {
+            let (g, inputs) = mlp(dt, rows, k, hidden, "tanh");
+            let (g64, inputs64) = mlp(DType::F64, rows, k, hidden, "tanh");
+            let (exact, _) = plan(&g64, &reference_stack())
+                .unwrap()
+                .run(&inputs64)
+                .unwrap();
+            let (unfused, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
+            let p = plan(&g, &epilogue_stack()).unwrap();
+            assert_eq!(
+                p.assignments().filter(|&(_, e)| e == EPILOGUE_CPU).count(),
+                3
+            );
+            let (fused, _) = p.run(&inputs).unwrap();
+            let (ef, eu) = errors(&exact[0], &fused[0], &unfused[0]);
+            assert!(
+                ef <= 1.5 * eu + 1e-3,
+                "{dt} {rows}x{k}x{hidden}: fused {ef}, unfused {eu}"
+            );
+        }
+    }
+}
+
+#[test]
+fn mlp_chains_fuse_and_match_the_reference() {
+    for dt in [DType::F32, DType::F64] {
+        for (rows, k, hidden) in [(1, 1, 1), (3, 7, 9), (17, 33, 65)] {
+            for gelu in ["none", "tanh"] {
+                let (g, inputs) = mlp(dt, rows, k, hidden, gelu);
+                let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
+                assert_eq!(fused, 3, "{dt} {rows}x{k}x{hidden} gelu={gelu}");
+                let fused = check_against_reference(&g, &default_stack(), &inputs, dt);
+                assert_eq!(fused, 3, "default stack, {dt} {rows}x{k}x{hidden}");
+            }
+        }
+    }
+}
+
+#[test]
+fn chains_it_must_not_take_are_left_alone() {
+    let dt = DType::F32;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [4usize, 6]));
+    let w = b.constant(ramp(dt, &[6, 3], 1));
+    // A product used twice: fusing would lose the plain product.
+    let p = x.matmul(w).unwrap();
+    let used_twice = p.add(b.constant(ramp(dt, &[3], 2))).unwrap();
+    let other = p.mul(2.0).unwrap();
+    // A bias along the rows (broadcasts over columns): not a column bias.
+    let rows_bias = x
+        .matmul(w)
+        .unwrap()
+        .add(b.constant(ramp(dt, &[4, 1], 3)))
+        .unwrap();
+    // The sum is a graph output and also feeds a relu: the chain stops at the add.
+    let q = x
+        .matmul(w)
+        .unwrap()
+        .add(b.constant(ramp(dt, &[3], 4)))
+        .unwrap();
+    let r = q.relu().unwrap();
+    b.output(&[used_twice, other, rows_bias, q, r]).unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[4, 6], 9)];
+    let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
+    // Only `q` (matmul + add, without the relu) fuses.
+    assert_eq!(fused, 1);
+}
+
+#[test]
+fn the_node_decomposes_when_no_executor_takes_it() {
+    // The plan's fused node, planned again on the reference stack alone, runs through
+    // its decomposition with the same result.
+    let (g, inputs) = mlp(DType::F32, 5, 8, 12, "tanh");
+    let fused = plan(&g, &epilogue_stack()).unwrap();
+    let (want, _) = fused.run(&inputs).unwrap();
+    let again = plan(fused.graph(), &reference_stack()).unwrap();
+    assert!(again
+        .graph()
+        .op_counts()
+        .get(MATMUL_EPILOGUE.name)
+        .is_none());
+    let (got, _) = again.run(&inputs).unwrap();
+    for (a, b) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
+        assert!((a - b).abs() <= 2e-5 + 1e-5 * a.abs(), "{a} vs {b}");
+    }
+}
