@@ -201,6 +201,65 @@ fn graphs() -> Vec<(&'static str, Graph)> {
         let o = p.dropout(0.1, false).unwrap().matmul(v).unwrap();
         b.output(&[o]).unwrap();
     });
+    add("sfdp_4", &|b| {
+        let (q, k, v) = qkv(b, DType::F32, false);
+        let p = q
+            .matmul(k.transpose(-2, -1).unwrap())
+            .unwrap()
+            .mul(0.5)
+            .unwrap()
+            .softmax(-1)
+            .unwrap();
+        let o = p.dropout(0.1, false).unwrap().matmul(v).unwrap();
+        b.output(&[o]).unwrap();
+    });
+    add("sfdp_6", &|b| {
+        let (q, k, v) = qkv(b, DType::F32, false);
+        let mask = b.input("attn_mask", meta(DType::F32, &[B, 1, 1, S]));
+        let s = q
+            .matmul(k.transpose(-2, -1).unwrap())
+            .unwrap()
+            .div(sqrt_d)
+            .unwrap();
+        let p = s.add(mask).unwrap().softmax(-1).unwrap();
+        let o = p.dropout(0.1, false).unwrap().matmul(v).unwrap();
+        b.output(&[o]).unwrap();
+    });
+    add("sfdp_7", &|b| {
+        let (q, k, v) = qkv(b, DType::F16, true);
+        let s = heads(q)
+            .matmul(heads(k).transpose(-2, -1).unwrap())
+            .unwrap()
+            .div(sqrt_d)
+            .unwrap();
+        let p = s
+            .cast(DType::F32)
+            .unwrap()
+            .softmax(-1)
+            .unwrap()
+            .dropout(0.1, false)
+            .unwrap()
+            .cast(DType::F16)
+            .unwrap();
+        b.output(&[p.matmul(heads(v)).unwrap()]).unwrap();
+    });
+    add("sfdp_14", &|b| {
+        let (q, k, v) = qkv(b, DType::F32, true);
+        let mask = b.input("attn_mask", meta(DType::F32, &[B, 1, 1, S]));
+        let s = heads(q)
+            .matmul(heads(k).transpose(-2, -1).unwrap())
+            .unwrap()
+            .div(2.0)
+            .unwrap();
+        let o = s
+            .add(mask)
+            .unwrap()
+            .softmax(-1)
+            .unwrap()
+            .matmul(heads(v))
+            .unwrap();
+        b.output(&[o]).unwrap();
+    });
     add("sfdp_5", &|b| {
         let (q, k, v) = qkv(b, DType::F32, false);
         let mask = b.input("attn_mask", meta(DType::F32, &[B, 1, 1, S]));
@@ -340,10 +399,14 @@ fn each_pattern_matches_its_own_graph_once() {
     assert_eq!(count(&sfdp_1::PATTERN, get("sfdp_1")), 1);
     assert_eq!(count(&sfdp_2::PATTERN, get("sfdp_2")), 1);
     assert_eq!(count(&sfdp_3::PATTERN, get("sfdp_3")), 1);
+    assert_eq!(count(&sfdp_4::PATTERN, get("sfdp_4")), 1);
     assert_eq!(count(&sfdp_5::PATTERN, get("sfdp_5")), 1);
+    assert_eq!(count(&sfdp_6::PATTERN, get("sfdp_6")), 1);
+    assert_eq!(count(&sfdp_7::PATTERN, get("sfdp_7")), 1);
     assert_eq!(count(&sfdp_8::PATTERN, get("sfdp_8")), 1);
     assert_eq!(count(&sfdp_10::PATTERN, get("sfdp_10")), 1);
     assert_eq!(count(&sfdp_11::PATTERN, get("sfdp_11")), 1);
+    assert_eq!(count(&sfdp_14::PATTERN, get("sfdp_14")), 1);
     assert_eq!(count(&sfdp_13::PATTERN, get("sfdp_13")), 1);
     assert_eq!(count(&sfdp_15::PATTERN, get("sfdp_15")), 1);
     assert_eq!(count(&sfdp_18::PATTERN, get("sfdp_18")), 1);
@@ -371,6 +434,11 @@ fn patterns_do_not_match_their_neighbours() {
     assert_eq!(count(&sfdp_4::PATTERN, get("sfdp_2")), 0);
     assert_eq!(count(&sfdp_6::PATTERN, get("sfdp_5")), 0);
     assert_eq!(count(&sfdp_14::PATTERN, get("sfdp_11")), 0);
+    // Dropout and masks are not optional the other way round either.
+    assert_eq!(count(&sfdp_2::PATTERN, get("sfdp_4")), 0);
+    assert_eq!(count(&sfdp_5::PATTERN, get("sfdp_6")), 0);
+    assert_eq!(count(&sfdp_8::PATTERN, get("sfdp_7")), 0);
+    assert_eq!(count(&sfdp_11::PATTERN, get("sfdp_14")), 0);
 }
 
 #[test]

@@ -2,6 +2,12 @@
 //! reference executor) and against a plain copy of the same bytes, at 1 M and 16 M
 //! output elements (f32, rows of 1024; weights and biases `[1024]`, masks `[1, 1024]`).
 //!
+//! Like is compared with like: `fused` and `unfused` are both plans of the same
+//! one-node graph run through the interpreter (`fused` on `[generated, reference]`, which
+//! the bench checks gives the node to the generated kernel; `unfused` on the reference
+//! stack, which runs the decomposition), and `copy` is a rayon-parallel copy, as the
+//! kernels are parallel (the tile-executor bench's copy).
+//!
 //! Throughput is the bytes the fused kernel must move (its operands read once, its
 //! output written once), so criterion's GB/s compare directly: `fused / copy` is the
 //! fraction of copy bandwidth, `fused / unfused` the speed-up.
@@ -13,9 +19,10 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use graphrw::exec::{plan, Executor, Plan, ReferenceCpu};
-use graphrw::fused::{builtin, FusedKernel};
+use graphrw::fused::{builtin, generated_executor, FusedKernel, GENERATED_CPU};
 use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Tensor, TensorMeta};
+use rayon::prelude::*;
 
 const ROW: usize = 1024;
 
@@ -35,7 +42,8 @@ fn scalar_of(name: &str) -> f64 {
     }
 }
 
-fn unfused_plan(k: &FusedKernel, shapes: &[Vec<usize>]) -> Plan {
+/// The one-node graph of `k` planned on `stack`.
+fn one_node_plan(k: &FusedKernel, shapes: &[Vec<usize>], stack: &[Arc<dyn Executor>]) -> Plan {
     let g = Builder::new();
     let ins: Vec<_> = k
         .tensors
@@ -53,12 +61,13 @@ fn unfused_plan(k: &FusedKernel, shapes: &[Vec<usize>]) -> Plan {
         .collect();
     let out = g.apply(k.op, &ins, &attrs).expect("node");
     g.output(&[g.var(out[0])]).expect("output");
-    // The reference stack has no kernel for the fused op: it runs the decomposition.
-    let stack: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
-    plan(&g.finish(), &stack).expect("plan")
+    plan(&g.finish(), stack).expect("plan")
 }
 
 fn bench(c: &mut Criterion) {
+    let generated: Vec<Arc<dyn Executor>> =
+        vec![Arc::new(generated_executor()), Arc::new(ReferenceCpu)];
+    let reference: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
     for &(label, elems) in &[("1M", 1usize << 20), ("16M", 1usize << 24)] {
         let rows = elems / ROW;
         let mut group = c.benchmark_group(format!("fused_kernels/{label}"));
@@ -73,21 +82,35 @@ fn bench(c: &mut Criterion) {
                     Tensor::from_vec(s.clone(), v).expect("tensor")
                 })
                 .collect();
-            let refs: Vec<&Tensor> = inputs.iter().collect();
-            let scalars: Vec<f64> = k.scalars.iter().map(|s| scalar_of(s)).collect();
             let bytes = (inputs.iter().map(|t| t.nbytes()).sum::<usize>() + elems * 4) as u64;
             group.throughput(Throughput::Bytes(bytes));
             let name = k.op.name.trim_start_matches("fused.");
+            let fused = one_node_plan(k, &shapes, &generated);
+            let node = fused
+                .graph()
+                .nodes_with_op(k.op.name)
+                .next()
+                .expect("the fused node is kept");
+            assert_eq!(fused.executor_of(node), Some(GENERATED_CPU), "{name}");
             group.bench_function(BenchmarkId::new("fused", name), |b| {
-                b.iter(|| (k.cpu)(&refs, &scalars, DType::F32).expect("kernel"))
+                b.iter(|| fused.run(&inputs).expect("run"))
             });
-            let p = unfused_plan(k, &shapes);
+            // The reference stack has no kernel for the fused op: it runs the decomposition.
+            let unfused = one_node_plan(k, &shapes, &reference);
             group.bench_function(BenchmarkId::new("unfused", name), |b| {
-                b.iter(|| p.run(&inputs).expect("run"))
+                b.iter(|| unfused.run(&inputs).expect("run"))
             });
-            // A plain copy moving the same bytes: read half, write half.
+            // A parallel copy moving the same bytes: read half, write half.
             let src = vec![1f32; (bytes / 8) as usize];
-            group.bench_function(BenchmarkId::new("copy", name), |b| b.iter(|| src.clone()));
+            group.bench_function(BenchmarkId::new("copy", name), |b| {
+                b.iter(|| {
+                    let mut dst = vec![0f32; src.len()];
+                    dst.par_chunks_mut(1 << 16)
+                        .zip(src.par_chunks(1 << 16))
+                        .for_each(|(d, s)| d.copy_from_slice(s));
+                    dst
+                })
+            });
         }
         group.finish();
     }

@@ -4,11 +4,11 @@
 //! Measurements per size, all reported per node (criterion's `Throughput::Elements` is
 //! the node count, so criterion prints elements/s; ns/node is its inverse):
 //! - `find_sdpa`: one SDPA pattern's `Pattern::find` over the whole graph;
-//! - `match_1rule` / `match_30rules`: a matching pass without rewriting
+//! - `match_1rule` / `match_{N}rules`: a matching pass without rewriting
 //!   (`Dispatch::first_matches`: every node, the first rule that matches there) with the
 //!   one SDPA rule, and with the 34 rules of `rules::{CANONICAL, ATTENTION}` plus the
 //!   bench-only Inductor-style set `EXTRA` below;
-//! - `rewrite_1rule` / `rewrite_30rules`: a `Rewriter` over the same rules (match +
+//! - `rewrite_1rule` / `rewrite_{N}rules`: a `Rewriter` over the same rules (match +
 //!   rewrite + dead-code removal) on a fresh clone of the graph per iteration.
 //!
 //! `cargo bench -p graphrw --bench matcher` runs the sizes up to ~100 k nodes; set
@@ -201,20 +201,26 @@ fn sizes() -> Vec<usize> {
     s
 }
 
-/// The 34-rule pass.
+/// The many-rule pass (34 rules when this was written; the bench ids count them).
 const MANY: [&RuleSet; 3] = [&CANONICAL, &ATTENTION, &EXTRA];
+
+/// How many rules [`MANY`] holds: the `N` of the `match_{N}rules` ids.
+fn many_rules() -> usize {
+    MANY.iter().map(|s| s.rules.len()).sum()
+}
 
 /// Seconds of the fastest of `rounds` runs of each measurement, sizes interleaved.
 fn min_table(rounds: usize) {
     let graphs: Vec<(usize, Graph)> = sizes().into_iter().map(|l| (l, transformer(l))).collect();
     let options = MatchOptions::new();
     let (one, many) = (Dispatch::for_sets(&[&ONE]), Dispatch::for_sets(&MANY));
+    let n = many_rules();
     let names = [
-        "find_sdpa",
-        "match_1rule",
-        "match_30rules",
-        "rewrite_1rule",
-        "rewrite_30rules",
+        "find_sdpa".to_string(),
+        "match_1rule".to_string(),
+        format!("match_{n}rules"),
+        "rewrite_1rule".to_string(),
+        format!("rewrite_{n}rules"),
     ];
     let mut best = vec![[f64::INFINITY; 5]; graphs.len()];
     let time = |f: &mut dyn FnMut() -> usize| {
@@ -248,7 +254,7 @@ fn min_table(rounds: usize) {
     eprintln!(
         "{:>10} {}",
         "nodes",
-        names.map(|n| format!("{n:>16}")).join("")
+        names.iter().map(|n| format!("{n:>16}")).collect::<String>()
     );
     for ((_, g), b) in graphs.iter().zip(&best) {
         let n = g.node_count() as f64;
@@ -269,8 +275,12 @@ fn bench(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    let rules: usize = MANY.iter().map(|s| s.rules.len()).sum();
+    let rules = many_rules();
     assert!(rules >= 30, "{rules} rules");
+    let (match_many, rewrite_many) = (
+        format!("match_{rules}rules"),
+        format!("rewrite_{rules}rules"),
+    );
     let options = MatchOptions::new();
     for layers in sizes() {
         let graph = transformer(layers);
@@ -292,12 +302,14 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("match_1rule", &id), &graph, |bch, g| {
             bch.iter(|| one.first_matches(g, &options).len())
         });
-        group.bench_with_input(BenchmarkId::new("match_30rules", &id), &graph, |bch, g| {
-            bch.iter(|| many.first_matches(g, &options).len())
-        });
+        group.bench_with_input(
+            BenchmarkId::new(match_many.as_str(), &id),
+            &graph,
+            |bch, g| bch.iter(|| many.first_matches(g, &options).len()),
+        );
         for (name, sets) in [
             ("rewrite_1rule", &[&ONE][..]),
-            ("rewrite_30rules", &MANY[..]),
+            (rewrite_many.as_str(), &MANY[..]),
         ] {
             let rewriter = Rewriter::new(sets).with_verify_each(false);
             let mut fused = graph.clone();

@@ -47,7 +47,7 @@ pub enum GraphError {
         message: String,
     },
     /// Metadata inference rejected the operands.
-    #[error("`{op}`{} on ({}): {message}", node.as_ref().map(|n| format!(" (node {n})")).unwrap_or_default(), inputs.join(", "))]
+    #[error("{}", infer_line(op, node.as_deref(), inputs, message))]
     Infer {
         /// Op name.
         op: &'static str,
@@ -90,4 +90,27 @@ pub enum GraphError {
         /// What is wrong and what was expected.
         message: String,
     },
+}
+
+/// The longest [`GraphError::Infer`] line with the operands shown: errors' first lines
+/// stay within 200 characters with room for a caller's prefix (the ONNX node).
+const MAX_LINE: usize = 150;
+
+/// One line for [`GraphError::Infer`]: the op, the node, the operands' metadata and the
+/// message, leaving the operands out when the line would pass [`MAX_LINE`] characters
+/// (the message names the shapes it is about), and cutting a message longer than that.
+fn infer_line(op: &str, node: Option<&str>, inputs: &[String], message: &str) -> String {
+    let at = node.map(|n| format!(" (node {n})")).unwrap_or_default();
+    let full = format!("`{op}`{at} on ({}): {message}", inputs.join(", "));
+    if full.chars().count() <= MAX_LINE {
+        return full;
+    }
+    let short = format!("`{op}`{at}: {message}");
+    if short.chars().count() <= MAX_LINE {
+        return short;
+    }
+    // A message that is long by itself (a shape of very high rank): cut it.
+    let mut cut: String = short.chars().take(MAX_LINE - 1).collect();
+    cut.push('…');
+    cut
 }

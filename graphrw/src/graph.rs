@@ -522,6 +522,24 @@ impl Graph {
                 })
             }
         };
+        if ops::infer::CONSTANT_CHECKED.contains(&op.name) {
+            let constants: Vec<Option<&Tensor>> = operands
+                .iter()
+                .map(|v| {
+                    self.node(v.node)
+                        .filter(|n| n.op_name() == "constant")
+                        .and_then(Node::payload)
+                })
+                .collect();
+            ops::infer::check_constants(op.name, &metas, &constants, &view).map_err(|e| {
+                GraphError::Infer {
+                    op: op.name,
+                    node: at(),
+                    inputs: metas.iter().map(|m| m.to_string()).collect(),
+                    message: e.0,
+                }
+            })?;
+        }
         let expected = op.output_count(attrs);
         if out.len() != expected {
             return Err(GraphError::Infer {

@@ -357,3 +357,41 @@ fn shared_masks_are_split_once() {
     let after = run_reference(&graph, &x).unwrap();
     assert_close(&after[0], &before[0], "two layers");
 }
+
+#[test]
+fn a_triangle_that_depends_on_a_graph_input_stays_a_mask() {
+    // `pos.unsqueeze(-1) >= arange(S)` with the query positions a graph input (a cache
+    // offset, as decoders write it): a top-left triangle only when pos == arange(S), so
+    // it must stay a mask.
+    let g = Builder::new();
+    let q = g.input("q", TensorMeta::new(DType::F32, [1usize, H, 5, D]));
+    let pos = g.input("pos", TensorMeta::new(DType::I64, [5usize]));
+    let j = g.var(g.arange(0.0, 5.0, 1.0, DType::I64).unwrap());
+    let mask = pos.unsqueeze(-1).unwrap().ge(j).unwrap();
+    let out = q
+        .scaled_dot_product_attention(q, q, Some(mask), 0.0, false, None, false)
+        .unwrap();
+    g.output(&[out]).unwrap();
+    let mut graph = g.finish();
+    // Positions shifted by 2: every query sees keys 0..=pos, not the top-left triangle.
+    let x = vec![
+        data(&[1, H, 5, D], 9),
+        Tensor::from_vec(vec![5], vec![2i64, 3, 4, 5, 6]).unwrap(),
+    ];
+    let before = run_reference(&graph, &x).unwrap();
+    let report = mark_causal(&mut graph).unwrap();
+    verify(&graph).unwrap();
+    assert_eq!(
+        report,
+        CausalReport {
+            converted: 0,
+            with_remainder: 0,
+            unchanged: 1
+        },
+        "{graph}"
+    );
+    let (causal, has_mask) = attention_state(&graph);
+    assert!(!causal && has_mask, "{graph}");
+    let after = run_reference(&graph, &x).unwrap();
+    assert_close(&after[0], &before[0], "input-dependent triangle");
+}

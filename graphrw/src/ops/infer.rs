@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
+use graphrw_kernels::Tensor;
+
 use super::{Attrs, InferError};
 use crate::infer_bail;
 use crate::meta::{normalize_axis, DType, Dim, Dims, Shape, TensorMeta};
@@ -145,6 +147,29 @@ pub fn same_float(x: &[&TensorMeta], _: &Attrs) -> Out {
         infer_bail!("expected a floating-point tensor, found {}", x[0].dtype);
     }
     Ok(vec![x[0].clone()])
+}
+
+/// `softmax`/`log_softmax(dim)`: a float input, `dim` within its rank.
+pub fn softmax(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let out = same_float(x, a)?;
+    axis(a.int("dim")?, x[0].rank().max(1), "softmax dim")?;
+    Ok(out)
+}
+
+/// `cumsum(dim)`: a numeric input, `dim` within its rank.
+pub fn cumsum(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let out = same_numeric(x, a)?;
+    axis(a.int("dim")?, x[0].rank().max(1), "cumsum dim")?;
+    Ok(out)
+}
+
+/// `gelu(approximate)`: a float input, `approximate` `"none"` or `"tanh"`.
+pub fn gelu(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let out = same_float(x, a)?;
+    match a.str("approximate")? {
+        "none" | "tanh" => Ok(out),
+        other => infer_bail!("gelu approximate must be \"none\" or \"tanh\", found {other:?}"),
+    }
 }
 
 /// Unary op on bools, same metadata out.
@@ -565,13 +590,24 @@ pub fn gather(x: &[&TensorMeta], a: &Attrs) -> Out {
 /// `torch.gather` / ONNX `GatherElements`: the output has the index's shape.
 pub fn gather_elements(x: &[&TensorMeta], a: &Attrs) -> Out {
     index_dtype(x[1])?;
-    axis(a.int("dim")?, x[0].rank(), "gather_elements dim")?;
+    let d = axis(a.int("dim")?, x[0].rank().max(1), "gather_elements dim")?;
     if x[0].rank() != x[1].rank() {
         infer_bail!(
             "input {} and index {} must have the same rank",
             x[0].shape,
             x[1].shape
         );
+    }
+    for (i, (n, m)) in x[0].shape.0.iter().zip(&x[1].shape.0).enumerate() {
+        if let (Some(n), Some(m)) = (n.known(), m.known()) {
+            if i != d && m > n {
+                infer_bail!(
+                    "index {} is larger than input {} outside dim {d} (dim {i}: {m} > {n})",
+                    x[1].shape,
+                    x[0].shape
+                );
+            }
+        }
     }
     one(x[0].dtype, x[1].shape.clone(), x[0])
 }
@@ -790,4 +826,52 @@ pub fn cross_entropy_backward(x: &[&TensorMeta], a: &Attrs) -> Out {
         infer_bail!("grad_out is {}, expected the loss's {loss}", x[0]);
     }
     Ok(vec![x[1].clone()])
+}
+
+/// The ops whose constant operands [`check_constants`] checks.
+pub const CONSTANT_CHECKED: &[&str] = &["gather", "gather_elements", "index_select"];
+
+/// Checks the values of an op's constant operands against the other operands' dims,
+/// beyond what metadata can say: a constant index of `gather`, `gather_elements` or
+/// `index_select` must lie within the indexed dim (negative indices count from the end,
+/// except for `index_select`). `constants[i]` is operand `i`'s value where it is a
+/// constant.
+pub fn check_constants(
+    op: &str,
+    x: &[&TensorMeta],
+    constants: &[Option<&Tensor>],
+    a: &Attrs,
+) -> Result<(), InferError> {
+    if !CONSTANT_CHECKED.contains(&op) || x.len() < 2 {
+        return Ok(());
+    }
+    let Some(index) = constants.get(1).copied().flatten() else {
+        return Ok(());
+    };
+    if !index.dtype().is_int() {
+        return Ok(());
+    }
+    let d = axis(a.int("dim")?, x[0].rank().max(1), "index dim")?;
+    let Some(n) = x[0].shape.0.get(d).and_then(Dim::known) else {
+        return Ok(());
+    };
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    let low = if op == "index_select" { 0 } else { -n };
+    if let Some((at, &bad)) = index
+        .to_i64_vec()
+        .iter()
+        .enumerate()
+        .find(|(_, &i)| i < low || i >= n)
+    {
+        let range = if low == 0 {
+            format!("0..{n}")
+        } else {
+            format!("-{n}..{n}")
+        };
+        infer_bail!(
+            "constant index {bad} (element {at}) is out of range {range} for dim {d} of {}",
+            x[0].shape
+        );
+    }
+    Ok(())
 }
