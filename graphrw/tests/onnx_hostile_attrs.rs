@@ -29,6 +29,7 @@ fn f32_input(name: &str, dims: &[i64]) -> ValueInfoProto {
                 }),
             }),
             denotation: String::new(),
+            ..Default::default()
         }),
         doc_string: String::new(),
     }
