@@ -4,6 +4,8 @@
 //! the arguments, dispatches, and turns an error into one line on stderr and exit
 //! code 1.
 
+#![warn(missing_docs)]
+
 mod commands;
 
 use std::path::PathBuf;

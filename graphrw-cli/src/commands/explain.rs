@@ -26,7 +26,7 @@ pub fn find_rule(name: &str) -> Result<&'static Rule, Box<dyn std::error::Error>
         .collect();
     Err(format!(
         "unknown rule `{name}` (built-in rules: {})",
-        known.join(", ")
+        super::name_list(&known, 120)
     )
     .into())
 }

@@ -23,3 +23,19 @@ pub fn load(path: &Path) -> Result<graphrw::Graph, Box<dyn std::error::Error>> {
         e => format!("{}: {e}", path.display()).into(),
     })
 }
+
+/// `names` joined with `, ` within `budget` characters: as many as fit, then
+/// `... (N in all)`, so an error listing them stays one short line.
+pub fn name_list(names: &[&str], budget: usize) -> String {
+    let mut out = String::new();
+    for name in names {
+        let sep = if out.is_empty() { "" } else { ", " };
+        if out.len() + sep.len() + name.len() > budget {
+            out.push_str(&format!("{sep}... ({} in all)", names.len()));
+            return out;
+        }
+        out.push_str(sep);
+        out.push_str(name);
+    }
+    out
+}

@@ -39,7 +39,7 @@ pub fn run(model: &Path, output: &Path, names: &[String], save: &SaveOptions) ->
                     format!(
                         "unknown rule set `{name}` (known: all, canonical, attention, kernels, \
                          or one kernel: {})",
-                        kernel_names().join(", ")
+                        super::name_list(&kernel_names(), 80)
                     )
                 })?),
             }

@@ -349,6 +349,33 @@ class DimsPermute(nn.Module):
         return (att.softmax(3) @ v).permute(0, 2, 1, 3)
 
 
+# --- einsum in any layout -------------------------------------------------------------
+
+
+class EinsumBhsd(nn.Module):
+    """Scores and output by einsum on [B, H, S, D] (diffusers, xformers' reference)."""
+
+    def forward(self, q, k, v):
+        att = torch.einsum("bhqd,bhkd->bhqk", q, k) * D**-0.5
+        return torch.einsum("bhqk,bhkd->bhqd", att.softmax(dim=-1), v)
+
+
+class EinsumBshd(nn.Module):
+    """einsum straight from the [B, S, H, D] layout (timm/Megatron style), out in [B, S, H, D]."""
+
+    def forward(self, q, k, v):
+        att = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D)
+        return torch.einsum("bhqk,bkhd->bqhd", att.softmax(-1), v)
+
+
+class Einsum3d(nn.Module):
+    """Heads folded into the batch, einsum on [B*H, S, D] (older diffusers CrossAttention)."""
+
+    def forward(self, q, k, v):
+        att = torch.einsum("b i d, b j d -> b i j", q, k) * D**-0.5
+        return torch.einsum("b i j, b j d -> b i d", att.softmax(dim=-1), v)
+
+
 # --- the -inf row semantics (#20) ----------------------------------------------------
 
 
@@ -412,6 +439,9 @@ MODELS = [
     ("cross_attention_padded", "cross", CrossAttentionPadded(), {**dict(zip("qkv", qkv(sk=SK, seed=93))), "pad": ~keep_mask(B, SK)}, 1),
     ("dims_positive", "dims", DimsPositive(), dict(zip("qkv", qkv(seed=96))), 1),
     ("dims_permute", "dims", DimsPermute(), dict(zip("qkv", bshd)), 1),
+    ("einsum_bhsd", "einsum", EinsumBhsd(), dict(zip("qkv", qkv(seed=110))), 1),
+    ("einsum_bshd", "einsum", EinsumBshd(), dict(zip("qkv", bshd)), 1),
+    ("einsum_3d", "einsum", Einsum3d(), dict(zip("qkv", qkv3(seed=113))), 1),
     ("fully_masked_row", "nan_row", FullyMaskedRow(), {**dict(zip("qkv", qkv(seed=99))), "keep": fully_masked_keep()}, 1),
 ]
 
