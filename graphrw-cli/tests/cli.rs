@@ -195,7 +195,7 @@ fn dot_writes_graphviz_and_highlights_a_rule() {
         "-o",
         file.to_str().unwrap(),
         "--highlight",
-        "attention_scale_mask",
+        "attention",
     ]);
     no_panic(&["dot"], &o);
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -216,9 +216,9 @@ fn explain_lists_near_misses_and_explains_one_node() {
         "explain",
         &model("bert_eager"),
         "--rule",
-        "attention_scale_mask",
+        "attention",
     ]);
-    assert!(out.starts_with("rule `attention_scale_mask`:"), "{out}");
+    assert!(out.starts_with("rule `attention`:"), "{out}");
     assert!(out.contains("match(es)"), "{out}");
     // At one node: the first softmax as printed.
     let printed = ok(&["print", &model("bert_eager")]);
@@ -233,7 +233,7 @@ fn explain_lists_near_misses_and_explains_one_node() {
         "explain",
         &model("bert_eager"),
         "--rule",
-        "attention_scale_mask",
+        "attention",
         "--node",
         &node,
     ]);
@@ -242,7 +242,7 @@ fn explain_lists_near_misses_and_explains_one_node() {
         "explain",
         &model("bert_eager"),
         "--rule",
-        "attention_scale_mask",
+        "attention",
         "--node",
         "t999999",
     ]);
@@ -380,7 +380,7 @@ fn missing_files_are_one_line_errors_naming_the_file() {
         vec!["inspect", missing],
         vec!["print", missing],
         vec!["dot", missing],
-        vec!["explain", missing, "--rule", "attention_scale_mask"],
+        vec!["explain", missing, "--rule", "attention"],
         vec!["optimize", missing, "-o", "/tmp/graphrw_cli_never.onnx"],
     ] {
         let line = fails(&args);

@@ -175,7 +175,8 @@ impl Staged {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into());
         let tmp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
-        let file = File::create(&tmp).map_err(|e| OnnxError::io(&tmp, e))?;
+        // The error names the file the user asked for, not the staging name.
+        let file = File::create(&tmp).map_err(|e| OnnxError::io(path, e))?;
         Ok((
             Staged {
                 tmp,
