@@ -212,12 +212,7 @@ fn dot_writes_graphviz_and_highlights_a_rule() {
 
 #[test]
 fn explain_lists_near_misses_and_explains_one_node() {
-    let out = ok(&[
-        "explain",
-        &model("bert_eager"),
-        "--rule",
-        "attention",
-    ]);
+    let out = ok(&["explain", &model("bert_eager"), "--rule", "attention"]);
     assert!(out.starts_with("rule `attention`:"), "{out}");
     assert!(out.contains("match(es)"), "{out}");
     // At one node: the first softmax as printed.
