@@ -22,23 +22,18 @@
 // Lets the code the pattern macros emit name `graphrw::` inside this crate too.
 extern crate self as graphrw;
 
-pub mod builder;
-pub mod dot;
 mod error;
 pub mod exec;
-pub mod foreign;
 pub mod fused;
 pub mod grad;
-pub mod graph;
-pub mod meta;
+pub mod ir;
 pub mod onnx;
-mod op_index;
-pub mod ops;
 pub mod pattern;
-pub mod printer;
 pub mod rewrite;
 pub mod rules;
-pub mod verify;
+
+pub(crate) use ir::op_index;
+pub use ir::{builder, dot, foreign, graph, meta, ops, printer, verify};
 
 pub use builder::{Arg, Builder, Var};
 pub use error::GraphError;
