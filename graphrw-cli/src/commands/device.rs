@@ -59,13 +59,12 @@ mod cuda {
 #[cfg(feature = "cuda")]
 mod cuda {
     use std::path::{Path, PathBuf};
-    use std::process::ExitCode;
     use std::sync::Arc;
 
     use graphrw::exec::{cuda_stack, plan, CudaExecutor, Executor};
     use graphrw::Tensor;
 
-    use super::super::run::{compare, test_sets, ATOL, RTOL};
+    use super::super::run::{report_output, test_sets, verdict};
     use super::CmdResult;
 
     const MIB: f64 = 1024.0 * 1024.0;
@@ -130,29 +129,9 @@ mod cuda {
                 (after as f64 - before as f64) / MIB
             );
             for (k, (want, got)) in expected.iter().zip(&outputs).enumerate() {
-                match compare(got, want) {
-                    Ok(e) => {
-                        all_ok &= e.ok;
-                        println!(
-                            "  output {k}: max abs error {:.3e}, max rel error {:.3e}: {}",
-                            e.max_abs,
-                            e.max_rel,
-                            if e.ok { "ok" } else { "BEYOND TOLERANCE" }
-                        );
-                    }
-                    Err(m) => {
-                        all_ok = false;
-                        println!("  output {k}: {m}");
-                    }
-                }
+                all_ok &= report_output(&format!("output {k}"), got, want);
             }
         }
-        if all_ok {
-            println!("all outputs within tolerance (abs {ATOL:e} + rel {RTOL:e})");
-            Ok(ExitCode::SUCCESS)
-        } else {
-            println!("some outputs are beyond tolerance (abs {ATOL:e} + rel {RTOL:e})");
-            Ok(ExitCode::FAILURE)
-        }
+        verdict(all_ok)
     }
 }

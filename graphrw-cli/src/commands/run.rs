@@ -336,23 +336,35 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
             } else {
                 format!("output {k} `{name}`")
             };
-            match compare(got, want) {
-                Ok(e) => {
-                    all_ok &= e.ok;
-                    println!(
-                        "  {label}: max abs error {:.3e}, max rel error {:.3e}: {}",
-                        e.max_abs,
-                        e.max_rel,
-                        if e.ok { "ok" } else { "BEYOND TOLERANCE" }
-                    );
-                }
-                Err(m) => {
-                    all_ok = false;
-                    println!("  {label}: {m}");
-                }
-            }
+            all_ok &= report_output(&label, got, want);
         }
     }
+    verdict(all_ok)
+}
+
+/// Prints one output's comparison with its expected value on one line; true when it
+/// is within tolerance.
+pub fn report_output(label: &str, got: &Tensor, want: &Tensor) -> bool {
+    match compare(got, want) {
+        Ok(e) => {
+            println!(
+                "  {label}: max abs error {:.3e}, max rel error {:.3e}: {}",
+                e.max_abs,
+                e.max_rel,
+                if e.ok { "ok" } else { "BEYOND TOLERANCE" }
+            );
+            e.ok
+        }
+        Err(m) => {
+            println!("  {label}: {m}");
+            false
+        }
+    }
+}
+
+/// The closing line and exit code of a run: success when every output was within
+/// tolerance.
+pub fn verdict(all_ok: bool) -> CmdResult {
     if all_ok {
         println!("all outputs within tolerance (abs {ATOL:e} + rel {RTOL:e})");
         Ok(ExitCode::SUCCESS)
