@@ -66,19 +66,36 @@ pub fn sdpa(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphErro
             }
         }
     }
-    let mut scores = q.matmul(k.transpose(-2, -1)?)?.mul(scale)?;
-    if a.bool("is_causal").map_err(|e| unsupported(e.0))? {
+    let scores = q.matmul(k.transpose(-2, -1)?)?.mul(scale)?;
+    let causal = if a.bool("is_causal").map_err(|e| unsupported(e.0))? {
         let s = scores.meta()?;
         let sd = s.shape.dims();
-        let (sq, skv) = match (sd[r - 2].known(), sd[r - 1].known()) {
-            (Some(sq), Some(skv)) => (sq as i64, skv as i64),
+        match (sd[r - 2].known(), sd[r - 1].known()) {
+            (Some(sq), Some(skv)) => Some((sq as i64, skv as i64)),
             _ => return Err(unsupported("is_causal needs known sequence lengths".into())),
-        };
-        let visible = b.ones(&[sq, skv], DType::Bool)?;
-        let visible = b.tril(visible, 0)?;
+        }
+    } else {
+        None
+    };
+    let p = masked_probs(b, scores, causal, x.get(3).copied())?;
+    Ok(vec![p.matmul(v)?.value()])
+}
+
+/// The attention probabilities from the scaled `scores`, as SDPA defines them (shared by
+/// the forward and backward decompositions): the causal triangle of `[sq, skv]` and the
+/// mask (boolean: keep where true; else added) applied, softmax over the keys, and a
+/// row with no visible key giving zeros rather than NaN.
+fn masked_probs<'b>(
+    b: &'b Builder,
+    mut scores: crate::Var<'b>,
+    causal: Option<(i64, i64)>,
+    mask: Option<Value>,
+) -> Result<crate::Var<'b>, GraphError> {
+    if let Some((sq, skv)) = causal {
+        let visible = b.tril(b.ones(&[sq, skv], DType::Bool)?, 0)?;
         scores = b.var(visible).where_(scores, f64::NEG_INFINITY)?;
     }
-    if let Some(&mask) = x.get(3) {
+    if let Some(mask) = mask {
         let mask = b.var(mask);
         scores = if mask.meta()?.dtype == DType::Bool {
             mask.where_(scores, f64::NEG_INFINITY)?
@@ -87,8 +104,7 @@ pub fn sdpa(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphErro
         };
     }
     let p = scores.softmax(-1)?;
-    let p = p.isnan()?.where_(0.0, p)?;
-    Ok(vec![p.matmul(v)?.value()])
+    p.isnan()?.where_(0.0, p)
 }
 
 fn attr_error(op: &'static str) -> impl Fn(super::InferError) -> GraphError {
@@ -204,27 +220,18 @@ pub fn sdpa_backward(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, 
         kr = b.var(repeat(k)?);
         vr = b.var(repeat(v)?);
     }
-    let mut scores = q.matmul(kr.transpose(-2, -1)?)?.mul(scale)?;
-    if a.bool("is_causal").map_err(&err)? {
+    let scores = q.matmul(kr.transpose(-2, -1)?)?.mul(scale)?;
+    let causal = if a.bool("is_causal").map_err(&err)? {
         let s = scores.meta()?;
         let sd = s.shape.dims();
-        let (sq, skv) = (
+        Some((
             known(&sd[r - 2], "query length")? as i64,
             known(&sd[r - 1], "key length")? as i64,
-        );
-        let visible = b.tril(b.ones(&[sq, skv], DType::Bool)?, 0)?;
-        scores = b.var(visible).where_(scores, f64::NEG_INFINITY)?;
-    }
-    if let Some(&mask) = x.get(5) {
-        let mask = b.var(mask);
-        scores = if mask.meta()?.dtype == DType::Bool {
-            mask.where_(scores, f64::NEG_INFINITY)?
-        } else {
-            scores.add(mask)?
-        };
-    }
-    let p = scores.softmax(-1)?;
-    let p = p.isnan()?.where_(0.0, p)?;
+        ))
+    } else {
+        None
+    };
+    let p = masked_probs(b, scores, causal, x.get(5).copied())?;
     let dv = p.transpose(-2, -1)?.matmul(dout)?;
     let dp = dout.matmul(vr.transpose(-2, -1)?)?;
     let ds = p.mul(dp.sub(dp.mul(p)?.sum(&[-1], true)?)?)?;
