@@ -200,9 +200,9 @@ fn around_first_site(g: &Graph, anchor_op: &str) -> BTreeSet<NodeId> {
 
 /// The rules that put generated fused kernels in place of the chains they implement,
 /// run after attention fusion for the third configuration: the built-in `fused_kernel!`
-/// definitions of `graphrw::fused::builtin` (GELU forms, SwiGLU, norms, softmax, ...).
+/// definitions of `graphrw::generated::builtin` (GELU forms, SwiGLU, norms, softmax, ...).
 fn generated_kernel_rules() -> Vec<&'static RuleSet> {
-    graphrw::fused::builtin_rules()
+    graphrw::generated::builtin_rules()
 }
 
 /// The stack without the tile executor: the fused attention kernel, then the reference

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use graphrw::exec::{plan, Executor, FusedCpu, ReferenceCpu};
-use graphrw::fused::{fuse_kernels, generated_executor, GENERATED_CPU};
+use graphrw::generated::{fuse_kernels, generated_executor, GENERATED_CPU};
 use graphrw::{onnx, rules, verify, Tensor};
 
 const MODELS: [&str; 8] = [
@@ -117,7 +117,7 @@ fn fused_kernels_fire_on_the_corpus_and_outputs_match() {
         }
     }
     println!("fused nodes over the corpus: {total:?}");
-    // What the corpus computes in decomposed form (see the README of graphrw::fused).
+    // What the corpus computes in decomposed form (see the README of graphrw::generated).
     for op in [
         "fused.gelu_tanh",
         "fused.bias_gelu",

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use graphrw::exec::{default_stack, plan, reference_stack, EPILOGUE_CPU, FUSED_CPU};
-use graphrw::fused::GENERATED_CPU;
+use graphrw::generated::GENERATED_CPU;
 use graphrw::{onnx, rules, verify, Tensor};
 
 fn corpus() -> PathBuf {
@@ -119,7 +119,7 @@ fn the_default_pipeline_on_every_corpus_model() {
             .node_ids()
             .filter(|&id| {
                 fused.graph().node(id).is_some_and(|n| {
-                    graphrw::fused::builtin::ALL
+                    graphrw::generated::builtin::ALL
                         .iter()
                         .any(|k| k.op.name == n.op_name())
                 })

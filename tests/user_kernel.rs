@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use graphrw::exec::{plan, reference_stack, Executor, Plan};
-use graphrw::fused::{Kernels, GENERATED_CPU};
+use graphrw::generated::{Kernels, GENERATED_CPU};
 use graphrw::grad::{grad_with, Cotangents, GradRegistry};
 use graphrw::onnx::{load_bytes, to_bytes};
 use graphrw::{fused_kernel, Builder, DType, Graph, Tensor, TensorMeta, Value};

@@ -14,9 +14,9 @@ fn rule_sets() -> Vec<(String, Vec<&'static graphrw::RuleSet>)> {
     let mut sets = vec![
         ("canonical".to_string(), vec![&rules::CANONICAL]),
         ("attention".to_string(), vec![&rules::ATTENTION]),
-        ("kernels".to_string(), graphrw::fused::builtin_rules()),
+        ("kernels".to_string(), graphrw::generated::builtin_rules()),
     ];
-    for k in graphrw::fused::builtin::ALL {
+    for k in graphrw::generated::builtin::ALL {
         if let Some(name) = k.op.name.strip_prefix("fused.") {
             sets.push((name.to_string(), vec![k.rules]));
         }

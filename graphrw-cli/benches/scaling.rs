@@ -200,7 +200,7 @@ fn child(model: &Path) -> i32 {
         let causal = graphrw::rules::causal::mark_causal(&mut graph)?;
         let causal_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let kernels = graphrw::fused::fuse_kernels(&mut graph)?;
+        let kernels = graphrw::generated::fuse_kernels(&mut graph)?;
         let kern = t.elapsed().as_secs_f64();
         let t = Instant::now();
         graphrw::verify(&graph)?;

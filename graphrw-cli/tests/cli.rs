@@ -254,7 +254,7 @@ fn optimize_accepts_every_rule_set_and_writes_a_loadable_model() {
     let src = model("llama_sdpa");
     let before = onnx::load(&src).expect("load").node_count();
     let mut names = vec!["all", "canonical", "attention", "kernels"];
-    let kernels: Vec<&str> = graphrw::fused::builtin::ALL
+    let kernels: Vec<&str> = graphrw::generated::builtin::ALL
         .iter()
         .filter_map(|k| k.op.name.strip_prefix("fused."))
         .collect();

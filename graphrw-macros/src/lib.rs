@@ -6,7 +6,7 @@
 
 #![warn(missing_docs)]
 
-mod fused;
+mod fused_kernel;
 mod optable;
 mod pattern;
 mod vocab;
@@ -61,10 +61,10 @@ pub fn rule_set(input: TokenStream) -> TokenStream {
 /// Tensor { .. } }` emits a module `name` with the op (`OP`, `like` its decomposition),
 /// the rules that fuse the decomposed form (`RULES`), the CPU kernel (`cpu`), its CUDA
 /// source (`CUDA_SOURCE`), with `#[grad]` its vjp kernels (`VJP`), and `KERNEL` tying
-/// them together. See `graphrw::fused`.
+/// them together. See `graphrw::generated`.
 #[proc_macro]
 pub fn fused_kernel(input: TokenStream) -> TokenStream {
-    fused::expand(input.into())
+    fused_kernel::expand(input.into())
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

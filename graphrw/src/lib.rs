@@ -24,7 +24,7 @@ extern crate self as graphrw;
 
 mod error;
 pub mod exec;
-pub mod fused;
+pub mod generated;
 pub mod grad;
 pub mod ir;
 pub mod onnx;

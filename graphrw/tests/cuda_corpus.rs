@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use graphrw::exec::{plan, CudaExecutor, Executor, FusedCpu, ReferenceCpu};
-use graphrw::fused::builtin;
+use graphrw::generated::builtin;
 use graphrw::{rules, Graph, Tensor};
 
 const ATOL: f64 = 1e-4;

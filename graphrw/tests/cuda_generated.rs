@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use graphrw::exec::{generated_executor, plan, CudaExecutor, Executor, GENERATED_CPU};
-use graphrw::fused::{builtin, FusedKernel};
+use graphrw::generated::{builtin, FusedKernel};
 use graphrw::ops::{AttrValue, OpDef};
 use graphrw::{Builder, DType, Dim, Graph, Tensor, TensorMeta};
 

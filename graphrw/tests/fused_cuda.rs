@@ -5,7 +5,7 @@
 //! `python3` on the PATH); says `skipped` when NVRTC cannot be found.
 #![cfg(feature = "cuda")]
 
-use graphrw::fused::{builtin, CudaLaunch};
+use graphrw::generated::{builtin, CudaLaunch};
 use graphrw::kernels::cuda;
 
 /// Points `GRAPHRW_NVRTC_LIB` at the NVRTC of the `nvidia-cuda-nvrtc` wheel when it is

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use graphrw::exec::{plan, Executor, ReferenceCpu};
-use graphrw::fused::{builtin, generated_executor, register_grads, FusedKernel, GENERATED_CPU};
+use graphrw::generated::{builtin, generated_executor, register_grads, FusedKernel, GENERATED_CPU};
 use graphrw::grad::check::check_grad;
 use graphrw::grad::{grad_with, Cotangents, GradRegistry};
 use graphrw::ops::AttrValue;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use graphrw::exec::{plan, Executor, ReferenceCpu};
-use graphrw::fused::{builtin, generated_executor, CudaLaunch, FusedKernel, GENERATED_CPU};
+use graphrw::generated::{builtin, generated_executor, CudaLaunch, FusedKernel, GENERATED_CPU};
 use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Graph, Tensor, TensorMeta};
 
@@ -248,7 +248,7 @@ fn decomposed_chains_are_fused_in_each_common_spelling() {
     g.output(&[gelu, gt, rms, sw]).unwrap();
     let mut graph = g.finish();
     let before = graph.clone();
-    let report = graphrw::fused::fuse_kernels(&mut graph).unwrap();
+    let report = graphrw::generated::fuse_kernels(&mut graph).unwrap();
     let ops = graph.op_counts();
     for op in [
         "fused.gelu_erf",
@@ -583,7 +583,7 @@ fn rotary_chains_are_fused_in_the_spellings_exporters_write() {
     g.output(&outs).unwrap();
     let mut graph = g.finish();
     let before = graph.clone();
-    let report = graphrw::fused::fuse_kernels(&mut graph).unwrap();
+    let report = graphrw::generated::fuse_kernels(&mut graph).unwrap();
     assert_eq!(
         graph.nodes_with_op("fused.rotary_embedding").count(),
         8,
@@ -626,7 +626,7 @@ fn rotary_chains_over_odd_rows_fuse_and_run_their_decomposition() {
     g.output(&[out]).unwrap();
     let mut graph = g.finish();
     let before = graph.clone();
-    graphrw::fused::fuse_kernels(&mut graph).unwrap();
+    graphrw::generated::fuse_kernels(&mut graph).unwrap();
     assert_eq!(
         graph.nodes_with_op("fused.rotary_embedding").count(),
         1,

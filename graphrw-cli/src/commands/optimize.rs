@@ -34,7 +34,7 @@ pub fn run(model: &Path, output: &Path, names: &[String], save: &SaveOptions) ->
         let mut sets = Vec::new();
         for name in names {
             match name.as_str() {
-                "kernels" => sets.extend(graphrw::fused::builtin_rules()),
+                "kernels" => sets.extend(graphrw::generated::builtin_rules()),
                 _ => sets.push(rules::rule_set(name).ok_or_else(|| {
                     format!(
                         "unknown rule set `{name}` (known: all, canonical, attention, kernels, \
@@ -56,7 +56,7 @@ pub fn run(model: &Path, output: &Path, names: &[String], save: &SaveOptions) ->
 
 /// The built-in generated kernels' names, as `--rules` takes them.
 fn kernel_names() -> Vec<&'static str> {
-    graphrw::fused::builtin::ALL
+    graphrw::generated::builtin::ALL
         .iter()
         .filter_map(|k| k.op.name.strip_prefix("fused."))
         .collect()

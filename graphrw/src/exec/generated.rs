@@ -1,17 +1,17 @@
-//! The executor of generated kernels ([`crate::fused`]): a checker that says what each
+//! The executor of generated kernels ([`crate::generated`]): a checker that says what each
 //! kernel takes, and the kernel (the forward op and its vjp ops); other nodes of these
 //! ops fall back to their decomposition. [`Kernels`] wires a list of kernels into a
 //! program in one call: their rules, their executor in a stack, their vjp rules.
 //!
 //! Dependencies run one way: this module reads the kernel descriptors of
-//! [`crate::fused`] (data emitted by [`fused_kernel!`](crate::fused_kernel)); `fused`
+//! [`crate::generated`] (data emitted by [`fused_kernel!`](crate::fused_kernel)); `fused`
 //! itself does not import `exec` (its `generated_executor` and `Kernels` are re-exports
 //! of the items here).
 
 use std::sync::Arc;
 
 use super::{Executor, FusedCpu, NodeView, OpExecutor, ReferenceCpu};
-use crate::fused::{builtin, register_grads_of, FusedKernel, VjpKernel};
+use crate::generated::{builtin, register_grads_of, FusedKernel, VjpKernel};
 use crate::grad::GradRegistry;
 use crate::meta::{DType, Device};
 use crate::rewrite::{Report, RewriteError, Rewriter};
@@ -188,7 +188,7 @@ pub fn generated_executor() -> OpExecutor {
 ///
 /// ```
 /// use graphrw::exec::plan;
-/// use graphrw::fused::{Kernels, GENERATED_CPU};
+/// use graphrw::generated::{Kernels, GENERATED_CPU};
 /// use graphrw::{fused_kernel, Builder, DType, Tensor, TensorMeta};
 ///
 /// fused_kernel! {

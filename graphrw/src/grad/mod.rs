@@ -28,8 +28,8 @@
 pub mod check;
 mod error;
 mod registry;
-pub mod rules;
 mod transform;
+pub mod vjp_rules;
 
 pub use error::GradError;
 pub use registry::{GradRegistry, VjpContext, VjpFn, VjpResult};

@@ -158,7 +158,7 @@ impl GradRegistry {
     /// A registry holding the vjp rule of every differentiable built-in op.
     pub fn with_builtins() -> GradRegistry {
         let mut r = GradRegistry::empty();
-        for &(op, rule) in super::rules::BUILTIN_RULES {
+        for &(op, rule) in super::vjp_rules::BUILTIN_RULES {
             r.rules.insert(op.name, (op, rule));
         }
         r

@@ -28,7 +28,7 @@ pub fn rule_set(name: &str) -> Option<&'static crate::RuleSet> {
     match name {
         "canonical" => Some(&CANONICAL),
         "attention" => Some(&ATTENTION),
-        kernel => crate::fused::builtin::ALL
+        kernel => crate::generated::builtin::ALL
             .iter()
             .find(|k| k.op.name.strip_prefix("fused.") == Some(kernel))
             .map(|k| k.rules),

@@ -35,7 +35,7 @@ pub struct Optimized {
     pub attention: Vec<Report>,
     /// Attention nodes whose mask became `is_causal`.
     pub causal: CausalReport,
-    /// The generated-kernel pass ([`crate::fused::fuse_kernels`]).
+    /// The generated-kernel pass ([`crate::generated::fuse_kernels`]).
     pub kernels: Report,
     /// Nodes per op after the pipeline, for the ops it creates
     /// (`scaled_dot_product_attention` and every `fused.*` op).
@@ -43,7 +43,7 @@ pub struct Optimized {
 }
 
 /// Runs the built-in pipeline on `graph`: [`super::fuse_attention`], then
-/// [`mark_causal`], then [`crate::fused::fuse_kernels`].
+/// [`mark_causal`], then [`crate::generated::fuse_kernels`].
 ///
 /// ```
 /// use graphrw::{rules, Builder, DType, TensorMeta};
@@ -64,7 +64,7 @@ pub fn optimize(graph: &mut Graph) -> Result<Optimized, OptimizeError> {
     let nodes_before = graph.node_count();
     let attention = super::fuse_attention(graph)?;
     let causal = mark_causal(graph)?;
-    let kernels = crate::fused::fuse_kernels(graph)?;
+    let kernels = crate::generated::fuse_kernels(graph)?;
     let mut fused_nodes = BTreeMap::new();
     for op in graph
         .node_ids()

@@ -11,7 +11,7 @@ use graphrw_kernels::DType;
 
 use super::super::executor::{KernelFailure, NodeView};
 use super::super::generated::{check_rows, scalars_of, vjp_operands};
-use crate::fused::{CudaLaunch, CudaSource, FusedKernel, VjpKernel};
+use crate::generated::{CudaLaunch, CudaSource, FusedKernel, VjpKernel};
 
 /// One op the CUDA executor runs on a generated kernel: a kernel's forward op, or one of
 /// its vjp ops.

@@ -33,7 +33,7 @@ use graphrw_kernels::{DType, KernelError, Tensor};
 use super::executor::{Executor, KernelFailure, NodeView};
 use super::value::{DeviceValue, RunValue};
 use super::{generated_executor, FusedCpu, ReferenceCpu};
-use crate::fused::{builtin, FusedKernel};
+use crate::generated::{builtin, FusedKernel};
 use crate::meta::Device;
 use crate::ops as op_table;
 
@@ -101,7 +101,7 @@ impl DeviceValue for CudaValue {
 /// indices, f32/f16/bf16 for attention, norms and reductions); for attention, head dims
 /// known and at most 256 and `dropout_p` 0.
 ///
-/// It also runs generated kernels ([`crate::fused`]: the built-in ones, more with
+/// It also runs generated kernels ([`crate::generated`]: the built-in ones, more with
 /// [`CudaExecutor::with_kernels`]) and their vjp ops on their CUDA source, compiled by
 /// NVRTC at first use and cached per kernel and dtype, when the output is f32, f16 or
 /// bf16, every operand has the output's dtype, and the rows suit the kernel as on the CPU.

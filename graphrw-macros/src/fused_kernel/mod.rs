@@ -95,11 +95,11 @@ fn attrs(f: &PatternFn) -> syn::Result<Attrs> {
     Ok(a)
 }
 
-/// The `graphrw::fused::CudaLaunch` of a launch shape.
+/// The `graphrw::generated::CudaLaunch` of a launch shape.
 fn launch_tokens(launch: cuda::Launch) -> TokenStream {
     match launch {
-        cuda::Launch::Elementwise => quote!(graphrw::fused::CudaLaunch::Elementwise),
-        cuda::Launch::Rows => quote!(graphrw::fused::CudaLaunch::Rows),
+        cuda::Launch::Elementwise => quote!(graphrw::generated::CudaLaunch::Elementwise),
+        cuda::Launch::Rows => quote!(graphrw::generated::CudaLaunch::Rows),
     }
 }
 
@@ -219,12 +219,12 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
                     #items
                 }
                 /// The vjp kernels, one per tensor parameter in order.
-                pub static VJP: &[graphrw::fused::VjpKernel] = &[#list];
+                pub static VJP: &[graphrw::generated::VjpKernel] = &[#list];
                 /// The vjp rule: one vjp op per parameter that needs a gradient.
                 pub fn vjp_rule<'b>(
                     cx: &graphrw::grad::VjpContext<'b>,
                 ) -> graphrw::grad::VjpResult<'b> {
-                    graphrw::fused::vjp_nodes(cx, &KERNEL)
+                    graphrw::generated::vjp_nodes(cx, &KERNEL)
                 }
                 /// Registers [`vjp_rule`] as the gradient of [`OP`].
                 pub fn register_grad(registry: &mut graphrw::grad::GradRegistry) {
@@ -234,7 +234,7 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
         }
         None => quote! {
             /// No vjp was asked for (`#[grad]`).
-            pub static VJP: &[graphrw::fused::VjpKernel] = &[];
+            pub static VJP: &[graphrw::generated::VjpKernel] = &[];
         },
     };
     let grad_rule = match &vjp {
@@ -244,14 +244,14 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
     let span = name.span();
     let kernel_static = quote_spanned! {span=>
         /// Everything about this fused kernel, for executors and rule sets.
-        pub static KERNEL: graphrw::fused::FusedKernel = graphrw::fused::FusedKernel {
+        pub static KERNEL: graphrw::generated::FusedKernel = graphrw::generated::FusedKernel {
             op: &OP,
             cpu,
             tensors: &[#(#tnames),*],
             scalars: &[#(#snames),*],
             reduction_inputs: &[#(#red_inputs),*],
             rotate_inputs: &[#(#rot_inputs),*],
-            cuda: graphrw::fused::CudaSource { source: CUDA_SOURCE, entry: #entry, launch: #launch },
+            cuda: graphrw::generated::CudaSource { source: CUDA_SOURCE, entry: #entry, launch: #launch },
             rules: &RULES,
             vjp: VJP,
             grad: #grad_rule,
@@ -325,7 +325,7 @@ fn vjp_op_items(
 /// parameter, as `ir` checks) becomes the chain that exporters write,
 /// `concat([neg(slice(x, hi..)), slice(x, 0..lo)], dim)`, with its attributes bound to
 /// pattern parameters `__rot_<x>_*` and a `check` that they slice the halves of `x`'s
-/// last dimension (`graphrw::fused::is_rotate_half`), whatever axis and bound
+/// last dimension (`graphrw::generated::is_rotate_half`), whatever axis and bound
 /// spellings (`-1` or `rank - 1`, `end = d` or `i64::MAX`) the exporter used.
 #[derive(Default)]
 struct RotChains {
@@ -421,7 +421,7 @@ impl RotChains {
             }
             self.checks.push(quote! {
                 check(|#x, #hi_dim, #lo_dim, #cat_dim, #hi_start, #hi_end, #lo_end| {
-                    graphrw::fused::is_rotate_half(#x, [#hi_dim, #lo_dim, #cat_dim], #hi_start, #hi_end, #lo_end)
+                    graphrw::generated::is_rotate_half(#x, [#hi_dim, #lo_dim, #cat_dim], #hi_start, #hi_end, #lo_end)
                 })
             });
         }

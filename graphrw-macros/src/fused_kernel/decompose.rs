@@ -106,11 +106,11 @@ pub fn decompose_fn(
             }
             Node::Rot(a) => {
                 let a = o(a);
-                quote!(graphrw::fused::rotate_half(__b, #a)?)
+                quote!(graphrw::generated::rotate_half(__b, #a)?)
             }
             Node::RotT(a) => {
                 let a = o(a);
-                quote!(graphrw::fused::rotate_half_transpose(__b, #a)?)
+                quote!(graphrw::generated::rotate_half_transpose(__b, #a)?)
             }
             Node::InputRot(_) | Node::HalfNeg(_) => {
                 unreachable!("lowered rotations exist only in code generation")

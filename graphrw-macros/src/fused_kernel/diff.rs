@@ -305,7 +305,7 @@ pub fn vjp(
             }
         });
         let tn = t.to_string();
-        list.push(quote!(graphrw::fused::VjpKernel { param: #tn, op: &vjp::#m::OP, cpu: vjp::#m::cpu, reduction_inputs: &[#(#red_inputs),*], rotate_inputs: &[#(#rot_inputs),*], cuda: graphrw::fused::CudaSource { source: vjp::#m::CUDA_SOURCE, entry: #entry, launch: #launch } }));
+        list.push(quote!(graphrw::generated::VjpKernel { param: #tn, op: &vjp::#m::OP, cpu: vjp::#m::cpu, reduction_inputs: &[#(#red_inputs),*], rotate_inputs: &[#(#rot_inputs),*], cuda: graphrw::generated::CudaSource { source: vjp::#m::CUDA_SOURCE, entry: #entry, launch: #launch } }));
     }
     Ok(Vjp {
         items,
