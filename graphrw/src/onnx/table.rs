@@ -1,49 +1,589 @@
-//! The one-to-one part of the ONNX mapping, read in both directions: an ONNX op that
-//! is exactly one vocabulary op with the same operands and no attributes. Ops whose
-//! mapping is not one-to-one (attributes to rename, inputs that are attributes in the
-//! vocabulary, opset-dependent forms) are the special cases of `load.rs` and `save.rs`.
+//! The ONNX mapping as data, read in both directions: which ONNX op (type, domain,
+//! opsets) is which vocabulary op, which ONNX inputs are its operands, and where each
+//! of its attributes sits in the ONNX node (an attribute, a constant input, or an
+//! attribute that became an input at some opset), with ONNX's name, kind, default and
+//! the values graphrw reads. `load.rs` maps a node through its row (`map_row`) and
+//! `save.rs` writes a vocabulary node through it (`write_row`).
+//!
+//! The rows are keyed by the vocabulary's op names (`graphrw-macros/src/vocab.rs`,
+//! [`crate::ops::lookup`]); the kind of each graphrw attribute is read from the op's
+//! signature rather than spelled again here, and a test checks that every row names a
+//! vocabulary op, attributes it has and an operand count it takes.
+//!
+//! What is not one-to-one stays hand-written in `load.rs` and `save.rs`: lowerings to
+//! several vocabulary ops (Gemm, Einsum, BatchNormalization, Slice, Flatten, Clip, the
+//! activations), shape-dependent arguments (Transpose, Reshape, Expand, Squeeze,
+//! Unsqueeze, Split), forms before an opset that changed meaning (Softmax before 13),
+//! constants (Constant, ConstantOfShape, Range), `Attention`, and the multi-node
+//! spellings of the export (`ne`, `rsqrt`, `silu`, `masked_fill`). A row's [`Quirk`]
+//! names the few hand-written steps a table-driven op still takes.
 
-/// One row: the ONNX op type (default domain, every opset since it has this form), the
-/// vocabulary op, and the operand count.
-pub(crate) struct Simple {
+use super::load::MAX_OPSET;
+
+/// Which directions a row serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// Load and save.
+    Both,
+    /// Load only (another row, or a special case, writes the vocabulary op).
+    Load,
+    /// Save only (the ONNX op loads through another row or a special case).
+    Save,
+}
+
+/// Where an argument sits in the ONNX node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// An attribute.
+    Attr,
+    /// A constant input at this position.
+    Input(usize),
+    /// An attribute before opset `at`, the constant input `input` from `at` on.
+    Moved {
+        /// The input position since `at`.
+        input: usize,
+        /// The opset that moved it.
+        at: i64,
+    },
+}
+
+impl Place {
+    /// The input position at `opset`, or `None` when it is an attribute there.
+    pub(crate) fn input_at(self, opset: i64) -> Option<usize> {
+        match self {
+            Place::Attr => None,
+            Place::Input(i) => Some(i),
+            Place::Moved { input, at } => (opset >= at).then_some(input),
+        }
+    }
+}
+
+/// The ONNX kind of an argument (an attribute's type, or what a constant input holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnnxKind {
+    /// `INT` (an input: one int64/int32 value).
+    Int,
+    /// `INTS` (an input: a 0-D or 1-D int64/int32 tensor).
+    Ints,
+    /// `FLOAT`.
+    Float,
+    /// `STRING` (UTF-8).
+    Str,
+}
+
+/// ONNX's value of an absent argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Absent {
+    /// The node must give it.
+    Required,
+    /// An int.
+    Int(i64),
+    /// An int list.
+    Ints(&'static [i64]),
+    /// A float.
+    Float(f32),
+    /// A string.
+    Str(&'static str),
+}
+
+/// A value conversion beyond the kinds (ONNX's spelling differs from graphrw's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// The same value.
+    Same,
+    /// ONNX `pads` `[b0, b1, e0, e1]` with `b == e` is graphrw's `[p0, p1]`.
+    SymmetricPads,
+}
+
+/// One argument: a graphrw attribute and where ONNX keeps it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arg {
+    /// ONNX attribute name (or the input's name, for messages).
+    pub onnx: &'static str,
+    /// The vocabulary attribute.
+    pub ours: &'static str,
+    /// Where it sits.
+    pub place: Place,
+    /// Its ONNX kind; graphrw's kind comes from the op's signature (`Int` reads as an
+    /// int, a bool (non-zero) or an ONNX dtype code, following it).
+    pub kind: OnnxKind,
+    /// ONNX's default.
+    pub absent: Absent,
+    /// The range every int of it must lie in (inclusive), checked at load.
+    pub range: Option<(i64, i64)>,
+    /// The strings graphrw reads (empty: any).
+    pub choices: &'static [&'static str],
+    /// A conversion of the value.
+    pub shape: Shape,
+}
+
+/// An ONNX attribute graphrw does not carry but reads: only the listed values are
+/// understood (anything else stays opaque), and the first is written when it is not
+/// ONNX's default. It also picks between rows of one ONNX op (`Trilu`'s `upper`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Held {
+    /// ONNX attribute name.
+    pub onnx: &'static str,
+    /// The values graphrw reads, and ONNX's default.
+    pub values: HeldValues,
+}
+
+/// The values of a [`Held`] attribute.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum HeldValues {
+    /// An int attribute.
+    Int {
+        /// ONNX's default.
+        default: i64,
+        /// Values read.
+        accept: &'static [i64],
+    },
+    /// A string attribute.
+    Str {
+        /// ONNX's default.
+        default: &'static str,
+        /// Values read.
+        accept: &'static [&'static str],
+    },
+}
+
+/// A hand-written step of an otherwise table-driven op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Quirk {
+    /// None.
+    None,
+    /// Before opset 7, `broadcast`/`axis` attributes align the second operand (load).
+    LegacyBroadcast,
+    /// `noop_with_empty_axes` 1 with no axes is the identity (load).
+    ReduceNoop,
+    /// The concatenated dim must stay within graphrw's limit (load).
+    ConcatTotal,
+    /// ONNX requires a scale: a missing weight is written as ones (save).
+    OnesScale,
+}
+
+/// One row of the mapping.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpMap {
     /// ONNX op type.
     pub onnx: &'static str,
+    /// ONNX domain (`""`: ai.onnx).
+    pub domain: &'static str,
     /// Vocabulary op name.
     pub op: &'static str,
-    /// Operands (1 or 2).
-    pub arity: usize,
+    /// The default-domain opsets this row reads (inclusive).
+    pub opsets: (i64, i64),
+    /// The opset the exporter needs for it.
+    pub write_opset: i64,
+    /// How many leading ONNX inputs are operands (min, max; `usize::MAX`: variadic).
+    pub operands: (usize, usize),
+    /// A variadic ONNX op folded into a chain of the binary vocabulary op (`Max`).
+    pub fold: bool,
+    /// The arguments.
+    pub args: &'static [Arg],
+    /// Attributes held at values graphrw reads.
+    pub held: &'static [Held],
+    /// ONNX attributes accepted and dropped: they do not change the result graphrw
+    /// computes (`Cast`'s `saturate` for float8, `Conv`'s `kernel_shape`).
+    pub ignored: &'static [&'static str],
+    /// Directions.
+    pub dir: Dir,
+    /// A hand-written step, if any.
+    pub quirk: Quirk,
 }
 
-const fn row(onnx: &'static str, op: &'static str, arity: usize) -> Simple {
-    Simple { onnx, op, arity }
+/// The default-domain opset written unless a row needs a newer one.
+const BASE: i64 = super::save::BASE_OPSET;
+const ALL: (i64, i64) = (1, MAX_OPSET);
+
+const fn row(onnx: &'static str, op: &'static str, operands: (usize, usize)) -> OpMap {
+    OpMap {
+        onnx,
+        domain: "",
+        op,
+        opsets: ALL,
+        write_opset: BASE,
+        operands,
+        fold: false,
+        args: &[],
+        held: &[],
+        ignored: &[],
+        dir: Dir::Both,
+        quirk: Quirk::None,
+    }
 }
 
-/// Every one-to-one op.
-pub(crate) const SIMPLE: &[Simple] = &[
-    row("Add", "add", 2),
-    row("Sub", "sub", 2),
-    row("Mul", "mul", 2),
-    row("Div", "div", 2),
-    row("Pow", "pow", 2),
-    row("And", "and", 2),
-    row("Or", "or", 2),
-    row("Equal", "eq", 2),
-    row("Less", "lt", 2),
-    row("LessOrEqual", "le", 2),
-    row("Greater", "gt", 2),
-    row("GreaterOrEqual", "ge", 2),
-    row("Neg", "neg", 1),
-    row("Abs", "abs", 1),
-    row("Reciprocal", "reciprocal", 1),
-    row("Sqrt", "sqrt", 1),
-    row("Exp", "exp", 1),
-    row("Log", "log", 1),
-    row("Sin", "sin", 1),
-    row("Cos", "cos", 1),
-    row("Erf", "erf", 1),
-    row("Tanh", "tanh", 1),
-    row("Sigmoid", "sigmoid", 1),
-    row("Relu", "relu", 1),
-    row("Not", "not", 1),
-    row("IsNaN", "isnan", 1),
+const fn unary(onnx: &'static str, op: &'static str) -> OpMap {
+    row(onnx, op, (1, 1))
+}
+
+const fn binary(onnx: &'static str, op: &'static str) -> OpMap {
+    OpMap {
+        quirk: Quirk::LegacyBroadcast,
+        ..row(onnx, op, (2, 2))
+    }
+}
+
+const fn with(
+    onnx: &'static str,
+    op: &'static str,
+    operands: (usize, usize),
+    args: &'static [Arg],
+) -> OpMap {
+    OpMap {
+        args,
+        ..row(onnx, op, operands)
+    }
+}
+
+const fn fold(onnx: &'static str, op: &'static str, dir: Dir) -> OpMap {
+    OpMap {
+        fold: true,
+        dir,
+        ..row(onnx, op, (1, usize::MAX))
+    }
+}
+
+const fn arg(
+    onnx: &'static str,
+    ours: &'static str,
+    place: Place,
+    kind: OnnxKind,
+    absent: Absent,
+) -> Arg {
+    Arg {
+        onnx,
+        ours,
+        place,
+        kind,
+        absent,
+        range: None,
+        choices: &[],
+        shape: Shape::Same,
+    }
+}
+
+const fn int(onnx: &'static str, ours: &'static str, absent: Absent) -> Arg {
+    arg(onnx, ours, Place::Attr, OnnxKind::Int, absent)
+}
+
+const fn float(onnx: &'static str, ours: &'static str, absent: Absent) -> Arg {
+    arg(onnx, ours, Place::Attr, OnnxKind::Float, absent)
+}
+
+const fn ints(onnx: &'static str, ours: &'static str, absent: Absent) -> Arg {
+    arg(onnx, ours, Place::Attr, OnnxKind::Ints, absent)
+}
+
+const fn held_int(onnx: &'static str, default: i64, accept: &'static [i64]) -> Held {
+    Held {
+        onnx,
+        values: HeldValues::Int { default, accept },
+    }
+}
+
+use Absent as A;
+
+const AXIS_DIM: &[Arg] = &[int("axis", "dim", A::Int(0))];
+const NORM_ARGS: &[Arg] = &[
+    int("axis", "axis", A::Int(-1)),
+    float("epsilon", "eps", A::Float(1e-5)),
 ];
+const NORM_HELD: &[Held] = &[held_int("stash_type", 1, &[1])];
+const SOFTMAX_ARGS: &[Arg] = &[int("axis", "dim", A::Int(-1))];
+const KEEPDIMS: Arg = arg("keepdims", "keepdim", Place::Attr, OnnxKind::Int, A::Int(1));
+const fn reduce_args(moved: i64) -> [Arg; 2] {
+    [
+        arg(
+            "axes",
+            "dims",
+            Place::Moved {
+                input: 1,
+                at: moved,
+            },
+            OnnxKind::Ints,
+            A::Ints(&[]),
+        ),
+        KEEPDIMS,
+    ]
+}
+const REDUCE_13: &[Arg] = &reduce_args(13);
+const REDUCE_18: &[Arg] = &reduce_args(18);
+const fn reduce(onnx: &'static str, op: &'static str, args: &'static [Arg]) -> OpMap {
+    OpMap {
+        ignored: &["noop_with_empty_axes"],
+        quirk: Quirk::ReduceNoop,
+        ..with(onnx, op, (1, 1), args)
+    }
+}
+const fn trilu(op: &'static str, held: &'static [Held]) -> OpMap {
+    OpMap {
+        opsets: (14, MAX_OPSET),
+        held,
+        ..with("Trilu", op, (1, 1), TRILU_K)
+    }
+}
+const TRILU_K: &[Arg] = &[arg(
+    "k",
+    "diagonal",
+    Place::Input(1),
+    OnnxKind::Int,
+    A::Int(0),
+)];
+const TRIU: &[Held] = &[held_int("upper", 1, &[1])];
+const TRIL: &[Held] = &[held_int("upper", 1, &[0])];
+/// Conv's int lists: at most 4096 each.
+const fn conv_ints(onnx: &'static str, ours: &'static str, absent: &'static [i64]) -> Arg {
+    Arg {
+        range: Some((0, 1 << 12)),
+        ..ints(onnx, ours, A::Ints(absent))
+    }
+}
+
+/// Every table-driven op: ONNX op type and vocabulary op, in the order looked up (the
+/// first row that fits the opset and the held attributes wins).
+pub(crate) const OPS: &[OpMap] = &[
+    // One-to-one, no attributes.
+    binary("Add", "add"),
+    binary("Sub", "sub"),
+    binary("Mul", "mul"),
+    binary("Div", "div"),
+    binary("Pow", "pow"),
+    binary("And", "and"),
+    binary("Or", "or"),
+    binary("Equal", "eq"),
+    binary("Less", "lt"),
+    binary("LessOrEqual", "le"),
+    binary("Greater", "gt"),
+    binary("GreaterOrEqual", "ge"),
+    unary("Neg", "neg"),
+    unary("Abs", "abs"),
+    unary("Reciprocal", "reciprocal"),
+    unary("Sqrt", "sqrt"),
+    unary("Exp", "exp"),
+    unary("Log", "log"),
+    unary("Sin", "sin"),
+    unary("Cos", "cos"),
+    unary("Erf", "erf"),
+    unary("Tanh", "tanh"),
+    unary("Sigmoid", "sigmoid"),
+    unary("Relu", "relu"),
+    unary("Not", "not"),
+    unary("IsNaN", "isnan"),
+    row("Where", "where", (3, 3)),
+    row("MatMul", "matmul", (2, 2)),
+    OpMap {
+        dir: Dir::Save,
+        ..row("Identity", "contiguous", (1, 1))
+    },
+    // Variadic ONNX ops folded into a chain of binary ones.
+    fold("Max", "maximum", Dir::Both),
+    fold("Min", "minimum", Dir::Both),
+    fold("Sum", "add", Dir::Load),
+    // Attributes renamed.
+    OpMap {
+        write_opset: 20,
+        ..with(
+            "Gelu",
+            "gelu",
+            (1, 1),
+            &[Arg {
+                choices: &["none", "tanh"],
+                ..arg(
+                    "approximate",
+                    "approximate",
+                    Place::Attr,
+                    OnnxKind::Str,
+                    A::Str("none"),
+                )
+            }],
+        )
+    },
+    OpMap {
+        opsets: (13, MAX_OPSET),
+        ..with("Softmax", "softmax", (1, 1), SOFTMAX_ARGS)
+    },
+    OpMap {
+        opsets: (13, MAX_OPSET),
+        ..with("LogSoftmax", "log_softmax", (1, 1), SOFTMAX_ARGS)
+    },
+    OpMap {
+        ignored: &["saturate", "round_mode"],
+        ..with("Cast", "cast", (1, 1), &[int("to", "dtype", A::Required)])
+    },
+    OpMap {
+        quirk: Quirk::ConcatTotal,
+        ..with(
+            "Concat",
+            "concat",
+            (1, usize::MAX),
+            &[int("axis", "dim", A::Required)],
+        )
+    },
+    with("Gather", "gather", (2, 2), AXIS_DIM),
+    OpMap {
+        dir: Dir::Save,
+        ..with("Gather", "index_select", (2, 2), AXIS_DIM)
+    },
+    with("GatherElements", "gather_elements", (2, 2), AXIS_DIM),
+    with(
+        "GatherND",
+        "gather_nd",
+        (2, 2),
+        &[int("batch_dims", "batch_dims", A::Int(0))],
+    ),
+    OpMap {
+        held: NORM_HELD,
+        quirk: Quirk::OnesScale,
+        ..with("LayerNormalization", "layer_norm", (2, 3), NORM_ARGS)
+    },
+    OpMap {
+        held: NORM_HELD,
+        quirk: Quirk::OnesScale,
+        write_opset: 23,
+        ..with("RMSNormalization", "rms_norm", (2, 2), NORM_ARGS)
+    },
+    // Inputs that are attributes in the vocabulary.
+    trilu("triu", TRIU),
+    trilu("tril", TRIL),
+    OpMap {
+        held: &[held_int("exclusive", 0, &[0]), held_int("reverse", 0, &[0])],
+        ..with(
+            "CumSum",
+            "cumsum",
+            (1, 1),
+            &[arg(
+                "axis",
+                "dim",
+                Place::Input(1),
+                OnnxKind::Int,
+                A::Required,
+            )],
+        )
+    },
+    reduce("ReduceSum", "sum", REDUCE_13),
+    reduce("ReduceMean", "mean", REDUCE_18),
+    reduce("ReduceMax", "amax", REDUCE_18),
+    OpMap {
+        held: &[Held {
+            onnx: "auto_pad",
+            values: HeldValues::Str {
+                default: "NOTSET",
+                accept: &["NOTSET", "VALID"],
+            },
+        }],
+        ignored: &["kernel_shape"],
+        ..with(
+            "Conv",
+            "conv2d",
+            (2, 3),
+            &[
+                conv_ints("strides", "stride", &[1, 1]),
+                Arg {
+                    shape: Shape::SymmetricPads,
+                    ..conv_ints("pads", "padding", &[0, 0, 0, 0])
+                },
+                conv_ints("dilations", "dilation", &[1, 1]),
+                Arg {
+                    range: Some((1, 1 << 32)),
+                    ..int("group", "groups", A::Int(1))
+                },
+            ],
+        )
+    },
+];
+
+/// The rows that load `op_type` of `domain` (`""`: ai.onnx) at default-domain opset
+/// `opset`, in order.
+pub(crate) fn loading<'a>(
+    op_type: &'a str,
+    domain: &'a str,
+    opset: i64,
+) -> impl Iterator<Item = &'static OpMap> + 'a {
+    OPS.iter().filter(move |r| {
+        r.onnx == op_type
+            && r.domain == domain
+            && r.dir != Dir::Save
+            && (r.opsets.0..=r.opsets.1).contains(&opset)
+    })
+}
+
+/// The row that writes vocabulary op `op`.
+pub(crate) fn saving(op: &str) -> Option<&'static OpMap> {
+    OPS.iter().find(|r| r.op == op && r.dir != Dir::Load)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{self, Arity, AttrKind};
+
+    /// Every row names a vocabulary op, operands it can take, and attributes it has
+    /// with an ONNX kind that converts to the attribute's kind.
+    #[test]
+    fn rows_follow_the_vocabulary() {
+        for r in OPS {
+            let def = ops::lookup(r.op).unwrap_or_else(|| panic!("{}: no op `{}`", r.onnx, r.op));
+            let (lo, hi) = def.operand_range();
+            let variadic = def.operands.iter().any(|o| o.arity == Arity::Variadic);
+            if r.fold {
+                assert_eq!((lo, hi), (2, Some(2)), "{}: folds into a binary op", r.onnx);
+            } else {
+                assert!(
+                    r.operands.0 >= lo,
+                    "{}: too few operands for {}",
+                    r.onnx,
+                    r.op
+                );
+                match hi {
+                    Some(hi) => assert!(r.operands.1 <= hi, "{}: too many operands", r.onnx),
+                    None => assert!(variadic && r.operands.1 == usize::MAX, "{}", r.onnx),
+                }
+            }
+            for a in r.args {
+                let spec = def
+                    .attrs
+                    .iter()
+                    .find(|s| s.name == a.ours)
+                    .unwrap_or_else(|| panic!("{}: `{}` has no `{}`", r.onnx, r.op, a.ours));
+                let fits = matches!(
+                    (a.kind, spec.kind),
+                    (
+                        OnnxKind::Int,
+                        AttrKind::Int | AttrKind::Bool | AttrKind::DType
+                    ) | (OnnxKind::Ints, AttrKind::Ints)
+                        | (OnnxKind::Float, AttrKind::Float)
+                        | (OnnxKind::Str, AttrKind::Str)
+                );
+                assert!(
+                    fits,
+                    "{}: `{}` is {:?} in ONNX, {} in graphrw",
+                    r.onnx, a.onnx, a.kind, spec.kind
+                );
+            }
+            assert!(
+                r.opsets.0 <= r.opsets.1 && r.opsets.1 <= MAX_OPSET,
+                "{}",
+                r.onnx
+            );
+        }
+    }
+
+    /// Each vocabulary op is written by at most one row, and each ONNX op and opset is
+    /// read by rows that a held attribute tells apart.
+    #[test]
+    fn rows_do_not_overlap() {
+        for (i, r) in OPS.iter().enumerate() {
+            for s in &OPS[i + 1..] {
+                if r.dir != Dir::Load && s.dir != Dir::Load {
+                    assert_ne!(r.op, s.op, "two rows write `{}`", r.op);
+                }
+                let both_load = r.dir != Dir::Save && s.dir != Dir::Save;
+                let overlap = r.opsets.0 <= s.opsets.1 && s.opsets.0 <= r.opsets.1;
+                if both_load && overlap && r.onnx == s.onnx {
+                    assert!(!r.held.is_empty(), "two rows read `{}`", r.onnx);
+                }
+            }
+        }
+    }
+}
