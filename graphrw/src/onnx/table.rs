@@ -407,7 +407,9 @@ pub(crate) const OPS: &[OpMap] = &[
         opsets: (13, MAX_OPSET),
         ..with("LogSoftmax", "log_softmax", (1, 1), SOFTMAX_ARGS)
     },
+    // Cast-1 names the type with a string.
     OpMap {
+        opsets: (6, MAX_OPSET),
         ignored: &["saturate", "round_mode"],
         ..with("Cast", "cast", (1, 1), &[int("to", "dtype", A::Required)])
     },
@@ -426,12 +428,21 @@ pub(crate) const OPS: &[OpMap] = &[
         ..with("Gather", "index_select", (2, 2), AXIS_DIM)
     },
     with("GatherElements", "gather_elements", (2, 2), AXIS_DIM),
-    with(
-        "GatherND",
-        "gather_nd",
-        (2, 2),
-        &[int("batch_dims", "batch_dims", A::Int(0))],
-    ),
+    // GatherND-11 has no `batch_dims`.
+    OpMap {
+        opsets: (1, 11),
+        dir: Dir::Load,
+        ..row("GatherND", "gather_nd", (2, 2))
+    },
+    OpMap {
+        opsets: (12, MAX_OPSET),
+        ..with(
+            "GatherND",
+            "gather_nd",
+            (2, 2),
+            &[int("batch_dims", "batch_dims", A::Int(0))],
+        )
+    },
     OpMap {
         held: NORM_HELD,
         quirk: Quirk::OnesScale,
@@ -587,3 +598,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "table_tests.rs"]
+mod round_trip;
