@@ -860,20 +860,6 @@ impl<'m> Importer<'m> {
             "PRelu" | "LeakyRelu" | "Elu" | "Selu" | "Softplus" => self.activation(at),
             "BatchNormalization" => self.batch_norm(at),
             "Gemm" => self.gemm(at),
-            "Transpose" => {
-                at.only_attrs(&["perm"])?;
-                let x = self.req(at, 0)?;
-                let rank = self.meta(x)?.rank() as i64;
-                let perm = at
-                    .ints("perm")?
-                    .unwrap_or_else(|| (0..rank).rev().collect());
-                Ok(vec![self.op1(
-                    at,
-                    "permute",
-                    &[x],
-                    &[("dims", AttrValue::Ints(perm))],
-                )?])
-            }
             "Reshape" => self.reshape(at),
             "Slice" => self.slice(at),
             "Unsqueeze" => {
@@ -900,25 +886,6 @@ impl<'m> Importer<'m> {
                     v = self.op1(at, "unsqueeze", &[v], &[("dim", int_attr(d as i64))])?;
                 }
                 Ok(vec![v])
-            }
-            "Squeeze" => {
-                let x = self.req(at, 0)?;
-                let rank = self.meta(x)?.rank();
-                let mut dims: Vec<i64> = Vec::new();
-                for a in self.axes(at)?.unwrap_or_default() {
-                    let d = normalize_axis(a, rank).ok_or_else(|| {
-                        at.err(format!("axis {a} is out of range for rank {rank}"))
-                    })?;
-                    dims.push(d as i64);
-                }
-                dims.sort_unstable();
-                dims.dedup();
-                Ok(vec![self.op1(
-                    at,
-                    "squeeze",
-                    &[x],
-                    &[("dims", AttrValue::Ints(dims))],
-                )?])
             }
             "Expand" => self.expand(at),
             "Split" => self.split(at),
@@ -1025,7 +992,7 @@ impl<'m> Importer<'m> {
         }
         let mut attrs = Vec::with_capacity(row.args.len());
         for a in row.args {
-            attrs.push((a.ours, self.read_arg(at, def, a)?));
+            attrs.push((a.ours, self.read_arg(at, def, a, &operands)?));
         }
         match row.quirk {
             Quirk::LegacyBroadcast if legacy => self.legacy_broadcast(at, &mut operands)?,
@@ -1054,7 +1021,19 @@ impl<'m> Importer<'m> {
     /// One argument of a table row, as the vocabulary attribute: read from the
     /// attribute or constant input the row names at this opset (ONNX's default when
     /// absent), its kind, range and choices checked.
-    fn read_arg(&mut self, at: &At<'m>, def: &OpDef, a: &Arg) -> Result<AttrValue, OnnxError> {
+    fn read_arg(
+        &mut self,
+        at: &At<'m>,
+        def: &OpDef,
+        a: &Arg,
+        operands: &[Value],
+    ) -> Result<AttrValue, OnnxError> {
+        let rank = |imp: &Self| -> Result<usize, OnnxError> {
+            let x = operands
+                .first()
+                .ok_or_else(|| at.err(format!("`{}` needs an input", a.onnx)))?;
+            Ok(imp.meta(*x)?.rank())
+        };
         let kind = def
             .attrs
             .iter()
@@ -1100,6 +1079,7 @@ impl<'m> Importer<'m> {
             (None, Absent::Ints(v)) => AttrValue::Ints(v.to_vec()),
             (None, Absent::Float(v)) => AttrValue::Float(f64::from(v)),
             (None, Absent::Str(v)) => AttrValue::Str(v.to_string()),
+            (None, Absent::Reversed) => AttrValue::Ints((0..rank(self)? as i64).rev().collect()),
         };
         if let Some((lo, hi)) = a.range {
             let out = match &value {
@@ -1130,6 +1110,18 @@ impl<'m> Importer<'m> {
                     )))
                 }
             },
+            (AttrValue::Ints(axes), table::Shape::SortedAxes) => {
+                let r = rank(self)?;
+                let mut dims = Vec::with_capacity(axes.len());
+                for &x in &axes {
+                    let d = normalize_axis(x, r)
+                        .ok_or_else(|| at.err(format!("axis {x} is out of range for rank {r}")))?;
+                    dims.push(d as i64);
+                }
+                dims.sort_unstable();
+                dims.dedup();
+                AttrValue::Ints(dims)
+            }
             (v, _) => v,
         };
         Ok(match (value, kind) {
@@ -1373,7 +1365,7 @@ impl<'m> Importer<'m> {
         Ok(vec![v])
     }
 
-    /// The `axes` of Squeeze/Unsqueeze: an attribute before opset 13, input 1 since.
+    /// The `axes` of Unsqueeze: an attribute before opset 13, input 1 since.
     fn axes(&mut self, at: &At<'m>) -> Result<Option<Vec<i64>>, OnnxError> {
         if self.opset < 13 {
             at.only_attrs(&["axes"])?;

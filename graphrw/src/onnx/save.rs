@@ -552,17 +552,6 @@ impl<'g> Exporter<'g> {
                 perm.swap(d0, d1);
                 self.push("Transpose", ins, outs, vec![a_ints("perm", perm)]);
             }
-            "permute" => {
-                let r = self.meta(node.operands()[0])?.rank();
-                let perm = attrs
-                    .ints("dims")
-                    .map_err(bad)?
-                    .iter()
-                    .map(|&d| normalize_axis(d, r).map(|d| d as i64))
-                    .collect::<Option<Vec<i64>>>()
-                    .ok_or_else(|| self.err("permute dims out of range"))?;
-                self.push("Transpose", ins, outs, vec![a_ints("perm", perm)]);
-            }
             "reshape" => {
                 let shape = attrs.ints("shape").map_err(bad)?.to_vec();
                 let zero = shape.contains(&0);
@@ -587,14 +576,6 @@ impl<'g> Exporter<'g> {
             "unsqueeze" => {
                 let a = self.init_ints("axes", &[attrs.int("dim").map_err(bad)?])?;
                 self.push("Unsqueeze", vec![ins[0].clone(), a], outs, vec![]);
-            }
-            "squeeze" => {
-                let dims = attrs.ints("dims").map_err(bad)?.to_vec();
-                let mut i = vec![ins[0].clone()];
-                if !dims.is_empty() {
-                    i.push(self.init_ints("axes", &dims)?);
-                }
-                self.push("Squeeze", i, outs, vec![]);
             }
             "split" => {
                 let sizes = attrs.ints("split_sizes").map_err(bad)?.to_vec();
@@ -687,6 +668,15 @@ impl<'g> Exporter<'g> {
                     &[p0, p1] => AttrValue::Ints(vec![p0, p1, p0, p1]),
                     _ => return Err(self.err(format!("{} {p:?} is not 2-D", a.ours))),
                 },
+                (AttrValue::Ints(p), Shape::Perm) => {
+                    let r = self.meta(node.operands()[0])?.rank();
+                    let perm = p
+                        .iter()
+                        .map(|&d| normalize_axis(d, r).map(|d| d as i64))
+                        .collect::<Option<Vec<i64>>>()
+                        .ok_or_else(|| self.err(format!("{} dims out of range", node.op_name())))?;
+                    AttrValue::Ints(perm)
+                }
                 (AttrValue::Bool(b), _) => AttrValue::Int(i64::from(*b)),
                 (AttrValue::DType(d), _) => AttrValue::Int(i64::from(dtype_to_onnx(*d))),
                 (v, _) => v.clone(),

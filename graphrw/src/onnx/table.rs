@@ -84,6 +84,8 @@ pub(crate) enum Absent {
     Float(f32),
     /// A string.
     Str(&'static str),
+    /// The first operand's dims, reversed (`Transpose`'s `perm`).
+    Reversed,
 }
 
 /// A value conversion beyond the kinds (ONNX's spelling differs from graphrw's).
@@ -93,6 +95,10 @@ pub(crate) enum Shape {
     Same,
     /// ONNX `pads` `[b0, b1, e0, e1]` with `b == e` is graphrw's `[p0, p1]`.
     SymmetricPads,
+    /// Axes of the first operand, read in range, sorted and without repeats.
+    SortedAxes,
+    /// A permutation of the first operand's dims, written without negative entries.
+    Perm,
 }
 
 /// One argument: a graphrw attribute and where ONNX keeps it.
@@ -472,6 +478,30 @@ pub(crate) const OPS: &[OpMap] = &[
             )],
         )
     },
+    with(
+        "Transpose",
+        "permute",
+        (1, 1),
+        &[Arg {
+            shape: Shape::Perm,
+            ..ints("perm", "dims", A::Reversed)
+        }],
+    ),
+    with(
+        "Squeeze",
+        "squeeze",
+        (1, 1),
+        &[Arg {
+            shape: Shape::SortedAxes,
+            ..arg(
+                "axes",
+                "dims",
+                Place::Moved { input: 1, at: 13 },
+                OnnxKind::Ints,
+                A::Ints(&[]),
+            )
+        }],
+    ),
     reduce("ReduceSum", "sum", REDUCE_13),
     reduce("ReduceMean", "mean", REDUCE_18),
     reduce("ReduceMax", "amax", REDUCE_18),

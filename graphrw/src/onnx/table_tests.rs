@@ -18,7 +18,7 @@ use crate::onnx::proto::{
     attribute_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
     OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
 };
-use crate::onnx::table::{saving, Dir, HeldValues, OnnxKind, OpMap, Place, OPS};
+use crate::onnx::table::{saving, Dir, HeldValues, OnnxKind, OpMap, Place, Shape, OPS};
 use crate::ops::{self, AttrValue};
 
 /// An ONNX argument value.
@@ -43,7 +43,9 @@ fn sample(op: &str, arg: &str) -> Option<(V, AttrValue)> {
         (_, "epsilon") => (V::F(1e-3), A::Float(f64::from(1e-3f32))),
         ("Trilu", "k") => (V::I(1), A::Int(1)),
         ("CumSum", "axis") => (V::I(2), A::Int(2)),
+        ("Squeeze", "axes") => (V::Is(vec![0, 3]), A::Ints(vec![0, 3])),
         (_, "axes") => (V::Is(vec![1, -1]), A::Ints(vec![1, -1])),
+        ("Transpose", "perm") => (V::Is(vec![0, 2, 1, 3]), A::Ints(vec![0, 2, 1, 3])),
         (_, "keepdims") => (V::I(0), A::Bool(false)),
         ("Gelu", "approximate") => (V::S("tanh"), A::Str("tanh".into())),
         ("Conv", "strides") => (V::Is(vec![2, 1]), A::Ints(vec![2, 1])),
@@ -62,6 +64,7 @@ fn operands(r: &OpMap) -> Vec<(i32, Vec<i64>)> {
         "And" | "Or" => vec![b(), b()],
         // Equal-1 compares bools and ints only.
         "Equal" => vec![(7, vec![2, 3, 4, 4]); 2],
+        "Squeeze" => vec![(1, vec![1, 3, 4, 1])],
         "Not" => vec![b()],
         "Where" => vec![b(), x(), x()],
         "Gather" => vec![x(), (7, vec![2])],
@@ -224,8 +227,13 @@ fn check_saved(r: &OpMap, from: &OpMap, saved: &ModelProto) -> Result<(), String
         .find(|n| n.op_type == r.onnx && n.domain == r.domain)
         .ok_or_else(|| format!("no `{}` node written: {:?}", r.onnx, g.node))?;
     for a in r.args {
-        let Some((want, _)) = sample(r.onnx, a.onnx) else {
+        let Some((want, ours)) = sample(r.onnx, a.onnx) else {
             continue;
+        };
+        // Sorted axes are written as graphrw holds them (in range, sorted).
+        let want = match (a.shape, ours) {
+            (Shape::SortedAxes, AttrValue::Ints(v)) => V::Is(v),
+            _ => want,
         };
         if !from.args.iter().any(|b| b.ours == a.ours) {
             continue;
