@@ -956,8 +956,7 @@ impl<'m> Importer<'m> {
     /// this opset, and the vocabulary op is added (a chain of it for a folded variadic
     /// op). The row's quirk is the one hand-written step.
     fn map_row(&mut self, at: &At<'m>, row: &'static OpMap) -> Result<Vec<Value>, OnnxError> {
-        let def: &'static OpDef = ops::lookup(row.op)
-            .ok_or_else(|| at.err(format!("vocabulary op `{}` is missing", row.op)))?;
+        let def: &'static OpDef = row.op;
         let legacy = row.quirk == Quirk::LegacyBroadcast && self.opset < 7;
         let mut known: Vec<&str> = row
             .args
@@ -1011,11 +1010,11 @@ impl<'m> Importer<'m> {
                 .next()
                 .ok_or_else(|| at.err("takes at least one input"))?;
             for x in rest {
-                acc = self.op1(at, row.op, &[acc, x], &attrs)?;
+                acc = self.op1(at, def.name, &[acc, x], &attrs)?;
             }
             return Ok(vec![acc]);
         }
-        self.op(at, row.op, &operands, &attrs)
+        self.op(at, def.name, &operands, &attrs)
     }
 
     /// One argument of a table row, as the vocabulary attribute: read from the

@@ -5,10 +5,13 @@
 //! the values graphrw reads. `load.rs` maps a node through its row (`map_row`) and
 //! `save.rs` writes a vocabulary node through it (`write_row`).
 //!
-//! The rows are keyed by the vocabulary's op names (`graphrw-macros/src/vocab.rs`,
-//! [`crate::ops::lookup`]); the kind of each graphrw attribute is read from the op's
-//! signature rather than spelled again here, and a test checks that every row names a
-//! vocabulary op, attributes it has and an operand count it takes.
+//! The rows name the vocabulary's ops by their `static` [`OpDef`]s (generated from
+//! `graphrw-macros/src/vocab.rs` into [`crate::ops::builtin`]), so an op renamed or
+//! removed there breaks the build here; the kind of each graphrw attribute is read
+//! from the op's signature rather than spelled again, and a test checks that every
+//! row names attributes its op has, operand counts it takes, and kinds that convert.
+//! Another (`table_tests.rs`) takes every row both ways at each opset boundary it has,
+//! with `onnx.checker` over the models built and written.
 //!
 //! What is not one-to-one stays hand-written in `load.rs` and `save.rs`: lowerings to
 //! several vocabulary ops (Gemm, Einsum, BatchNormalization, Slice, Flatten, Clip, the
@@ -19,6 +22,8 @@
 //! names the few hand-written steps a table-driven op still takes.
 
 use super::load::MAX_OPSET;
+use crate::ops::builtin as v;
+use crate::ops::OpDef;
 
 /// Which directions a row serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,8 +180,8 @@ pub(crate) struct OpMap {
     pub onnx: &'static str,
     /// ONNX domain (`""`: ai.onnx).
     pub domain: &'static str,
-    /// Vocabulary op name.
-    pub op: &'static str,
+    /// The vocabulary op (its `static`, so a renamed or removed op breaks the build).
+    pub op: &'static OpDef,
     /// The default-domain opsets this row reads (inclusive).
     pub opsets: (i64, i64),
     /// The opset the exporter needs for it.
@@ -202,7 +207,7 @@ pub(crate) struct OpMap {
 const BASE: i64 = super::save::BASE_OPSET;
 const ALL: (i64, i64) = (1, MAX_OPSET);
 
-const fn row(onnx: &'static str, op: &'static str, operands: (usize, usize)) -> OpMap {
+const fn row(onnx: &'static str, op: &'static OpDef, operands: (usize, usize)) -> OpMap {
     OpMap {
         onnx,
         domain: "",
@@ -219,11 +224,11 @@ const fn row(onnx: &'static str, op: &'static str, operands: (usize, usize)) -> 
     }
 }
 
-const fn unary(onnx: &'static str, op: &'static str) -> OpMap {
+const fn unary(onnx: &'static str, op: &'static OpDef) -> OpMap {
     row(onnx, op, (1, 1))
 }
 
-const fn binary(onnx: &'static str, op: &'static str) -> OpMap {
+const fn binary(onnx: &'static str, op: &'static OpDef) -> OpMap {
     OpMap {
         quirk: Quirk::LegacyBroadcast,
         ..row(onnx, op, (2, 2))
@@ -232,7 +237,7 @@ const fn binary(onnx: &'static str, op: &'static str) -> OpMap {
 
 const fn with(
     onnx: &'static str,
-    op: &'static str,
+    op: &'static OpDef,
     operands: (usize, usize),
     args: &'static [Arg],
 ) -> OpMap {
@@ -242,7 +247,7 @@ const fn with(
     }
 }
 
-const fn fold(onnx: &'static str, op: &'static str, dir: Dir) -> OpMap {
+const fn fold(onnx: &'static str, op: &'static OpDef, dir: Dir) -> OpMap {
     OpMap {
         fold: true,
         dir,
@@ -315,14 +320,14 @@ const fn reduce_args(moved: i64) -> [Arg; 2] {
 }
 const REDUCE_13: &[Arg] = &reduce_args(13);
 const REDUCE_18: &[Arg] = &reduce_args(18);
-const fn reduce(onnx: &'static str, op: &'static str, args: &'static [Arg]) -> OpMap {
+const fn reduce(onnx: &'static str, op: &'static OpDef, args: &'static [Arg]) -> OpMap {
     OpMap {
         ignored: &["noop_with_empty_axes"],
         quirk: Quirk::ReduceNoop,
         ..with(onnx, op, (1, 1), args)
     }
 }
-const fn trilu(op: &'static str, held: &'static [Held]) -> OpMap {
+const fn trilu(op: &'static OpDef, held: &'static [Held]) -> OpMap {
     OpMap {
         opsets: (14, MAX_OPSET),
         held,
@@ -348,50 +353,50 @@ const fn conv_ints(onnx: &'static str, ours: &'static str, absent: &'static [i64
 
 /// Every table-driven op: ONNX op type and vocabulary op, in the order looked up (the
 /// first row that fits the opset and the held attributes wins).
-pub(crate) const OPS: &[OpMap] = &[
+pub(crate) static OPS: &[OpMap] = &[
     // One-to-one, no attributes.
-    binary("Add", "add"),
-    binary("Sub", "sub"),
-    binary("Mul", "mul"),
-    binary("Div", "div"),
-    binary("Pow", "pow"),
-    binary("And", "and"),
-    binary("Or", "or"),
-    binary("Equal", "eq"),
-    binary("Less", "lt"),
-    binary("LessOrEqual", "le"),
-    binary("Greater", "gt"),
-    binary("GreaterOrEqual", "ge"),
-    unary("Neg", "neg"),
-    unary("Abs", "abs"),
-    unary("Reciprocal", "reciprocal"),
-    unary("Sqrt", "sqrt"),
-    unary("Exp", "exp"),
-    unary("Log", "log"),
-    unary("Sin", "sin"),
-    unary("Cos", "cos"),
-    unary("Erf", "erf"),
-    unary("Tanh", "tanh"),
-    unary("Sigmoid", "sigmoid"),
-    unary("Relu", "relu"),
-    unary("Not", "not"),
-    unary("IsNaN", "isnan"),
-    row("Where", "where", (3, 3)),
-    row("MatMul", "matmul", (2, 2)),
+    binary("Add", &v::ADD),
+    binary("Sub", &v::SUB),
+    binary("Mul", &v::MUL),
+    binary("Div", &v::DIV),
+    binary("Pow", &v::POW),
+    binary("And", &v::AND),
+    binary("Or", &v::OR),
+    binary("Equal", &v::EQ),
+    binary("Less", &v::LT),
+    binary("LessOrEqual", &v::LE),
+    binary("Greater", &v::GT),
+    binary("GreaterOrEqual", &v::GE),
+    unary("Neg", &v::NEG),
+    unary("Abs", &v::ABS),
+    unary("Reciprocal", &v::RECIPROCAL),
+    unary("Sqrt", &v::SQRT),
+    unary("Exp", &v::EXP),
+    unary("Log", &v::LOG),
+    unary("Sin", &v::SIN),
+    unary("Cos", &v::COS),
+    unary("Erf", &v::ERF),
+    unary("Tanh", &v::TANH),
+    unary("Sigmoid", &v::SIGMOID),
+    unary("Relu", &v::RELU),
+    unary("Not", &v::NOT),
+    unary("IsNaN", &v::ISNAN),
+    row("Where", &v::WHERE, (3, 3)),
+    row("MatMul", &v::MATMUL, (2, 2)),
     OpMap {
         dir: Dir::Save,
-        ..row("Identity", "contiguous", (1, 1))
+        ..row("Identity", &v::CONTIGUOUS, (1, 1))
     },
     // Variadic ONNX ops folded into a chain of binary ones.
-    fold("Max", "maximum", Dir::Both),
-    fold("Min", "minimum", Dir::Both),
-    fold("Sum", "add", Dir::Load),
+    fold("Max", &v::MAXIMUM, Dir::Both),
+    fold("Min", &v::MINIMUM, Dir::Both),
+    fold("Sum", &v::ADD, Dir::Load),
     // Attributes renamed.
     OpMap {
         write_opset: 20,
         ..with(
             "Gelu",
-            "gelu",
+            &v::GELU,
             (1, 1),
             &[Arg {
                 choices: &["none", "tanh"],
@@ -407,44 +412,44 @@ pub(crate) const OPS: &[OpMap] = &[
     },
     OpMap {
         opsets: (13, MAX_OPSET),
-        ..with("Softmax", "softmax", (1, 1), SOFTMAX_ARGS)
+        ..with("Softmax", &v::SOFTMAX, (1, 1), SOFTMAX_ARGS)
     },
     OpMap {
         opsets: (13, MAX_OPSET),
-        ..with("LogSoftmax", "log_softmax", (1, 1), SOFTMAX_ARGS)
+        ..with("LogSoftmax", &v::LOG_SOFTMAX, (1, 1), SOFTMAX_ARGS)
     },
     // Cast-1 names the type with a string.
     OpMap {
         opsets: (6, MAX_OPSET),
         ignored: &["saturate", "round_mode"],
-        ..with("Cast", "cast", (1, 1), &[int("to", "dtype", A::Required)])
+        ..with("Cast", &v::CAST, (1, 1), &[int("to", "dtype", A::Required)])
     },
     OpMap {
         quirk: Quirk::ConcatTotal,
         ..with(
             "Concat",
-            "concat",
+            &v::CONCAT,
             (1, usize::MAX),
             &[int("axis", "dim", A::Required)],
         )
     },
-    with("Gather", "gather", (2, 2), AXIS_DIM),
+    with("Gather", &v::GATHER, (2, 2), AXIS_DIM),
     OpMap {
         dir: Dir::Save,
-        ..with("Gather", "index_select", (2, 2), AXIS_DIM)
+        ..with("Gather", &v::INDEX_SELECT, (2, 2), AXIS_DIM)
     },
-    with("GatherElements", "gather_elements", (2, 2), AXIS_DIM),
+    with("GatherElements", &v::GATHER_ELEMENTS, (2, 2), AXIS_DIM),
     // GatherND-11 has no `batch_dims`.
     OpMap {
         opsets: (1, 11),
         dir: Dir::Load,
-        ..row("GatherND", "gather_nd", (2, 2))
+        ..row("GatherND", &v::GATHER_ND, (2, 2))
     },
     OpMap {
         opsets: (12, MAX_OPSET),
         ..with(
             "GatherND",
-            "gather_nd",
+            &v::GATHER_ND,
             (2, 2),
             &[int("batch_dims", "batch_dims", A::Int(0))],
         )
@@ -452,22 +457,22 @@ pub(crate) const OPS: &[OpMap] = &[
     OpMap {
         held: NORM_HELD,
         quirk: Quirk::OnesScale,
-        ..with("LayerNormalization", "layer_norm", (2, 3), NORM_ARGS)
+        ..with("LayerNormalization", &v::LAYER_NORM, (2, 3), NORM_ARGS)
     },
     OpMap {
         held: NORM_HELD,
         quirk: Quirk::OnesScale,
         write_opset: 23,
-        ..with("RMSNormalization", "rms_norm", (2, 2), NORM_ARGS)
+        ..with("RMSNormalization", &v::RMS_NORM, (2, 2), NORM_ARGS)
     },
     // Inputs that are attributes in the vocabulary.
-    trilu("triu", TRIU),
-    trilu("tril", TRIL),
+    trilu(&v::TRIU, TRIU),
+    trilu(&v::TRIL, TRIL),
     OpMap {
         held: &[held_int("exclusive", 0, &[0]), held_int("reverse", 0, &[0])],
         ..with(
             "CumSum",
-            "cumsum",
+            &v::CUMSUM,
             (1, 1),
             &[arg(
                 "axis",
@@ -480,7 +485,7 @@ pub(crate) const OPS: &[OpMap] = &[
     },
     with(
         "Transpose",
-        "permute",
+        &v::PERMUTE,
         (1, 1),
         &[Arg {
             shape: Shape::Perm,
@@ -489,7 +494,7 @@ pub(crate) const OPS: &[OpMap] = &[
     ),
     with(
         "Squeeze",
-        "squeeze",
+        &v::SQUEEZE,
         (1, 1),
         &[Arg {
             shape: Shape::SortedAxes,
@@ -502,9 +507,9 @@ pub(crate) const OPS: &[OpMap] = &[
             )
         }],
     ),
-    reduce("ReduceSum", "sum", REDUCE_13),
-    reduce("ReduceMean", "mean", REDUCE_18),
-    reduce("ReduceMax", "amax", REDUCE_18),
+    reduce("ReduceSum", &v::SUM, REDUCE_13),
+    reduce("ReduceMean", &v::MEAN, REDUCE_18),
+    reduce("ReduceMax", &v::AMAX, REDUCE_18),
     OpMap {
         held: &[Held {
             onnx: "auto_pad",
@@ -516,7 +521,7 @@ pub(crate) const OPS: &[OpMap] = &[
         ignored: &["kernel_shape"],
         ..with(
             "Conv",
-            "conv2d",
+            &v::CONV2D,
             (2, 3),
             &[
                 conv_ints("strides", "stride", &[1, 1]),
@@ -551,7 +556,7 @@ pub(crate) fn loading<'a>(
 
 /// The row that writes vocabulary op `op`.
 pub(crate) fn saving(op: &str) -> Option<&'static OpMap> {
-    OPS.iter().find(|r| r.op == op && r.dir != Dir::Load)
+    OPS.iter().find(|r| r.op.name == op && r.dir != Dir::Load)
 }
 
 #[cfg(test)]
@@ -564,7 +569,13 @@ mod tests {
     #[test]
     fn rows_follow_the_vocabulary() {
         for r in OPS {
-            let def = ops::lookup(r.op).unwrap_or_else(|| panic!("{}: no op `{}`", r.onnx, r.op));
+            let def = r.op;
+            assert!(
+                ops::lookup(def.name).is_some_and(|d| std::ptr::eq(d, def)),
+                "{}: `{}` is not the vocabulary's",
+                r.onnx,
+                def.name
+            );
             let (lo, hi) = def.operand_range();
             let variadic = def.operands.iter().any(|o| o.arity == Arity::Variadic);
             if r.fold {
@@ -574,7 +585,7 @@ mod tests {
                     r.operands.0 >= lo,
                     "{}: too few operands for {}",
                     r.onnx,
-                    r.op
+                    def.name
                 );
                 match hi {
                     Some(hi) => assert!(r.operands.1 <= hi, "{}: too many operands", r.onnx),
@@ -586,7 +597,7 @@ mod tests {
                     .attrs
                     .iter()
                     .find(|s| s.name == a.ours)
-                    .unwrap_or_else(|| panic!("{}: `{}` has no `{}`", r.onnx, r.op, a.ours));
+                    .unwrap_or_else(|| panic!("{}: `{}` has no `{}`", r.onnx, def.name, a.ours));
                 let fits = matches!(
                     (a.kind, spec.kind),
                     (
@@ -617,7 +628,7 @@ mod tests {
         for (i, r) in OPS.iter().enumerate() {
             for s in &OPS[i + 1..] {
                 if r.dir != Dir::Load && s.dir != Dir::Load {
-                    assert_ne!(r.op, s.op, "two rows write `{}`", r.op);
+                    assert_ne!(r.op.name, s.op.name, "two rows write `{}`", r.op.name);
                 }
                 let both_load = r.dir != Dir::Save && s.dir != Dir::Save;
                 let overlap = r.opsets.0 <= s.opsets.1 && s.opsets.0 <= r.opsets.1;
