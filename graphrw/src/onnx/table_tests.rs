@@ -459,3 +459,115 @@ fn check_with_onnx(files: &[PathBuf]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The row's model at its last opset with argument `k` (an attribute there) replaced
+/// by `bad`, or its input by `bad_input`.
+fn hostile_model(r: &OpMap, k: usize, bad: AttributeProto, bad_input: TensorProto) -> ModelProto {
+    let opset = r.opsets.1;
+    let mut m = model_of(r, opset);
+    let a = &r.args[k];
+    if let Some(n) = m.graph.as_mut().and_then(|g| g.node.first_mut()) {
+        match a.place.input_at(opset) {
+            None => {
+                n.attribute.retain(|x| x.name != a.onnx);
+                n.attribute.push(bad);
+            }
+            Some(i) => {
+                n.input.resize(n.input.len().max(i + 1), String::new());
+                n.input[i] = bad_input.name.clone();
+            }
+        }
+    }
+    if let Some(g) = m.graph.as_mut() {
+        g.initializer.retain(|t| t.name != a.onnx);
+        g.initializer.push(bad_input);
+    }
+    m
+}
+
+/// Loads `m`; the node must stay an opaque `r.onnx` (what graphrw cannot read passes
+/// through), never a vocabulary op read with a wrong value, never a panic.
+fn stays_opaque(r: &OpMap, what: &str, m: &ModelProto) -> Result<(), String> {
+    let g = crate::onnx::from_model(m, None).map_err(|e| format!("{what}: {e}"))?;
+    let ops: Vec<String> = g
+        .node_ids()
+        .filter_map(|id| g.node(id))
+        .filter(|n| !matches!(n.op_name(), "input" | "constant"))
+        .map(|n| match n.attrs().str("op_type") {
+            Ok(t) if n.op_name() == "opaque" => format!("opaque {t}"),
+            _ => n.op_name().to_string(),
+        })
+        .collect();
+    if ops != [format!("opaque {}", r.onnx)] {
+        return Err(format!("{what}: loads as {ops:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn hostile_arguments_leave_the_node_opaque() {
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for r in OPS.iter().filter(|r| r.dir != Dir::Save) {
+        let float_input = |name: &str| TensorProto {
+            name: name.into(),
+            dims: vec![1],
+            data_type: 1,
+            float_data: vec![1.5],
+            ..Default::default()
+        };
+        for (k, a) in r.args.iter().enumerate() {
+            // The wrong kind: a string where a number is read, an int for a string.
+            let wrong = match a.kind {
+                OnnxKind::Str => attribute(a.onnx, &V::I(1)),
+                _ => attribute(a.onnx, &V::S("x")),
+            };
+            let mut bad = vec![("wrong kind", wrong)];
+            if let Some((_, hi)) = a.range {
+                let v = match a.kind {
+                    OnnxKind::Ints => V::Is(vec![hi + 1; 4]),
+                    _ => V::I(hi + 1),
+                };
+                bad.push(("out of range", attribute(a.onnx, &v)));
+            }
+            if !a.choices.is_empty() {
+                bad.push(("unknown choice", attribute(a.onnx, &V::S("quadratic"))));
+            }
+            for (what, attr) in bad {
+                cases += 1;
+                let m = hostile_model(r, k, attr, float_input(a.onnx));
+                let what = format!("{} `{}` {what}", r.onnx, a.onnx);
+                if let Err(e) = stays_opaque(r, &what, &m) {
+                    failures.push(e);
+                }
+            }
+        }
+        for h in r.held {
+            // A value no row of the op reads.
+            let other = match h.values {
+                HeldValues::Int { .. } => attribute(h.onnx, &V::I(7)),
+                HeldValues::Str { .. } => attribute(h.onnx, &V::S("SAME_UPPER")),
+            };
+            let mut m = model_of(r, r.opsets.1);
+            if let Some(n) = m.graph.as_mut().and_then(|g| g.node.first_mut()) {
+                n.attribute.retain(|x| x.name != h.onnx);
+                n.attribute.push(other);
+            }
+            cases += 1;
+            if let Err(e) = stays_opaque(r, &format!("{} `{}` unread value", r.onnx, h.onnx), &m) {
+                failures.push(e);
+            }
+        }
+        // An attribute the row does not read.
+        let mut m = model_of(r, r.opsets.1);
+        if let Some(n) = m.graph.as_mut().and_then(|g| g.node.first_mut()) {
+            n.attribute.push(attribute("graphrw_unknown", &V::I(1)));
+        }
+        cases += 1;
+        if let Err(e) = stays_opaque(r, &format!("{} unknown attribute", r.onnx), &m) {
+            failures.push(e);
+        }
+    }
+    assert!(cases > OPS.len(), "only {cases} cases");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
