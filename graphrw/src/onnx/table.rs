@@ -621,6 +621,30 @@ mod tests {
         }
     }
 
+    /// Every attribute-to-input move of the table is one the upgrader of opaque nodes
+    /// (`upgrade.rs`) knows too, at the same opset and input.
+    #[test]
+    fn moves_agree_with_the_upgrader() {
+        let mut moves = 0;
+        for r in OPS {
+            for a in r.args {
+                if let Place::Moved { input, at } = a.place {
+                    moves += 1;
+                    let steps = super::super::upgrade::attr_to_input(r.onnx, at)
+                        .unwrap_or_else(|| panic!("{}-{at}: the upgrader has no step", r.onnx));
+                    let ints = a.kind == OnnxKind::Ints;
+                    assert!(
+                        steps.contains(&(a.onnx, input, ints)),
+                        "{}-{at}: `{}` to input {input} is not the upgrader's {steps:?}",
+                        r.onnx,
+                        a.onnx
+                    );
+                }
+            }
+        }
+        assert!(moves >= 4, "only {moves} moves");
+    }
+
     /// Each vocabulary op is written by at most one row, and each ONNX op and opset is
     /// read by rows that a held attribute tells apart.
     #[test]
