@@ -8,8 +8,10 @@
 //! of `slice`). Initialisers become constants the first time a node uses them, so the
 //! printed program shows each weight right before its first use. ONNX node names are
 //! kept on every graph node made for them, graph input names on the inputs, and output
-//! names on the graph outputs. The one-to-one ops come from one table shared with the
-//! exporter (`table.rs`); the rest are special cases here.
+//! names on the graph outputs. Most ops are read through the mapping table shared with
+//! the exporter (`table.rs`: ONNX name, domain, opsets, operands, and where each
+//! attribute sits at each opset, with its kind, default and range); lowerings and
+//! shape-dependent forms are the special cases here.
 //!
 //! **Models as they come.** Each op is read with its meaning at the model's opset
 //! (opsets 1 to 23: Softmax before 13 flattens to 2-D, axes and bounds are attributes
