@@ -998,7 +998,8 @@ impl<'m> Importer<'m> {
         match row.quirk {
             Quirk::LegacyBroadcast if legacy => self.legacy_broadcast(at, &mut operands)?,
             Quirk::ReduceNoop => {
-                let empty = matches!(attrs.first(), Some((_, AttrValue::Ints(d))) if d.is_empty());
+                let dims = attrs.iter().find(|(n, _)| *n == "dims");
+                let empty = matches!(dims, Some((_, AttrValue::Ints(d))) if d.is_empty());
                 if empty && at.int("noop_with_empty_axes", 0)? != 0 {
                     return Ok(vec![self.req(at, 0)?]);
                 }
@@ -1166,7 +1167,7 @@ impl<'m> Importer<'m> {
         xs: &[Value],
         attrs: &[(&str, AttrValue)],
     ) -> Result<(), OnnxError> {
-        let Some((_, AttrValue::Int(axis))) = attrs.first() else {
+        let Some((_, AttrValue::Int(axis))) = attrs.iter().find(|(n, _)| *n == "dim") else {
             return Ok(());
         };
         let mut total: u64 = 0;

@@ -645,6 +645,25 @@ mod tests {
         assert!(moves >= 4, "only {moves} moves");
     }
 
+    /// The exporter picks an argument's place at the opset it has when it writes the
+    /// node, and the opset only grows afterwards: every move must be at or below the
+    /// base opset so that the place cannot change later.
+    #[test]
+    fn moves_are_settled_at_the_base_opset() {
+        for r in OPS {
+            for a in r.args {
+                if let Place::Moved { at, .. } = a.place {
+                    assert!(
+                        at <= BASE,
+                        "{}: `{}` moves at {at} > {BASE}",
+                        r.onnx,
+                        a.onnx
+                    );
+                }
+            }
+        }
+    }
+
     /// Each vocabulary op is written by at most one row, and each ONNX op and opset is
     /// read by rows that a held attribute tells apart.
     #[test]

@@ -489,15 +489,7 @@ fn hostile_model(r: &OpMap, k: usize, bad: AttributeProto, bad_input: TensorProt
 /// through), never a vocabulary op read with a wrong value, never a panic.
 fn stays_opaque(r: &OpMap, what: &str, m: &ModelProto) -> Result<(), String> {
     let g = crate::onnx::from_model(m, None).map_err(|e| format!("{what}: {e}"))?;
-    let ops: Vec<String> = g
-        .node_ids()
-        .filter_map(|id| g.node(id))
-        .filter(|n| !matches!(n.op_name(), "input" | "constant"))
-        .map(|n| match n.attrs().str("op_type") {
-            Ok(t) if n.op_name() == "opaque" => format!("opaque {t}"),
-            _ => n.op_name().to_string(),
-        })
-        .collect();
+    let ops = ops_of(&g);
     if ops != [format!("opaque {}", r.onnx)] {
         return Err(format!("{what}: loads as {ops:?}"));
     }
@@ -570,4 +562,126 @@ fn hostile_arguments_leave_the_node_opaque() {
     }
     assert!(cases > OPS.len(), "only {cases} cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The non-source ops of a loaded graph, opaque ones as `opaque <op_type>`.
+fn ops_of(g: &Graph) -> Vec<String> {
+    g.node_ids()
+        .filter_map(|id| g.node(id))
+        .filter(|n| !matches!(n.op_name(), "input" | "constant"))
+        .map(|n| match n.attrs().str("op_type") {
+            Ok(t) if n.op_name() == "opaque" => format!("opaque {t}"),
+            _ => n.op_name().to_string(),
+        })
+        .collect()
+}
+
+/// A one-node model: `op_type` over f32 inputs of the given shapes, at `opset`.
+fn one_node(
+    op_type: &str,
+    shapes: &[&[i64]],
+    attrs: Vec<AttributeProto>,
+    opset: i64,
+) -> ModelProto {
+    let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: opset,
+        }],
+        graph: Some(GraphProto {
+            node: vec![NodeProto {
+                op_type: op_type.into(),
+                name: "n".into(),
+                input: names.clone(),
+                output: vec!["y".into()],
+                attribute: attrs,
+                ..Default::default()
+            }],
+            input: names
+                .iter()
+                .zip(shapes)
+                .map(|(n, d)| value_info(n, 1, d))
+                .collect(),
+            output: vec![ValueInfoProto {
+                name: "y".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn load_ops(m: &ModelProto) -> Vec<String> {
+    ops_of(&crate::onnx::from_model(m, None).unwrap_or_else(|e| panic!("load: {e}")))
+}
+
+/// The quirks: the few hand-written steps of table-driven ops.
+#[test]
+fn quirks_take_their_step() {
+    // Legacy broadcasting (opset < 7): `b` [3, 4] lines up with `a` from axis 1, so
+    // one trailing 1 is added to it; since opset 7 the attribute is not read.
+    let legacy = |opset| {
+        one_node(
+            "Add",
+            &[&[2, 3, 4, 5], &[3, 4]],
+            vec![
+                attribute("broadcast", &V::I(1)),
+                attribute("axis", &V::I(1)),
+            ],
+            opset,
+        )
+    };
+    assert_eq!(load_ops(&legacy(6)), ["unsqueeze", "add"]);
+    assert_eq!(load_ops(&legacy(7)), ["opaque Add"]);
+    // ReduceSum with no axes and noop_with_empty_axes 1 is the identity; with the
+    // flag 0 it sums everything.
+    let noop = |flag| {
+        one_node(
+            "ReduceSum",
+            &[&[2, 3]],
+            vec![attribute("noop_with_empty_axes", &V::I(flag))],
+            18,
+        )
+    };
+    assert!(load_ops(&noop(1)).is_empty());
+    assert_eq!(load_ops(&noop(0)), ["sum"]);
+    // A concatenation past 2^48 elements along the axis stays opaque.
+    let big = 1i64 << 47;
+    let concat = |n: i64| {
+        one_node(
+            "Concat",
+            &[&[n, 2], &[n, 2], &[n, 2]],
+            vec![attribute("axis", &V::I(0))],
+            18,
+        )
+    };
+    assert_eq!(load_ops(&concat(big)), ["opaque Concat"]);
+    assert_eq!(load_ops(&concat(4)), ["concat"]);
+    // A layer norm without a weight is written with a scale of ones.
+    let def = &crate::ops::builtin::LAYER_NORM;
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorMeta::new(DType::F32, [2usize, 3]));
+    let attrs = normalize_attrs(def, &[]).expect("defaults");
+    let id = g.add_node(def, vec![x], attrs, None).expect("layer_norm");
+    g.set_outputs(vec![Value::new(id, 0)]).expect("outputs");
+    let m = crate::onnx::to_model(&g).expect("save");
+    let gp = m.graph.as_ref().expect("graph");
+    let n = gp
+        .node
+        .iter()
+        .find(|n| n.op_type == "LayerNormalization")
+        .expect("LayerNormalization written");
+    let scale = gp
+        .initializer
+        .iter()
+        .find(|t| n.input.get(1) == Some(&t.name))
+        .expect("a scale initialiser");
+    assert_eq!(scale.dims, [3]);
+    let values = crate::onnx::tensor_pb::tensor_from_proto(scale, "scale", None)
+        .expect("scale")
+        .to_f64_vec();
+    assert_eq!(values, [1.0, 1.0, 1.0]);
 }
