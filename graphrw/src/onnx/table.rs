@@ -645,6 +645,36 @@ mod tests {
         assert!(moves >= 4, "only {moves} moves");
     }
 
+    /// Every change of an op's meaning (a barrier of `schemas.rs`) inside a row's
+    /// opsets is one the row reads: an argument that moves there, legacy broadcasting
+    /// (7, the row's quirk), `consumed_inputs` dropped (6: graphrw never reads it, so
+    /// an older node that has it stays opaque), or Concat's `axis` made required (4:
+    /// the row requires it). A row stretched over another change fails here.
+    #[test]
+    fn rows_read_every_change_inside_their_opsets() {
+        for r in OPS.iter().filter(|r| r.dir != Dir::Save) {
+            let Some(barriers) = super::super::schemas::barriers(r.onnx, r.opsets.0, r.opsets.1)
+            else {
+                panic!("{} is not a standard op at {:?}", r.onnx, r.opsets);
+            };
+            for b in barriers {
+                let moved = r
+                    .args
+                    .iter()
+                    .any(|a| matches!(a.place, Place::Moved { at, .. } if at == b));
+                let read = moved
+                    || (b == 7 && r.quirk == Quirk::LegacyBroadcast)
+                    || b == 6
+                    || (b == 4 && r.onnx == "Concat");
+                assert!(
+                    read,
+                    "{} changes meaning at {b}, inside {:?}",
+                    r.onnx, r.opsets
+                );
+            }
+        }
+    }
+
     /// The exporter picks an argument's place at the opset it has when it writes the
     /// node, and the opset only grows afterwards: every move must be at or below the
     /// base opset so that the place cannot change later.
