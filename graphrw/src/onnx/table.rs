@@ -15,8 +15,9 @@
 //!
 //! What is not one-to-one stays hand-written in `load.rs` and `save.rs`: lowerings to
 //! several vocabulary ops (Gemm, Einsum, BatchNormalization, Slice, Flatten, Clip, the
-//! activations), shape-dependent arguments (Transpose, Reshape, Expand, Squeeze,
-//! Unsqueeze, Split), forms before an opset that changed meaning (Softmax before 13),
+//! activations; Unsqueeze of several axes), arguments that depend on shapes or values
+//! (Reshape's zeros, Expand's ones, Split's equal parts; `transpose`'s two dims written
+//! as a permutation), forms before an opset that changed meaning (Softmax before 13),
 //! constants (Constant, ConstantOfShape, Range), `Attention`, and the multi-node
 //! spellings of the export (`ne`, `rsqrt`, `silu`, `masked_fill`). A row's [`Quirk`]
 //! names the few hand-written steps a table-driven op still takes.
