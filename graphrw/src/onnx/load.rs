@@ -8,8 +8,10 @@
 //! of `slice`). Initialisers become constants the first time a node uses them, so the
 //! printed program shows each weight right before its first use. ONNX node names are
 //! kept on every graph node made for them, graph input names on the inputs, and output
-//! names on the graph outputs. The one-to-one ops come from one table shared with the
-//! exporter (`table.rs`); the rest are special cases here.
+//! names on the graph outputs. Most ops are read through the mapping table shared with
+//! the exporter (`table.rs`: ONNX name, domain, opsets, operands, and where each
+//! attribute sits at each opset, with its kind, default and range); lowerings and
+//! shape-dependent forms are the special cases here.
 //!
 //! **Models as they come.** Each op is read with its meaning at the model's opset
 //! (opsets 1 to 23: Softmax before 13 flattens to 2-D, axes and bounds are attributes
@@ -30,11 +32,12 @@ use super::proto::{
     attribute_type, AttributeProto, DimensionValue, GraphProto, ModelProto, NodeProto, TensorProto,
     ValueInfoProto,
 };
+use super::table::{self, Absent, Arg, Held, HeldValues, OnnxKind, OpMap, Quirk};
 use super::tensor_pb::{dtype_from_onnx, tensor_from_proto, MAX_DIM};
 use super::OnnxError;
 use crate::graph::{normalize_attrs, Foreign, Graph, NodeId, Value};
 use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
-use crate::ops::{self, AttrValue, OpDef};
+use crate::ops::{self, AttrKind, AttrValue, OpDef};
 use crate::Tensor;
 
 /// The oldest default-domain opset the importer reads. Each op is read with its meaning
@@ -232,13 +235,6 @@ impl At<'_> {
         }
     }
 
-    fn req_int(&self, name: &str) -> Result<i64, OnnxError> {
-        if self.attr(name).is_none() {
-            return Err(self.err(format!("attribute `{name}` is required")));
-        }
-        self.int(name, 0)
-    }
-
     fn float(&self, name: &str, default: f32) -> Result<f32, OnnxError> {
         match self.attr(name) {
             Some(a) => {
@@ -284,12 +280,38 @@ impl At<'_> {
         if n < min || n > max {
             let want = if min == max {
                 format!("{min}")
+            } else if max == usize::MAX {
+                format!("at least {min}")
             } else {
                 format!("{min} to {max}")
             };
             return Err(self.err(format!("takes {want} inputs, found {n}")));
         }
         Ok(())
+    }
+
+    /// Checks an attribute held at the values graphrw reads (`table::Held`).
+    fn held(&self, h: &Held) -> Result<(), OnnxError> {
+        let (found, reads) = match h.values {
+            HeldValues::Int { default, accept } => {
+                let v = self.int(h.onnx, default)?;
+                if accept.contains(&v) {
+                    return Ok(());
+                }
+                (v.to_string(), format!("{accept:?}"))
+            }
+            HeldValues::Str { default, accept } => {
+                let v = self.string(h.onnx, default)?;
+                if accept.contains(&v.as_str()) {
+                    return Ok(());
+                }
+                (format!("`{v}`"), accept.join(", "))
+            }
+        };
+        Err(self.err(format!(
+            "attribute `{}` {found} is not supported (graphrw reads {reads})",
+            h.onnx
+        )))
     }
 
     /// Refuses optional outputs past the first `n` that the mapping cannot produce.
@@ -756,62 +778,20 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
-    /// Maps one ONNX node; returns a value per ONNX output (in order).
+    /// Maps one ONNX node; returns a value per ONNX output (in order). Ops in the table
+    /// (`table.rs`) go through [`Importer::map_row`]; the rest are special cases.
     fn map_node(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
         let op_type = at.node.op_type.as_str();
-        let simple = super::table::SIMPLE.iter().find(|e| e.onnx == op_type);
-        let simple_binary = simple.filter(|e| e.arity == 2).map(|e| e.op);
-        if let Some(op) = simple_binary {
-            at.inputs_between(2, 2)?;
-            let (a, mut b) = (self.req(at, 0)?, self.req(at, 1)?);
-            if self.opset < 7 {
-                // Legacy broadcasting: with `broadcast` 1, `b`'s dims line up with
-                // `a`'s from `axis` (default: the trailing dims); numpy broadcasting
-                // after trailing 1s are added to `b`.
-                at.only_attrs(&["broadcast", "axis"])?;
-                if at.int("broadcast", 0)? != 0 {
-                    let (ra, rb) = (self.meta(a)?.rank() as i64, self.meta(b)?.rank() as i64);
-                    let axis = at.int("axis", ra - rb)?;
-                    let axis = if axis < 0 { axis + ra } else { axis };
-                    if axis < 0 || axis + rb > ra {
-                        return Err(at.err(format!(
-                            "broadcast axis {axis} does not fit ranks {ra} and {rb}"
-                        )));
-                    }
-                    for _ in 0..ra - axis - rb {
-                        b = self.op1(at, "unsqueeze", &[b], &[("dim", int_attr(-1))])?;
-                    }
-                }
-            } else {
-                at.only_attrs(&[])?;
-            }
-            return Ok(vec![self.op1(at, op, &[a, b], &[])?]);
-        }
-        let simple_unary = simple.filter(|e| e.arity == 1).map(|e| e.op);
-        if let Some(op) = simple_unary {
-            at.only_attrs(&[])?;
-            at.inputs_between(1, 1)?;
-            let x = self.req(at, 0)?;
-            return Ok(vec![self.op1(at, op, &[x], &[])?]);
+        // The first row whose held attributes fit; failing that, the first row, which
+        // says what does not fit.
+        let domain = at.node.domain.as_str();
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        let mut rows = table::loading(op_type, domain, self.opset).peekable();
+        if let Some(&first) = rows.peek() {
+            let fits = rows.find(|r| r.held.iter().all(|h| at.held(h).is_ok()));
+            return self.map_row(at, fits.unwrap_or(first));
         }
         match op_type {
-            "Max" | "Min" | "Sum" => {
-                at.only_attrs(&[])?;
-                let op = match op_type {
-                    "Max" => "maximum",
-                    "Min" => "minimum",
-                    _ => "add",
-                };
-                if at.node.input.is_empty() {
-                    return Err(at.err("takes at least one input"));
-                }
-                let mut acc = self.req(at, 0)?;
-                for i in 1..at.node.input.len() {
-                    let x = self.req(at, i)?;
-                    acc = self.op1(at, op, &[acc, x], &[])?;
-                }
-                Ok(vec![acc])
-            }
             "Identity" => {
                 at.only_attrs(&[])?;
                 at.inputs_between(1, 1)?;
@@ -839,22 +819,7 @@ impl<'m> Importer<'m> {
                 }
                 Ok(vec![self.req(at, 0)?])
             }
-            "Gelu" => {
-                at.only_attrs(&["approximate"])?;
-                let approximate = at.string("approximate", "none")?;
-                if approximate != "none" && approximate != "tanh" {
-                    return Err(at.err(format!(
-                        "approximate `{approximate}` is neither `none` nor `tanh`"
-                    )));
-                }
-                let x = self.req(at, 0)?;
-                Ok(vec![self.op1(
-                    at,
-                    "gelu",
-                    &[x],
-                    &[("approximate", AttrValue::Str(approximate))],
-                )?])
-            }
+            // Since opset 13 through the table.
             "Softmax" | "LogSoftmax" => {
                 at.only_attrs(&["axis"])?;
                 let x = self.req(at, 0)?;
@@ -863,11 +828,7 @@ impl<'m> Importer<'m> {
                 } else {
                     "log_softmax"
                 };
-                if self.opset < 13 {
-                    return self.softmax_2d(at, op, x);
-                }
-                let axis = at.int("axis", -1)?;
-                Ok(vec![self.op1(at, op, &[x], &[("dim", int_attr(axis))])?])
+                self.softmax_2d(at, op, x)
             }
             "Flatten" => {
                 at.only_attrs(&["axis"])?;
@@ -900,46 +861,7 @@ impl<'m> Importer<'m> {
             "Einsum" => self.einsum(at),
             "PRelu" | "LeakyRelu" | "Elu" | "Selu" | "Softplus" => self.activation(at),
             "BatchNormalization" => self.batch_norm(at),
-            "Where" => {
-                at.only_attrs(&[])?;
-                at.inputs_between(3, 3)?;
-                let (c, x, y) = (self.req(at, 0)?, self.req(at, 1)?, self.req(at, 2)?);
-                Ok(vec![self.op1(at, "where", &[c, x, y], &[])?])
-            }
-            "Cast" => {
-                at.only_attrs(&["to", "saturate", "round_mode"])?;
-                let to = at.req_int("to")?;
-                let dtype = dtype_from_onnx(i32::try_from(to).unwrap_or(-1))
-                    .map_err(|m| at.err(format!("`to`: {m}")))?;
-                let x = self.req(at, 0)?;
-                Ok(vec![self.op1(
-                    at,
-                    "cast",
-                    &[x],
-                    &[("dtype", AttrValue::DType(dtype))],
-                )?])
-            }
-            "MatMul" => {
-                at.only_attrs(&[])?;
-                at.inputs_between(2, 2)?;
-                let (a, b) = (self.req(at, 0)?, self.req(at, 1)?);
-                Ok(vec![self.op1(at, "matmul", &[a, b], &[])?])
-            }
             "Gemm" => self.gemm(at),
-            "Transpose" => {
-                at.only_attrs(&["perm"])?;
-                let x = self.req(at, 0)?;
-                let rank = self.meta(x)?.rank() as i64;
-                let perm = at
-                    .ints("perm")?
-                    .unwrap_or_else(|| (0..rank).rev().collect());
-                Ok(vec![self.op1(
-                    at,
-                    "permute",
-                    &[x],
-                    &[("dims", AttrValue::Ints(perm))],
-                )?])
-            }
             "Reshape" => self.reshape(at),
             "Slice" => self.slice(at),
             "Unsqueeze" => {
@@ -967,107 +889,8 @@ impl<'m> Importer<'m> {
                 }
                 Ok(vec![v])
             }
-            "Squeeze" => {
-                let x = self.req(at, 0)?;
-                let rank = self.meta(x)?.rank();
-                let mut dims: Vec<i64> = Vec::new();
-                for a in self.axes(at)?.unwrap_or_default() {
-                    let d = normalize_axis(a, rank).ok_or_else(|| {
-                        at.err(format!("axis {a} is out of range for rank {rank}"))
-                    })?;
-                    dims.push(d as i64);
-                }
-                dims.sort_unstable();
-                dims.dedup();
-                Ok(vec![self.op1(
-                    at,
-                    "squeeze",
-                    &[x],
-                    &[("dims", AttrValue::Ints(dims))],
-                )?])
-            }
             "Expand" => self.expand(at),
-            "Concat" => {
-                at.only_attrs(&["axis"])?;
-                let axis = at.req_int("axis")?;
-                let mut xs = Vec::with_capacity(at.node.input.len());
-                let mut total: u64 = 0;
-                for i in 0..at.node.input.len() {
-                    let x = self.req(at, i)?;
-                    let m = self.meta(x)?;
-                    if let Some(d) =
-                        normalize_axis(axis, m.rank()).and_then(|d| m.shape.dims()[d].known())
-                    {
-                        total = total.saturating_add(d);
-                    }
-                    xs.push(x);
-                }
-                if total > MAX_DIM {
-                    return Err(
-                        at.err("the concatenated dim would be larger than graphrw accepts (2^48)")
-                    );
-                }
-                Ok(vec![self.op1(
-                    at,
-                    "concat",
-                    &xs,
-                    &[("dim", int_attr(axis))],
-                )?])
-            }
             "Split" => self.split(at),
-            "ReduceMean" | "ReduceSum" | "ReduceMax" => self.reduce(at),
-            "LayerNormalization" | "RMSNormalization" => {
-                at.only_attrs(&["axis", "epsilon", "stash_type"])?;
-                at.only_outputs(1)?;
-                let stash = at.int("stash_type", 1)?;
-                if stash != 1 {
-                    return Err(at.err(format!("stash_type {stash} is not supported (graphrw normalises in f32: stash_type 1)")));
-                }
-                let axis = at.int("axis", -1)?;
-                let eps = at.float("epsilon", 1e-5)? as f64;
-                let x = self.req(at, 0)?;
-                let scale = self.req(at, 1)?;
-                let attrs = [("axis", int_attr(axis)), ("eps", AttrValue::Float(eps))];
-                if op_type == "RMSNormalization" {
-                    at.inputs_between(2, 2)?;
-                    return Ok(vec![self.op1(at, "rms_norm", &[x, scale], &attrs)?]);
-                }
-                at.inputs_between(2, 3)?;
-                let mut operands = vec![x, scale];
-                if let Some(b) = self.input(at, 2)? {
-                    operands.push(b);
-                }
-                Ok(vec![self.op1(at, "layer_norm", &operands, &attrs)?])
-            }
-            "Gather" | "GatherElements" => {
-                at.only_attrs(&["axis"])?;
-                at.inputs_between(2, 2)?;
-                let axis = at.int("axis", 0)?;
-                let (x, i) = (self.req(at, 0)?, self.req(at, 1)?);
-                let op = if op_type == "Gather" {
-                    "gather"
-                } else {
-                    "gather_elements"
-                };
-                Ok(vec![self.op1(
-                    at,
-                    op,
-                    &[x, i],
-                    &[("dim", int_attr(axis))],
-                )?])
-            }
-            "GatherND" => {
-                at.only_attrs(&["batch_dims"])?;
-                at.inputs_between(2, 2)?;
-                let b = at.int("batch_dims", 0)?;
-                let (x, i) = (self.req(at, 0)?, self.req(at, 1)?);
-                Ok(vec![self.op1(
-                    at,
-                    "gather_nd",
-                    &[x, i],
-                    &[("batch_dims", int_attr(b))],
-                )?])
-            }
             "Constant" => {
                 let t = self.constant_attr(at)?;
                 let v = self.graph.add_constant(t);
@@ -1121,40 +944,6 @@ impl<'m> Importer<'m> {
                 ];
                 Ok(vec![self.op1(at, "arange", &[], &attrs)?])
             }
-            "Trilu" => {
-                at.only_attrs(&["upper"])?;
-                let upper = at.int("upper", 1)? != 0;
-                let x = self.req(at, 0)?;
-                let k = match self.const_ints(at, 1, "k")? {
-                    Some(v) => v.first().copied().unwrap_or(0),
-                    None => 0,
-                };
-                let op = if upper { "triu" } else { "tril" };
-                Ok(vec![self.op1(
-                    at,
-                    op,
-                    &[x],
-                    &[("diagonal", int_attr(k))],
-                )?])
-            }
-            "CumSum" => {
-                at.only_attrs(&["exclusive", "reverse"])?;
-                if at.int("exclusive", 0)? != 0 || at.int("reverse", 0)? != 0 {
-                    return Err(at.err("exclusive and reverse cumulative sums are not supported"));
-                }
-                let x = self.req(at, 0)?;
-                let axis = self
-                    .const_ints(at, 1, "axis")?
-                    .and_then(|v| v.first().copied())
-                    .ok_or_else(|| at.err("input 1 (axis) is required"))?;
-                Ok(vec![self.op1(
-                    at,
-                    "cumsum",
-                    &[x],
-                    &[("dim", int_attr(axis))],
-                )?])
-            }
-            "Conv" => self.conv(at),
             "Attention" => self.attention(at),
             _ => Err(OnnxError::UnknownOp {
                 op_type: op_type.to_string(),
@@ -1162,6 +951,237 @@ impl<'m> Importer<'m> {
                 node: at.name.clone(),
             }),
         }
+    }
+
+    /// Maps a node through its table row: the attributes, held values, inputs and
+    /// outputs it reads are checked, each argument is read where the row puts it at
+    /// this opset, and the vocabulary op is added (a chain of it for a folded variadic
+    /// op). The row's quirk is the one hand-written step.
+    fn map_row(&mut self, at: &At<'m>, row: &'static OpMap) -> Result<Vec<Value>, OnnxError> {
+        let def: &'static OpDef = row.op;
+        let legacy = row.quirk == Quirk::LegacyBroadcast && self.opset < 7;
+        let mut known: Vec<&str> = row
+            .args
+            .iter()
+            .filter(|a| a.place.input_at(self.opset).is_none())
+            .map(|a| a.onnx)
+            .chain(row.held.iter().map(|h| h.onnx))
+            .chain(row.ignored.iter().copied())
+            .collect();
+        if legacy {
+            known.extend(["broadcast", "axis"]);
+        }
+        at.only_attrs(&known)?;
+        for h in row.held {
+            at.held(h)?;
+        }
+        at.only_outputs(1)?;
+        let max_inputs = row
+            .args
+            .iter()
+            .filter_map(|a| a.place.input_at(self.opset))
+            .fold(row.operands.1, |m, i| m.max(i + 1));
+        at.inputs_between(row.operands.0, max_inputs)?;
+        let count = at.node.input.len().min(row.operands.1);
+        let mut operands = Vec::with_capacity(count);
+        for i in 0..count {
+            if i < row.operands.0 {
+                operands.push(self.req(at, i)?);
+            } else if let Some(v) = self.input(at, i)? {
+                operands.push(v);
+            }
+        }
+        let mut attrs = Vec::with_capacity(row.args.len());
+        for a in row.args {
+            attrs.push((a.ours, self.read_arg(at, def, a, &operands)?));
+        }
+        match row.quirk {
+            Quirk::LegacyBroadcast if legacy => self.legacy_broadcast(at, &mut operands)?,
+            Quirk::ReduceNoop => {
+                let dims = attrs.iter().find(|(n, _)| *n == "dims");
+                let empty = matches!(dims, Some((_, AttrValue::Ints(d))) if d.is_empty());
+                if empty && at.int("noop_with_empty_axes", 0)? != 0 {
+                    return Ok(vec![self.req(at, 0)?]);
+                }
+            }
+            Quirk::ConcatTotal => self.concat_total(at, &operands, &attrs)?,
+            _ => {}
+        }
+        if row.fold {
+            let mut rest = operands.into_iter();
+            let mut acc = rest
+                .next()
+                .ok_or_else(|| at.err("takes at least one input"))?;
+            for x in rest {
+                acc = self.op1(at, def.name, &[acc, x], &attrs)?;
+            }
+            return Ok(vec![acc]);
+        }
+        self.op(at, def.name, &operands, &attrs)
+    }
+
+    /// One argument of a table row, as the vocabulary attribute: read from the
+    /// attribute or constant input the row names at this opset (ONNX's default when
+    /// absent), its kind, range and choices checked.
+    fn read_arg(
+        &mut self,
+        at: &At<'m>,
+        def: &OpDef,
+        a: &Arg,
+        operands: &[Value],
+    ) -> Result<AttrValue, OnnxError> {
+        let rank = |imp: &Self| -> Result<usize, OnnxError> {
+            let x = operands
+                .first()
+                .ok_or_else(|| at.err(format!("`{}` needs an input", a.onnx)))?;
+            Ok(imp.meta(*x)?.rank())
+        };
+        let kind = def
+            .attrs
+            .iter()
+            .find(|s| s.name == a.ours)
+            .map(|s| s.kind)
+            .ok_or_else(|| at.err(format!("`{}` has no attribute `{}`", def.name, a.ours)))?;
+        let input = a.place.input_at(self.opset);
+        let given = match (input, a.kind) {
+            (Some(i), OnnxKind::Int) => match self.const_ints(at, i, a.onnx)? {
+                None => None,
+                Some(v) if v.len() == 1 => Some(AttrValue::Int(v[0])),
+                Some(v) => {
+                    return Err(at.err(format!(
+                        "{} input must hold one value, found {}",
+                        a.onnx,
+                        v.len()
+                    )))
+                }
+            },
+            (Some(i), OnnxKind::Ints) => self.const_ints(at, i, a.onnx)?.map(AttrValue::Ints),
+            (Some(i), _) => {
+                return Err(at.err(format!("input {i} ({}) is not an int input", a.onnx)))
+            }
+            (None, _) if at.attr(a.onnx).is_none() => None,
+            (None, OnnxKind::Int) => Some(AttrValue::Int(at.int(a.onnx, 0)?)),
+            (None, OnnxKind::Ints) => {
+                let v = at.ints(a.onnx)?.unwrap_or_default();
+                limit_ints(at, a.onnx, &v)?;
+                Some(AttrValue::Ints(v))
+            }
+            (None, OnnxKind::Float) => Some(AttrValue::Float(f64::from(at.float(a.onnx, 0.0)?))),
+            (None, OnnxKind::Str) => Some(AttrValue::Str(at.string(a.onnx, "")?)),
+        };
+        let value = match (given, a.absent) {
+            (Some(v), _) => v,
+            (None, Absent::Required) => {
+                return Err(at.err(match input {
+                    Some(i) => format!("input {i} ({}) is required", a.onnx),
+                    None => format!("attribute `{}` is required", a.onnx),
+                }))
+            }
+            (None, Absent::Int(v)) => AttrValue::Int(v),
+            (None, Absent::Ints(v)) => AttrValue::Ints(v.to_vec()),
+            (None, Absent::Float(v)) => AttrValue::Float(f64::from(v)),
+            (None, Absent::Str(v)) => AttrValue::Str(v.to_string()),
+            (None, Absent::Reversed) => AttrValue::Ints((0..rank(self)? as i64).rev().collect()),
+        };
+        if let Some((lo, hi)) = a.range {
+            let out = match &value {
+                AttrValue::Int(v) => !(lo..=hi).contains(v),
+                AttrValue::Ints(v) => v.iter().any(|x| !(lo..=hi).contains(x)),
+                _ => false,
+            };
+            if out {
+                return Err(at.err(format!("{} {value} is out of range ({lo} to {hi})", a.onnx)));
+            }
+        }
+        if let AttrValue::Str(v) = &value {
+            if !a.choices.is_empty() && !a.choices.contains(&v.as_str()) {
+                return Err(at.err(format!(
+                    "{} `{v}` is not supported (graphrw reads {})",
+                    a.onnx,
+                    a.choices.join(", ")
+                )));
+            }
+        }
+        let value = match (value, a.shape) {
+            (AttrValue::Ints(p), table::Shape::SymmetricPads) => match p.as_slice() {
+                &[b0, b1, e0, e1] if b0 == e0 && b1 == e1 => AttrValue::Ints(vec![b0, b1]),
+                _ => {
+                    return Err(at.err(format!(
+                        "{} {p:?}: only symmetric 2-D padding is supported",
+                        a.onnx
+                    )))
+                }
+            },
+            (AttrValue::Ints(axes), table::Shape::SortedAxes) => {
+                let r = rank(self)?;
+                let mut dims = Vec::with_capacity(axes.len());
+                for &x in &axes {
+                    let d = normalize_axis(x, r)
+                        .ok_or_else(|| at.err(format!("axis {x} is out of range for rank {r}")))?;
+                    dims.push(d as i64);
+                }
+                dims.sort_unstable();
+                dims.dedup();
+                AttrValue::Ints(dims)
+            }
+            (v, _) => v,
+        };
+        Ok(match (value, kind) {
+            (AttrValue::Int(v), AttrKind::Bool) => AttrValue::Bool(v != 0),
+            (AttrValue::Int(v), AttrKind::DType) => AttrValue::DType(
+                dtype_from_onnx(i32::try_from(v).unwrap_or(-1))
+                    .map_err(|m| at.err(format!("`{}`: {m}", a.onnx)))?,
+            ),
+            (v, _) => v,
+        })
+    }
+
+    /// Before opset 7, with `broadcast` 1, the second operand's dims line up with the
+    /// first's from `axis` (default: the trailing dims): numpy broadcasting after
+    /// trailing 1s are added to it.
+    fn legacy_broadcast(&mut self, at: &At<'m>, operands: &mut [Value]) -> Result<(), OnnxError> {
+        let [a, b] = operands else {
+            return Err(at.err("legacy broadcasting takes two inputs"));
+        };
+        if at.int("broadcast", 0)? == 0 {
+            return Ok(());
+        }
+        let (ra, rb) = (self.meta(*a)?.rank() as i64, self.meta(*b)?.rank() as i64);
+        let axis = at.int("axis", ra - rb)?;
+        let axis = if axis < 0 { axis + ra } else { axis };
+        if axis < 0 || axis + rb > ra {
+            return Err(at.err(format!(
+                "broadcast axis {axis} does not fit ranks {ra} and {rb}"
+            )));
+        }
+        for _ in 0..ra - axis - rb {
+            *b = self.op1(at, "unsqueeze", &[*b], &[("dim", int_attr(-1))])?;
+        }
+        Ok(())
+    }
+
+    /// Refuses a `Concat` whose known dims along the axis add up past graphrw's limit.
+    fn concat_total(
+        &self,
+        at: &At<'m>,
+        xs: &[Value],
+        attrs: &[(&str, AttrValue)],
+    ) -> Result<(), OnnxError> {
+        let Some((_, AttrValue::Int(axis))) = attrs.iter().find(|(n, _)| *n == "dim") else {
+            return Ok(());
+        };
+        let mut total: u64 = 0;
+        for &x in xs {
+            let m = self.meta(x)?;
+            if let Some(d) = normalize_axis(*axis, m.rank()).and_then(|d| m.shape.dims()[d].known())
+            {
+                total = total.saturating_add(d);
+            }
+        }
+        if total > MAX_DIM {
+            return Err(at.err("the concatenated dim would be larger than graphrw accepts (2^48)"));
+        }
+        Ok(())
     }
 
     fn constant_attr(&self, at: &At) -> Result<Tensor, OnnxError> {
@@ -1347,7 +1367,7 @@ impl<'m> Importer<'m> {
         Ok(vec![v])
     }
 
-    /// The `axes` of Squeeze/Unsqueeze: an attribute before opset 13, input 1 since.
+    /// The `axes` of Unsqueeze: an attribute before opset 13, input 1 since.
     fn axes(&mut self, at: &At<'m>) -> Result<Option<Vec<i64>>, OnnxError> {
         if self.opset < 13 {
             at.only_attrs(&["axes"])?;
@@ -1763,87 +1783,6 @@ impl<'m> Importer<'m> {
                 ("dim", int_attr(axis)),
             ],
         )
-    }
-
-    fn reduce(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        at.only_attrs(&["axes", "keepdims", "noop_with_empty_axes"])?;
-        at.inputs_between(1, 2)?;
-        let x = self.req(at, 0)?;
-        let keep = at.int("keepdims", 1)? != 0;
-        let noop = at.int("noop_with_empty_axes", 0)? != 0;
-        let axes = match self.const_ints(at, 1, "axes")? {
-            Some(a) => a,
-            None => at.ints("axes")?.unwrap_or_default(),
-        };
-        if axes.is_empty() && noop {
-            return Ok(vec![x]);
-        }
-        let op = match at.node.op_type.as_str() {
-            "ReduceMean" => "mean",
-            "ReduceSum" => "sum",
-            _ => "amax",
-        };
-        Ok(vec![self.op1(
-            at,
-            op,
-            &[x],
-            &[
-                ("dims", AttrValue::Ints(axes)),
-                ("keepdim", AttrValue::Bool(keep)),
-            ],
-        )?])
-    }
-
-    fn conv(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        at.only_attrs(&[
-            "auto_pad",
-            "dilations",
-            "group",
-            "kernel_shape",
-            "pads",
-            "strides",
-        ])?;
-        at.inputs_between(2, 3)?;
-        let auto_pad = at.string("auto_pad", "NOTSET")?;
-        if auto_pad != "NOTSET" && auto_pad != "VALID" {
-            return Err(at.err(format!(
-                "auto_pad `{auto_pad}` is not supported (NOTSET or VALID)"
-            )));
-        }
-        let pads = at.ints("pads")?.unwrap_or_else(|| vec![0; 4]);
-        if pads.len() != 4 || pads[0] != pads[2] || pads[1] != pads[3] {
-            return Err(at.err(format!(
-                "pads {pads:?}: only symmetric 2-D padding is supported"
-            )));
-        }
-        let strides = at.ints("strides")?.unwrap_or_else(|| vec![1, 1]);
-        let dilations = at.ints("dilations")?.unwrap_or_else(|| vec![1, 1]);
-        let group = at.int("group", 1)?;
-        for (what, v) in [
-            ("pads", &pads),
-            ("strides", &strides),
-            ("dilations", &dilations),
-        ] {
-            if v.iter().any(|&p| !(0..=1 << 12).contains(&p)) {
-                return Err(at.err(format!("{what} {v:?} are out of range")));
-            }
-        }
-        if !(1..=1 << 32).contains(&group) {
-            return Err(at.err(format!("group {group} is out of range")));
-        }
-        let x = self.req(at, 0)?;
-        let w = self.req(at, 1)?;
-        let mut operands = vec![x, w];
-        if let Some(b) = self.input(at, 2)? {
-            operands.push(b);
-        }
-        let attrs = [
-            ("stride", AttrValue::Ints(strides)),
-            ("padding", AttrValue::Ints(pads[..2].to_vec())),
-            ("dilation", AttrValue::Ints(dilations)),
-            ("groups", int_attr(group)),
-        ];
-        Ok(vec![self.op1(at, "conv2d", &operands, &attrs)?])
     }
 
     fn attention(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {

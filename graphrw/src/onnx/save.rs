@@ -5,7 +5,8 @@
 //! `raw_data` or in external data (see [`save_with`] and [`super::external`]), named
 //! after the initialiser they came from when there is one; graph
 //! inputs and outputs keep their names. Vocabulary ops map onto ONNX opset 18 ops
-//! (`permute` to `Transpose`, `slice` to `Slice` with constant bounds, ...); a few ops
+//! (`permute` to `Transpose`, `slice` to `Slice` with constant bounds, ...), through the
+//! mapping table the importer reads too (`table.rs`) where one op is one op; a few ops
 //! need newer opsets and raise the model's opset: `gelu` (`Gelu`, 20), `rms_norm`
 //! (`RMSNormalization`, 23) and `scaled_dot_product_attention`, written as the
 //! standard ONNX `Attention` op (23). The IR version stays 10 so that current
@@ -44,6 +45,7 @@ use super::proto::{
     ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
     TypeProtoTensor, ValueInfoProto,
 };
+use super::table::{Absent, HeldValues, OpMap, Quirk, Shape};
 use super::tensor_pb::{dtype_to_onnx, tensor_to_proto};
 use super::OnnxError;
 use crate::builder::Builder;
@@ -503,23 +505,8 @@ impl<'g> Exporter<'g> {
         let attrs = node.attrs();
         let cur = self.cur.clone();
         let bad = |e: InferError| OnnxError::node(node.op_name(), &cur, e.0);
-        // One-to-one ops, from the table the importer reads too; the rest only go out
-        // this way (the importer maps them itself: Max/Min are variadic, ...).
-        let binary = super::table::SIMPLE
-            .iter()
-            .find(|e| e.op == node.op_name())
-            .map(|e| e.onnx)
-            .or(match node.op_name() {
-                "where" => Some("Where"),
-                "matmul" => Some("MatMul"),
-                "contiguous" => Some("Identity"),
-                "maximum" => Some("Max"),
-                "minimum" => Some("Min"),
-                _ => None,
-            });
-        if let Some(op_type) = binary {
-            self.push(op_type, ins, outs, vec![]);
-            return Ok(());
+        if let Some(row) = super::table::saving(node.op_name()) {
+            return self.write_row(id, row, ins, outs);
         }
         match node.op_name() {
             "ne" => {
@@ -537,20 +524,11 @@ impl<'g> Exporter<'g> {
                 self.push("Sigmoid", ins.clone(), vec![t.clone()], vec![]);
                 self.push("Mul", vec![ins[0].clone(), t], outs, vec![]);
             }
-            "gelu" => {
-                self.opset = self.opset.max(20);
-                let approximate = attrs.str("approximate").map_err(bad)?.to_string();
-                self.push("Gelu", ins, outs, vec![a_str("approximate", &approximate)]);
-            }
             "dropout" => {
                 if attrs.bool("train").map_err(bad)? && attrs.float("p").map_err(bad)? != 0.0 {
                     return Err(self.err("training-mode dropout has no ONNX inference form"));
                 }
                 self.push("Identity", ins, outs, vec![]);
-            }
-            "cast" => {
-                let to = dtype_to_onnx(attrs.dtype("dtype").map_err(bad)?);
-                self.push("Cast", ins, outs, vec![a_int("to", to as i64)]);
             }
             "masked_fill" => {
                 let dtype = self.meta(node.operands()[0])?.dtype;
@@ -565,16 +543,6 @@ impl<'g> Exporter<'g> {
                     vec![],
                 );
             }
-            "conv2d" => {
-                let pad = attrs.ints("padding").map_err(bad)?.to_vec();
-                let a = vec![
-                    a_ints("strides", attrs.ints("stride").map_err(bad)?.to_vec()),
-                    a_ints("pads", vec![pad[0], pad[1], pad[0], pad[1]]),
-                    a_ints("dilations", attrs.ints("dilation").map_err(bad)?.to_vec()),
-                    a_int("group", attrs.int("groups").map_err(bad)?),
-                ];
-                self.push("Conv", ins, outs, a);
-            }
             "transpose" => {
                 let r = self.meta(node.operands()[0])?.rank();
                 let d0 = normalize_axis(attrs.int("dim0").map_err(bad)?, r)
@@ -583,17 +551,6 @@ impl<'g> Exporter<'g> {
                     .ok_or_else(|| self.err("dim1 out of range"))?;
                 let mut perm: Vec<i64> = (0..r as i64).collect();
                 perm.swap(d0, d1);
-                self.push("Transpose", ins, outs, vec![a_ints("perm", perm)]);
-            }
-            "permute" => {
-                let r = self.meta(node.operands()[0])?.rank();
-                let perm = attrs
-                    .ints("dims")
-                    .map_err(bad)?
-                    .iter()
-                    .map(|&d| normalize_axis(d, r).map(|d| d as i64))
-                    .collect::<Option<Vec<i64>>>()
-                    .ok_or_else(|| self.err("permute dims out of range"))?;
                 self.push("Transpose", ins, outs, vec![a_ints("perm", perm)]);
             }
             "reshape" => {
@@ -621,18 +578,6 @@ impl<'g> Exporter<'g> {
                 let a = self.init_ints("axes", &[attrs.int("dim").map_err(bad)?])?;
                 self.push("Unsqueeze", vec![ins[0].clone(), a], outs, vec![]);
             }
-            "squeeze" => {
-                let dims = attrs.ints("dims").map_err(bad)?.to_vec();
-                let mut i = vec![ins[0].clone()];
-                if !dims.is_empty() {
-                    i.push(self.init_ints("axes", &dims)?);
-                }
-                self.push("Squeeze", i, outs, vec![]);
-            }
-            "concat" => {
-                let dim = attrs.int("dim").map_err(bad)?;
-                self.push("Concat", ins, outs, vec![a_int("axis", dim)]);
-            }
             "split" => {
                 let sizes = attrs.ints("split_sizes").map_err(bad)?.to_vec();
                 let dim = attrs.int("dim").map_err(bad)?;
@@ -651,83 +596,6 @@ impl<'g> Exporter<'g> {
                     i.push(self.init_ints(what, &[v])?);
                 }
                 self.push("Slice", i, outs, vec![]);
-            }
-            "tril" | "triu" => {
-                let k = self.init_i64("k", attrs.int("diagonal").map_err(bad)?);
-                let upper = i64::from(node.op_name() == "triu");
-                self.push(
-                    "Trilu",
-                    vec![ins[0].clone(), k],
-                    outs,
-                    vec![a_int("upper", upper)],
-                );
-            }
-            "gather" | "index_select" => {
-                let dim = attrs.int("dim").map_err(bad)?;
-                self.push("Gather", ins, outs, vec![a_int("axis", dim)]);
-            }
-            "gather_elements" => {
-                let dim = attrs.int("dim").map_err(bad)?;
-                self.push("GatherElements", ins, outs, vec![a_int("axis", dim)]);
-            }
-            "gather_nd" => {
-                let b = attrs.int("batch_dims").map_err(bad)?;
-                self.push("GatherND", ins, outs, vec![a_int("batch_dims", b)]);
-            }
-            "cumsum" => {
-                let axis = self.init_i64("axis", attrs.int("dim").map_err(bad)?);
-                self.push("CumSum", vec![ins[0].clone(), axis], outs, vec![]);
-            }
-            "sum" | "mean" | "amax" => {
-                let op_type = match node.op_name() {
-                    "sum" => "ReduceSum",
-                    "mean" => "ReduceMean",
-                    _ => "ReduceMax",
-                };
-                let dims = attrs.ints("dims").map_err(bad)?.to_vec();
-                let keep = attrs.bool("keepdim").map_err(bad)?;
-                let mut i = vec![ins[0].clone()];
-                if !dims.is_empty() {
-                    i.push(self.init_ints("axes", &dims)?);
-                }
-                self.push(op_type, i, outs, vec![a_int("keepdims", i64::from(keep))]);
-            }
-            "softmax" | "log_softmax" => {
-                let op_type = if node.op_name() == "softmax" {
-                    "Softmax"
-                } else {
-                    "LogSoftmax"
-                };
-                let dim = attrs.int("dim").map_err(bad)?;
-                self.push(op_type, ins, outs, vec![a_int("axis", dim)]);
-            }
-            "layer_norm" | "rms_norm" => {
-                let axis = attrs.int("axis").map_err(bad)?;
-                let eps = attrs.float("eps").map_err(bad)?;
-                let mut i = ins.clone();
-                if i.len() < 2 {
-                    let meta = self.meta(node.operands()[0])?;
-                    let ax = normalize_axis(axis, meta.rank())
-                        .ok_or_else(|| self.err("axis out of range"))?;
-                    let dims: Option<Vec<usize>> = meta.shape.dims()[ax..]
-                        .iter()
-                        .map(|d| d.known().map(|n| n as usize))
-                        .collect();
-                    let dims = dims.ok_or_else(|| self.err(format!("without a weight, the normalised dims of {} must be known (ONNX needs a scale)", meta.shape)))?;
-                    i.push(self.init("scale", &Tensor::full(meta.dtype, &dims, 1.0)));
-                }
-                let op_type = if node.op_name() == "layer_norm" {
-                    "LayerNormalization"
-                } else {
-                    self.opset = self.opset.max(23);
-                    "RMSNormalization"
-                };
-                self.push(
-                    op_type,
-                    i,
-                    outs,
-                    vec![a_int("axis", axis), a_float("epsilon", eps)],
-                );
             }
             "arange" => {
                 let dtype = attrs.dtype("dtype").map_err(bad)?;
@@ -765,6 +633,117 @@ impl<'g> Exporter<'g> {
             }
         }
         Ok(())
+    }
+
+    /// Writes a vocabulary node through its table row (`table.rs`): each argument as
+    /// the attribute or constant input the row names at the opset written (an int list
+    /// input left out when it is ONNX's default), held attributes whose value is not
+    /// ONNX's default, and the row's opset.
+    fn write_row(
+        &mut self,
+        id: NodeId,
+        row: &'static OpMap,
+        mut ins: Vec<String>,
+        outs: Vec<String>,
+    ) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        let attrs = node.attrs();
+        self.opset = self.opset.max(row.write_opset);
+        if row.quirk == Quirk::OnesScale && ins.len() < row.operands.0 {
+            ins.push(self.ones_scale(id)?);
+        }
+        let mut attribute = Vec::with_capacity(row.args.len() + row.held.len());
+        let mut inputs: Vec<(usize, String)> = Vec::new();
+        for a in row.args {
+            let value = attrs.get(a.ours).ok_or_else(|| {
+                self.err(format!(
+                    "`{}` has no attribute `{}`",
+                    node.op_name(),
+                    a.ours
+                ))
+            })?;
+            let value = match (value, a.shape) {
+                (AttrValue::Null, _) => continue,
+                (AttrValue::Ints(p), Shape::SymmetricPads) => match p.as_slice() {
+                    &[p0, p1] => AttrValue::Ints(vec![p0, p1, p0, p1]),
+                    _ => return Err(self.err(format!("{} {p:?} is not 2-D", a.ours))),
+                },
+                (AttrValue::Ints(p), Shape::Perm) => {
+                    let r = self.meta(node.operands()[0])?.rank();
+                    let perm = p
+                        .iter()
+                        .map(|&d| normalize_axis(d, r).map(|d| d as i64))
+                        .collect::<Option<Vec<i64>>>()
+                        .ok_or_else(|| self.err(format!("{} dims out of range", node.op_name())))?;
+                    AttrValue::Ints(perm)
+                }
+                (AttrValue::Bool(b), _) => AttrValue::Int(i64::from(*b)),
+                (AttrValue::DType(d), _) => AttrValue::Int(i64::from(dtype_to_onnx(*d))),
+                (v, _) => v.clone(),
+            };
+            match (a.place.input_at(self.opset), value) {
+                (None, AttrValue::Int(v)) => attribute.push(a_int(a.onnx, v)),
+                (None, AttrValue::Ints(v)) => attribute.push(a_ints(a.onnx, v)),
+                (None, AttrValue::Float(v)) => attribute.push(a_float(a.onnx, v)),
+                (None, AttrValue::Str(v)) => attribute.push(a_str(a.onnx, &v)),
+                (Some(i), AttrValue::Int(v)) => inputs.push((i, self.init_i64(a.onnx, v))),
+                (Some(_), AttrValue::Ints(v)) if matches!(a.absent, Absent::Ints(d) if d == v) => {}
+                (Some(i), AttrValue::Ints(v)) => inputs.push((i, self.init_ints(a.onnx, &v)?)),
+                (_, v) => {
+                    return Err(self.err(format!(
+                        "attribute `{}` {v} has no ONNX form in `{}`",
+                        a.ours, row.onnx
+                    )))
+                }
+            }
+        }
+        for h in row.held {
+            match h.values {
+                HeldValues::Int { default, accept } => match accept.first() {
+                    Some(&v) if v != default => attribute.push(a_int(h.onnx, v)),
+                    _ => {}
+                },
+                HeldValues::Str { default, accept } => match accept.first() {
+                    Some(&v) if v != default => attribute.push(a_str(h.onnx, v)),
+                    _ => {}
+                },
+            }
+        }
+        inputs.sort_by_key(|(i, _)| *i);
+        for (i, name) in inputs {
+            ins.resize(ins.len().max(i), String::new());
+            ins.insert(i, name);
+        }
+        self.push(row.onnx, ins, outs, attribute);
+        if let Some(n) = self.nodes.last_mut() {
+            n.domain = row.domain.to_string();
+        }
+        Ok(())
+    }
+
+    /// A scale of ones over the normalised dims, for a norm without a weight (ONNX's
+    /// LayerNormalization and RMSNormalization require one).
+    fn ones_scale(&mut self, id: NodeId) -> Result<String, OnnxError> {
+        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
+        let cur = self.cur.clone();
+        let axis = node
+            .attrs()
+            .int("axis")
+            .map_err(|e| OnnxError::node(node.op_name(), &cur, e.0))?;
+        let meta = self.meta(node.operands()[0])?;
+        let ax = normalize_axis(axis, meta.rank()).ok_or_else(|| self.err("axis out of range"))?;
+        let dims: Option<Vec<usize>> = meta.shape.dims()[ax..]
+            .iter()
+            .map(|d| d.known().map(|n| n as usize))
+            .collect();
+        let dims = dims.ok_or_else(|| {
+            self.err(format!(
+                "without a weight, the normalised dims of {} must be known (ONNX needs a scale)",
+                meta.shape
+            ))
+        })?;
+        Ok(self.init("scale", &Tensor::full(meta.dtype, &dims, 1.0)))
     }
 
     /// The value info of `v` named `name`: its metadata, or the ONNX type recorded when

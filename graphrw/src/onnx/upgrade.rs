@@ -25,7 +25,10 @@ pub(crate) struct Ctx<'a> {
 /// The step of `op_type` at opset `version` that moved attributes to inputs, as
 /// (attribute, input position, kind) triples: `true` for an int list, `false` for a
 /// scalar of the input's dtype.
-fn attr_to_input(op_type: &str, version: i64) -> Option<&'static [(&'static str, usize, bool)]> {
+pub(crate) fn attr_to_input(
+    op_type: &str,
+    version: i64,
+) -> Option<&'static [(&'static str, usize, bool)]> {
     Some(match (op_type, version) {
         ("Squeeze" | "Unsqueeze" | "ReduceSum", 13) => &[("axes", 1, true)],
         (
