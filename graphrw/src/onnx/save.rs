@@ -34,6 +34,8 @@
 //! functions back.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use foldhash::{HashMap as FastMap, HashSet as FastSet};
 use std::path::Path;
 
 use prost::Message;
@@ -147,9 +149,9 @@ pub(super) fn fill_inline(inits: &mut [TensorProto], payloads: Vec<(usize, Tenso
 struct Exporter<'g> {
     graph: &'g Graph,
     printer: Names,
-    names: HashMap<Value, String>,
-    taken: HashSet<String>,
-    node_names: HashSet<String>,
+    names: FastMap<Value, String>,
+    taken: FastSet<String>,
+    node_names: FastSet<String>,
     nodes: Vec<NodeProto>,
     inits: Vec<TensorProto>,
     inputs: Vec<ValueInfoProto>,
@@ -246,7 +248,7 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
     }
 }
 
-fn unique(taken: &mut HashSet<String>, base: &str) -> String {
+fn unique(taken: &mut FastSet<String>, base: &str) -> String {
     if taken.insert(base.to_string()) {
         return base.to_string();
     }
@@ -265,10 +267,10 @@ impl<'g> Exporter<'g> {
         Exporter {
             graph,
             printer: Names::new(graph),
-            names: HashMap::new(),
-            taken: HashSet::new(),
-            node_names: HashSet::new(),
-            nodes: Vec::new(),
+            names: FastMap::with_capacity_and_hasher(graph.node_count(), Default::default()),
+            taken: FastSet::with_capacity_and_hasher(graph.node_count(), Default::default()),
+            node_names: FastSet::with_capacity_and_hasher(graph.node_count(), Default::default()),
+            nodes: Vec::with_capacity(graph.node_count()),
             inits: Vec::new(),
             inputs: Vec::new(),
             identities: Vec::new(),
@@ -393,7 +395,7 @@ impl<'g> Exporter<'g> {
         outputs: Vec<String>,
         attribute: Vec<AttributeProto>,
     ) {
-        let name = unique(&mut self.node_names, &self.cur.clone());
+        let name = unique(&mut self.node_names, &self.cur);
         self.push_named(name, op_type, inputs, outputs, attribute);
     }
 
