@@ -351,7 +351,8 @@ impl ModelParts {
     /// Writes the parts to `out` in order.
     fn write(self, out: impl Write) -> std::io::Result<()> {
         let mut out = std::io::BufWriter::with_capacity(WRITE_CHUNK, out);
-        let mut buf = Vec::with_capacity(WRITE_CHUNK);
+        // Room for a chunk and the node that passes it, so the buffer never regrows.
+        let mut buf = Vec::with_capacity(2 * WRITE_CHUNK);
         self.head.encode_raw(&mut buf);
         if let Some((nodes, rest, len)) = self.graph {
             prost::encoding::encode_key(

@@ -69,7 +69,107 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph, OnnxError> {
 
 /// Decodes a model's protobuf.
 fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
+    if let Some(model) = decode_by_node(bytes) {
+        return Ok(model);
+    }
     ModelProto::decode(bytes).map_err(|e| decode_error(bytes, &e.to_string()))
+}
+
+/// `ModelProto.graph` and `GraphProto.node`.
+const MODEL_GRAPH_TAG: u64 = 7;
+const GRAPH_NODE_TAG: u64 = 1;
+
+/// Decodes a model the way a big graph needs: node by node into a list sized once,
+/// each node's lists trimmed to their length as it is decoded (prost grows a list by
+/// doubling, and an attribute list of one holds room for four). On a million-node model
+/// that is most of the decoded model's memory. `None` where the bytes are anything but
+/// a plain model with one graph and nodes without subgraphs (nesting limits are counted
+/// from the model down): the plain decoder then reads it, or says what is wrong.
+fn decode_by_node(bytes: &[u8]) -> Option<ModelProto> {
+    let mut model = ModelProto::default();
+    let mut graph_bytes = None;
+    for (tag, field) in fields(bytes)? {
+        if tag == MODEL_GRAPH_TAG {
+            if graph_bytes.is_some() {
+                return None;
+            }
+            graph_bytes = Some(field);
+        } else {
+            model.merge(field).ok()?;
+        }
+    }
+    let graph_fields = fields(length_delimited(graph_bytes?)?)?;
+    let mut graph = GraphProto::default();
+    let count = graph_fields
+        .iter()
+        .filter(|(t, _)| *t == GRAPH_NODE_TAG)
+        .count();
+    let mut nodes = Vec::with_capacity(count);
+    for (tag, field) in graph_fields {
+        if tag == GRAPH_NODE_TAG {
+            let mut node = NodeProto::decode(length_delimited(field)?).ok()?;
+            if node
+                .attribute
+                .iter()
+                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+            {
+                return None;
+            }
+            node.input.shrink_to_fit();
+            node.output.shrink_to_fit();
+            node.attribute.shrink_to_fit();
+            nodes.push(node);
+        } else {
+            graph.merge(field).ok()?;
+        }
+    }
+    graph.node = nodes;
+    model.graph = Some(graph);
+    Some(model)
+}
+
+/// The top-level fields of a message as (tag, the field's bytes with its key), or
+/// `None` for a malformed message or a group.
+fn fields(mut bytes: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let start = bytes;
+        let key = varint(&mut bytes)?;
+        let body = match key & 7 {
+            0 => varint(&mut bytes).map(|_| 0)?,
+            1 => 8,
+            2 => usize::try_from(varint(&mut bytes)?).ok()?,
+            5 => 4,
+            _ => return None,
+        };
+        bytes = bytes.get(body..)?;
+        let used = start.len() - bytes.len();
+        out.push((key >> 3, start.get(..used)?));
+    }
+    Some(out)
+}
+
+/// The payload of one length-delimited field (key and length skipped).
+fn length_delimited(mut field: &[u8]) -> Option<&[u8]> {
+    let key = varint(&mut field)?;
+    if key & 7 != 2 {
+        return None;
+    }
+    let len = usize::try_from(varint(&mut field)?).ok()?;
+    (field.len() == len).then_some(field)
+}
+
+/// Reads one varint off the front of `bytes`.
+fn varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *bytes = bytes.get(i + 1..)?;
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// Loads an ONNX model from bytes. A model with external data is an error (there is

@@ -150,8 +150,8 @@ struct Exporter<'g> {
     graph: &'g Graph,
     printer: Names,
     names: FastMap<Value, String>,
-    taken: FastSet<String>,
-    node_names: FastSet<String>,
+    taken: NameSet,
+    node_names: NameSet,
     nodes: Vec<NodeProto>,
     inits: Vec<TensorProto>,
     inputs: Vec<ValueInfoProto>,
@@ -217,7 +217,7 @@ fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::TENSOR,
-        t: Some(t),
+        t: Some(Box::new(t)),
         ..Default::default()
     }
 }
@@ -248,14 +248,36 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
     }
 }
 
-fn unique(taken: &mut FastSet<String>, base: &str) -> String {
-    if taken.insert(base.to_string()) {
+/// Names given so far, kept as 128-bit fingerprints rather than strings: a big model
+/// names a million values and nodes, and a set of strings would copy and free every
+/// one of them. Two different names share a fingerprint with odds of about 2^-128 per
+/// pair; the seeds are fixed, so the names written are the same on every run.
+#[derive(Default)]
+struct NameSet(FastSet<(u64, u64)>);
+
+impl NameSet {
+    fn with_capacity(n: usize) -> NameSet {
+        NameSet(FastSet::with_capacity_and_hasher(n, Default::default()))
+    }
+
+    /// Adds `name`; false when it was there already.
+    fn insert(&mut self, name: impl AsRef<str>) -> bool {
+        use std::hash::BuildHasher;
+        let name = name.as_ref();
+        let a = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(name);
+        let b = foldhash::quality::FixedState::with_seed(0xc2b2_ae3d_27d4_eb4f).hash_one(name);
+        self.0.insert((a, b))
+    }
+}
+
+fn unique(taken: &mut NameSet, base: &str) -> String {
+    if taken.insert(base) {
         return base.to_string();
     }
     let mut k = 1;
     loop {
         let name = format!("{base}_{k}");
-        if taken.insert(name.clone()) {
+        if taken.insert(&name) {
             return name;
         }
         k += 1;
@@ -268,8 +290,8 @@ impl<'g> Exporter<'g> {
             graph,
             printer: Names::new(graph),
             names: FastMap::with_capacity_and_hasher(graph.node_count(), Default::default()),
-            taken: FastSet::with_capacity_and_hasher(graph.node_count(), Default::default()),
-            node_names: FastSet::with_capacity_and_hasher(graph.node_count(), Default::default()),
+            taken: NameSet::with_capacity(graph.node_count()),
+            node_names: NameSet::with_capacity(graph.node_count()),
             nodes: Vec::with_capacity(graph.node_count()),
             inits: Vec::new(),
             inputs: Vec::new(),
