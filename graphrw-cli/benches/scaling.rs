@@ -22,10 +22,13 @@
 //! Per size the bench writes the model to a temporary folder, then runs this binary
 //! again as a child (`--child MODEL`) that does what `graphrw optimize MODEL -o OUT`
 //! does: load, the pipeline's passes (attention fusion, causal masks, generated
-//! kernels), save (which verifies the graph first); it prints each stage's time and the process's peak resident
-//! memory (`VmHWM` of `/proc/self/status`), so every size is measured in a fresh
-//! process. Not a test: nothing here asserts timings. The machine's noise shows in the
-//! numbers; compare runs made one after the other.
+//! kernels), save (which verifies the graph first, the one check `optimize` makes); it
+//! prints each stage's time and the process's peak resident memory (`VmHWM` of
+//! `/proc/self/status`) after the load and at the end, so every size is measured in a
+//! fresh process. Not a test: nothing here asserts timings. The machine's noise shows
+//! in the numbers; compare runs made one after the other. On a loaded machine, compare
+//! on-CPU time instead: keep the models and time each child with
+//! `perf stat -e task-clock scaling-<hash> --child MODEL`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2152,3 +2152,72 @@ fn input_meta(vi: &ValueInfoProto) -> Result<TensorMeta, OnnxError> {
     }
     Ok(TensorMeta::new(dtype, Shape::from(dims)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(attribute: Vec<AttributeProto>) -> ModelProto {
+        let node = |op: &str, input: &str, output: &str| NodeProto {
+            input: vec![input.into()],
+            output: vec![output.into()],
+            op_type: op.into(),
+            attribute: attribute.clone(),
+            ..Default::default()
+        };
+        ModelProto {
+            ir_version: 8,
+            producer_name: "test".into(),
+            graph: Some(GraphProto {
+                node: vec![node("Relu", "x", "y"), node("Neg", "y", "z")],
+                name: "g".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn int_attr(name: &str) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: crate::onnx::proto::attribute_type::INT,
+            i: 3,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn node_by_node_decoding_gives_the_plain_decoders_model_with_tight_lists() {
+        let bytes = model(vec![int_attr("a")]).encode_to_vec();
+        let fast = decode_by_node(&bytes).expect("a plain model takes the node-by-node path");
+        assert_eq!(
+            Some(&fast),
+            ModelProto::decode(bytes.as_slice()).ok().as_ref()
+        );
+        let nodes = &fast.graph.as_ref().expect("graph").node;
+        assert_eq!(nodes.capacity(), 2);
+        assert!(nodes.iter().all(|n| n.attribute.capacity() == 1));
+    }
+
+    #[test]
+    fn other_inputs_take_the_plain_decoder() {
+        // A subgraph (its nesting is counted from the model down).
+        let sub = AttributeProto {
+            name: "body".into(),
+            r#type: crate::onnx::proto::attribute_type::GRAPH,
+            g: Some(Box::new(GraphProto::default())),
+            ..Default::default()
+        };
+        assert_eq!(decode_by_node(&model(vec![sub]).encode_to_vec()), None);
+        // The graph field twice (protobuf merges them).
+        let mut twice = model(vec![]).encode_to_vec();
+        twice.extend(model(vec![]).encode_to_vec());
+        assert_eq!(decode_by_node(&twice), None);
+        // A group (wire type 3), a cut varint, a length past the end.
+        assert_eq!(decode_by_node(&[0x0b]), None);
+        assert_eq!(decode_by_node(&[0x08, 0x80]), None);
+        assert_eq!(decode_by_node(&[0x3a, 0x05, 0x00]), None);
+        // No graph at all.
+        assert_eq!(decode_by_node(&[0x08, 0x07]), None);
+    }
+}
