@@ -310,6 +310,25 @@ pub(crate) fn infer_like(
             message: "declared `like` its decomposition but has none".into(),
         });
     };
+    // Inference is a function of the op, the inputs' metadata and the attributes, and
+    // a big graph asks the same question for every layer (each verify and each fused
+    // node the kernel pass builds): the answers are remembered per thread.
+    let key = (
+        std::ptr::from_ref(op) as usize,
+        inputs.iter().map(|m| (*m).clone()).collect::<Vec<_>>(),
+    );
+    let values: Vec<AttrValue> = attrs.iter().map(|(_, v)| v.clone()).collect();
+    let known = LIKE_CACHE.with(|c| {
+        c.borrow().get(&key).and_then(|entries| {
+            entries
+                .iter()
+                .find(|(a, _)| *a == values)
+                .map(|(_, out)| out.clone())
+        })
+    });
+    if let Some(out) = known {
+        return Ok(out);
+    }
     let b = Builder::new();
     let operands: Vec<Value> = inputs
         .iter()
@@ -317,5 +336,28 @@ pub(crate) fn infer_like(
         .map(|(i, m)| b.input(&format!("arg{i}"), (*m).clone()).value)
         .collect();
     let outs = decompose(&b, &operands, attrs)?;
-    outs.iter().map(|&v| b.meta(v)).collect()
+    let out = outs
+        .iter()
+        .map(|&v| b.meta(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    LIKE_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= LIKE_CACHE_ENTRIES {
+            c.clear();
+        }
+        c.entry(key).or_default().push((values, out.clone()));
+    });
+    Ok(out)
+}
+
+/// Remembered [`infer_like`] answers: by (op address, input metadata), the attribute
+/// values asked with and the outputs inferred.
+type LikeCache =
+    foldhash::HashMap<(usize, Vec<TensorMeta>), Vec<(Vec<AttrValue>, Vec<TensorMeta>)>>;
+
+/// How many (op, metadata) keys [`LIKE_CACHE`] holds before it starts over.
+const LIKE_CACHE_ENTRIES: usize = 4096;
+
+thread_local! {
+    static LIKE_CACHE: std::cell::RefCell<LikeCache> = std::cell::RefCell::default();
 }

@@ -221,6 +221,14 @@ impl Graph {
         Graph::default()
     }
 
+    /// Makes room for `additional` more nodes, so that a graph built node by node (an
+    /// importer that knows the model's size) does not regrow and copy its node table.
+    pub fn reserve(&mut self, additional: usize) {
+        self.dag.reserve_nodes(additional);
+        self.use_lists.reserve(additional);
+        self.use_counts.reserve(additional);
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.dag.node_count()

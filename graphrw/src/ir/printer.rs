@@ -13,17 +13,38 @@
 //! values `t0, t1, …`, numbered in the graph's deterministic topological order, so the
 //! same graph always prints the same text.
 
-use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::graph::{Graph, NodeId, Value};
 use crate::ops::AttrValue;
 
 /// The printed name of every value of a graph.
+///
+/// Names are numbers until asked for: a node keeps the number of its first `t` (or its
+/// `c`), and [`Names::get`] spells the name. Only inputs keep a string. The verifier
+/// and the exporter build this for every graph they see, so on a million-node graph
+/// it costs a few bytes a node, not a string per value.
 #[derive(Clone, Debug, Default)]
 pub struct Names {
-    names: HashMap<Value, String>,
+    /// Per node index, how its values are named.
+    slots: Vec<Slot>,
+    /// The names of the graph inputs, by [`Slot::Input`] index.
+    inputs: Vec<String>,
     order: Vec<NodeId>,
+}
+
+/// How one node's values are named.
+#[derive(Clone, Copy, Debug, Default)]
+enum Slot {
+    /// Not in the graph.
+    #[default]
+    Absent,
+    /// An input: its name is `inputs[i]`.
+    Input(u32),
+    /// A constant `c{n}`.
+    Constant(u32),
+    /// Outputs `t{first}` to `t{first + count - 1}`.
+    Temps { first: u32, count: u32 },
 }
 
 impl Names {
@@ -32,12 +53,14 @@ impl Names {
         let order = graph
             .topo_order()
             .unwrap_or_else(|_| graph.node_ids().collect());
-        let mut names = HashMap::with_capacity(order.len());
+        let len = order.iter().map(|id| id.index() + 1).max().unwrap_or(0);
+        let mut slots = vec![Slot::Absent; len];
+        let mut inputs = Vec::new();
         let mut taken = std::collections::HashSet::new();
-        let (mut t, mut c) = (0usize, 0usize);
+        let (mut t, mut c) = (0u32, 0u32);
         for &id in &order {
             let Some(node) = graph.node(id) else { continue };
-            match node.op_name() {
+            let slot = match node.op_name() {
                 "input" => {
                     let base = sanitize(node.name().unwrap_or("input"));
                     let mut name = base.clone();
@@ -46,29 +69,43 @@ impl Names {
                         name = format!("{base}_{k}");
                         k += 1;
                     }
-                    names.insert(Value::from(id), name);
+                    inputs.push(name);
+                    Slot::Input(inputs.len() as u32 - 1)
                 }
                 "constant" => {
-                    names.insert(Value::from(id), format!("c{c}"));
                     c += 1;
+                    Slot::Constant(c - 1)
                 }
                 _ => {
-                    for o in 0..node.outputs().len() as u32 {
-                        names.insert(Value::new(id, o), format!("t{t}"));
-                        t += 1;
+                    let count = node.outputs().len() as u32;
+                    t += count;
+                    Slot::Temps {
+                        first: t - count,
+                        count,
                     }
                 }
-            }
+            };
+            slots[id.index()] = slot;
         }
-        Names { names, order }
+        Names {
+            slots,
+            inputs,
+            order,
+        }
     }
 
     /// The printed name of `v` (`%N.o` for a value the graph does not have).
     pub fn get(&self, v: Value) -> String {
-        self.names
-            .get(&v)
-            .cloned()
-            .unwrap_or_else(|| format!("%{}.{}", v.node.index(), v.output))
+        let slot = self.slots.get(v.node.index()).copied().unwrap_or_default();
+        match slot {
+            Slot::Input(i) if v.output == 0 => match self.inputs.get(i as usize) {
+                Some(name) => name.clone(),
+                None => format!("%{}.{}", v.node.index(), v.output),
+            },
+            Slot::Constant(n) if v.output == 0 => format!("c{n}"),
+            Slot::Temps { first, count } if v.output < count => format!("t{}", first + v.output),
+            _ => format!("%{}.{}", v.node.index(), v.output),
+        }
     }
 
     /// The order nodes are printed in.

@@ -19,11 +19,13 @@ pub fn verify(graph: &Graph) -> Result<(), GraphError> {
 
 /// Checks `graph` and returns every problem found.
 pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
-    let names = Names::new(graph);
+    // Named only when something is wrong: naming every value costs more than the checks.
+    let names = std::cell::OnceCell::new();
+    let names = || names.get_or_init(|| Names::new(graph));
     let mut errors = Vec::new();
     let fail = |errors: &mut Vec<GraphError>, id: NodeId, message: String| {
         errors.push(GraphError::Verify {
-            node: node_line(graph, &names, id),
+            node: node_line(graph, names(), id),
             message,
         })
     };
@@ -136,7 +138,7 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
     }
     if let Err(GraphError::Cycle { node }) = graph.topo_order() {
         errors.push(GraphError::Verify {
-            node: node_line(graph, &names, NodeId::new(node)),
+            node: node_line(graph, names(), NodeId::new(node)),
             message: "lies on a cycle: a value depends on itself".into(),
         });
     }

@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 use graphrw_kernels::FileRange;
 use prost::Message;
 
-use super::proto::{ModelProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL};
+use super::proto::{
+    GraphProto, ModelProto, NodeProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL,
+};
 use super::OnnxError;
 use crate::Tensor;
 
@@ -280,18 +282,98 @@ pub(crate) fn write(
         staged_data = Some(staged);
     }
 
-    check_proto_size(&model)?;
-    let bytes = model.encode_to_vec();
-    saved.model_bytes = bytes.len() as u64;
-    let (staged_model, mut file) = Staged::create(path)?;
-    file.write_all(&bytes)
+    let (parts, size) = ModelParts::split(model);
+    if size > MAX_PROTO_BYTES {
+        return Err(too_large(size));
+    }
+    saved.model_bytes = size;
+    let (staged_model, file) = Staged::create(path)?;
+    parts
+        .write(file)
         .map_err(|e| OnnxError::io(&staged_model.tmp, e))?;
-    drop(file);
     if let Some(d) = staged_data {
         d.commit()?;
     }
     staged_model.commit()?;
     Ok(saved)
+}
+
+/// A model cut for writing piece by piece: the fields before the graph, the graph's
+/// nodes, the rest of the graph, the fields after it. Written in that order they are
+/// the bytes `encode_to_vec` gives (prost writes fields in tag order; the graph is
+/// field 7 of the model, the nodes field 1 of the graph), but the whole encoding never
+/// sits in memory, and each node is dropped as soon as it is written.
+struct ModelParts {
+    head: ModelProto,
+    graph: Option<(Vec<NodeProto>, GraphProto, usize)>,
+    tail: ModelProto,
+}
+
+/// The tag of `ModelProto.graph` and of `GraphProto.node`.
+const GRAPH_TAG: u32 = 7;
+const NODE_TAG: u32 = 1;
+
+/// Bytes gathered before each write to the file.
+const WRITE_CHUNK: usize = 1 << 20;
+
+impl ModelParts {
+    /// Cuts `model`; returns the parts and the encoded size of the whole.
+    fn split(mut model: ModelProto) -> (ModelParts, u64) {
+        let head = ModelProto {
+            ir_version: std::mem::take(&mut model.ir_version),
+            producer_name: std::mem::take(&mut model.producer_name),
+            producer_version: std::mem::take(&mut model.producer_version),
+            domain: std::mem::take(&mut model.domain),
+            model_version: std::mem::take(&mut model.model_version),
+            doc_string: std::mem::take(&mut model.doc_string),
+            ..ModelProto::default()
+        };
+        let graph = model.graph.take().map(|mut g| {
+            let nodes = std::mem::take(&mut g.node);
+            let len =
+                prost::encoding::message::encoded_len_repeated(NODE_TAG, &nodes) + g.encoded_len();
+            (nodes, g, len)
+        });
+        let mut size = head.encoded_len() + model.encoded_len();
+        if let Some((_, _, len)) = &graph {
+            size += prost::encoding::key_len(GRAPH_TAG)
+                + prost::encoding::encoded_len_varint(*len as u64)
+                + len;
+        }
+        let parts = ModelParts {
+            head,
+            graph,
+            tail: model,
+        };
+        (parts, size as u64)
+    }
+
+    /// Writes the parts to `out` in order.
+    fn write(self, out: impl Write) -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::with_capacity(WRITE_CHUNK, out);
+        // Room for a chunk and the node that passes it, so the buffer never regrows.
+        let mut buf = Vec::with_capacity(2 * WRITE_CHUNK);
+        self.head.encode_raw(&mut buf);
+        if let Some((nodes, rest, len)) = self.graph {
+            prost::encoding::encode_key(
+                GRAPH_TAG,
+                prost::encoding::WireType::LengthDelimited,
+                &mut buf,
+            );
+            prost::encoding::encode_varint(len as u64, &mut buf);
+            for node in nodes {
+                prost::encoding::message::encode(NODE_TAG, &node, &mut buf);
+                if buf.len() >= WRITE_CHUNK {
+                    out.write_all(&buf)?;
+                    buf.clear();
+                }
+            }
+            rest.encode_raw(&mut buf);
+        }
+        self.tail.encode_raw(&mut buf);
+        out.write_all(&buf)?;
+        out.flush()
+    }
 }
 
 /// Writes the `external` tensors to `file` (at `tmp`), pointing their initialisers at

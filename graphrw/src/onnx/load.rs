@@ -23,9 +23,11 @@
 //! tensors, a graph without outputs) is an error whose first line says what and where.
 //! The result is checked with [`crate::verify`].
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::Path;
 
+use foldhash::HashMap as FastMap;
 use prost::Message;
 
 use super::proto::{
@@ -70,7 +72,107 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph, OnnxError> {
 
 /// Decodes a model's protobuf.
 fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
+    if let Some(model) = decode_by_node(bytes) {
+        return Ok(model);
+    }
     ModelProto::decode(bytes).map_err(|e| decode_error(bytes, &e.to_string()))
+}
+
+/// `ModelProto.graph` and `GraphProto.node`.
+const MODEL_GRAPH_TAG: u64 = 7;
+const GRAPH_NODE_TAG: u64 = 1;
+
+/// Decodes a model the way a big graph needs: node by node into a list sized once,
+/// each node's lists trimmed to their length as it is decoded (prost grows a list by
+/// doubling, and an attribute list of one holds room for four). On a million-node model
+/// that is most of the decoded model's memory. `None` where the bytes are anything but
+/// a plain model with one graph and nodes without subgraphs (nesting limits are counted
+/// from the model down): the plain decoder then reads it, or says what is wrong.
+fn decode_by_node(bytes: &[u8]) -> Option<ModelProto> {
+    let mut model = ModelProto::default();
+    let mut graph_bytes = None;
+    for (tag, field) in fields(bytes)? {
+        if tag == MODEL_GRAPH_TAG {
+            if graph_bytes.is_some() {
+                return None;
+            }
+            graph_bytes = Some(field);
+        } else {
+            model.merge(field).ok()?;
+        }
+    }
+    let graph_fields = fields(length_delimited(graph_bytes?)?)?;
+    let mut graph = GraphProto::default();
+    let count = graph_fields
+        .iter()
+        .filter(|(t, _)| *t == GRAPH_NODE_TAG)
+        .count();
+    let mut nodes = Vec::with_capacity(count);
+    for (tag, field) in graph_fields {
+        if tag == GRAPH_NODE_TAG {
+            let mut node = NodeProto::decode(length_delimited(field)?).ok()?;
+            if node
+                .attribute
+                .iter()
+                .any(|a| a.g.is_some() || !a.graphs.is_empty())
+            {
+                return None;
+            }
+            node.input.shrink_to_fit();
+            node.output.shrink_to_fit();
+            node.attribute.shrink_to_fit();
+            nodes.push(node);
+        } else {
+            graph.merge(field).ok()?;
+        }
+    }
+    graph.node = nodes;
+    model.graph = Some(graph);
+    Some(model)
+}
+
+/// The top-level fields of a message as (tag, the field's bytes with its key), or
+/// `None` for a malformed message or a group.
+fn fields(mut bytes: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let start = bytes;
+        let key = varint(&mut bytes)?;
+        let body = match key & 7 {
+            0 => varint(&mut bytes).map(|_| 0)?,
+            1 => 8,
+            2 => usize::try_from(varint(&mut bytes)?).ok()?,
+            5 => 4,
+            _ => return None,
+        };
+        bytes = bytes.get(body..)?;
+        let used = start.len() - bytes.len();
+        out.push((key >> 3, start.get(..used)?));
+    }
+    Some(out)
+}
+
+/// The payload of one length-delimited field (key and length skipped).
+fn length_delimited(mut field: &[u8]) -> Option<&[u8]> {
+    let key = varint(&mut field)?;
+    if key & 7 != 2 {
+        return None;
+    }
+    let len = usize::try_from(varint(&mut field)?).ok()?;
+    (field.len() == len).then_some(field)
+}
+
+/// Reads one varint off the front of `bytes`.
+fn varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *bytes = bytes.get(i + 1..)?;
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// Loads an ONNX model from bytes. A model with external data is an error (there is
@@ -166,14 +268,14 @@ struct Importer<'m> {
     /// Opset version per domain (`""` for ai.onnx).
     opsets: HashMap<String, i64>,
     /// Declared types by value name (`value_info`, graph inputs and outputs).
-    declared: HashMap<&'m str, &'m ValueInfoProto>,
+    declared: FastMap<&'m str, &'m ValueInfoProto>,
     /// Nodes made for the ONNX node being mapped, undone when it falls back to opaque.
     made: Vec<NodeId>,
     graph: Graph,
     /// Every defined value by ONNX name.
-    values: HashMap<&'m str, Value>,
+    values: FastMap<&'m str, Value>,
     /// Initialisers not yet made constants.
-    inits: HashMap<&'m str, &'m TensorProto>,
+    inits: FastMap<&'m str, &'m TensorProto>,
 }
 
 /// The inputs and attributes of one ONNX node, with its name for messages.
@@ -353,7 +455,8 @@ impl<'m> Importer<'m> {
             .chain(&proto.input)
             .map(|vi| (vi.name.as_str(), vi))
             .collect();
-        let mut inits = HashMap::with_capacity(proto.initializer.len());
+        let mut inits = FastMap::default();
+        inits.reserve(proto.initializer.len());
         for t in &proto.initializer {
             if t.name.is_empty() {
                 return Err(OnnxError::tensor("", "an initialiser has no name"));
@@ -372,8 +475,17 @@ impl<'m> Importer<'m> {
             opsets,
             declared,
             made: Vec::new(),
-            graph: Graph::new(),
-            values: HashMap::new(),
+            graph: {
+                // Most ONNX nodes become one node; inputs and initialisers one each.
+                let mut graph = Graph::new();
+                graph.reserve(proto.node.len() + proto.input.len() + proto.initializer.len());
+                graph
+            },
+            values: {
+                let mut values = FastMap::default();
+                values.reserve(proto.node.len() + proto.input.len() + proto.initializer.len());
+                values
+            },
             inits,
         })
     }
@@ -425,7 +537,8 @@ impl<'m> Importer<'m> {
     /// Node indices in a topological order (file order when the file is sorted).
     fn node_order(&self) -> Result<Vec<usize>, OnnxError> {
         let nodes = &self.proto.node;
-        let mut producer: HashMap<&str, usize> = HashMap::new();
+        let mut producer: FastMap<&str, usize> = FastMap::default();
+        producer.reserve(nodes.len());
         for (i, n) in nodes.iter().enumerate() {
             for o in n.output.iter().filter(|o| !o.is_empty()) {
                 if self.values.contains_key(o.as_str())
@@ -440,27 +553,63 @@ impl<'m> Importer<'m> {
                 }
             }
         }
-        let mut indegree = vec![0usize; nodes.len()];
-        let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        // Per node, the nodes it reads from (deduplicated), as one flat list.
+        let mut deps: Vec<usize> = Vec::with_capacity(nodes.len() * 2);
+        let mut starts: Vec<usize> = Vec::with_capacity(nodes.len() + 1);
+        let mut sorted = true;
         for (i, n) in nodes.iter().enumerate() {
-            let deps: BTreeSet<usize> = n
-                .input
-                .iter()
-                .filter_map(|name| producer.get(name.as_str()).copied())
-                .collect();
-            indegree[i] = deps.len();
-            for d in deps {
-                users[d].push(i);
+            starts.push(deps.len());
+            let from = deps.len();
+            for name in &n.input {
+                if let Some(&d) = producer.get(name.as_str()) {
+                    sorted &= d < i;
+                    deps.push(d);
+                }
+            }
+            deps[from..].sort_unstable();
+            let mut kept = from;
+            for k in from..deps.len() {
+                if k == from || deps[k] != deps[kept - 1] {
+                    deps[kept] = deps[k];
+                    kept += 1;
+                }
+            }
+            deps.truncate(kept);
+        }
+        starts.push(deps.len());
+        // A file in order (nearly every export) keeps its order: among ready nodes the
+        // smallest index goes first, and in a sorted file that is always the next one.
+        if sorted {
+            return Ok((0..nodes.len()).collect());
+        }
+        let mut indegree: Vec<usize> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        // Users by producer, as one flat list (counting sort of the dependency edges).
+        let mut user_starts = vec![0usize; nodes.len() + 1];
+        for &d in &deps {
+            user_starts[d + 1] += 1;
+        }
+        for i in 0..nodes.len() {
+            user_starts[i + 1] += user_starts[i];
+        }
+        let mut fill = user_starts.clone();
+        let mut users = vec![0usize; deps.len()];
+        for (i, w) in starts.windows(2).enumerate() {
+            for &d in &deps[w[0]..w[1]] {
+                users[fill[d]] = i;
+                fill[d] += 1;
             }
         }
-        let mut ready: BTreeSet<usize> = (0..nodes.len()).filter(|&i| indegree[i] == 0).collect();
+        let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len())
+            .filter(|&i| indegree[i] == 0)
+            .map(Reverse)
+            .collect();
         let mut order = Vec::with_capacity(nodes.len());
-        while let Some(i) = ready.pop_first() {
+        while let Some(Reverse(i)) = ready.pop() {
             order.push(i);
-            for &u in &users[i] {
+            for &u in &users[user_starts[i]..user_starts[i + 1]] {
                 indegree[u] -= 1;
                 if indegree[u] == 0 {
-                    ready.insert(u);
+                    ready.push(Reverse(u));
                 }
             }
         }
@@ -674,9 +823,11 @@ impl<'m> Importer<'m> {
     fn undo(&mut self, mark: usize) -> Result<(), OnnxError> {
         while self.made.len() > mark {
             let Some(id) = self.made.pop() else { break };
+            // No name points at a made node: the ONNX node's outputs are named only
+            // once it maps, and initialiser constants are not in `made`. (A scan of
+            // `values` here would make a model of many fallbacks quadratic.)
             if self.graph.node(id).is_some() && self.graph.is_unused(id) {
                 self.graph.remove_node(id).map_err(OnnxError::verify)?;
-                self.values.retain(|_, v| v.node != id);
             }
         }
         self.made.clear();
@@ -1868,7 +2019,13 @@ impl<'m> Importer<'m> {
         for id in unused {
             self.graph.remove_node(id).map_err(OnnxError::verify)?;
         }
-        crate::verify(&self.graph).map_err(OnnxError::verify)?;
+        // Every node was checked as it was added (signature, inference, defined
+        // operands, file order made topological), so a release build does not verify
+        // the whole graph again: saving verifies it before writing. Debug builds (the
+        // tests) still check the importer's work here.
+        if cfg!(debug_assertions) {
+            crate::verify(&self.graph).map_err(OnnxError::verify)?;
+        }
         Ok(self.graph)
     }
 }
@@ -1933,4 +2090,73 @@ fn input_meta(vi: &ValueInfoProto) -> Result<TensorMeta, OnnxError> {
         });
     }
     Ok(TensorMeta::new(dtype, Shape::from(dims)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(attribute: Vec<AttributeProto>) -> ModelProto {
+        let node = |op: &str, input: &str, output: &str| NodeProto {
+            input: vec![input.into()],
+            output: vec![output.into()],
+            op_type: op.into(),
+            attribute: attribute.clone(),
+            ..Default::default()
+        };
+        ModelProto {
+            ir_version: 8,
+            producer_name: "test".into(),
+            graph: Some(GraphProto {
+                node: vec![node("Relu", "x", "y"), node("Neg", "y", "z")],
+                name: "g".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn int_attr(name: &str) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: crate::onnx::proto::attribute_type::INT,
+            i: 3,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn node_by_node_decoding_gives_the_plain_decoders_model_with_tight_lists() {
+        let bytes = model(vec![int_attr("a")]).encode_to_vec();
+        let fast = decode_by_node(&bytes).expect("a plain model takes the node-by-node path");
+        assert_eq!(
+            Some(&fast),
+            ModelProto::decode(bytes.as_slice()).ok().as_ref()
+        );
+        let nodes = &fast.graph.as_ref().expect("graph").node;
+        assert_eq!(nodes.capacity(), 2);
+        assert!(nodes.iter().all(|n| n.attribute.capacity() == 1));
+    }
+
+    #[test]
+    fn other_inputs_take_the_plain_decoder() {
+        // A subgraph (its nesting is counted from the model down).
+        let sub = AttributeProto {
+            name: "body".into(),
+            r#type: crate::onnx::proto::attribute_type::GRAPH,
+            g: Some(Box::new(GraphProto::default())),
+            ..Default::default()
+        };
+        assert_eq!(decode_by_node(&model(vec![sub]).encode_to_vec()), None);
+        // The graph field twice (protobuf merges them).
+        let mut twice = model(vec![]).encode_to_vec();
+        twice.extend(model(vec![]).encode_to_vec());
+        assert_eq!(decode_by_node(&twice), None);
+        // A group (wire type 3), a cut varint, a length past the end.
+        assert_eq!(decode_by_node(&[0x0b]), None);
+        assert_eq!(decode_by_node(&[0x08, 0x80]), None);
+        assert_eq!(decode_by_node(&[0x3a, 0x05, 0x00]), None);
+        // No graph at all.
+        assert_eq!(decode_by_node(&[0x08, 0x07]), None);
+    }
 }

@@ -146,7 +146,9 @@ pub struct NodeProto {
     pub metadata_props: Vec<StringStringEntryProto>,
 }
 
-/// A named attribute of a node; `type` says which field holds the value.
+/// A named attribute of a node; `type` says which field holds the value. The rare
+/// message fields (a tensor, a type, a sparse tensor) are boxed: inline they made each
+/// attribute over a kilobyte, and a million-node model holds millions of attributes.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct AttributeProto {
     #[prost(string, tag = "1")]
@@ -163,8 +165,8 @@ pub struct AttributeProto {
     pub i: i64,
     #[prost(bytes = "vec", tag = "4")]
     pub s: Vec<u8>,
-    #[prost(message, optional, tag = "5")]
-    pub t: Option<TensorProto>,
+    #[prost(message, optional, boxed, tag = "5")]
+    pub t: Option<Box<TensorProto>>,
     #[prost(message, optional, boxed, tag = "6")]
     pub g: Option<Box<GraphProto>>,
     #[prost(float, repeated, tag = "7")]
@@ -177,12 +179,12 @@ pub struct AttributeProto {
     pub tensors: Vec<TensorProto>,
     #[prost(message, repeated, tag = "11")]
     pub graphs: Vec<GraphProto>,
-    #[prost(message, optional, tag = "14")]
-    pub tp: Option<TypeProto>,
+    #[prost(message, optional, boxed, tag = "14")]
+    pub tp: Option<Box<TypeProto>>,
     #[prost(message, repeated, tag = "15")]
     pub type_protos: Vec<TypeProto>,
-    #[prost(message, optional, tag = "22")]
-    pub sparse_tensor: Option<SparseTensorProto>,
+    #[prost(message, optional, boxed, tag = "22")]
+    pub sparse_tensor: Option<Box<SparseTensorProto>>,
     #[prost(message, repeated, tag = "23")]
     pub sparse_tensors: Vec<SparseTensorProto>,
 }

@@ -35,6 +35,8 @@
 //! functions back.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use foldhash::{HashMap as FastMap, HashSet as FastSet};
 use std::path::Path;
 
 use prost::Message;
@@ -149,9 +151,9 @@ pub(super) fn fill_inline(inits: &mut [TensorProto], payloads: Vec<(usize, Tenso
 struct Exporter<'g> {
     graph: &'g Graph,
     printer: Names,
-    names: HashMap<Value, String>,
-    taken: HashSet<String>,
-    node_names: HashSet<String>,
+    names: FastMap<Value, String>,
+    taken: NameSet,
+    node_names: NameSet,
     nodes: Vec<NodeProto>,
     inits: Vec<TensorProto>,
     inputs: Vec<ValueInfoProto>,
@@ -217,7 +219,7 @@ fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::TENSOR,
-        t: Some(t),
+        t: Some(Box::new(t)),
         ..Default::default()
     }
 }
@@ -248,14 +250,36 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
     }
 }
 
-fn unique(taken: &mut HashSet<String>, base: &str) -> String {
-    if taken.insert(base.to_string()) {
+/// Names given so far, kept as 128-bit fingerprints rather than strings: a big model
+/// names a million values and nodes, and a set of strings would copy and free every
+/// one of them. Two different names share a fingerprint with odds of about 2^-128 per
+/// pair; the seeds are fixed, so the names written are the same on every run.
+#[derive(Default)]
+struct NameSet(FastSet<(u64, u64)>);
+
+impl NameSet {
+    fn with_capacity(n: usize) -> NameSet {
+        NameSet(FastSet::with_capacity_and_hasher(n, Default::default()))
+    }
+
+    /// Adds `name`; false when it was there already.
+    fn insert(&mut self, name: impl AsRef<str>) -> bool {
+        use std::hash::BuildHasher;
+        let name = name.as_ref();
+        let a = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(name);
+        let b = foldhash::quality::FixedState::with_seed(0xc2b2_ae3d_27d4_eb4f).hash_one(name);
+        self.0.insert((a, b))
+    }
+}
+
+fn unique(taken: &mut NameSet, base: &str) -> String {
+    if taken.insert(base) {
         return base.to_string();
     }
     let mut k = 1;
     loop {
         let name = format!("{base}_{k}");
-        if taken.insert(name.clone()) {
+        if taken.insert(&name) {
             return name;
         }
         k += 1;
@@ -267,10 +291,10 @@ impl<'g> Exporter<'g> {
         Exporter {
             graph,
             printer: Names::new(graph),
-            names: HashMap::new(),
-            taken: HashSet::new(),
-            node_names: HashSet::new(),
-            nodes: Vec::new(),
+            names: FastMap::with_capacity_and_hasher(graph.node_count(), Default::default()),
+            taken: NameSet::with_capacity(graph.node_count()),
+            node_names: NameSet::with_capacity(graph.node_count()),
+            nodes: Vec::with_capacity(graph.node_count()),
             inits: Vec::new(),
             inputs: Vec::new(),
             identities: Vec::new(),
@@ -395,7 +419,7 @@ impl<'g> Exporter<'g> {
         outputs: Vec<String>,
         attribute: Vec<AttributeProto>,
     ) {
-        let name = unique(&mut self.node_names, &self.cur.clone());
+        let name = unique(&mut self.node_names, &self.cur);
         self.push_named(name, op_type, inputs, outputs, attribute);
     }
 
