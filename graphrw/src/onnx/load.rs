@@ -276,6 +276,9 @@ struct Importer<'m> {
     values: FastMap<&'m str, Value>,
     /// Initialisers not yet made constants.
     inits: FastMap<&'m str, &'m TensorProto>,
+    /// Mask `Expand`s of graphrw's own Attention export that the loader bypassed; removed
+    /// in `finish` when nothing else reads them (once, so many attentions stay linear).
+    bypassed: Vec<NodeId>,
 }
 
 /// The inputs and attributes of one ONNX node, with its name for messages.
@@ -487,6 +490,7 @@ impl<'m> Importer<'m> {
                 values
             },
             inits,
+            bypassed: Vec::new(),
         })
     }
 
@@ -1989,14 +1993,9 @@ impl<'m> Importer<'m> {
             ("enable_gqa", AttrValue::Bool(gqa)),
         ];
         let out = self.op1(at, "scaled_dot_product_attention", &operands, &attrs)?;
-        if let Some(id) = bypassed {
-            if self.graph.consumers(id).is_empty()
-                && !self.graph.outputs().iter().any(|o| o.node == id)
-            {
-                self.graph.remove_node(id).map_err(OnnxError::verify)?;
-                self.values.retain(|_, v| v.node != id);
-            }
-        }
+        // A later node may still read the expanded mask (by its name or an alias), so
+        // whether it is dead is only known at the end.
+        self.bypassed.extend(bypassed);
         Ok(vec![out])
     }
 
@@ -2010,6 +2009,13 @@ impl<'m> Importer<'m> {
         self.graph
             .set_named_outputs(outputs)
             .map_err(OnnxError::verify)?;
+        // Bypassed mask expands nothing else read are dead (before the constants, so
+        // a constant that fed only such an expand goes too).
+        for id in std::mem::take(&mut self.bypassed) {
+            if self.graph.node(id).is_some() && self.graph.is_unused(id) {
+                self.graph.remove_node(id).map_err(OnnxError::verify)?;
+            }
+        }
         // Constants that only fed attributes (shapes, axes) are dead.
         let unused: Vec<NodeId> = self
             .graph
