@@ -238,6 +238,7 @@ pub mod dispatch;
 mod display;
 mod explain;
 pub mod matcher;
+mod node_matcher;
 mod op_ids;
 mod options;
 #[doc(hidden)]
@@ -247,6 +248,7 @@ mod tree;
 
 pub use bindings::{Bindings, Bound, Match, PatternMatch, TensorRef};
 pub use explain::{explain, explain_named, near_misses, Explanation};
+pub use node_matcher::NodeMatcher;
 pub use options::{find_with, match_at_with, MatchFilter, MatchOptions};
 pub use rule::{ReplaceFn, Rule, RuleSet};
 pub use tree::{
