@@ -325,6 +325,7 @@ impl Dispatch {
     }
 
     /// [`Dispatch::candidates`] with the graph's keys made once ([`Dispatch::keys`]).
+    #[inline]
     pub(super) fn candidates_with(
         &self,
         keys: &GraphKeys,
@@ -431,6 +432,7 @@ pub(super) struct GraphKeys {
 
 impl GraphKeys {
     /// False when `graph` has ops these keys do not know.
+    #[inline]
     pub(super) fn is_current(&self, graph: &Graph) -> bool {
         self.ids.len() == 2 * graph.coded_ops().len()
     }
@@ -440,12 +442,40 @@ impl Dispatch {
     /// Prepares visits to the nodes of the block of [`GATHER`] indices from `from` on:
     /// when few of them are anchors, it reads their slots ahead, in order (see
     /// [`read_ahead`]). A [`NodeMatcher`] calls it as its visits enter a new block. Returns the index just past the block.
+    #[inline]
     pub(super) fn read_block_ahead(&self, keys: &GraphKeys, graph: &Graph, from: usize) -> usize {
         let codes = graph.op_codes();
         let end = from.saturating_add(GATHER);
         let block = codes.get(from..end.min(codes.len())).unwrap_or(&[]);
         let anchors = block.iter().filter(|&&c| self.may_anchor(keys, c)).count();
         if anchors > 0 && sparse(anchors, block.len()) {
+            read_ahead(graph, from, block.len());
+        }
+        end
+    }
+
+    /// The nodes of the block of [`GATHER`] indices from `from` on that some tree is
+    /// for, found from the op-code column alone, written to `out` (cleared first); when
+    /// they are few, their slots are read ahead, in order (see [`read_ahead`]). Returns
+    /// the index just past the block.
+    #[inline]
+    pub(super) fn block_anchors(
+        &self,
+        keys: &GraphKeys,
+        graph: &Graph,
+        from: usize,
+        out: &mut Vec<NodeId>,
+    ) -> usize {
+        out.clear();
+        let codes = graph.op_codes();
+        let end = from.saturating_add(GATHER).min(codes.len());
+        let block = codes.get(from..end).unwrap_or(&[]);
+        for (k, &code) in block.iter().enumerate() {
+            if self.may_anchor(keys, code) {
+                out.push(NodeId::new(from + k));
+            }
+        }
+        if !out.is_empty() && sparse(out.len(), block.len()) {
             read_ahead(graph, from, block.len());
         }
         end
@@ -462,8 +492,7 @@ impl Dispatch {
     ) -> Vec<(&'static Rule, Match)> {
         let mut matcher = NodeMatcher::new(self, graph, options);
         let mut out = Vec::new();
-        for i in 0..graph.op_codes().len() {
-            let id = NodeId::new(i);
+        while let Some(id) = matcher.next_anchor(graph) {
             if matcher.visit(graph, id) {
                 out.extend(matcher.next_match(graph, |_| false));
             }

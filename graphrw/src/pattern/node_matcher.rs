@@ -21,7 +21,7 @@ use crate::{Graph, NodeId};
 /// let dispatch = Dispatch::for_sets(&[rules]);
 /// let options = MatchOptions::new();
 /// let mut matcher = NodeMatcher::new(&dispatch, graph, &options);
-/// for id in graph.node_ids() {
+/// while let Some(id) = matcher.next_anchor(graph) {
 ///     matcher.visit(graph, id);
 ///     while let Some((rule, m)) = matcher.next_match(graph, |_| false) {
 ///         println!("{} matches at {id:?} ({} nodes)", rule.name, m.nodes.len());
@@ -42,6 +42,11 @@ pub struct NodeMatcher<'a> {
     candidates: Vec<&'static Rule>,
     /// The next candidate to try.
     next: usize,
+    /// [`NodeMatcher::next_anchor`]'s pass: the anchors of the current block, the next
+    /// of them, and the start of the next block.
+    block: Vec<NodeId>,
+    block_at: usize,
+    sweep: usize,
     attempts: usize,
 }
 
@@ -58,17 +63,51 @@ impl<'a> NodeMatcher<'a> {
             node: NodeId::new(0),
             candidates: Vec::new(),
             next: 0,
+            block: Vec::new(),
+            block_at: 0,
+            sweep: 0,
             attempts: 0,
+        }
+    }
+
+    /// The next node, in node order, that some rule may be anchored at: a pass over the
+    /// whole graph (which must not change during the pass), one block of node indices
+    /// at a time. The anchors of a block are found from the graph's op-code column alone
+    /// (the other nodes' slots are never read), and their slots are read ahead when
+    /// they are sparse.
+    #[inline]
+    pub fn next_anchor(&mut self, graph: &Graph) -> Option<NodeId> {
+        loop {
+            if let Some(&id) = self.block.get(self.block_at) {
+                self.block_at += 1;
+                return Some(id);
+            }
+            if self.sweep >= graph.op_codes().len() {
+                return None;
+            }
+            self.refresh_keys(graph);
+            self.block_at = 0;
+            self.sweep =
+                self.dispatch
+                    .block_anchors(&self.keys, graph, self.sweep, &mut self.block);
+            self.read_to = self.sweep;
+        }
+    }
+
+    /// Makes the op-code keys again when the graph has gained ops since.
+    #[inline]
+    fn refresh_keys(&mut self, graph: &Graph) {
+        if !self.keys.is_current(graph) {
+            self.keys = self.dispatch.keys(graph);
         }
     }
 
     /// Starts on node `id`: finds the rules that may match with their anchor there
     /// ([`Dispatch::candidates`]). Returns false when there are none (most nodes: the
     /// cost is then a read of the graph's op-code column).
+    #[inline]
     pub fn visit(&mut self, graph: &Graph, id: NodeId) -> bool {
-        if !self.keys.is_current(graph) {
-            self.keys = self.dispatch.keys(graph);
-        }
+        self.refresh_keys(graph);
         if id.index() >= self.read_to {
             // Mostly on the first sweep through the graph, in node order.
             self.read_to = self
@@ -91,6 +130,7 @@ impl<'a> NodeMatcher<'a> {
     /// priority order, and the first that matches and that the options' filters accept
     /// is returned. Rules `skip` refuses are passed over (and not counted as attempts).
     /// `None` when no candidate is left.
+    #[inline]
     pub fn next_match(
         &mut self,
         graph: &Graph,
