@@ -5,7 +5,7 @@
 //! the rule sets' merged decision trees ([`Dispatch`], built once per list of rule
 //! sets), which look at the node's op, the ops of its operands and its attributes once
 //! for all rules, so rules that cannot match a node cost nothing. The first
-//! match that is safe to replace ([`apply::check_safe`]) is replaced atomically
+//! match that is safe to replace ([`check_safe`]) is replaced atomically
 //! ([`apply::apply`]), with whatever only the match used, and the new nodes and their
 //! users go back on the worklist. Matches never overlap: each replacement happens on
 //! the graph as it is after the previous one. An iteration guard turns a rule
@@ -36,11 +36,13 @@ use thiserror::Error;
 
 use crate::graph::{Graph, NodeId, Value};
 use crate::pattern::dispatch::Dispatch;
+use crate::pattern::safety::safe_interior;
 use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
 use crate::verify::verify;
 use crate::GraphError;
 
-pub use apply::{check_safe, Patch, Unsafe};
+pub use crate::pattern::{check_safe, Unsafe};
+pub use apply::Patch;
 
 pub use crate::pattern::MatchFilter;
 
@@ -256,7 +258,7 @@ impl Rewriter {
             while let Some((rule, m)) = matcher.next_match(graph, |rule| {
                 !failed.is_empty() && failed.contains(&(rule.name, id))
             }) {
-                let Ok(inside) = apply::safe_interior(graph, &m) else {
+                let Ok(inside) = safe_interior(graph, &m) else {
                     *report.rejected_unsafe.entry(rule.name).or_default() += 1;
                     continue;
                 };
