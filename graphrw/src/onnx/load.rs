@@ -652,7 +652,7 @@ impl<'m> Importer<'m> {
     fn undo(&mut self, mark: usize) -> Result<(), OnnxError> {
         while self.made.len() > mark {
             let Some(id) = self.made.pop() else { break };
-            if self.graph.node(id).is_some() && self.graph.is_unused(id) {
+            if self.graph.node(id).is_some() && self.graph.node_is_unused(id) {
                 self.graph.remove_node(id).map_err(OnnxError::verify)?;
                 self.values.retain(|_, v| v.node != id);
             }
@@ -1900,7 +1900,7 @@ impl<'m> Importer<'m> {
         ];
         let out = self.op1(at, "scaled_dot_product_attention", &operands, &attrs)?;
         if let Some(id) = bypassed {
-            if self.graph.consumers(id).is_empty()
+            if self.graph.node_users(id).is_empty()
                 && !self.graph.outputs().iter().any(|o| o.node == id)
             {
                 self.graph.remove_node(id).map_err(OnnxError::verify)?;
@@ -1924,7 +1924,7 @@ impl<'m> Importer<'m> {
         let unused: Vec<NodeId> = self
             .graph
             .nodes_with_op("constant")
-            .filter(|&id| self.graph.is_unused(id))
+            .filter(|&id| self.graph.node_is_unused(id))
             .collect();
         for id in unused {
             self.graph.remove_node(id).map_err(OnnxError::verify)?;

@@ -122,12 +122,12 @@ pub(crate) fn safe_interior(graph: &Graph, m: &Match) -> Result<Interior, Unsafe
 fn check_convex(graph: &Graph, inside: &Interior) -> Result<(), Unsafe> {
     let mut stack: Vec<NodeId> = inside
         .iter()
-        .flat_map(|&n| graph.consumers(n))
+        .flat_map(|&n| graph.node_users(n))
         .filter(|c| !inside.contains(c))
         .collect();
     let mut seen: HashSet<NodeId> = stack.iter().copied().collect();
     while let Some(n) = stack.pop() {
-        for c in graph.consumers(n) {
+        for c in graph.node_users(n) {
             if inside.contains(&c) {
                 return Err(Unsafe::NotConvex { via: n });
             }

@@ -65,7 +65,7 @@ pub(crate) fn apply_safe(
         if old == new {
             continue;
         }
-        for (user, operand) in graph.users(old) {
+        for (user, operand) in graph.uses_sorted(old) {
             if !added.contains(&user) {
                 graph.set_operand(user, operand as usize, new)?;
                 rewired.push(user);
