@@ -192,7 +192,7 @@ fn around_first_site(g: &Graph, anchor_op: &str) -> BTreeSet<NodeId> {
         }
         frontier = next;
     }
-    for c in g.consumers(site) {
+    for c in g.node_users(site) {
         set.insert(c);
     }
     set

@@ -24,14 +24,14 @@ fn counted_uses(g: &Graph) -> Vec<(NodeId, usize)> {
 /// Use counts, use lists and per-value uses all agree with the operands.
 fn assert_uses_match_operands(g: &Graph) {
     for (id, n) in counted_uses(g) {
-        assert_eq!(g.use_count_of_node(id), n, "use count of %{}", id.index());
-        assert_eq!(g.use_list(id).len(), n, "use list of %{}", id.index());
+        assert_eq!(g.node_use_count(id), n, "use count of %{}", id.index());
+        assert_eq!(g.node_uses(id).len(), n, "use list of %{}", id.index());
         let outputs = g.node(id).expect("live").outputs().len() as u32;
         let per_value: usize = (0..outputs)
             .map(|o| g.uses(Value::new(id, o)).count())
             .sum();
         assert_eq!(per_value, n, "uses per value of %{}", id.index());
-        for &(user, u) in g.use_list(id) {
+        for &(user, u) in g.node_uses(id) {
             assert_eq!(
                 g.node(user).expect("live user").operands()[u.operand as usize],
                 Value::new(id, u.output)

@@ -142,7 +142,7 @@ fn use_counts_follow_every_mutation_and_dce_cascades() {
         d.value(),
     );
     let mut g = b.finish();
-    let count = |g: &Graph, v: Value| g.use_count_of_node(v.node);
+    let count = |g: &Graph, v: Value| g.node_use_count(v.node);
     assert_eq!(
         [
             count(&g, x),

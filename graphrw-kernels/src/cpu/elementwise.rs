@@ -64,70 +64,54 @@ impl BinaryOp {
     }
 }
 
-/// A unary elementwise op (see [`unary`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    /// `-x` (floats, integers).
-    Neg,
-    /// `|x|` (floats, integers).
-    Abs,
-    /// `1 / x`.
-    Reciprocal,
-    /// `sqrt(x)`.
-    Sqrt,
-    /// `1 / sqrt(x)`.
-    Rsqrt,
-    /// `e^x`.
-    Exp,
-    /// Natural logarithm.
-    Log,
-    /// Sine.
-    Sin,
-    /// Cosine.
-    Cos,
-    /// The error function.
-    Erf,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// `1 / (1 + e^-x)`.
-    Sigmoid,
-    /// `max(x, 0)` (floats, integers; NaN stays NaN).
-    Relu,
-    /// Exact GELU: `x/2 * (1 + erf(x / sqrt 2))`.
-    Gelu,
-    /// Tanh-approximated GELU (`approximate="tanh"`).
-    GeluTanh,
-    /// `x * sigmoid(x)`.
-    Silu,
-    /// Logical not (bool).
-    Not,
-    /// True where `x` is NaN (any dtype; always false for integers and bool).
-    IsNan,
+/// Defines [`UnaryOp`] from the rows of `src/unary_ops.rs`, the one list of unary ops.
+macro_rules! unary_ops {
+    ($($(#[doc = $doc:literal])* $v:ident $op:literal $name:literal $kind:ident,)*) => {
+        /// A unary elementwise op (see [`unary`]). The variants are the rows of the
+        /// workspace's one list of unary ops (`graphrw-kernels/src/unary_ops.rs`), which
+        /// the tile executor and `fused_kernel!` read too.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum UnaryOp {
+            $($(#[doc = $doc])* $v,)*
+        }
+
+        impl UnaryOp {
+            /// Every unary op, in the list's order.
+            pub const ALL: &'static [UnaryOp] = &[$(UnaryOp::$v),*];
+
+            /// The op's name as used in error messages.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(UnaryOp::$v => $name,)*
+                }
+            }
+
+            /// The built-in op it computes (`gelu` for both GELUs: `approximate` tells
+            /// them apart).
+            pub fn op(self) -> &'static str {
+                match self {
+                    $(UnaryOp::$v => $op,)*
+                }
+            }
+
+            /// Whether `fused_kernel!` bodies can use it (the others run in the CPU
+            /// kernels and the tile executor only).
+            pub fn in_fused_kernels(self) -> bool {
+                match self {
+                    $(UnaryOp::$v => stringify!($kind) == "fused",)*
+                }
+            }
+        }
+    };
 }
 
+include!("../unary_ops.rs");
+
 impl UnaryOp {
-    /// The op's name as used in error messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Reciprocal => "reciprocal",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Not => "logical_not",
-            UnaryOp::IsNan => "isnan",
-        }
+    /// The unary op of built-in op `op`, if it is one (`gelu` gives the exact GELU; the
+    /// caller picks [`UnaryOp::GeluTanh`] from its `approximate` attribute).
+    pub fn of_op(op: &str) -> Option<UnaryOp> {
+        UnaryOp::ALL.iter().copied().find(|u| u.op() == op)
     }
 }
 

@@ -116,6 +116,56 @@ pub fn gather_elements(x: &Tensor, index: &Tensor, dim: i64) -> Result<Tensor, K
     }))
 }
 
+/// The shapes of a `gather_nd` (ONNX GatherND with `batch_dims`), checked once for the
+/// CPU and the CUDA kernels.
+pub(crate) struct GatherNdShape {
+    /// The batch dims (`batch_dims`): leading dims data and index share.
+    pub b: usize,
+    /// Entries per index tuple (the index's last dim).
+    pub k: usize,
+    /// The output shape: the index's dims but the last, then the data's past `b + k`.
+    pub out: Vec<usize>,
+    /// The number of batches (the product of the first `b` dims).
+    pub nbatch: usize,
+    /// Index tuples per batch (the product of the index's dims between `b` and the last).
+    pub per_batch: usize,
+}
+
+/// Checks the shapes of `gather_nd` on data of shape `data` and indices of shape
+/// `index`: `batch_dims` below both ranks, the batch dims equal, tuples no longer than
+/// the data's remaining rank.
+pub(crate) fn gather_nd_shape(
+    data: &[usize],
+    index: &[usize],
+    batch_dims: i64,
+) -> Result<GatherNdShape, KernelError> {
+    let op = "gather_nd";
+    let (r, q) = (data.len(), index.len());
+    if batch_dims < 0 || q == 0 || r == 0 || batch_dims as usize >= q.min(r) {
+        return Err(KernelError::shape(
+            op,
+            format!("bad batch_dims {batch_dims} for data {data:?} and index {index:?}"),
+        ));
+    }
+    let b = batch_dims as usize;
+    let k = index[q - 1];
+    if data[..b] != index[..b] || k > r - b {
+        return Err(KernelError::shape(
+            op,
+            format!("index {index:?} does not fit data {data:?} with batch_dims {b}"),
+        ));
+    }
+    let mut out = index[..q - 1].to_vec();
+    out.extend_from_slice(&data[b + k..]);
+    Ok(GatherNdShape {
+        b,
+        k,
+        out,
+        nbatch: prod(&data[..b]),
+        per_batch: prod(&index[b..q - 1]),
+    })
+}
+
 /// ONNX `GatherND`: `index` has shape `[b..., q..., k]`; each `k`-tuple indexes the
 /// dims `batch_dims..batch_dims+k` of `x` within its batch entry.
 ///
@@ -123,39 +173,18 @@ pub fn gather_elements(x: &Tensor, index: &Tensor, dim: i64) -> Result<Tensor, K
 /// `index.shape[..-1] + x.shape[batch_dims + k..]`. Negative indices count from the end.
 pub fn gather_nd(x: &Tensor, index: &Tensor, batch_dims: i64) -> Result<Tensor, KernelError> {
     let op = "gather_nd";
-    let (r, q) = (x.rank(), index.rank());
-    if batch_dims < 0 || q == 0 || r == 0 || batch_dims as usize >= q.min(r) {
-        return Err(KernelError::shape(
-            op,
-            format!(
-                "bad batch_dims {batch_dims} for data {:?} and index {:?}",
-                x.shape(),
-                index.shape()
-            ),
-        ));
-    }
-    let b = batch_dims as usize;
-    let k = index.shape()[q - 1];
-    if x.shape()[..b] != index.shape()[..b] || k > r - b {
-        return Err(KernelError::shape(
-            op,
-            format!(
-                "index {:?} does not fit data {:?} with batch_dims {b}",
-                index.shape(),
-                x.shape()
-            ),
-        ));
-    }
+    let GatherNdShape {
+        b,
+        k,
+        out: shape,
+        nbatch,
+        per_batch,
+    } = gather_nd_shape(x.shape(), index.shape(), batch_dims)?;
     let idx = index_values(op, index)?;
-    let nbatch = prod(&x.shape()[..b]);
     let x_batch = prod(&x.shape()[b..]);
     let inner = prod(&x.shape()[b + k..]);
     let xs = contiguous_strides(x.shape());
-    let tuples_per_batch = if nbatch == 0 {
-        0
-    } else {
-        prod(&index.shape()[b..q - 1])
-    };
+    let tuples_per_batch = if nbatch == 0 { 0 } else { per_batch };
     let mut starts = Vec::with_capacity(nbatch * tuples_per_batch);
     for (t, tuple) in idx
         .chunks(k.max(1))
@@ -176,8 +205,6 @@ pub fn gather_nd(x: &Tensor, index: &Tensor, batch_dims: i64) -> Result<Tensor, 
             .map(|t| (t / tuples_per_batch.max(1)) * x_batch)
             .collect();
     }
-    let mut shape = index.shape()[..q - 1].to_vec();
-    shape.extend_from_slice(&x.shape()[b + k..]);
     Ok(dispatch!(x.dtype(), |T| {
         let src = x.slice_of::<T>();
         let mut out: Vec<T> = Vec::with_capacity(starts.len() * inner);

@@ -19,6 +19,8 @@ pub use conv::conv2d;
 pub use creation::{arange, full};
 pub use elementwise::{binary, cast, dropout, masked_fill, unary, where_, BinaryOp, UnaryOp};
 pub use indexing::{gather, gather_elements, gather_nd, index_select};
+#[cfg(feature = "cuda")]
+pub(crate) use indexing::{gather_nd_shape, GatherNdShape};
 pub use layout::{
     concat, contiguous, expand, permute, reshape, slice, split, squeeze, transpose, tril, triu,
     unsqueeze,

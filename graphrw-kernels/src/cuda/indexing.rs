@@ -10,6 +10,7 @@ use cudarc::driver::PushKernelArg;
 use super::launch::{error_flag, flat, i64_of, norm_dim, read_flag, Layout, NdDims, MAXR};
 use super::{cuda_err, kernels, CudaDevice, CudaTensor};
 use crate::broadcast::contiguous_strides;
+use crate::cpu::{gather_nd_shape, GatherNdShape};
 use crate::{DType, KernelError};
 
 fn check_index(op: &'static str, x: &CudaTensor, index: &CudaTensor) -> Result<(), KernelError> {
@@ -201,37 +202,19 @@ pub fn gather_nd(
 ) -> Result<CudaTensor, KernelError> {
     let op = "gather_nd";
     check_index(op, x, index)?;
-    let (r, q) = (x.rank(), index.rank());
-    if batch_dims < 0 || q == 0 || r == 0 || batch_dims as usize >= q.min(r) {
-        return Err(KernelError::shape(
-            op,
-            format!(
-                "bad batch_dims {batch_dims} for data {:?} and index {:?}",
-                x.shape(),
-                index.shape()
-            ),
-        ));
-    }
-    let b = batch_dims as usize;
-    let k = index.shape()[q - 1];
-    if x.shape()[..b] != index.shape()[..b] || k > r - b {
-        return Err(KernelError::shape(
-            op,
-            format!(
-                "index {:?} does not fit data {:?} with batch_dims {b}",
-                index.shape(),
-                x.shape()
-            ),
-        ));
-    }
+    let GatherNdShape {
+        b,
+        k,
+        out: shape,
+        nbatch,
+        per_batch,
+    } = gather_nd_shape(x.shape(), index.shape(), batch_dims)?;
     if k > MAXR {
         return Err(KernelError::Unsupported {
             op,
             msg: format!("index tuples of {k} entries (at most {MAXR})"),
         });
     }
-    let mut shape = index.shape()[..q - 1].to_vec();
-    shape.extend_from_slice(&x.shape()[b + k..]);
     let dev = x.device().clone();
     let out = dev.zeros(x.dtype(), &shape)?;
     if out.numel() == 0 {
@@ -243,8 +226,6 @@ pub fn gather_nd(
         dims.sizes[j] = i64_of(op, x.shape()[b + j])?;
         dims.strides[j] = i64_of(op, xs[b + j])?;
     }
-    let nbatch: usize = x.shape()[..b].iter().product();
-    let per_batch: usize = index.shape()[b..q - 1].iter().product();
     let tuples = i64_of(op, nbatch * per_batch)?;
     let k_i = k as i64;
     let per_batch_i = i64_of(op, per_batch.max(1))?;

@@ -99,7 +99,7 @@ fn stmt(dag: &Dag, id: Id) -> TokenStream {
             match op {
                 Un::Neg => quote!(-#a),
                 Un::Abs => quote!(__Real::abs(#a)),
-                Un::Recip => quote!(<F as __Real>::ONE / #a),
+                Un::Reciprocal => quote!(<F as __Real>::ONE / #a),
                 Un::Sqrt => quote!(__Real::sqrt(#a)),
                 Un::Rsqrt => quote!(<F as __Real>::ONE / __Real::sqrt(#a)),
                 Un::Exp => quote!(<F as __rt::Compute>::exp_vec::<FMA>(#a)),

@@ -37,7 +37,7 @@ fn expr(dag: &Dag, id: Id) -> String {
             match op {
                 Un::Neg => format!("-{a}"),
                 Un::Abs => format!("fabsf({a})"),
-                Un::Recip => format!("1.0f / {a}"),
+                Un::Reciprocal => format!("1.0f / {a}"),
                 Un::Sqrt => format!("sqrtf({a})"),
                 Un::Rsqrt => format!("1.0f / sqrtf({a})"),
                 Un::Exp => format!("expf({a})"),

@@ -119,7 +119,7 @@ pub fn vjp(
                         let m = b.un(Un::Neg, a_u);
                         b.wher(neg, m, a_u)
                     }
-                    Un::Recip => {
+                    Un::Reciprocal => {
                         let uu = b.bin(Bin::Mul, u, u);
                         let t = b.bin(Bin::Mul, a_u, uu);
                         b.un(Un::Neg, t)

@@ -127,7 +127,7 @@ pub fn un(op: Un, x: f64) -> f64 {
     match op {
         Un::Neg => -x,
         Un::Abs => x.abs(),
-        Un::Recip => 1.0 / x,
+        Un::Reciprocal => 1.0 / x,
         Un::Sqrt => x.sqrt(),
         Un::Rsqrt => 1.0 / x.sqrt(),
         Un::Exp => x.exp(),

@@ -19,24 +19,42 @@ pub const ROTATE_HALF: &str = "`rotate_half` applies to a tensor parameter only 
 /// A node id.
 pub type Id = usize;
 
-/// Unary ops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Un {
-    Neg,
-    Abs,
-    Recip,
-    Sqrt,
-    Rsqrt,
-    Exp,
-    Log,
-    Sin,
-    Cos,
-    Erf,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Silu,
+/// Defines [`Un`] from the `fused` rows of the workspace's one list of unary ops
+/// (`graphrw-kernels/src/unary_ops.rs`, also the kernels' `UnaryOp`); the `cpu` rows
+/// are left out.
+macro_rules! unary_ops {
+    // Every row read: the enum of the rows kept.
+    (@keep [$($(#[doc = $doc:literal])* $v:ident $op:literal,)*]) => {
+        /// Unary ops.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Un {
+            $($(#[doc = $doc])* $v,)*
+        }
+
+        impl Un {
+            /// Every unary op a `fused_kernel!` body can use, in the list's order.
+            pub const ALL: &'static [Un] = &[$(Un::$v),*];
+
+            /// The op's name in the vocabulary.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Un::$v => $op,)*
+                }
+            }
+        }
+    };
+    (@keep [$($kept:tt)*] $(#[doc = $doc:literal])* $v:ident $op:literal $name:literal fused, $($rest:tt)*) => {
+        unary_ops!(@keep [$($kept)* $(#[doc = $doc])* $v $op,] $($rest)*);
+    };
+    (@keep [$($kept:tt)*] $(#[doc = $doc:literal])* $v:ident $op:literal $name:literal cpu, $($rest:tt)*) => {
+        unary_ops!(@keep [$($kept)*] $($rest)*);
+    };
+    ($($rows:tt)*) => {
+        unary_ops!(@keep [] $($rows)*);
+    };
 }
+
+include!("../../../graphrw-kernels/src/unary_ops.rs");
 
 /// Binary ops (comparisons give 0/1 values, used as `where` conditions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,27 +96,6 @@ impl Bin {
             Bin::Le => "le",
             Bin::Gt => "gt",
             Bin::Ge => "ge",
-        }
-    }
-}
-
-impl Un {
-    pub fn name(self) -> &'static str {
-        match self {
-            Un::Neg => "neg",
-            Un::Abs => "abs",
-            Un::Recip => "reciprocal",
-            Un::Sqrt => "sqrt",
-            Un::Rsqrt => "rsqrt",
-            Un::Exp => "exp",
-            Un::Log => "log",
-            Un::Sin => "sin",
-            Un::Cos => "cos",
-            Un::Erf => "erf",
-            Un::Tanh => "tanh",
-            Un::Sigmoid => "sigmoid",
-            Un::Relu => "relu",
-            Un::Silu => "silu",
         }
     }
 }
@@ -362,23 +359,7 @@ fn number(e: &Expr) -> Option<f64> {
 }
 
 fn un_op(name: &str) -> Option<Un> {
-    Some(match name {
-        "neg" => Un::Neg,
-        "abs" => Un::Abs,
-        "reciprocal" => Un::Recip,
-        "sqrt" => Un::Sqrt,
-        "rsqrt" => Un::Rsqrt,
-        "exp" => Un::Exp,
-        "log" => Un::Log,
-        "sin" => Un::Sin,
-        "cos" => Un::Cos,
-        "erf" => Un::Erf,
-        "tanh" => Un::Tanh,
-        "sigmoid" => Un::Sigmoid,
-        "relu" => Un::Relu,
-        "silu" => Un::Silu,
-        _ => return None,
-    })
+    Un::ALL.iter().copied().find(|u| u.name() == name)
 }
 
 fn bin_op(name: &str) -> Option<Bin> {

@@ -117,7 +117,7 @@ fn only_user(g: &Graph, v: Value) -> Option<(NodeId, u32)> {
     if g.is_output(v) || g.use_count(v) != 1 {
         return None;
     }
-    g.users(v).into_iter().next()
+    g.uses_sorted(v).into_iter().next()
 }
 
 /// A chain found in the graph: the nodes it replaces (in order), the operands of the

@@ -41,8 +41,9 @@ pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
 pub use epilogue::{EpilogueCpu, EPILOGUE_CPU, MATMUL_EPILOGUE};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
+pub(crate) use generated::after_generated;
 pub use generated::{
-    check_node, check_vjp_node, generated_executor, generated_executor_of, Kernels, GENERATED_CPU,
+    check_node, check_vjp_node, generated_executor, generated_executor_of, GENERATED_CPU,
 };
 pub use interpreter::RunReport;
 pub use plan::{plan, Plan};

@@ -50,13 +50,15 @@
 
 pub mod builtin;
 mod grad;
+mod kernels;
 
 // The executor lives in `exec` (which reads the descriptors defined here); these names
 // are kept for the paths users already write.
 pub use crate::exec::{
-    check_node, check_vjp_node, generated_executor, generated_executor_of, Kernels, GENERATED_CPU,
+    check_node, check_vjp_node, generated_executor, generated_executor_of, GENERATED_CPU,
 };
 pub use grad::{register_grads, register_grads_of, vjp_nodes};
+pub use kernels::Kernels;
 
 use graphrw_kernels::{KernelError, Tensor};
 

@@ -19,7 +19,17 @@
 //! each node (kept by the graph's op index) and how many operand slots use it.
 //! Questions asked of every node of a big graph (which nodes can anchor a rule, which
 //! are dead) read those few bytes per node rather than the node slots or the edge
-//! lists. A node keeps its output metadata inline (shapes up to
+//! lists.
+//!
+//! Words for who reads a value: a *use* is one operand slot reading it (a node, the
+//! user, and the operand position); a *user* is a node with one or more such uses.
+//! Methods about one value take a [`Value`]: [`Graph::uses`] (its uses, unordered, no
+//! allocation), [`Graph::uses_sorted`] (the same, sorted), [`Graph::use_count`],
+//! [`Graph::is_output`]. Methods about every output of a node are named `node_*` and
+//! take a [`NodeId`]: [`Graph::node_uses`] (each use with the output it reads),
+//! [`Graph::node_users`] (the distinct user nodes), [`Graph::node_use_count`] and
+//! [`Graph::node_is_unused`] (no use and no graph output). Graph outputs are not uses:
+//! only `is_output` and `node_is_unused` look at them. A node keeps its output metadata inline (shapes up to
 //! [`crate::meta::INLINE_RANK`] dims included), so reading an operand's shape is one
 //! step from the node, not a pointer chase.
 
@@ -330,25 +340,29 @@ impl Graph {
         self.by_op.counts().collect()
     }
 
-    /// Users of `v` as (consumer, operand position), in a deterministic order.
-    pub fn users(&self, v: Value) -> Vec<(NodeId, u32)> {
+    /// The uses of `v` as (user, operand position), sorted ([`Graph::uses`] without
+    /// the allocation and in no particular order). Graph outputs are not uses.
+    pub fn uses_sorted(&self, v: Value) -> Vec<(NodeId, u32)> {
         let mut u: Vec<(NodeId, u32)> = self.uses(v).collect();
         u.sort_unstable();
         u
     }
 
-    /// Uses of `v` as (consumer, operand position), in no particular order and without
-    /// allocating (see [`Graph::users`] for a sorted list).
+    /// The uses of `v` as (user, operand position), in no particular order and without
+    /// allocating ([`Graph::uses_sorted`] for a sorted list). Graph outputs are not
+    /// uses.
     pub fn uses(&self, v: Value) -> impl Iterator<Item = (NodeId, u32)> + '_ {
-        self.use_list(v.node)
+        self.node_uses(v.node)
             .iter()
             .filter(move |(_, u)| u.output == v.output)
             .map(|&(user, u)| (user, u.operand))
     }
 
-    /// Every use of any output of `id`, as (user, use), in no particular order (empty
-    /// for a node that does not exist).
-    pub fn use_list(&self, id: NodeId) -> &[(NodeId, Use)] {
+    /// The uses of every output of `id`, as (user, [`Use`]: output read and operand
+    /// position), in no particular order (empty for a node that does not exist). One
+    /// entry per operand slot: a user reading `id` twice appears twice
+    /// ([`Graph::node_users`] lists each user once).
+    pub fn node_uses(&self, id: NodeId) -> &[(NodeId, Use)] {
         self.use_lists.get(id.index()).map_or(&[], |l| l.as_slice())
     }
 
@@ -358,16 +372,17 @@ impl Graph {
         (slot != NO_SLOT).then_some(slot as usize)
     }
 
-    /// True when nothing uses any output of `id`: no node and no graph output.
-    pub fn is_unused(&self, id: NodeId) -> bool {
-        self.use_count_of_node(id) == 0 && !self.outputs.iter().any(|o| o.node == id)
+    /// True when no output of `id` has a use ([`Graph::node_use_count`] is 0) or is a
+    /// graph output. (A graph input can be unused; the dead-code removal still keeps it.)
+    pub fn node_is_unused(&self, id: NodeId) -> bool {
+        self.node_use_count(id) == 0 && !self.outputs.iter().any(|o| o.node == id)
     }
 
-    /// Number of uses of `v` by nodes (graph outputs not counted).
+    /// The number of uses of `v` (operand slots reading it; graph outputs not counted).
     pub fn use_count(&self, v: Value) -> usize {
         match self.node(v.node) {
             // The node's one output has all its uses: the count kept per node says it.
-            Some(n) if n.outputs.len() == 1 && v.output == 0 => self.use_count_of_node(v.node),
+            Some(n) if n.outputs.len() == 1 && v.output == 0 => self.node_use_count(v.node),
             _ => self.uses(v).count(),
         }
     }
@@ -377,9 +392,10 @@ impl Graph {
         self.outputs.contains(&v)
     }
 
-    /// Distinct consumer nodes of any output of `id`.
-    pub fn consumers(&self, id: NodeId) -> BTreeSet<NodeId> {
-        self.use_list(id).iter().map(|&(user, _)| user).collect()
+    /// The distinct user nodes of any output of `id` (each once, sorted; graph outputs
+    /// not counted).
+    pub fn node_users(&self, id: NodeId) -> BTreeSet<NodeId> {
+        self.node_uses(id).iter().map(|&(user, _)| user).collect()
     }
 
     /// Adds a graph input named `name`.
@@ -655,9 +671,10 @@ impl Graph {
         Some(node)
     }
 
-    /// Number of operand slots, over all nodes, that read an output of `id` (graph
-    /// outputs not counted; 0 for a node that does not exist).
-    pub fn use_count_of_node(&self, id: NodeId) -> usize {
+    /// The number of uses of every output of `id` together: operand slots, over all
+    /// nodes, that read one (graph outputs not counted; 0 for a node that does not
+    /// exist). Kept per node, so it costs one read.
+    pub fn node_use_count(&self, id: NodeId) -> usize {
         self.use_counts.get(id.index()).map_or(0, |&n| n as usize)
     }
 
@@ -695,7 +712,7 @@ impl Graph {
     /// Makes every user of `old` (and the graph outputs) use `new` instead.
     pub fn replace_all_uses(&mut self, old: Value, new: Value) -> Result<(), GraphError> {
         self.meta(new)?;
-        for (user, operand) in self.users(old) {
+        for (user, operand) in self.uses_sorted(old) {
             self.set_operand(user, operand as usize, new)?;
         }
         self.redirect_output(old, new);
@@ -714,7 +731,7 @@ impl Graph {
     /// Removes a node that nothing uses (neither a node nor the graph outputs).
     pub fn remove_node(&mut self, id: NodeId) -> Result<Node, GraphError> {
         let node = self.try_node(id)?;
-        if let Some(user) = self.use_list(id).iter().map(|&(user, _)| user).min() {
+        if let Some(user) = self.node_uses(id).iter().map(|&(user, _)| user).min() {
             return Err(GraphError::StillUsed {
                 node: id.index(),
                 op: node.op.name,
@@ -770,7 +787,7 @@ impl Graph {
     /// True when `id` exists, nothing uses it, and it is neither a graph input nor a
     /// graph output.
     fn is_dead(&self, id: NodeId) -> bool {
-        self.node(id).is_some_and(|n| *n.op != ops::builtin::INPUT) && self.is_unused(id)
+        self.node(id).is_some_and(|n| *n.op != ops::builtin::INPUT) && self.node_is_unused(id)
     }
 
     /// [`Graph::remove_if_dead`] with a stack to reuse (left empty).
@@ -790,7 +807,7 @@ impl Graph {
                 node.operands
                     .iter()
                     .map(|v| v.node)
-                    .filter(|&p| self.use_count_of_node(p) == 0),
+                    .filter(|&p| self.node_use_count(p) == 0),
             );
         }
         removed
@@ -815,7 +832,7 @@ impl Graph {
         let mut order = Vec::with_capacity(self.node_count());
         while let Some(Reverse(n)) = ready.pop() {
             order.push(n);
-            for &(user, _) in self.use_list(n) {
+            for &(user, _) in self.node_uses(n) {
                 if let Some(d) = indegree.get_mut(user.index()) {
                     *d = d.saturating_sub(1);
                     if *d == 0 {

@@ -55,7 +55,7 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
                 },
             );
             match graph.use_slot(id, i) {
-                Some(slot) => graph.use_list(v.node).get(slot) == Some(&want),
+                Some(slot) => graph.node_uses(v.node).get(slot) == Some(&want),
                 None => graph.node(v.node).is_none(),
             }
         });
@@ -68,7 +68,7 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
         }
         // Each entry of its use list is an operand of a live user, which points back.
         let back = graph
-            .use_list(id)
+            .node_uses(id)
             .iter()
             .enumerate()
             .all(|(slot, &(user, u))| {
@@ -85,14 +85,14 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
             );
         }
         // The graph's use count agrees with the use list.
-        let listed = graph.use_list(id).len();
-        if graph.use_count_of_node(id) != listed {
+        let listed = graph.node_uses(id).len();
+        if graph.node_use_count(id) != listed {
             fail(
                 &mut errors,
                 id,
                 format!(
                     "the graph counts {} uses of it, its use list has {listed}",
-                    graph.use_count_of_node(id)
+                    graph.node_use_count(id)
                 ),
             );
         }

@@ -830,7 +830,7 @@ impl<'m> Importer<'m> {
             // No name points at a made node: the ONNX node's outputs are named only
             // once it maps, and initialiser constants are not in `made`. (A scan of
             // `values` here would make a model of many fallbacks quadratic.)
-            if self.graph.node(id).is_some() && self.graph.is_unused(id) {
+            if self.graph.node(id).is_some() && self.graph.node_is_unused(id) {
                 self.graph.remove_node(id).map_err(OnnxError::verify)?;
             }
         }
@@ -2012,7 +2012,7 @@ impl<'m> Importer<'m> {
         // Bypassed mask expands nothing else read are dead (before the constants, so
         // a constant that fed only such an expand goes too).
         for id in std::mem::take(&mut self.bypassed) {
-            if self.graph.node(id).is_some() && self.graph.is_unused(id) {
+            if self.graph.node(id).is_some() && self.graph.node_is_unused(id) {
                 self.graph.remove_node(id).map_err(OnnxError::verify)?;
             }
         }
@@ -2020,7 +2020,7 @@ impl<'m> Importer<'m> {
         let unused: Vec<NodeId> = self
             .graph
             .nodes_with_op("constant")
-            .filter(|&id| self.graph.is_unused(id))
+            .filter(|&id| self.graph.node_is_unused(id))
             .collect();
         for id in unused {
             self.graph.remove_node(id).map_err(OnnxError::verify)?;

@@ -199,7 +199,8 @@ impl<'g> TensorRef<'g> {
         shape.axis(i).map(|a| &shape.dims()[a])
     }
 
-    /// Users of the value (node operands, plus one if it is a graph output).
+    /// The pattern language's `users(x)`: the value's uses
+    /// ([`Graph::use_count`](crate::Graph::use_count)), plus one if it is a graph output.
     pub fn users(&self) -> usize {
         self.graph.use_count(self.value) + usize::from(self.graph.is_output(self.value))
     }

@@ -27,8 +27,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::op_index::VACANT;
 use crate::ops::{same_name, AttrValue};
-use crate::pattern::matcher::{self, attr_literal_matches, Scratch};
+use crate::pattern::matcher::attr_literal_matches;
 use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
+use crate::pattern::NodeMatcher;
 use crate::pattern::{AttrPat, Match, MatchOptions, OpPat, PatNode, Pattern, Rule, RuleSet};
 use crate::{Graph, Node, NodeId};
 
@@ -221,7 +222,7 @@ impl Dispatch {
     /// node's op, or its operand's, is then two array reads, with no node slot, op
     /// definition or constant payload read. Built in time proportional to the number of
     /// distinct ops in the graph.
-    pub(crate) fn keys(&self, graph: &Graph) -> GraphKeys {
+    pub(super) fn keys(&self, graph: &Graph) -> GraphKeys {
         let mut ids = Vec::with_capacity(2 * graph.coded_ops().len());
         for name in graph.coded_ops() {
             let id = self.ids.by_name(name);
@@ -311,7 +312,7 @@ impl Dispatch {
     /// attributes are not checked.
     ///
     /// For one node at a time: each call reads the graph's op list first. A pass over a
-    /// whole graph is [`Dispatch::first_matches`] (or the rewriter), which read it once.
+    /// whole graph is a [`NodeMatcher`], which reads it once.
     pub fn candidates(
         &self,
         graph: &Graph,
@@ -324,7 +325,8 @@ impl Dispatch {
     }
 
     /// [`Dispatch::candidates`] with the graph's keys made once ([`Dispatch::keys`]).
-    pub(crate) fn candidates_with(
+    #[inline]
+    pub(super) fn candidates_with(
         &self,
         keys: &GraphKeys,
         graph: &Graph,
@@ -392,7 +394,7 @@ fn unpack(packed: u64, pos: usize) -> Option<OpId> {
     (pos < 3).then(|| (packed >> (16 * pos)) as OpId)
 }
 
-/// How many node slots [`Dispatch::first_matches`] looks at together.
+/// How many node slots [`Dispatch::read_block_ahead`] looks at together.
 const GATHER: usize = 64;
 
 /// True when `anchors` of `len` nodes are few enough for [`read_ahead`] to pay.
@@ -423,24 +425,25 @@ fn read_ahead(graph: &Graph, from: usize, n: usize) {
 /// an op the graph gained after they were made are read from the node (correct, only
 /// slower): [`GraphKeys::is_current`] says when to make them again.
 #[derive(Debug)]
-pub(crate) struct GraphKeys {
+pub(super) struct GraphKeys {
     /// By op code: two per op the graph had when they were made.
     ids: Vec<OpId>,
 }
 
 impl GraphKeys {
     /// False when `graph` has ops these keys do not know.
-    pub(crate) fn is_current(&self, graph: &Graph) -> bool {
+    #[inline]
+    pub(super) fn is_current(&self, graph: &Graph) -> bool {
         self.ids.len() == 2 * graph.coded_ops().len()
     }
 }
 
 impl Dispatch {
-    /// Prepares visits to the nodes of the block of indices from `from` on (as many as
-    /// [`Dispatch::first_matches`] looks at together): when few of them are anchors, it
-    /// reads their slots ahead, in order (see [`read_ahead`]). The rewriter calls it as
-    /// its worklist enters a new block. Returns the index just past the block.
-    pub(crate) fn read_block_ahead(&self, keys: &GraphKeys, graph: &Graph, from: usize) -> usize {
+    /// Prepares visits to the nodes of the block of [`GATHER`] indices from `from` on:
+    /// when few of them are anchors, it reads their slots ahead, in order (see
+    /// [`read_ahead`]). A [`NodeMatcher`] calls it as its visits enter a new block. Returns the index just past the block.
+    #[inline]
+    pub(super) fn read_block_ahead(&self, keys: &GraphKeys, graph: &Graph, from: usize) -> usize {
         let codes = graph.op_codes();
         let end = from.saturating_add(GATHER);
         let block = codes.get(from..end.min(codes.len())).unwrap_or(&[]);
@@ -451,57 +454,47 @@ impl Dispatch {
         end
     }
 
+    /// The nodes of the block of [`GATHER`] indices from `from` on that some tree is
+    /// for, found from the op-code column alone, written to `out` (cleared first); when
+    /// they are few, their slots are read ahead, in order (see [`read_ahead`]). Returns
+    /// the index just past the block.
+    #[inline]
+    pub(super) fn block_anchors(
+        &self,
+        keys: &GraphKeys,
+        graph: &Graph,
+        from: usize,
+        out: &mut Vec<NodeId>,
+    ) -> usize {
+        out.clear();
+        let codes = graph.op_codes();
+        let end = from.saturating_add(GATHER).min(codes.len());
+        let block = codes.get(from..end).unwrap_or(&[]);
+        for (k, &code) in block.iter().enumerate() {
+            if self.may_anchor(keys, code) {
+                out.push(NodeId::new(from + k));
+            }
+        }
+        if !out.is_empty() && sparse(out.len(), block.len()) {
+            read_ahead(graph, from, block.len());
+        }
+        end
+    }
+
     /// A matching pass without rewriting: for every node, in node order, the first rule
     /// (in the order rules are tried) that matches with its anchor there, under
     /// `options`' matching flags and filters. Safety and overlaps are not checked (the
-    /// rewriter's job).
+    /// rewriter's job). A [`NodeMatcher`] visit of every node.
     pub fn first_matches(
         &self,
         graph: &Graph,
         options: &MatchOptions,
     ) -> Vec<(&'static Rule, Match)> {
-        let keys = self.keys(graph);
-        let mut scratch = Scratch::default();
-        let mut candidates = Vec::new();
+        let mut matcher = NodeMatcher::new(self, graph, options);
         let mut out = Vec::new();
-        let mut anchors = [NodeId::new(0); GATHER];
-        for (b, block) in graph.op_codes().chunks(GATHER).enumerate() {
-            // The nodes of this block that some tree is for, from the op-code column
-            // alone; the other nodes' slots are never read.
-            let mut n = 0;
-            for (k, &code) in block.iter().enumerate() {
-                if self.may_anchor(&keys, code) {
-                    anchors[n] = NodeId::new(b * GATHER + k);
-                    n += 1;
-                }
-            }
-            let anchors = &anchors[..n];
-            if sparse(n, block.len()) {
-                read_ahead(graph, b * GATHER, block.len());
-            }
-            for &id in anchors {
-                self.candidates_with(
-                    &keys,
-                    graph,
-                    id,
-                    options.flags.ignore_literals,
-                    &mut candidates,
-                );
-                for &rule in &candidates {
-                    let Ok(m) = matcher::run_in::<false>(
-                        rule.pattern,
-                        graph,
-                        id,
-                        options.flags,
-                        &mut scratch,
-                    ) else {
-                        continue;
-                    };
-                    if options.accepts(graph, &m) {
-                        out.push((rule, m));
-                        break;
-                    }
-                }
+        while let Some(id) = matcher.next_anchor(graph) {
+            if matcher.visit(graph, id) {
+                out.extend(matcher.next_match(graph, |_| false));
             }
         }
         out

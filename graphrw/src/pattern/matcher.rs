@@ -438,7 +438,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     for _ in 0..depth {
                         frontier = frontier
                             .iter()
-                            .flat_map(|&n| self.graph.consumers(n))
+                            .flat_map(|&n| self.graph.node_users(n))
                             .collect();
                     }
                     frontier.into_iter().collect()

@@ -238,17 +238,21 @@ pub mod dispatch;
 mod display;
 mod explain;
 pub mod matcher;
+mod node_matcher;
 mod op_ids;
 mod options;
 #[doc(hidden)]
 pub mod private;
 mod rule;
+pub(crate) mod safety;
 mod tree;
 
 pub use bindings::{Bindings, Bound, Match, PatternMatch, TensorRef};
 pub use explain::{explain, explain_named, near_misses, Explanation};
+pub use node_matcher::NodeMatcher;
 pub use options::{find_with, match_at_with, MatchFilter, MatchOptions};
 pub use rule::{ReplaceFn, Rule, RuleSet};
+pub use safety::{check_safe, Unsafe};
 pub use tree::{
     AttrCheck, AttrPat, Check, CmpOp, ConstPat, Constraint, Link, OpPat, Param, ParamKind, PatNode,
     Pattern, PredFn, RepeatPat, Root, Slot, Term,

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use crate::pattern::matcher::{self, Flags, Scratch};
+use crate::pattern::safety::check_safe;
 use crate::pattern::{Match, Pattern};
-use crate::rewrite::check_safe;
 use crate::{Graph, NodeId};
 
 /// A filter on matches: return false to skip a match (FX's `match_filters`).

@@ -1,11 +1,11 @@
 //! The rewriter: applies rule sets greedily to a fixed point.
 //!
 //! A worklist of nodes, smallest id first (deterministic). For each node, the rules
-//! that can match it are tried in priority order: they come from the rule sets' merged
-//! decision trees ([`Dispatch`], built once per list of rule sets), which look at the
-//! node's op, the ops of its operands and its attributes once for all rules, so rules
-//! that cannot match a node cost nothing. The first
-//! match that is safe to replace ([`apply::check_safe`]) is replaced atomically
+//! that can match it are tried in priority order by a [`NodeMatcher`]: they come from
+//! the rule sets' merged decision trees ([`Dispatch`], built once per list of rule
+//! sets), which look at the node's op, the ops of its operands and its attributes once
+//! for all rules, so rules that cannot match a node cost nothing. The first
+//! match that is safe to replace ([`check_safe`]) is replaced atomically
 //! ([`apply::apply`]), with whatever only the match used, and the new nodes and their
 //! users go back on the worklist. Matches never overlap: each replacement happens on
 //! the graph as it is after the previous one. An iteration guard turns a rule
@@ -36,12 +36,13 @@ use thiserror::Error;
 
 use crate::graph::{Graph, NodeId, Value};
 use crate::pattern::dispatch::Dispatch;
-use crate::pattern::matcher::{self, Scratch};
-use crate::pattern::{MatchOptions, Rule, RuleSet};
+use crate::pattern::safety::safe_interior;
+use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
 use crate::verify::verify;
 use crate::GraphError;
 
-pub use apply::{check_safe, Patch, Unsafe};
+pub use crate::pattern::{check_safe, Unsafe};
+pub use apply::Patch;
 
 pub use crate::pattern::MatchFilter;
 
@@ -242,42 +243,22 @@ impl Rewriter {
             .iteration_limit
             .unwrap_or(4 * graph.node_count() + 1000);
         let dispatch = self.dispatch();
-        let flags = self.options.flags;
-        let mut scratch = Scratch::default();
-        let mut candidates = Vec::new();
+        let mut matcher = NodeMatcher::new(&dispatch, graph, &self.options);
         let mut report = Report::default();
-        let mut keys = dispatch.keys(graph);
         let mut queue = Worklist::default();
-        // (rule, anchor) pairs whose replacement failed: not tried again.
+        // (rule, anchor) pairs whose replacement failed.
         let mut failed: HashSet<(&'static str, NodeId)> = HashSet::new();
         for id in graph.node_ids() {
             queue.insert(id);
         }
-        // The end of the last block whose slots were read ahead.
-        let mut read_to = 0;
         while let Some(id) = queue.pop() {
             report.visited += 1;
-            if !keys.is_current(graph) {
-                keys = dispatch.keys(graph);
-            }
-            if id.index() >= read_to {
-                // Mostly on the first sweep through the graph, in node order.
-                read_to = dispatch.read_block_ahead(&keys, graph, id.index());
-            }
-            dispatch.candidates_with(&keys, graph, id, flags.ignore_literals, &mut candidates);
-            for &rule in &candidates {
-                if !failed.is_empty() && failed.contains(&(rule.name, id)) {
-                    continue;
-                }
-                report.attempts += 1;
-                let Ok(m) = matcher::run_in::<false>(rule.pattern, graph, id, flags, &mut scratch)
-                else {
-                    continue;
-                };
-                if !self.options.accepts(graph, &m) {
-                    continue;
-                }
-                let Ok(inside) = apply::safe_interior(graph, &m) else {
+            matcher.visit(graph, id);
+            // A rule whose replacement failed here is not tried again.
+            while let Some((rule, m)) = matcher.next_match(graph, |rule| {
+                !failed.is_empty() && failed.contains(&(rule.name, id))
+            }) {
+                let Ok(inside) = safe_interior(graph, &m) else {
                     *report.rejected_unsafe.entry(rule.name).or_default() += 1;
                     continue;
                 };
@@ -329,6 +310,7 @@ impl Rewriter {
                 break;
             }
         }
+        report.attempts = matcher.attempts();
         report.dead_removed = graph.remove_dead();
         report.time = start.elapsed();
         Ok(report)

@@ -205,7 +205,8 @@ pub fn program_of(
     let mut out_values = Vec::new();
     for (k, &m) in members.iter().enumerate() {
         let v = Value::new(m, 0);
-        let used_outside = g.is_output(v) || g.users(v).iter().any(|(u, _)| !index.contains_key(u));
+        let used_outside =
+            g.is_output(v) || g.uses_sorted(v).iter().any(|(u, _)| !index.contains_key(u));
         if used_outside {
             outputs.push(k);
             out_values.push(v);

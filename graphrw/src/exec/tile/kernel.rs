@@ -12,6 +12,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use graphrw_kernels::broadcast::{broadcast_shapes, broadcast_strides, collapse_dims};
+use graphrw_kernels::cpu::UnaryOp;
 use graphrw_kernels::Tensor;
 
 use super::lanes::{apply, LaneOp};
@@ -173,8 +174,8 @@ fn compile(
         match ins.op.name {
             "gelu" => {
                 op = match attrs.str("approximate").map_err(|e| e.0)? {
-                    "none" => LaneOp::Gelu,
-                    "tanh" => LaneOp::GeluTanh,
+                    "none" => LaneOp::Unary(UnaryOp::Gelu),
+                    "tanh" => LaneOp::Unary(UnaryOp::GeluTanh),
                     other => return Err(format!("gelu: unknown approximation {other:?}")),
                 }
             }

@@ -2,6 +2,7 @@
 //! is held as `f32` (bools as 0 and 1); the formulas are those of the reference kernels
 //! (`graphrw-kernels::cpu::elementwise`), so a tile computes the same numbers.
 
+use graphrw_kernels::cpu::UnaryOp;
 use graphrw_kernels::Real;
 
 /// What one instruction computes, lane by lane.
@@ -37,42 +38,8 @@ pub enum LaneOp {
     Gt,
     /// `a >= b`.
     Ge,
-    /// `-a`.
-    Neg,
-    /// `|a|`.
-    Abs,
-    /// `1 / a`.
-    Reciprocal,
-    /// `sqrt(a)`.
-    Sqrt,
-    /// `1 / sqrt(a)`.
-    Rsqrt,
-    /// `e^a`.
-    Exp,
-    /// `ln(a)`.
-    Log,
-    /// `sin(a)`.
-    Sin,
-    /// `cos(a)`.
-    Cos,
-    /// `erf(a)`.
-    Erf,
-    /// `tanh(a)`.
-    Tanh,
-    /// `1 / (1 + e^-a)`.
-    Sigmoid,
-    /// `max(a, 0)`, NaN kept.
-    Relu,
-    /// Exact GELU.
-    Gelu,
-    /// Tanh-approximated GELU.
-    GeluTanh,
-    /// `a * sigmoid(a)`.
-    Silu,
-    /// Logical not.
-    Not,
-    /// `a` is NaN.
-    IsNan,
+    /// A unary op of the workspace's one list ([`UnaryOp`]).
+    Unary(UnaryOp),
     /// `c ? a : b`.
     Where,
     /// `a` unchanged (dropout in inference, casts between floats and from bool).
@@ -104,27 +71,10 @@ impl LaneOp {
             "le" => LaneOp::Le,
             "gt" => LaneOp::Gt,
             "ge" => LaneOp::Ge,
-            "neg" => LaneOp::Neg,
-            "abs" => LaneOp::Abs,
-            "reciprocal" => LaneOp::Reciprocal,
-            "sqrt" => LaneOp::Sqrt,
-            "rsqrt" => LaneOp::Rsqrt,
-            "exp" => LaneOp::Exp,
-            "log" => LaneOp::Log,
-            "sin" => LaneOp::Sin,
-            "cos" => LaneOp::Cos,
-            "erf" => LaneOp::Erf,
-            "tanh" => LaneOp::Tanh,
-            "sigmoid" => LaneOp::Sigmoid,
-            "relu" => LaneOp::Relu,
-            "gelu" => LaneOp::Gelu,
-            "silu" => LaneOp::Silu,
-            "not" => LaneOp::Not,
-            "isnan" => LaneOp::IsNan,
             "where" => LaneOp::Where,
             "cast" | "dropout" => LaneOp::Copy,
             "masked_fill" => LaneOp::MaskedFill(0.0),
-            _ => return None,
+            _ => LaneOp::Unary(UnaryOp::of_op(name)?),
         })
     }
 }
@@ -187,10 +137,6 @@ fn map2(d: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
 /// Applies `op` to the lanes of `src` (one slice per operand, all as long as `dst`).
 pub fn apply(op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
     let a = src[0];
-    let half = 0.5f32;
-    let inv_sqrt2 = std::f64::consts::FRAC_1_SQRT_2 as f32;
-    let k = (2.0 / std::f64::consts::PI).sqrt() as f32;
-    let c = 0.044715f64 as f32;
     match op {
         LaneOp::Add => map2(dst, a, src[1], |x, y| x + y),
         LaneOp::Sub => map2(dst, a, src[1], |x, y| x - y),
@@ -207,26 +153,7 @@ pub fn apply(op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
         LaneOp::Le => map2(dst, a, src[1], |x, y| b2f(x <= y)),
         LaneOp::Gt => map2(dst, a, src[1], |x, y| b2f(x > y)),
         LaneOp::Ge => map2(dst, a, src[1], |x, y| b2f(x >= y)),
-        LaneOp::Neg => map1(dst, a, |x| -x),
-        LaneOp::Abs => map1(dst, a, f32::abs),
-        LaneOp::Reciprocal => map1(dst, a, |x| 1.0 / x),
-        LaneOp::Sqrt => map1(dst, a, f32::sqrt),
-        LaneOp::Rsqrt => map1(dst, a, |x| 1.0 / x.sqrt()),
-        LaneOp::Exp => map1(dst, a, f32::exp),
-        LaneOp::Log => map1(dst, a, f32::ln),
-        LaneOp::Sin => map1(dst, a, f32::sin),
-        LaneOp::Cos => map1(dst, a, f32::cos),
-        LaneOp::Erf => map1(dst, a, Real::erf),
-        LaneOp::Tanh => map1(dst, a, f32::tanh),
-        LaneOp::Sigmoid => map1(dst, a, sigmoid),
-        LaneOp::Relu => map1(dst, a, |x| if x < 0.0 { 0.0 } else { x }),
-        LaneOp::Gelu => map1(dst, a, |v| half * v * (1.0 + Real::erf(v * inv_sqrt2))),
-        LaneOp::GeluTanh => map1(dst, a, |v| {
-            half * v * (1.0 + (k * (v + c * v * v * v)).tanh())
-        }),
-        LaneOp::Silu => map1(dst, a, |x| x * sigmoid(x)),
-        LaneOp::Not => map1(dst, a, |x| b2f(x == 0.0)),
-        LaneOp::IsNan => map1(dst, a, |x| b2f(x.is_nan())),
+        LaneOp::Unary(op) => unary(op, dst, a),
         LaneOp::Copy => dst.copy_from_slice(a),
         LaneOp::ToBool => map1(dst, a, |x| b2f(x != 0.0)),
         LaneOp::MaskedFill(v) => map2(dst, a, src[1], |x, m| if m != 0.0 { v } else { x }),
@@ -234,6 +161,89 @@ pub fn apply(op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
             let (x, y) = (src[1], src[2]);
             for (((d, &c), &x), &y) in dst.iter_mut().zip(a).zip(x).zip(y) {
                 *d = if c != 0.0 { x } else { y };
+            }
+        }
+    }
+}
+
+/// Applies the unary op `op` to the lanes of `a`.
+#[inline(always)]
+fn unary(op: UnaryOp, dst: &mut [f32], a: &[f32]) {
+    let half = 0.5f32;
+    let inv_sqrt2 = std::f64::consts::FRAC_1_SQRT_2 as f32;
+    let k = (2.0 / std::f64::consts::PI).sqrt() as f32;
+    let c = 0.044715f64 as f32;
+    match op {
+        UnaryOp::Neg => map1(dst, a, |x| -x),
+        UnaryOp::Abs => map1(dst, a, f32::abs),
+        UnaryOp::Reciprocal => map1(dst, a, |x| 1.0 / x),
+        UnaryOp::Sqrt => map1(dst, a, f32::sqrt),
+        UnaryOp::Rsqrt => map1(dst, a, |x| 1.0 / x.sqrt()),
+        UnaryOp::Exp => map1(dst, a, f32::exp),
+        UnaryOp::Log => map1(dst, a, f32::ln),
+        UnaryOp::Sin => map1(dst, a, f32::sin),
+        UnaryOp::Cos => map1(dst, a, f32::cos),
+        UnaryOp::Erf => map1(dst, a, Real::erf),
+        UnaryOp::Tanh => map1(dst, a, f32::tanh),
+        UnaryOp::Sigmoid => map1(dst, a, sigmoid),
+        UnaryOp::Relu => map1(dst, a, |x| if x < 0.0 { 0.0 } else { x }),
+        UnaryOp::Gelu => map1(dst, a, |v| half * v * (1.0 + Real::erf(v * inv_sqrt2))),
+        UnaryOp::GeluTanh => map1(dst, a, |v| {
+            half * v * (1.0 + (k * (v + c * v * v * v)).tanh())
+        }),
+        UnaryOp::Silu => map1(dst, a, |x| x * sigmoid(x)),
+        UnaryOp::Not => map1(dst, a, |x| b2f(x == 0.0)),
+        UnaryOp::IsNan => map1(dst, a, |x| b2f(x.is_nan())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graphrw_kernels::{cpu, Tensor};
+
+    #[test]
+    fn every_unary_op_of_the_list_runs_in_a_tile_as_the_reference_kernel_does() {
+        let xs = [
+            -3.0f32,
+            -1.0,
+            -0.5,
+            -0.0,
+            0.0,
+            0.25,
+            1.0,
+            2.5,
+            40.0,
+            f32::NAN,
+        ];
+        for &op in UnaryOp::ALL {
+            if op != UnaryOp::GeluTanh {
+                // `gelu_tanh` is `gelu` with an attribute, chosen by the tile's compiler.
+                assert_eq!(
+                    LaneOp::of_builtin(op.op()),
+                    Some(LaneOp::Unary(op)),
+                    "{op:?}"
+                );
+            }
+            let (lanes, tensor) = if op == UnaryOp::Not {
+                let bools = [true, false, false, true];
+                let lanes: Vec<f32> = bools.iter().map(|&b| b2f(b)).collect();
+                (lanes, Tensor::from_vec(vec![bools.len()], bools.to_vec()))
+            } else {
+                (xs.to_vec(), Tensor::from_vec(vec![xs.len()], xs.to_vec()))
+            };
+            let tensor = tensor.unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            let mut got = vec![0f32; lanes.len()];
+            apply(LaneOp::Unary(op), &mut got, &[&lanes]);
+            let want = cpu::unary(op, &tensor)
+                .unwrap_or_else(|e| panic!("{op:?}: {e}"))
+                .to_f64_vec();
+            for ((&g, &w), &x) in got.iter().zip(&want).zip(&lanes) {
+                let g = f64::from(g);
+                let close = g == w
+                    || (g.is_nan() && w.is_nan())
+                    || (g - w).abs() <= 1e-6 * w.abs().max(1.0);
+                assert!(close, "{op:?}({x}): tile {g}, reference {w}");
             }
         }
     }

@@ -1,0 +1,140 @@
+//! Whether a match is safe to replace: no interior value used outside it, and (for a
+//! multi-output match) no path that leaves it and comes back. The rewriter checks it
+//! before every replacement; [`find_with`](crate::pattern::find_with) keeps only safe
+//! matches (FX's `fully_contained`).
+
+use std::collections::HashSet;
+
+use smallvec::SmallVec;
+
+use crate::pattern::Match;
+use crate::{Graph, NodeId, Value};
+
+/// Why a match may not be replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unsafe {
+    /// An interior value (not a pattern output) is used outside the match.
+    EscapingValue {
+        /// The matched node whose output escapes.
+        node: NodeId,
+        /// A user outside the match, or `None` when the value is a graph output.
+        user: Option<NodeId>,
+    },
+    /// A path leaves the match and comes back into it: replacing it would make a cycle.
+    NotConvex {
+        /// The outside node on the path.
+        via: NodeId,
+    },
+}
+
+impl std::fmt::Display for Unsafe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unsafe::EscapingValue {
+                node,
+                user: Some(u),
+            } => write!(
+                f,
+                "interior node %{} is also used by %{} outside the match",
+                node.index(),
+                u.index()
+            ),
+            Unsafe::EscapingValue { node, user: None } => {
+                write!(f, "interior node %{} is a graph output", node.index())
+            }
+            Unsafe::NotConvex { via } => write!(
+                f,
+                "the match is not convex: a path leaves it and returns through %{}",
+                via.index()
+            ),
+        }
+    }
+}
+
+/// The nodes of a match that its replacement takes away: every matched op node (graph
+/// inputs and constants bound by the pattern stay), sorted by id.
+pub(crate) fn interior(graph: &Graph, m: &Match) -> Interior {
+    let mut nodes: SmallVec<[NodeId; 16]> = m
+        .nodes
+        .iter()
+        .copied()
+        .filter(|&n| graph.node(n).is_some_and(|n| !n.op().is_source_leaf()))
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    Interior(nodes)
+}
+
+/// A match's interior nodes (a handful: a sorted inline list beats a tree or a hash set).
+pub(crate) struct Interior(SmallVec<[NodeId; 16]>);
+
+impl Interior {
+    fn contains(&self, n: &NodeId) -> bool {
+        self.0.binary_search(n).is_ok()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &NodeId> + '_ {
+        self.0.iter()
+    }
+}
+
+/// Checks that replacing `m` cannot leave a dangling use or make a cycle.
+pub fn check_safe(graph: &Graph, m: &Match) -> Result<(), Unsafe> {
+    safe_interior(graph, m).map(drop)
+}
+
+/// [`check_safe`], returning the match's interior nodes for [`apply_safe`].
+pub(crate) fn safe_interior(graph: &Graph, m: &Match) -> Result<Interior, Unsafe> {
+    let inside = interior(graph, m);
+    for &n in inside.iter() {
+        let Some(node) = graph.node(n) else { continue };
+        for o in 0..node.outputs().len() as u32 {
+            let v = Value::new(n, o);
+            if m.outputs.contains(&v) {
+                continue;
+            }
+            if graph.is_output(v) {
+                return Err(Unsafe::EscapingValue {
+                    node: n,
+                    user: None,
+                });
+            }
+            if let Some(user) = graph
+                .uses(v)
+                .map(|(u, _)| u)
+                .filter(|u| !inside.contains(u))
+                .min()
+            {
+                return Err(Unsafe::EscapingValue {
+                    node: n,
+                    user: Some(user),
+                });
+            }
+        }
+    }
+    if m.outputs.len() > 1 {
+        check_convex(graph, &inside)?;
+    }
+    Ok(inside)
+}
+
+/// No path from a node of `inside` through outside nodes back into `inside`.
+fn check_convex(graph: &Graph, inside: &Interior) -> Result<(), Unsafe> {
+    let mut stack: Vec<NodeId> = inside
+        .iter()
+        .flat_map(|&n| graph.node_users(n))
+        .filter(|c| !inside.contains(c))
+        .collect();
+    let mut seen: HashSet<NodeId> = stack.iter().copied().collect();
+    while let Some(n) = stack.pop() {
+        for c in graph.node_users(n) {
+            if inside.contains(&c) {
+                return Err(Unsafe::NotConvex { via: n });
+            }
+            if seen.insert(c) {
+                stack.push(c);
+            }
+        }
+    }
+    Ok(())
+}
