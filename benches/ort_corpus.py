@@ -13,8 +13,20 @@ model's times and graphrw's time over onnxruntime's (below 1: graphrw is faster)
     python3 benches/ort_corpus.py ../shared/corpus/gpt2_eager --rounds 5
     python3 benches/ort_corpus.py --threads 1                   # both sides on one thread
 
+The main example's model: `target/release/examples/sdpa_fusion --save DIR` writes
+DIR/model.onnx with .npy inputs and outputs; given such a folder, this script first
+writes DIR/test_data_set_0/ from them so that `graphrw run DIR` runs it:
+
+    target/release/examples/sdpa_fusion --save /tmp/gpt
+    python3 benches/ort_corpus.py /tmp/gpt --threads 1 --cpu-time --repeat 4
+
 `--threads N` sets onnxruntime's intra-op threads and RAYON_NUM_THREADS for graphrw
 (0: each side's default, which is one thread per core for both).
+
+`--cpu-time` (for shared, loaded machines; use it with `--threads 1`) compares CPU time
+per run instead of the best wall time: graphrw's is the CPU time of `graphrw run
+--repeat N+1` minus that of `--repeat 1` (so loading and optimising cancel out) over N,
+onnxruntime's the process CPU time of N runs over N. Both are means, not best times.
 Exits with status 2 (and says why) when onnxruntime or numpy is missing.
 """
 
@@ -49,6 +61,40 @@ def graphrw_ms(exe, model_dir, repeat, env):
     return float(m.group(1))
 
 
+def ensure_test_data(onnx, numpy_helper, model_dir):
+    """Writes test_data_set_0/{input,output}_<i>.pb from the .npy files `sdpa_fusion
+    --save` writes, when the folder has no test data yet."""
+    import numpy as np
+    data = os.path.join(model_dir, "test_data_set_0")
+    if os.path.isdir(data) or not os.path.exists(os.path.join(model_dir, "input_0.npy")):
+        return
+    m = onnx.load(os.path.join(model_dir, "model.onnx"), load_external_data=False)
+    os.makedirs(data)
+    for kind, names in (("input", [i.name for i in m.graph.input]),
+                        ("output", [o.name for o in m.graph.output])):
+        for i, name in enumerate(names):
+            arr = np.load(os.path.join(model_dir, f"{kind}_{i}.npy"))
+            with open(os.path.join(data, f"{kind}_{i}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(arr, name).SerializeToString())
+
+
+def children_cpu_seconds():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def graphrw_cpu_ms(exe, model_dir, repeat, env):
+    """Mean CPU ms of one run: (CPU of repeat + 1 runs - CPU of 1 run) / repeat."""
+    spent = []
+    for n in (1, repeat + 1):
+        c0 = children_cpu_seconds()
+        subprocess.run([exe, "run", model_dir, "--repeat", str(n)], check=True,
+                       capture_output=True, env=env)
+        spent.append(children_cpu_seconds() - c0)
+    return (spent[1] - spent[0]) / repeat * 1e3
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +102,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=20, help="runs per round on each side")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
     ap.add_argument("--threads", type=int, default=0, help="threads on both sides (0: defaults)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="mean CPU time per run instead of best wall time (see above)")
     ap.add_argument("--bin", default=None, help="the graphrw binary (default: target/release/graphrw)")
     args = ap.parse_args()
     try:
@@ -81,16 +129,25 @@ def main():
         opts.intra_op_num_threads = args.threads
         env["RAYON_NUM_THREADS"] = str(args.threads)
 
+    how = "mean CPU time" if args.cpu_time else "best wall time"
     print(f"onnxruntime {ort.__version__}, threads: {args.threads or 'default'}, "
-          f"best of {args.repeat} x {args.rounds} rounds")
+          f"{how} of {args.repeat} runs, best of {args.rounds} rounds")
     print(f"{'model':<16}{'graphrw ms':>12}{'ort ms':>10}{'graphrw / ort':>15}")
     for model_dir in models:
+        ensure_test_data(onnx, numpy_helper, model_dir)
         sess = ort.InferenceSession(os.path.join(model_dir, "model.onnx"), opts,
                                     providers=["CPUExecutionProvider"])
         inputs = load_inputs(onnx, numpy_helper, model_dir, sess)
         sess.run(None, inputs)  # warm-up
         ours, theirs = float("inf"), float("inf")
         for _ in range(args.rounds):
+            if args.cpu_time:
+                ours = min(ours, graphrw_cpu_ms(exe, model_dir, args.repeat, env))
+                c0 = time.process_time()
+                for _ in range(args.repeat):
+                    sess.run(None, inputs)
+                theirs = min(theirs, (time.process_time() - c0) / args.repeat)
+                continue
             ours = min(ours, graphrw_ms(exe, model_dir, args.repeat, env))
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
