@@ -115,10 +115,17 @@ fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> bool {
     rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
 }
 
-/// The `gemm` crate's threading: its own rayon parallelism from outside the pool, none
-/// from inside a rayon task (the caller already runs products in parallel).
-fn parallelism() -> gemm::Parallelism {
-    if rayon::current_thread_index().is_some() {
+/// Work (multiply-adds, or elements for the epilogue passes) below which a product or
+/// an epilogue pass runs on the calling thread: handing a few microseconds of work to
+/// the rayon pool and waiting for it costs more (a thread wake-up; the small corpus
+/// models spent about a tenth of their time switching threads).
+const SEQUENTIAL_WORK: usize = 1 << 16;
+
+/// The `gemm` crate's threading for `work` multiply-adds: its own rayon parallelism
+/// from outside the pool, none from inside a rayon task (the caller already runs
+/// products in parallel) or for small products.
+fn parallelism(work: usize) -> gemm::Parallelism {
+    if work < SEQUENTIAL_WORK * 4 || rayon::current_thread_index().is_some() {
         gemm::Parallelism::None
     } else {
         gemm::Parallelism::Rayon(rayon::current_num_threads())
@@ -214,7 +221,7 @@ macro_rules! impl_gemm {
                                 false,
                                 false,
                                 false,
-                                parallelism(),
+                                parallelism(m * k * n),
                             );
                         }
                     }
@@ -539,12 +546,17 @@ where
     // Every element is written below: by the bias copy, or by a GEMM that does not read
     // its destination (`accumulate` false; zeros when `k == 0`).
     let mut out = crate::cpu::pool::buffer::<T::Acc>(plan.offsets.len() * m * n);
+    let small = out.len() < SEQUENTIAL_WORK;
     if let Some(bias) = &bias {
-        out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
-            .for_each(|rows| {
-                rows.chunks_mut(n.max(1))
-                    .for_each(|row| row.copy_from_slice(&bias[..row.len()]));
-            });
+        let copy = |rows: &mut [T::Acc]| {
+            rows.chunks_mut(n.max(1))
+                .for_each(|row| row.copy_from_slice(&bias[..row.len()]))
+        };
+        if small {
+            copy(&mut out);
+        } else {
+            out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS).for_each(copy);
+        }
     }
     let accumulate = bias.is_some();
     if m * n > 0 {
@@ -560,7 +572,8 @@ where
             };
             T::Acc::gemm_with(backend, accumulate, s, &a[oa..], &b[ob..], c);
         };
-        if plan.offsets.len() > 1 && m * k * n <= SMALL_GEMM {
+        let batch = plan.offsets.len();
+        if batch > 1 && m * k * n <= SMALL_GEMM && batch * m * k * n >= SEQUENTIAL_WORK {
             out.par_chunks_mut(m * n)
                 .zip(&plan.offsets)
                 .for_each(|(c, o)| one(c, o));
@@ -573,8 +586,12 @@ where
     if act == Activation::Identity {
         return Ok(out.into_iter().map(T::from_acc).collect());
     }
-    out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
-        .for_each(|rows| T::Acc::activate(act, rows));
+    if small {
+        T::Acc::activate(act, &mut out);
+    } else {
+        out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
+            .for_each(|rows| T::Acc::activate(act, rows));
+    }
     Ok(out.into_iter().map(T::from_acc).collect())
 }
 
@@ -677,12 +694,19 @@ mod tests {
     }
 
     /// The epilogue output equals the unfused `act(a @ b + bias)` on odd sizes, with
-    /// a pooled output buffer holding stale values.
+    /// a pooled output buffer holding stale values; the first size runs the epilogue
+    /// passes on the calling thread, the second in parallel (see `SEQUENTIAL_WORK`).
     #[test]
     fn epilogue_overwrites_a_reused_buffer() {
+        for (m, k, n) in [(67, 33, 259), (301, 17, 261)] {
+            assert_eq!(m * n < SEQUENTIAL_WORK, m == 67);
+            epilogue_case(m, k, n);
+        }
+    }
+
+    fn epilogue_case(m: usize, k: usize, n: usize) {
         use crate::cpu::{binary, BinaryOp, BufferPool};
         use std::sync::Arc;
-        let (m, k, n) = (67, 33, 259);
         let ramp = |len: usize, s: f32| -> Vec<f32> {
             (0..len)
                 .map(|i| ((i * 37 % 101) as f32 - 50.0) * s)

@@ -61,6 +61,10 @@ pub const BLOCK_Q: usize = 48;
 /// [`BLOCK_Q`] for the measurement). The `[Bk, Bq]` score tile is 18 KiB (f32).
 pub const BLOCK_K: usize = 96;
 
+/// Multiply-adds (`B Hq Sq Skv (D + Dv)`) below which [`sdpa`] runs on the calling
+/// thread.
+const SEQUENTIAL_WORK: usize = 1 << 18;
+
 /// What a query row whose every key is masked out produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FullyMaskedRows {
@@ -274,6 +278,18 @@ where
     };
     let item = pick_item::<T>();
     let head_len = dims.sq * dims.dv;
+    // A small problem runs on the calling thread: waking the pool's threads for it
+    // costs more than it saves (the corpus models' attention is a few microseconds).
+    let work = dims.batch * dims.hq * dims.sq * dims.skv * (dims.d + dims.dv);
+    if work < SEQUENTIAL_WORK {
+        let mut scratch = Scratch::default();
+        for (bh, head) in out.chunks_mut(head_len).enumerate() {
+            for (qb, chunk) in head.chunks_mut(block_q * dims.dv).enumerate() {
+                item(&prob, &mut scratch, bh, qb, chunk);
+            }
+        }
+        return Ok(out);
+    }
     out.par_chunks_mut(head_len)
         .enumerate()
         .flat_map(|(bh, head)| {
