@@ -33,10 +33,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", help="an ONNX model (default: the embedded GPT-style one)")
     ap.add_argument("--dir", help="a folder already written by `sdpa_fusion --save` (skips cargo)")
-    ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    ap.add_argument("--threads", type=int, default=0, help="threads on both sides: onnxruntime intra-op threads and RAYON_NUM_THREADS (0: defaults, one per core)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate graphrw and onnxruntime this many times (best of each)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="run the example binary already in target/release/examples (no cargo)")
     args = ap.parse_args()
+    if args.threads:
+        # graphrw's threads: the example inherits the environment.
+        os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     try:
         import numpy as np
         import onnxruntime as ort
@@ -45,10 +50,15 @@ def main():
         sys.exit(2)
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
+    example = os.path.join(target, "release", "examples", "sdpa_fusion")
     out_dir = args.dir
     if out_dir is None:
         out_dir = tempfile.mkdtemp(prefix="graphrw_ort_")
-        cmd = ["cargo", "run", "--release", "--example", "sdpa_fusion", "--"]
+        if args.no_build:
+            cmd = [example]
+        else:
+            cmd = ["cargo", "run", "--release", "--example", "sdpa_fusion", "--"]
         if args.model:
             cmd.append(os.path.abspath(args.model))
         cmd += ["--save", out_dir]
@@ -57,8 +67,6 @@ def main():
 
     with open(os.path.join(out_dir, "graphrw_times.json")) as f:
         times = json.load(f)
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
-    example = os.path.join(target, "release", "examples", "sdpa_fusion")
     inputs = {}
     for i, name in enumerate(times["input_names"]):
         inputs[name] = np.load(os.path.join(out_dir, f"input_{i}.npy"))

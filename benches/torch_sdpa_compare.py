@@ -10,6 +10,7 @@ torch's time over graphrw's (above 1: graphrw is faster).
     python3 -m venv /tmp/venv-torch && /tmp/venv-torch/bin/pip install torch numpy
     /tmp/venv-torch/bin/python benches/torch_sdpa_compare.py
     /tmp/venv-torch/bin/python benches/torch_sdpa_compare.py --dtypes bf16 --d 128 --s 2048
+    /tmp/venv-torch/bin/python benches/torch_sdpa_compare.py --threads 1 --cpu-time  # shared machine
 
 torch is never needed by the build or CI. Exits with status 2 (and says why) when torch is
 missing. cargo inherits the environment, so set CARGO_TARGET_DIR to reuse a build.
@@ -22,7 +23,7 @@ import sys
 import time
 
 
-def torch_time(torch, dtype, d, s, causal, heads, repeat):
+def torch_time(torch, dtype, d, s, causal, heads, repeat, clock):
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.rand(1, heads, s, d, generator=g).mul(2).sub(1).to(dt) for _ in range(3))
@@ -31,14 +32,14 @@ def torch_time(torch, dtype, d, s, causal, heads, repeat):
         f(q, k, v, is_causal=causal)
         best = float("inf")
         for _ in range(repeat):
-            t0 = time.perf_counter()
+            t0 = clock()
             f(q, k, v, is_causal=causal)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, clock() - t0)
     return best * 1e3
 
 
-def graphrw_times(exe, specs, heads, repeat):
-    cmd = [exe, "--repeat", str(repeat), "--heads", str(heads)] + specs
+def graphrw_times(exe, specs, heads, repeat, cpu_time):
+    cmd = [exe, "--repeat", str(repeat), "--heads", str(heads)] + (["--cpu-time"] if cpu_time else []) + specs
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     times = {}
     for line in out.splitlines():
@@ -57,7 +58,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="calls per shape per round")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the two sides")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: os.cpu_count())")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by process CPU time instead of wall time (shared machines; "
+                         "sets OMP_WAIT_POLICY=PASSIVE so torch's idle threads do not spin)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="run the sdpa_time binary already in target/release/examples (no cargo)")
     args = ap.parse_args()
+    if args.cpu_time:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    clock = time.process_time if args.cpu_time else time.perf_counter
     try:
         import torch
     except ImportError as e:
@@ -69,8 +78,9 @@ def main():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = ["cargo", "build", "--release", "-p", "graphrw-kernels", "--example", "sdpa_time"]
-    print("$", " ".join(build), flush=True)
-    subprocess.run(build, cwd=root, check=True)
+    if not args.no_build:
+        print("$", " ".join(build), flush=True)
+        subprocess.run(build, cwd=root, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
     exe = os.path.join(target, "release", "examples", "sdpa_time")
 
@@ -87,12 +97,13 @@ def main():
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", flush=True)
         for (dt, d, s, c), key, spec in zip(shapes, keys, specs):
-            theirs[key] = min(theirs[key], torch_time(torch, dt, d, s, c, args.heads, args.repeat))
-            got = graphrw_times(exe, [spec], args.heads, args.repeat)
+            theirs[key] = min(theirs[key], torch_time(torch, dt, d, s, c, args.heads, args.repeat, clock))
+            got = graphrw_times(exe, [spec], args.heads, args.repeat, args.cpu_time)
             ours[key] = min(ours[key], got[key])
 
     print(f"\ntorch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
-          f"{threads} threads, B=1 H={args.heads}, best of {args.repeat} x {args.rounds} rounds")
+          f"{threads} threads, B=1 H={args.heads}, best of {args.repeat} x {args.rounds} rounds, "
+          f"{'CPU' if args.cpu_time else 'wall'} time")
     print(f"{'shape':<26}{'graphrw ms':>12}{'torch ms':>12}{'torch / graphrw':>17}")
     for key in keys:
         print(f"{key:<26}{ours[key]:12.3f}{theirs[key]:12.3f}{theirs[key] / ours[key]:17.2f}")

@@ -163,17 +163,18 @@ fn split_inner<const N: usize>(
 
 /// Copies the strided view (`shape`, `strides`, starting at `offset`) of `src` into a new
 /// contiguous vector. Strides are in elements and may be 0.
-pub fn strided_collect<T: Copy + Default + Send + Sync>(
+pub fn strided_collect<T: Copy + Default + Send + Sync + 'static>(
     src: &[T],
     offset: usize,
     shape: &[usize],
     strides: &[usize],
 ) -> Vec<T> {
     let n: usize = shape.iter().product();
-    let mut out = vec![T::default(); n];
     if n == 0 {
-        return out;
+        return vec![T::default(); n];
     }
+    // Every row is copied below.
+    let mut out = crate::cpu::pool::buffer::<T>(n);
     let (cshape, cstrides) = collapse_dims(shape, [strides]);
     let (outer, outer_st, inner, [ist]) = split_inner(cshape, cstrides);
     let fill = |rows: &mut [T], start_row: usize| {
@@ -211,11 +212,12 @@ pub fn run_rows<T: Send>(out: &mut [T], inner: usize, fill: impl Fn(&mut [T], us
 }
 
 /// Applies `f` to every element, in parallel for large inputs.
-pub fn map_slice<A: Copy + Sync, O: Copy + Default + Send>(
+pub fn map_slice<A: Copy + Sync, O: Copy + Default + Send + 'static>(
     src: &[A],
     f: impl Fn(A) -> O + Sync,
 ) -> Vec<O> {
-    let mut out = vec![O::default(); src.len()];
+    // Every element is written by `body`.
+    let mut out = crate::cpu::pool::buffer::<O>(src.len());
     let body = |(o, s): (&mut [O], &[A])| {
         for (o, &s) in o.iter_mut().zip(s) {
             *o = f(s);
@@ -247,14 +249,15 @@ pub fn broadcast_zip<A, B, O>(
 where
     A: Copy + Sync,
     B: Copy + Sync,
-    O: Copy + Default + Send,
+    O: Copy + Default + Send + 'static,
 {
     let n: usize = out_shape.iter().product();
     if n == 0 {
         return Vec::new();
     }
+    // Every element of the outputs below is written.
     if a.len() == n && b.len() == n {
-        let mut out = vec![O::default(); n];
+        let mut out = crate::cpu::pool::buffer::<O>(n);
         let body = |(o, (x, y)): (&mut [O], (&[A], &[B]))| {
             for (o, (&x, &y)) in o.iter_mut().zip(x.iter().zip(y)) {
                 *o = f(x, y);
@@ -281,7 +284,7 @@ where
     let sb = broadcast_strides(b_shape, out_shape);
     let (cshape, cstrides) = collapse_dims(out_shape, [&sa, &sb]);
     let (outer, outer_st, inner, [ia, ib]) = split_inner(cshape, cstrides);
-    let mut out = vec![O::default(); n];
+    let mut out = crate::cpu::pool::buffer::<O>(n);
     run_rows(&mut out, inner, |rows, start| {
         let mut odo = Odometer::new(&outer, &outer_st, [0, 0], start);
         for row in rows.chunks_mut(inner) {

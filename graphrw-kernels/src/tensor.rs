@@ -379,6 +379,13 @@ impl Tensor {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
+    /// The whole storage, when this tensor is its only holder (no clone, view or
+    /// window shares it); `None` otherwise. For buffer reuse
+    /// ([`crate::cpu::BufferPool`]).
+    pub fn into_unique_storage(self) -> Option<Storage> {
+        Arc::try_unwrap(self.storage).ok()
+    }
+
     /// A copy converted to `dtype` (PyTorch casting: float to integer truncates toward
     /// zero with NaN becoming 0, anything to bool is `!= 0`); a cheap clone when the
     /// dtype already matches.

@@ -236,7 +236,7 @@ fn max_difference(a: &[Tensor], b: &[Tensor]) -> f64 {
 /// One line of timing: best time over the runs and peak live memory.
 fn timing_line(set_name: &str, executors: Executors, t: &Timed, repeat: usize) -> String {
     format!(
-        "{set_name} [{}]: best of {} {:.2} ms, peak live {:.1} MiB",
+        "{set_name} [{}]: best of {} {:.3} ms, peak live {:.1} MiB",
         executors.label(),
         repeat.max(1),
         t.best.as_secs_f64() * 1e3,

@@ -93,6 +93,9 @@ pub(crate) trait Gemm: Real {
         b: &[Self],
         c: &mut [Self],
     );
+
+    /// Applies `act` to every element of `xs` in place.
+    fn activate(act: Activation, xs: &mut [Self]);
 }
 
 /// The sizes and operand strides of one strided product (`c` is row-major `m x n`).
@@ -112,10 +115,17 @@ fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> bool {
     rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
 }
 
-/// The `gemm` crate's threading: its own rayon parallelism from outside the pool, none
-/// from inside a rayon task (the caller already runs products in parallel).
-fn parallelism() -> gemm::Parallelism {
-    if rayon::current_thread_index().is_some() {
+/// Work (multiply-adds, or elements for the epilogue passes) below which a product or
+/// an epilogue pass runs on the calling thread: handing a few microseconds of work to
+/// the rayon pool and waiting for it costs more (a thread wake-up; the small corpus
+/// models spent about a tenth of their time switching threads).
+const SEQUENTIAL_WORK: usize = 1 << 16;
+
+/// The `gemm` crate's threading for `work` multiply-adds: its own rayon parallelism
+/// from outside the pool, none from inside a rayon task (the caller already runs
+/// products in parallel) or for small products.
+fn parallelism(work: usize) -> gemm::Parallelism {
+    if work < SEQUENTIAL_WORK * 4 || rayon::current_thread_index().is_some() {
         gemm::Parallelism::None
     } else {
         gemm::Parallelism::Rayon(rayon::current_num_threads())
@@ -123,8 +133,12 @@ fn parallelism() -> gemm::Parallelism {
 }
 
 macro_rules! impl_gemm {
-    ($t:ty, $mm:path) => {
+    ($t:ty, $mm:path, $activate:path) => {
         impl Gemm for $t {
+            fn activate(act: Activation, xs: &mut [Self]) {
+                $activate(act, xs)
+            }
+
             fn gemm_with(
                 backend: GemmBackend,
                 accumulate: bool,
@@ -207,7 +221,7 @@ macro_rules! impl_gemm {
                                 false,
                                 false,
                                 false,
-                                parallelism(),
+                                parallelism(m * k * n),
                             );
                         }
                     }
@@ -217,8 +231,60 @@ macro_rules! impl_gemm {
     };
 }
 
-impl_gemm!(f32, matrixmultiply::sgemm);
-impl_gemm!(f64, matrixmultiply::dgemm);
+impl_gemm!(f32, matrixmultiply::sgemm, activate_f32);
+impl_gemm!(f64, matrixmultiply::dgemm, activate_scalar::<f64>);
+
+/// [`Activation::apply`] over a slice, one scalar call per element.
+fn activate_scalar<F: Real>(act: Activation, xs: &mut [F]) {
+    if act != Activation::Identity {
+        for x in xs {
+            *x = act.apply(*x);
+        }
+    }
+}
+
+/// The f32 activation on the branch-free functions of [`crate::elementwise::math`]
+/// (the loop vectorises; `libm`'s `tanhf`/`erff`/`expf` calls kept it scalar), in an
+/// AVX2+FMA build when the CPU has them.
+fn activate_f32(act: Activation, xs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: `activate_f32_fma` only requires the avx2 and fma target
+            // features, detected on this CPU just above.
+            unsafe { activate_f32_fma(act, xs) };
+            return;
+        }
+    }
+    activate_f32_with::<false>(act, xs);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn activate_f32_fma(act: Activation, xs: &mut [f32]) {
+    activate_f32_with::<true>(act, xs)
+}
+
+#[inline(always)]
+fn activate_f32_with<const FMA: bool>(act: Activation, xs: &mut [f32]) {
+    use crate::elementwise::math::{erf_with, exp_with, tanh_with};
+    match act {
+        Activation::Identity => {}
+        // `max` maps NaN to 0, as the scalar form does.
+        Activation::Relu => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Activation::Gelu => xs.iter_mut().for_each(|x| {
+            *x = 0.5 * *x * (1.0 + erf_with::<FMA>(*x * std::f32::consts::FRAC_1_SQRT_2))
+        }),
+        Activation::GeluTanh => xs.iter_mut().for_each(|x| {
+            let inner = 0.797_884_6 * (*x + 0.044_715 * *x * *x * *x);
+            *x = 0.5 * *x * (1.0 + tanh_with::<FMA>(inner))
+        }),
+        Activation::Silu => xs
+            .iter_mut()
+            .for_each(|x| *x = *x / (1.0 + exp_with::<FMA>(-*x))),
+    }
+}
 
 /// The matrix product with `torch.matmul` rules.
 ///
@@ -477,13 +543,20 @@ where
         _ => None,
     };
     let act = epilogue.map_or(Activation::Identity, |(_, act)| act);
-    let mut out = vec![T::Acc::ZERO; plan.offsets.len() * m * n];
+    // Every element is written below: by the bias copy, or by a GEMM that does not read
+    // its destination (`accumulate` false; zeros when `k == 0`).
+    let mut out = crate::cpu::pool::buffer::<T::Acc>(plan.offsets.len() * m * n);
+    let small = out.len() < SEQUENTIAL_WORK;
     if let Some(bias) = &bias {
-        out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
-            .for_each(|rows| {
-                rows.chunks_mut(n.max(1))
-                    .for_each(|row| row.copy_from_slice(&bias[..row.len()]));
-            });
+        let copy = |rows: &mut [T::Acc]| {
+            rows.chunks_mut(n.max(1))
+                .for_each(|row| row.copy_from_slice(&bias[..row.len()]))
+        };
+        if small {
+            copy(&mut out);
+        } else {
+            out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS).for_each(copy);
+        }
     }
     let accumulate = bias.is_some();
     if m * n > 0 {
@@ -499,7 +572,8 @@ where
             };
             T::Acc::gemm_with(backend, accumulate, s, &a[oa..], &b[ob..], c);
         };
-        if plan.offsets.len() > 1 && m * k * n <= SMALL_GEMM {
+        let batch = plan.offsets.len();
+        if batch > 1 && m * k * n <= SMALL_GEMM && batch * m * k * n >= SEQUENTIAL_WORK {
             out.par_chunks_mut(m * n)
                 .zip(&plan.offsets)
                 .for_each(|(c, o)| one(c, o));
@@ -512,12 +586,12 @@ where
     if act == Activation::Identity {
         return Ok(out.into_iter().map(T::from_acc).collect());
     }
-    out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
-        .for_each(|rows| {
-            for x in rows {
-                *x = act.apply(*x);
-            }
-        });
+    if small {
+        T::Acc::activate(act, &mut out);
+    } else {
+        out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
+            .for_each(|rows| T::Acc::activate(act, rows));
+    }
     Ok(out.into_iter().map(T::from_acc).collect())
 }
 
@@ -539,4 +613,132 @@ fn int_matmul<T: IntElement>(plan: &Plan, a: &Tensor, b: &Tensor) -> Vec<T> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inputs covering the branches of the fast functions: zero, both signs, tiny and
+    /// large magnitudes, the polynomial/exp split points, infinities and NaN.
+    fn inputs() -> Vec<f32> {
+        let mut xs = vec![
+            0.0,
+            -0.0,
+            1e-8,
+            -1e-8,
+            0.3,
+            0.625,
+            -0.625,
+            1.0,
+            -1.0,
+            3.9,
+            4.1,
+            -7.5,
+            20.0,
+            -20.0,
+            90.0,
+            -90.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        xs.extend((0..997).map(|i| (i as f32 - 498.0) * 0.0173));
+        xs
+    }
+
+    /// Every activation, every f32 path (plain, and AVX2+FMA when the CPU has it)
+    /// against the scalar `libm` form computed in f64.
+    #[test]
+    fn f32_activation_paths_match_the_f64_scalar_form() {
+        let acts = [
+            Activation::Identity,
+            Activation::Relu,
+            Activation::Gelu,
+            Activation::GeluTanh,
+            Activation::Silu,
+        ];
+        let xs = inputs();
+        for act in acts {
+            let want: Vec<f64> = xs.iter().map(|&x| act.apply(x as f64)).collect();
+            let mut paths: Vec<(&str, Vec<f32>)> = Vec::new();
+            let mut plain = xs.clone();
+            activate_f32_with::<false>(act, &mut plain);
+            paths.push(("plain", plain));
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                let mut fast = xs.clone();
+                // SAFETY: avx2 and fma detected just above.
+                unsafe { activate_f32_fma(act, &mut fast) };
+                paths.push(("avx2+fma", fast));
+            }
+            let mut dispatched = xs.clone();
+            f32::activate(act, &mut dispatched);
+            paths.push(("dispatched", dispatched));
+            for (name, got) in &paths {
+                for ((&x, &g), &w) in xs.iter().zip(got).zip(&want) {
+                    let g = g as f64;
+                    let ok = if w.is_nan() {
+                        g.is_nan()
+                    } else if w.is_infinite() {
+                        g == w
+                    } else {
+                        (g - w).abs() <= 1e-6 + 2e-6 * w.abs()
+                    };
+                    assert!(ok, "{act:?} {name}: f({x}) = {g}, expected {w}");
+                }
+            }
+        }
+    }
+
+    /// The epilogue output equals the unfused `act(a @ b + bias)` on odd sizes, with
+    /// a pooled output buffer holding stale values; the first size runs the epilogue
+    /// passes on the calling thread, the second in parallel (see `SEQUENTIAL_WORK`).
+    #[test]
+    fn epilogue_overwrites_a_reused_buffer() {
+        for (m, k, n) in [(67, 33, 259), (301, 17, 261)] {
+            assert_eq!(m * n < SEQUENTIAL_WORK, m == 67);
+            epilogue_case(m, k, n);
+        }
+    }
+
+    fn epilogue_case(m: usize, k: usize, n: usize) {
+        use crate::cpu::{binary, BinaryOp, BufferPool};
+        use std::sync::Arc;
+        let ramp = |len: usize, s: f32| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) * s)
+                .collect()
+        };
+        let a = Tensor::from_vec(vec![m, k], ramp(m * k, 0.01)).expect("a");
+        let b = Tensor::from_vec(vec![k, n], ramp(k * n, 0.02)).expect("b");
+        let bias = Tensor::from_vec(vec![n], ramp(n, 0.1)).expect("bias");
+        let pool = Arc::new(BufferPool::new());
+        pool.raise_limit(1 << 30);
+        let _g = pool.install();
+        for act in [Activation::Identity, Activation::GeluTanh] {
+            for bias in [None, Some(&bias)] {
+                pool.recycle(Tensor::from_vec(vec![m * n], vec![f32::NAN; m * n]).expect("x"));
+                let got = matmul_epilogue(&a, &b, bias, act, GemmBackend::Auto).expect("fused");
+                assert_eq!(pool.held_bytes(), 0, "the stale buffer was used");
+                let mut want = matmul(&a, &b).expect("product");
+                if let Some(bias) = bias {
+                    want = binary(BinaryOp::Add, &want, bias).expect("bias");
+                }
+                let want: Vec<f64> = want
+                    .to_f64_vec()
+                    .into_iter()
+                    .map(|x| act.apply(x))
+                    .collect();
+                for (g, w) in got.to_f64_vec().into_iter().zip(want) {
+                    assert!(
+                        (g - w).abs() <= 1e-4 + 1e-4 * w.abs(),
+                        "{act:?}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
 }

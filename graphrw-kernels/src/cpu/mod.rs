@@ -11,6 +11,7 @@ mod indexing;
 mod layout;
 pub(crate) mod matmul;
 mod norm;
+pub mod pool;
 mod reduce;
 pub(crate) mod util;
 
@@ -27,4 +28,5 @@ pub use layout::{
 };
 pub use matmul::{matmul, matmul_epilogue, matmul_with, Activation, GemmBackend};
 pub use norm::{layer_norm, rms_norm};
+pub use pool::{buffer, BufferPool, PoolGuard};
 pub use reduce::{cumsum, log_softmax, reduce, softmax, ReduceOp};

@@ -52,10 +52,11 @@ fn lane_sum<T: Element>(row: &[T], f: impl Fn(T::Acc) -> T::Acc) -> T::Acc {
 
 /// Runs `row(src_row, out_row)` over rows of `inner` elements, in parallel when large.
 fn for_rows<T: Element>(src: &[T], inner: usize, row: impl Fn(&[T], &mut [T]) + Sync) -> Vec<T> {
-    let mut out = vec![T::default(); src.len()];
     if inner == 0 || src.is_empty() {
-        return out;
+        return vec![T::default(); src.len()];
     }
+    // Every row is written by `row`.
+    let mut out = crate::cpu::pool::buffer::<T>(src.len());
     if src.len() < PAR_THRESHOLD {
         out.chunks_mut(inner)
             .zip(src.chunks(inner))

@@ -241,7 +241,12 @@ fn softmax_impl(op: &'static str, x: &Tensor, dim: i64, log: bool) -> Result<Ten
     let (_, axis, inner) = split3(&shape, d);
     dispatch_float!(x.dtype(), op, |T| {
         let src = x.slice_of::<T>();
-        let mut out = vec![T::default(); src.len()];
+        // Every block is written by `softmax_block`.
+        let mut out = if axis * inner > 0 {
+            crate::cpu::pool::buffer::<T>(src.len())
+        } else {
+            vec![T::default(); src.len()]
+        };
         let block = axis * inner;
         if block > 0 {
             let body = |scratch: &mut Vec<<T as Element>::Acc>, (o, s): (&mut [T], &[T])| {

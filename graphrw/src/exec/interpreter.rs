@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use graphrw_kernels::Tensor;
 
-use crate::graph::{NodeId, Value};
+use crate::graph::{Graph, NodeId, Value};
 use crate::meta::{Dim, TensorMeta};
 use crate::printer::{node_line, Names};
 
@@ -32,6 +32,9 @@ pub struct RunReport {
     pub peak_live_bytes: usize,
     /// Graph outputs that were on a device and were copied to the host at the end.
     pub outputs_downloaded: usize,
+    /// Bytes of kernel outputs written into buffers of freed intermediates (of this
+    /// run or an earlier one of the same plan) instead of fresh allocations.
+    pub reused_bytes: usize,
 }
 
 impl fmt::Display for RunReport {
@@ -55,39 +58,112 @@ impl fmt::Display for RunReport {
     }
 }
 
+/// Where each value lives during a run, worked out once per plan: every value that is
+/// read gets a slot of a dense array, and each step lists its operands' slots, its
+/// outputs' slots (`None`: never read, freed at once) and the slots whose last reader
+/// it is. A run then does no hashing.
+#[derive(Debug, Default)]
+pub(crate) struct Schedule {
+    steps: Vec<StepSlots>,
+    /// The slot of each graph output (`None`: no node computes it).
+    outputs: Vec<Option<usize>>,
+    slots: usize,
+}
+
+#[derive(Debug, Default)]
+struct StepSlots {
+    /// The slot of each operand (`None`: produced by no earlier step).
+    operands: Vec<Option<usize>>,
+    outputs: Vec<Option<usize>>,
+    /// Slots read for the last time by this step (each once).
+    frees: Vec<usize>,
+    /// For graph inputs: the index of the caller's tensor.
+    input: Option<usize>,
+}
+
+/// The [`Schedule`] of `steps` over `g`.
+pub(crate) fn schedule(
+    g: &Graph,
+    steps: &[(NodeId, Option<usize>)],
+) -> Result<Schedule, ExecError> {
+    // Last step that reads each value; graph outputs are read at the end.
+    let mut last_use: HashMap<Value, usize> = HashMap::new();
+    for (step, &(id, _)) in steps.iter().enumerate() {
+        for &v in g.try_node(id)?.operands() {
+            last_use.insert(v, step);
+        }
+    }
+    for &v in g.outputs() {
+        last_use.insert(v, usize::MAX);
+    }
+    let input_index: HashMap<NodeId, usize> = g
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n, i))
+        .collect();
+    let mut slot: HashMap<Value, usize> = HashMap::new();
+    let mut out = Schedule::default();
+    for (step, &(id, _)) in steps.iter().enumerate() {
+        let node = g.try_node(id)?;
+        let operands = node
+            .operands()
+            .iter()
+            .map(|v| slot.get(v).copied())
+            .collect();
+        let mut frees = Vec::new();
+        for v in node.operands() {
+            if last_use.get(v) == Some(&step) {
+                if let Some(&s) = slot.get(v) {
+                    if !frees.contains(&s) {
+                        frees.push(s);
+                    }
+                }
+            }
+        }
+        let outputs = (0..node.outputs().len())
+            .map(|i| {
+                let v = Value::new(id, i as u32);
+                last_use.contains_key(&v).then(|| {
+                    slot.insert(v, out.slots);
+                    out.slots += 1;
+                    out.slots - 1
+                })
+            })
+            .collect();
+        out.steps.push(StepSlots {
+            operands,
+            outputs,
+            frees,
+            input: input_index.get(&id).copied(),
+        });
+    }
+    out.outputs = g.outputs().iter().map(|v| slot.get(v).copied()).collect();
+    Ok(out)
+}
+
 impl Plan {
     /// Runs the plan. Inputs are matched to the graph's inputs in order; their dtype
     /// and shape are checked (symbolic dims must be consistent) before anything runs.
     pub fn run(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, RunReport), ExecError> {
         let start = Instant::now();
         self.check_inputs(inputs)?;
+        // Kernels called on this thread draw their large outputs from the plan's pool,
+        // which gets each intermediate back after its last use.
+        let _pool = self.pool.install();
+        let reused_before = self.pool.reused_bytes();
         let g = &self.graph;
-        // Last step that reads each value; graph outputs are read at the end.
-        let mut last_use: HashMap<Value, usize> = HashMap::new();
-        for (step, &(id, _)) in self.steps.iter().enumerate() {
-            for &v in g.try_node(id)?.operands() {
-                last_use.insert(v, step);
-            }
-        }
-        for &v in g.outputs() {
-            last_use.insert(v, usize::MAX);
-        }
-        let input_index: HashMap<NodeId, usize> = g
-            .inputs()
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (n, i))
-            .collect();
-
-        let mut values: HashMap<Value, RunValue> = HashMap::new();
-        let mut owned_bytes: HashMap<Value, usize> = HashMap::new();
+        let sched = &self.schedule;
+        let mut values: Vec<Option<RunValue>> = vec![None; sched.slots];
+        // Bytes of each slot's value when a kernel made it (inputs and constants: 0).
+        let mut owned_bytes: Vec<usize> = vec![0; sched.slots];
         let mut live = 0usize;
         let mut report = RunReport::default();
-        for (step, &(id, ex)) in self.steps.iter().enumerate() {
+        for (&(id, ex), slots) in self.steps.iter().zip(&sched.steps) {
             let node = g.try_node(id)?;
             let outs: Vec<RunValue> = match ex {
-                None => match node.op_name() {
-                    "input" => vec![RunValue::Host(inputs[input_index[&id]].clone())],
+                None => match (node.op_name(), slots.input) {
+                    ("input", Some(i)) => vec![RunValue::Host(inputs[i].clone())],
                     _ => vec![RunValue::Host(node.payload().cloned().ok_or_else(
                         || ExecError::Kernel {
                             node: self.line(id),
@@ -100,16 +176,18 @@ impl Plan {
                     let args: Vec<&RunValue> = node
                         .operands()
                         .iter()
-                        .map(|v| {
-                            values.get(v).ok_or_else(|| ExecError::Kernel {
-                                node: self.line(id),
-                                executor: "interpreter".into(),
-                                message: format!(
-                                    "operand %{}.{} was freed or never computed",
-                                    v.node.index(),
-                                    v.output
-                                ),
-                            })
+                        .zip(&slots.operands)
+                        .map(|(v, s)| {
+                            s.and_then(|s| values[s].as_ref())
+                                .ok_or_else(|| ExecError::Kernel {
+                                    node: self.line(id),
+                                    executor: "interpreter".into(),
+                                    message: format!(
+                                        "operand %{}.{} was freed or never computed",
+                                        v.node.index(),
+                                        v.output
+                                    ),
+                                })
                         })
                         .collect::<Result<_, _>>()?;
                     let nv = view(g, id)?;
@@ -128,40 +206,51 @@ impl Plan {
                     outs
                 }
             };
-            for (i, t) in outs.into_iter().enumerate() {
-                let v = Value::new(id, i as u32);
-                if !last_use.contains_key(&v) {
-                    continue; // never read: dropped at once
-                }
+            for (t, s) in outs.into_iter().zip(&slots.outputs) {
+                let Some(s) = *s else {
+                    // Never read: freed at once.
+                    if let (Some(_), RunValue::Host(t)) = (ex, t) {
+                        self.pool.recycle(t);
+                    }
+                    continue;
+                };
                 if ex.is_some() {
                     live += t.nbytes();
-                    owned_bytes.insert(v, t.nbytes());
+                    owned_bytes[s] = t.nbytes();
                 }
-                values.insert(v, t);
+                values[s] = Some(t);
             }
             report.peak_live_bytes = report.peak_live_bytes.max(live);
-            for &v in node.operands() {
-                if last_use.get(&v) == Some(&step) {
-                    values.remove(&v);
-                    live -= owned_bytes.remove(&v).unwrap_or(0);
+            // The pool holds at most what was alive at once.
+            self.pool.raise_limit(report.peak_live_bytes);
+            for &s in &slots.frees {
+                let owned = std::mem::take(&mut owned_bytes[s]);
+                live -= owned;
+                // Only what a kernel made goes back (not inputs or constants; the pool
+                // also refuses any storage still shared with another tensor).
+                if let Some(RunValue::Host(t)) = values[s].take() {
+                    if owned > 0 {
+                        self.pool.recycle(t);
+                    }
                 }
             }
         }
         let mut outputs = Vec::with_capacity(g.outputs().len());
-        for v in g.outputs() {
+        for (v, s) in g.outputs().iter().zip(&sched.outputs) {
             let fail = |message: String| ExecError::Kernel {
                 node: format!("output %{}.{}", v.node.index(), v.output),
                 executor: "interpreter".into(),
                 message,
             };
-            let value = values
-                .get(v)
+            let value = s
+                .and_then(|s| values[s].as_ref())
                 .ok_or_else(|| fail("the output was never computed".into()))?;
             if matches!(value, RunValue::Device(_)) {
                 report.outputs_downloaded += 1;
             }
             outputs.push(value.to_host().map_err(|e| fail(e.to_string()))?);
         }
+        report.reused_bytes = self.pool.reused_bytes() - reused_before;
         report.total = start.elapsed();
         Ok((outputs, report))
     }
@@ -253,5 +342,83 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::exec::{default_stack, plan, reference_stack};
+    use crate::{Builder, DType, Shape, Tensor, TensorMeta};
+
+    fn ramp(shape: &[usize], scale: f32) -> Tensor {
+        let n = shape.iter().product();
+        let data = (0..n)
+            .map(|i| ((i * 7919 % 1009) as f32 - 504.0) * scale)
+            .collect();
+        Tensor::from_vec(shape.to_vec(), data).expect("shape and data agree")
+    }
+
+    /// A small MLP block whose intermediates are all large enough to pool (64 KiB+) (layer norm, matmul + bias + GELU,
+    /// matmul, softmax, residual add), built once.
+    fn block() -> crate::Graph {
+        let (s, h) = (131usize, 128usize);
+        let b = Builder::new();
+        let x = b.input(
+            "x",
+            TensorMeta::new(DType::F32, Shape::known(&[s as u64, h as u64])),
+        );
+        let w = |shape: &[usize]| b.constant(ramp(shape, 0.002));
+        let y = x
+            .layer_norm(Some(w(&[h])), Some(w(&[h])), -1, 1e-5)
+            .and_then(|y| y.matmul(w(&[h, 4 * h])))
+            .and_then(|y| y.add(w(&[4 * h])))
+            .and_then(|y| y.gelu("tanh"))
+            .and_then(|y| y.matmul(w(&[4 * h, h])))
+            .and_then(|y| y.softmax(-1))
+            .and_then(|y| y.add(x))
+            .expect("block builds");
+        b.output(&[y]).expect("output");
+        b.finish()
+    }
+
+    /// Runs reuse the buffers of freed intermediates (from the second run on), and
+    /// every reused element is overwritten: a run on other inputs, in buffers holding
+    /// the first run's values, matches a fresh plan; outputs the caller keeps are never
+    /// overwritten.
+    #[test]
+    fn reused_buffers_give_the_same_results() {
+        let g = block();
+        let (x1, x2) = (ramp(&[131, 128], 0.01), ramp(&[131, 128], -0.003));
+        for stack in [default_stack(), reference_stack()] {
+            let p = plan(&g, &stack).expect("plans");
+            let (first, r1) = p.run(std::slice::from_ref(&x1)).expect("first run");
+            let kept = first[0].to_f64_vec();
+            let (second, r2) = p.run(std::slice::from_ref(&x2)).expect("second run");
+            let (third, r3) = p.run(std::slice::from_ref(&x1)).expect("third run");
+            assert!(r2.reused_bytes > 0, "second run reused nothing: {r2:?}");
+            assert!(r3.reused_bytes > 0, "third run reused nothing: {r3:?}");
+            assert_eq!(
+                r1.peak_live_bytes, r2.peak_live_bytes,
+                "peak is of live values"
+            );
+            assert_eq!(first[0].to_f64_vec(), kept, "a kept output was overwritten");
+            assert_eq!(third[0].to_f64_vec(), kept);
+            let fresh = plan(&g, &stack).expect("plans");
+            let (want, _) = fresh.run(std::slice::from_ref(&x2)).expect("runs");
+            assert_eq!(
+                second[0].to_f64_vec(),
+                want[0].to_f64_vec(),
+                "a fresh plan agrees"
+            );
+            assert_ne!(
+                second[0].to_f64_vec(),
+                kept,
+                "the two inputs give different outputs"
+            );
+            assert!(
+                p.pool.held_bytes() <= r3.peak_live_bytes,
+                "the pool holds no more than a run had alive"
+            );
+        }
     }
 }

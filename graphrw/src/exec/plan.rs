@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use graphrw_kernels::cpu::BufferPool;
+
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
 use crate::ops::{Attrs, DecomposeFn};
@@ -13,6 +15,7 @@ use crate::printer::{node_line, Names};
 use crate::verify::verify;
 
 use super::executor::{Executor, NodeView};
+use super::interpreter::{schedule, Schedule};
 use super::ExecError;
 
 /// The most transforms and decompositions a plan may apply before it is considered a
@@ -25,6 +28,11 @@ pub struct Plan {
     pub(crate) executors: Vec<Arc<dyn Executor>>,
     /// (node, index into `executors`) in execution order; sources have no executor.
     pub(crate) steps: Vec<(NodeId, Option<usize>)>,
+    /// Buffers of freed intermediates, reused by later nodes and runs (the
+    /// interpreter gives them back and installs the pool while kernels run).
+    pub(crate) pool: Arc<BufferPool>,
+    /// The value slots of each step, worked out once.
+    pub(crate) schedule: Schedule,
 }
 
 impl Plan {
@@ -215,10 +223,13 @@ pub fn plan(graph: &Graph, executors: &[Arc<dyn Executor>]) -> Result<Plan, Exec
         if cfg!(debug_assertions) {
             verify(&g)?;
         }
+        let schedule = schedule(&g, &steps)?;
         return Ok(Plan {
             graph: g,
             executors: executors.to_vec(),
             steps,
+            pool: Arc::new(BufferPool::new()),
+            schedule,
         });
     }
 }

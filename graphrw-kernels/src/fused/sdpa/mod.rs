@@ -45,16 +45,25 @@ use mask::{MaskData, MaskView};
 pub use peak::fma_peak_gflops;
 use tile::{Acc, HalfSrc, NR_Q};
 
-/// Query rows per work item (a multiple of the 16-column micro-tile).
+/// Query rows per work item: a multiple of both the 16 query columns of the score
+/// micro-tile and the 6 rows of the value micro-tile, so no micro-tile is partial.
 ///
-/// Measured on a 2-core AMD EPYC (Zen 3, AVX2+FMA) with B=1, H=8, D=64 and 128,
-/// S=1024..4096, f32: 64 and 128 were within a few percent of each other and better
-/// than 32 (the query tile is reused across all key blocks, so larger amortises the
-/// key loads; 64 keeps more work items for the threads at short sequences).
-pub const BLOCK_Q: usize = 64;
-/// Keys per tile. 64..256 measured about equal; 128 keeps the `[Bk, Bq]` score tile at
-/// 32 KiB (f32), inside L1/L2 next to the query and accumulator tiles.
-pub const BLOCK_K: usize = 128;
+/// Measured (`GRAPHRW_SDPA_BLOCKS=bq,bk`, one thread, CPU time of
+/// `examples/sdpa_time --cpu-time`, B=1 H=8, f32, each configuration interleaved and
+/// repeated 2-3 times on the shared 2-core AVX2 machine) against the earlier 64 x 128:
+/// 48 x 96 took 3-5% less at D=64 S=1024, 2-8% less at D=128 S=512..1024 and 12-14%
+/// less at D=64 S=2048 causal; 96 x 96, 96 x 144, 48 x 144 and 96 x 192 were in
+/// between, 48 x 48 about equal to 48 x 96. (On a 2-core Zen 3 earlier, 64 and 128
+/// rows were within a few percent and better than 32.) 48 rows also give the two
+/// threads more work items at short sequences.
+pub const BLOCK_Q: usize = 48;
+/// Keys per tile: a multiple of the 6 key rows of the score micro-tile (see
+/// [`BLOCK_Q`] for the measurement). The `[Bk, Bq]` score tile is 18 KiB (f32).
+pub const BLOCK_K: usize = 96;
+
+/// Multiply-adds (`B Hq Sq Skv (D + Dv)`) below which [`sdpa`] runs on the calling
+/// thread.
+const SEQUENTIAL_WORK: usize = 1 << 18;
 
 /// What a query row whose every key is masked out produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -245,10 +254,11 @@ where
     T::Acc: Acc,
 {
     let n_out = dims.batch * dims.hq * dims.sq * dims.dv;
-    let mut out = vec![T::from_f64(0.0); n_out];
     if n_out == 0 || dims.skv == 0 {
-        return Ok(out);
+        return Ok(vec![T::from_f64(0.0); n_out]);
     }
+    // Every row is written by its work item (a value, or the fully-masked fill).
+    let mut out = crate::cpu::pool::buffer::<T>(n_out);
     let (block_q, block_k) = block_sizes();
     let prob = Problem {
         dims: *dims,
@@ -268,6 +278,18 @@ where
     };
     let item = pick_item::<T>();
     let head_len = dims.sq * dims.dv;
+    // A small problem runs on the calling thread: waking the pool's threads for it
+    // costs more than it saves (the corpus models' attention is a few microseconds).
+    let work = dims.batch * dims.hq * dims.sq * dims.skv * (dims.d + dims.dv);
+    if work < SEQUENTIAL_WORK {
+        let mut scratch = Scratch::default();
+        for (bh, head) in out.chunks_mut(head_len).enumerate() {
+            for (qb, chunk) in head.chunks_mut(block_q * dims.dv).enumerate() {
+                item(&prob, &mut scratch, bh, qb, chunk);
+            }
+        }
+        return Ok(out);
+    }
     out.par_chunks_mut(head_len)
         .enumerate()
         .flat_map(|(bh, head)| {
