@@ -325,7 +325,6 @@ impl Dispatch {
     }
 
     /// [`Dispatch::candidates`] with the graph's keys made once ([`Dispatch::keys`]).
-    #[inline]
     pub(super) fn candidates_with(
         &self,
         keys: &GraphKeys,
@@ -442,7 +441,6 @@ impl Dispatch {
     /// Prepares visits to the nodes of the block of [`GATHER`] indices from `from` on:
     /// when few of them are anchors, it reads their slots ahead, in order (see
     /// [`read_ahead`]). A [`NodeMatcher`] calls it as its visits enter a new block. Returns the index just past the block.
-    #[inline]
     pub(super) fn read_block_ahead(&self, keys: &GraphKeys, graph: &Graph, from: usize) -> usize {
         let codes = graph.op_codes();
         let end = from.saturating_add(GATHER);
@@ -458,7 +456,6 @@ impl Dispatch {
     /// for, found from the op-code column alone, written to `out` (cleared first); when
     /// they are few, their slots are read ahead, in order (see [`read_ahead`]). Returns
     /// the index just past the block.
-    #[inline]
     pub(super) fn block_anchors(
         &self,
         keys: &GraphKeys,
