@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use graphrw::exec::{generated_executor, GENERATED_CPU};
 use graphrw::exec::{plan, Executor, FusedCpu, ReferenceCpu};
-use graphrw::generated::{fuse_kernels, generated_executor, GENERATED_CPU};
+use graphrw::generated::fuse_kernels;
 use graphrw::{onnx, rules, verify, Tensor};
 
 const MODELS: [&str; 8] = [

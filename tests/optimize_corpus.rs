@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use graphrw::exec::GENERATED_CPU;
 use graphrw::exec::{default_stack, plan, reference_stack, EPILOGUE_CPU, FUSED_CPU};
-use graphrw::generated::GENERATED_CPU;
 use graphrw::{onnx, rules, verify, Tensor};
 
 fn corpus() -> PathBuf {

@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
+use graphrw::exec::GENERATED_CPU;
 use graphrw::exec::{plan, reference_stack, Executor, Plan};
-use graphrw::generated::{Kernels, GENERATED_CPU};
 use graphrw::grad::{grad_with, Cotangents, GradRegistry};
 use graphrw::onnx::{load_bytes, to_bytes};
+use graphrw::Kernels;
 use graphrw::{fused_kernel, Builder, DType, Graph, Tensor, TensorMeta, Value};
 
 fused_kernel! {

@@ -18,8 +18,9 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use graphrw::exec::{generated_executor, GENERATED_CPU};
 use graphrw::exec::{plan, Executor, Plan, ReferenceCpu};
-use graphrw::generated::{builtin, generated_executor, FusedKernel, GENERATED_CPU};
+use graphrw::generated::{builtin, FusedKernel};
 use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Tensor, TensorMeta};
 use rayon::prelude::*;

@@ -26,6 +26,7 @@ mod error;
 pub mod exec;
 pub mod generated;
 pub mod grad;
+pub mod gradcheck;
 pub mod ir;
 pub mod onnx;
 pub mod pattern;
@@ -43,6 +44,7 @@ pub use verify::verify;
 
 pub use graphrw_macros::{fused_kernel, pattern, replacement, rule_set};
 pub use pattern::{Match, Pattern, PatternMatch, Rule, RuleSet};
+pub use rules::Kernels;
 
 #[doc(hidden)]
 pub use pattern::private as __private;

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
+use graphrw::exec::{generated_executor, GENERATED_CPU};
 use graphrw::exec::{plan, Executor, ReferenceCpu};
-use graphrw::generated::{builtin, generated_executor, register_grads, FusedKernel, GENERATED_CPU};
-use graphrw::grad::check::check_grad;
+use graphrw::generated::{builtin, register_grads, FusedKernel};
 use graphrw::grad::{grad_with, Cotangents, GradRegistry};
+use graphrw::gradcheck::check_grad;
 use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Graph, Tensor, TensorMeta, Value};
 

@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
+use graphrw::exec::{generated_executor, GENERATED_CPU};
 use graphrw::exec::{plan, Executor, ReferenceCpu};
-use graphrw::generated::{builtin, generated_executor, CudaLaunch, FusedKernel, GENERATED_CPU};
+use graphrw::generated::{builtin, CudaLaunch, FusedKernel};
 use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Graph, Tensor, TensorMeta};
 

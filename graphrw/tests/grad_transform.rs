@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use grad_support::{data, f64s, fd_check, fd_check_with, input, tensor};
 use graphrw::exec::{plan, Executor, NodeView, OpExecutor, ReferenceCpu};
-use graphrw::grad::check::check_grad;
 use graphrw::grad::{grad, grad_with, Cotangents, GradError, GradRegistry, VjpContext, VjpResult};
+use graphrw::gradcheck::check_grad;
 use graphrw::kernels::cpu::{self, BinaryOp};
 use graphrw::ops::{builtin, Arity, Attrs, Infer, OpClass, OpDef, OperandSpec, OutputCount};
 use graphrw::{verify, Builder, DType, Device, GraphError, Value};

@@ -2,8 +2,8 @@
 //! kernel takes, and the kernel (the forward op and its vjp ops); other nodes of these
 //! ops fall back to their decomposition. It reads the kernel descriptors of
 //! [`crate::generated`] (data emitted by [`fused_kernel!`](crate::fused_kernel)), and nothing
-//! of the rewriter or the gradients: [`Kernels`](crate::generated::Kernels), which wires a
-//! list of kernels into a program (rules, stack, vjp rules), lives in `generated`.
+//! of the rewriter or the gradients: [`Kernels`](crate::Kernels), which wires a
+//! list of kernels into a program (rules, stack, vjp rules), lives in `rules`.
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Generated fused kernels: [`fused_kernel!`](crate::fused_kernel) definitions, the
 //! built-in ones ([`builtin`]), the pass that fuses their decomposed forms
 //! ([`fuse_kernels`]); the executor that runs them is [`crate::exec::generated_executor`],
-//! and [`Kernels`] wires a list of kernels (rules, stack, vjp rules) in one call.
+//! and [`Kernels`](crate::Kernels) wires a list of kernels (rules, stack, vjp rules) in one call.
 //!
 //! Besides elementwise ops and last-dimension reductions, a body may rotate a tensor
 //! parameter by half its last dimension, `x.rotate_half()` (see [`rotate_half`]; rotary
@@ -50,15 +50,11 @@
 
 pub mod builtin;
 mod grad;
-mod kernels;
 
-// The executor lives in `exec` (which reads the descriptors defined here); these names
-// are kept for the paths users already write.
-pub use crate::exec::{
-    check_node, check_vjp_node, generated_executor, generated_executor_of, GENERATED_CPU,
-};
+// The executor lives in `exec` (which reads the descriptors defined here), and
+// `Kernels`, which wires kernels into rules, a stack and vjp rules, in `rules`: this
+// module imports neither.
 pub use grad::{register_grads, register_grads_of, vjp_nodes};
-pub use kernels::Kernels;
 
 use graphrw_kernels::{KernelError, Tensor};
 

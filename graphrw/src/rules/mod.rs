@@ -4,10 +4,12 @@
 pub mod attention;
 pub mod canonical;
 pub mod causal;
+mod kernels;
 mod pipeline;
 
 pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
+pub use kernels::Kernels;
 pub use pipeline::{optimize, OptimizeError, Optimized};
 
 use crate::rewrite::{Report, RewriteError, Rewriter};

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use graphrw::exec::{Executor, ReferenceCpu};
-use graphrw::grad::check::check_grad;
 use graphrw::grad::GradRegistry;
+use graphrw::gradcheck::check_grad;
 use graphrw::{Builder, DType, GraphError, Shape, Tensor, TensorMeta, Value, Var};
 
 /// `n` deterministic pseudo-random values in `[lo, hi)`.

@@ -1,6 +1,6 @@
 //! Generated kernels on the GPU: the [`CudaExecutor`](super::CudaExecutor) takes the
 //! nodes of every kernel it was given (the built-in ones, and a user's through
-//! [`Kernels::cuda_stack`](crate::generated::Kernels::cuda_stack)) and of their vjp ops, and
+//! [`Kernels::cuda_stack`](crate::Kernels::cuda_stack)) and of their vjp ops, and
 //! runs them on the kernel's `CUDA_SOURCE`, compiled by NVRTC at first use and cached
 //! per kernel, dtype and device (`graphrw_kernels::cuda::run_generated`).
 

@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use super::{builtin, register_grads_of, FusedKernel};
 use crate::exec::{
     after_generated, generated_executor, generated_executor_of, Executor, OpExecutor,
 };
+use crate::generated::{builtin, register_grads_of, FusedKernel};
 use crate::grad::GradRegistry;
 use crate::rewrite::{Report, RewriteError, Rewriter};
 use crate::{Graph, RuleSet};
@@ -19,7 +19,8 @@ use crate::{Graph, RuleSet};
 ///
 /// ```
 /// use graphrw::exec::plan;
-/// use graphrw::generated::{Kernels, GENERATED_CPU};
+/// use graphrw::exec::GENERATED_CPU;
+/// use graphrw::Kernels;
 /// use graphrw::{fused_kernel, Builder, DType, Tensor, TensorMeta};
 ///
 /// fused_kernel! {

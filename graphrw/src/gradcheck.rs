@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use super::{grad_with, Cotangents, GradError, GradRegistry};
 use crate::exec::{plan, ExecError, Executor};
+use crate::grad::{grad_with, Cotangents, GradError, GradRegistry};
 use crate::{Graph, Tensor, Value};
 
 /// Why a gradient check could not run.
