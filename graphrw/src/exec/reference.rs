@@ -83,6 +83,11 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
             a.bool("keepdim").map_err(attr_err)?,
         )?)
     };
+    // Every op of the one list of unary ops (`graphrw-kernels/src/unary_ops.rs`) but
+    // `gelu`, whose two forms share the name and differ by an attribute (below).
+    if let Some(op) = UnaryOp::of_op(name).filter(|_| name != "gelu") {
+        return Ok(vec![unary(op)?]);
+    }
     let one = match name {
         "add" => binary(BinaryOp::Add)?,
         "sub" => binary(BinaryOp::Sub)?,
@@ -99,22 +104,6 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
         "le" => binary(BinaryOp::Le)?,
         "gt" => binary(BinaryOp::Gt)?,
         "ge" => binary(BinaryOp::Ge)?,
-        "neg" => unary(UnaryOp::Neg)?,
-        "abs" => unary(UnaryOp::Abs)?,
-        "reciprocal" => unary(UnaryOp::Reciprocal)?,
-        "sqrt" => unary(UnaryOp::Sqrt)?,
-        "rsqrt" => unary(UnaryOp::Rsqrt)?,
-        "exp" => unary(UnaryOp::Exp)?,
-        "log" => unary(UnaryOp::Log)?,
-        "sin" => unary(UnaryOp::Sin)?,
-        "cos" => unary(UnaryOp::Cos)?,
-        "erf" => unary(UnaryOp::Erf)?,
-        "tanh" => unary(UnaryOp::Tanh)?,
-        "sigmoid" => unary(UnaryOp::Sigmoid)?,
-        "relu" => unary(UnaryOp::Relu)?,
-        "silu" => unary(UnaryOp::Silu)?,
-        "not" => unary(UnaryOp::Not)?,
-        "isnan" => unary(UnaryOp::IsNan)?,
         "gelu" => match a.str("approximate").map_err(attr_err)? {
             "none" => unary(UnaryOp::Gelu)?,
             "tanh" => unary(UnaryOp::GeluTanh)?,
