@@ -106,6 +106,24 @@ impl MappedFile {
         self.model
     }
 
+    /// Gives the pages of the map read so far back to the system (`MADV_DONTNEED`):
+    /// they leave this process's resident memory, and a later read of them faults
+    /// them in again from the file, unchanged. A loader calls it once it has read the
+    /// protobuf in place, so only the weights a kernel touches stay resident. Does
+    /// nothing where the system has no such advice.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Some(m) = &self.map {
+            // SAFETY: the map is a read-only, never-written mapping of a file: dropping
+            // its pages changes no byte a borrower sees (a later read faults the same
+            // file bytes back in), which is the case `MADV_DONTNEED` is sound for; the
+            // "freed pages read as zero" hazard of memmap2's docs concerns anonymous or
+            // written private pages, of which this map has none. The advice is only a
+            // hint, so an error is ignored.
+            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
     /// The whole mapped file (empty for an empty file).
     pub fn as_bytes(&self) -> &[u8] {
         match &self.map {
@@ -307,6 +325,30 @@ impl FileRange {
     /// True when both ranges are the same bytes of the same mapped file.
     pub fn same_as(&self, other: &FileRange) -> bool {
         Arc::ptr_eq(&self.file, &other.file) && self.offset == other.offset && self.len == other.len
+    }
+
+    /// Reads the range into memory through the file, not the map, so that the file's
+    /// pages do not join this process's resident memory (a writer putting a mapped
+    /// weight inline holds only its copy).
+    ///
+    /// Errors when the file became shorter than the range since it was mapped, or on
+    /// any read error.
+    pub fn read(&self) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.len).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the range is larger than memory",
+            )
+        })?;
+        let src = self
+            .file
+            .file
+            .lock()
+            .map_err(|_| io::Error::other("the mapped file's lock was poisoned"))?;
+        (&*src).seek(SeekFrom::Start(self.offset))?;
+        let mut out = vec![0u8; len];
+        (&*src).read_exact(&mut out)?;
+        Ok(out)
     }
 
     /// Copies the range to `out` at its current position, file to file (the kernel's

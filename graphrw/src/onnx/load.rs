@@ -27,6 +27,7 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use graphrw_kernels::MappedFile;
@@ -78,6 +79,9 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph, OnnxError> {
     };
     let bytes = file.as_bytes();
     if let Some(graph) = load_fast(bytes, Some(dir), Some(&file)) {
+        // The protobuf was read in place; its pages need not stay resident for the
+        // weights that keep the map alive.
+        file.release_pages();
         return Ok(graph);
     }
     let model = decode_model(bytes)?;
@@ -386,6 +390,8 @@ struct Importer<'m> {
     /// Initialisers whose `raw_data` was left out of their message: its byte range
     /// `(offset, len)` in `file`.
     raw: FastMap<&'m str, (usize, usize)>,
+    /// The table rows that load each `(op_type, domain)` at this opset, found once.
+    rows: FastMap<(&'m str, &'m str), Rc<[&'static OpMap]>>,
 }
 
 /// The inputs and attributes of one ONNX node, with its name for messages.
@@ -626,6 +632,7 @@ impl<'m> Importer<'m> {
             bypassed: Vec::new(),
             file: None,
             raw: FastMap::default(),
+            rows: FastMap::default(),
         })
     }
 
@@ -906,12 +913,8 @@ impl<'m> Importer<'m> {
             .add_node(def, operands.to_vec(), values, Some(at.name.to_string()))
             .map_err(wrap)?;
         self.made.push(id);
-        let outputs = self
-            .graph
-            .node(id)
-            .map(|n| n.outputs().to_vec())
-            .unwrap_or_default();
-        for m in &outputs {
+        let outputs = self.graph.node(id).map_or(&[][..], |n| n.outputs());
+        for m in outputs {
             if m.shape
                 .dims()
                 .iter()
@@ -1099,10 +1102,17 @@ impl<'m> Importer<'m> {
         // says what does not fit.
         let domain = at.domain;
         let domain = if domain == "ai.onnx" { "" } else { domain };
-        let mut rows = table::loading(op_type, domain, self.opset).peekable();
-        if let Some(&first) = rows.peek() {
-            let fits = rows.find(|r| r.held.iter().all(|h| at.held(h).is_ok()));
-            return self.map_row(at, fits.unwrap_or(first));
+        let opset = self.opset;
+        let rows = Rc::clone(
+            self.rows
+                .entry((op_type, domain))
+                .or_insert_with(|| table::loading(op_type, domain, opset).collect()),
+        );
+        if let Some(&first) = rows.first() {
+            let fits = rows
+                .iter()
+                .find(|r| r.held.iter().all(|h| at.held(h).is_ok()));
+            return self.map_row(at, fits.copied().unwrap_or(first));
         }
         match op_type {
             "Identity" => {
