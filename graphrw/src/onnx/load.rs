@@ -22,6 +22,16 @@
 //! contradicts itself (inference rejects the operands, undefined values, cycles, bad
 //! tensors, a graph without outputs) is an error whose first line says what and where.
 //! The result is checked with [`crate::verify`].
+//!
+//! **Two routes, one result.** [`load`] memory-maps the file and takes the fast route
+//! first: a borrowing decoder (`decode.rs`) reads the nodes one at a time straight from
+//! the map (names are slices of it, attributes decoded into reused messages), and
+//! each node is imported as soon as it is read, so no `ModelProto` is ever built;
+//! inline `raw_data` of 1 KiB or more stays in the map as a tensor viewing it. Anything
+//! that route does not read exactly as prost does (malformed bytes, subgraphs,
+//! model-local functions, nodes out of topological order) and every error go to the
+//! plain route (prost's decoder, then [`from_model`]), which reads the model or says
+//! what is wrong with it; tests check that both routes give the same graph.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -55,6 +65,12 @@ pub const MIN_OPSET: i64 = 1;
 pub const MAX_OPSET: i64 = 23;
 
 /// Loads an ONNX model file; external data is read relative to the file's folder.
+///
+/// The file is memory-mapped (read only when it cannot be: a pipe, a device), and its
+/// inline weights of 1 KiB or more stay there as mapped tensors, as external data does:
+/// like the data files (see [`graphrw_kernels::mapped`]), the model file must not be
+/// changed in place while a graph loaded from it lives (writing a new file and renaming
+/// it over the old one, as [`super::save`] does, is safe).
 ///
 /// ```no_run
 /// let graph = graphrw::onnx::load("model.onnx")?;
