@@ -463,9 +463,9 @@ impl Graph {
                 AttrValue::Str(domain.to_string()),
                 AttrValue::Ints(known),
             ]),
-            operands: operands.into_iter().collect(),
+            operands: small(operands),
             slots: SmallVec::new(),
-            outputs: outputs.into_iter().collect(),
+            outputs: small(outputs),
             name: name.map(String::into_boxed_str),
             payload: Some(Box::new(Payload::Foreign(foreign))),
         })
@@ -483,9 +483,9 @@ impl Graph {
         Ok(self.insert(Node {
             op,
             attrs: attrs.into_boxed_slice(),
-            operands: operands.into_iter().collect(),
+            operands: small(operands),
             slots: SmallVec::new(),
-            outputs: outputs.into_iter().collect(),
+            outputs: small(outputs),
             name: name.map(String::into_boxed_str),
             payload: None,
         }))
@@ -503,9 +503,9 @@ impl Graph {
         self.insert(Node {
             op,
             attrs: attrs.into_boxed_slice(),
-            operands: operands.into_iter().collect(),
+            operands: small(operands),
             slots: SmallVec::new(),
-            outputs: outputs.into_iter().collect(),
+            outputs: small(outputs),
             name: None,
             payload: None,
         })
@@ -891,6 +891,16 @@ impl Graph {
             return Err(GraphError::Cycle { node: on_cycle });
         }
         Ok(order)
+    }
+}
+
+/// `v` as a small vector: inline when it fits (its elements copied at once, not pushed
+/// one by one), else on `v`'s own heap buffer (not copied at all).
+fn small<A: smallvec::Array>(v: Vec<A::Item>) -> SmallVec<A> {
+    if v.len() > A::size() || v.capacity() <= A::size() {
+        SmallVec::from_vec(v)
+    } else {
+        v.into_iter().collect()
     }
 }
 

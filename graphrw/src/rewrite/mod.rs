@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::graph::{Graph, NodeId, Value};
+use crate::graph::{Graph, Node, NodeId, Value};
 use crate::pattern::dispatch::Dispatch;
 use crate::pattern::safety::safe_interior;
 use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
@@ -362,7 +362,7 @@ impl Worklist {
 /// escape at all. The text is what `format!("%{id} {op} {name:?}")` gives.
 fn describe(graph: &Graph, id: NodeId) -> String {
     use std::fmt::Write;
-    let mut s = String::new();
+    let mut s = String::with_capacity(32 + graph.node(id).and_then(Node::name).map_or(0, str::len));
     s.push('%');
     // Writing to a String cannot fail.
     let _ = write!(s, "{}", id.index());
