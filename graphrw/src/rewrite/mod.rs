@@ -36,7 +36,7 @@ use thiserror::Error;
 
 use crate::graph::{Graph, Node, NodeId, Value};
 use crate::pattern::dispatch::Dispatch;
-use crate::pattern::safety::safe_interior;
+use crate::pattern::safety::safe_interior_verdict;
 use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
 use crate::verify::verify;
 use crate::GraphError;
@@ -258,7 +258,7 @@ impl Rewriter {
             while let Some((rule, m)) = matcher.next_match(graph, |rule| {
                 !failed.is_empty() && failed.contains(&(rule.name, id))
             }) {
-                let Ok(inside) = safe_interior(graph, &m) else {
+                let Some(inside) = safe_interior_verdict(graph, &m) else {
                     *report.rejected_unsafe.entry(rule.name).or_default() += 1;
                     continue;
                 };
