@@ -461,7 +461,7 @@ fn process_item<T: Element, const FMA: bool>(
             }
         }
 
-        softmax_update::<T::Acc, FMA>(s, bqp, nk, m, l, alpha, mnew);
+        T::Acc::softmax_update::<FMA>(s, bqp, nk, m, l, alpha, mnew);
 
         let vb: &[T::Acc] = match prob.v_direct {
             Some(all) => &all[v_off + j0 * dv..v_off + (j0 + nk) * dv],
@@ -541,49 +541,6 @@ fn apply_mask<T: Element>(
                     *x += y.to_acc();
                 }
             }
-        }
-    }
-}
-
-/// The online-softmax step on a transposed score tile `s[j][i]` (`nk` rows of stride
-/// `lds`): updates the running max `m` and sum `l`, leaves `alpha = e^(m_old - m_new)`
-/// (the accumulator's rescale factor) and turns the scores into `e^(s - m_new)`.
-///
-/// A row still without any visible key keeps `m = -inf`; its exponentials are taken
-/// against 0 so they stay exactly 0 (no `-inf - -inf` NaN).
-#[inline(always)]
-fn softmax_update<F: Acc, const FMA: bool>(
-    s: &mut [F],
-    lds: usize,
-    nk: usize,
-    m: &mut [F],
-    l: &mut [F],
-    alpha: &mut [F],
-    mnew: &mut [F],
-) {
-    mnew.copy_from_slice(m);
-    for row in s.chunks_exact(lds).take(nk) {
-        for (x, &y) in mnew.iter_mut().zip(row) {
-            *x = F::vmax(*x, y);
-        }
-    }
-    for (((a, mu), mo), li) in alpha
-        .iter_mut()
-        .zip(mnew.iter_mut())
-        .zip(m.iter_mut())
-        .zip(l.iter_mut())
-    {
-        let mx = *mu;
-        let used = if mx == F::NEG_INFINITY { F::ZERO } else { mx };
-        *a = F::exp_fast::<FMA>(*mo - used);
-        *li *= *a;
-        *mo = mx;
-        *mu = used;
-    }
-    for row in s.chunks_exact_mut(lds).take(nk) {
-        for ((x, &mu), li) in row.iter_mut().zip(mnew.iter()).zip(l.iter_mut()) {
-            *x = F::exp_fast::<FMA>(*x - mu);
-            *li += *x;
         }
     }
 }
