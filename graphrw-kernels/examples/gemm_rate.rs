@@ -9,7 +9,8 @@
 //!
 //! Each shape is `[BATCH:]MxKxN` (a batched product multiplies `BATCH` pairs of
 //! matrices; without it `b` is one weight matrix). Prints one line per shape and
-//! backend: `SHAPE BACKEND best_ms GFLOP/s` with `2 BATCH M K N` flops. `--cpu-time`
+//! backend: `SHAPE BACKEND best_ms GFLOP/s` with `2 BATCH M K N` flops. `--peak`
+//! first prints the FMA probe's rate (`fused::sdpa::fma_peak_gflops`), the ceiling. `--cpu-time`
 //! times by the CPU time of all the process's threads (Linux `CLOCK_PROCESS_CPUTIME_ID`), as
 //! `sdpa_time` does.
 
@@ -99,6 +100,16 @@ fn run() -> Result<(), String> {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--cpu-time" => cpu_time = true,
+            "--peak" => {
+                // The FMA probe's wall-time rate on one thread and on all of rayon's.
+                let threads = rayon::current_num_threads();
+                for t in [1, threads] {
+                    match graphrw_kernels::fused::sdpa::fma_peak_gflops(t, 20_000_000) {
+                        Some(g) => println!("fma_peak threads={t} {g:.1}"),
+                        None => println!("fma_peak threads={t} unavailable (no AVX2+FMA)"),
+                    }
+                }
+            }
             "--repeat" => {
                 repeat = args
                     .next()
