@@ -50,15 +50,15 @@ use tile::{Acc, HalfSrc, NR_Q};
 ///
 /// Measured (`GRAPHRW_SDPA_BLOCKS=bq,bk`, one thread, CPU time of
 /// `examples/sdpa_time --cpu-time`, B=1 H=8, f32, each configuration interleaved and
-/// repeated 2-3 times on the shared 2-core AVX2 machine) against the earlier 64 x 128:
-/// 48 x 96 took 3-5% less at D=64 S=1024, 2-8% less at D=128 S=512..1024 and 12-14%
-/// less at D=64 S=2048 causal; 96 x 96, 96 x 144, 48 x 144 and 96 x 192 were in
-/// between, 48 x 48 about equal to 48 x 96. (On a 2-core Zen 3 earlier, 64 and 128
-/// rows were within a few percent and better than 32.) 48 rows also give the two
-/// threads more work items at short sequences.
-pub const BLOCK_Q: usize = 48;
+/// repeated 3 times on the shared 2-core AVX2 machine). With the AVX2 softmax step,
+/// 96 x 96 took 3-5% less than 48 x 96 at D=64 and 128, S=1024, and less at S=2048
+/// (full and causal), about the same at S=512; 64 x 96 and 96 x 48 were in between.
+/// (Before that step, with the auto-vectorised softmax, 48 x 96 had been 2-14% faster
+/// than 64 x 128 and 96 x 96 in between; on a 2-core Zen 3 earlier, 64 and 128 rows
+/// were within a few percent and better than 32.)
+pub const BLOCK_Q: usize = 96;
 /// Keys per tile: a multiple of the 6 key rows of the score micro-tile (see
-/// [`BLOCK_Q`] for the measurement). The `[Bk, Bq]` score tile is 18 KiB (f32).
+/// [`BLOCK_Q`] for the measurement). The `[Bk, Bq]` score tile is 36 KiB (f32).
 pub const BLOCK_K: usize = 96;
 
 /// Multiply-adds (`B Hq Sq Skv (D + Dv)`) below which [`sdpa`] runs on the calling
