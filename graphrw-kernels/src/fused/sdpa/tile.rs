@@ -174,7 +174,7 @@ impl Acc for f32 {
         mnew: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if FMA && avx2_fma() && m.len() % 8 == 0 {
+        if FMA && avx2_fma() && m.len().is_multiple_of(8) {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
             unsafe { super::avx2::softmax_update(s, lds, nk, m, l, alpha) };
             return;
