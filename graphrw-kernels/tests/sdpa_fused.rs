@@ -346,11 +346,15 @@ fn micro_tile_boundaries() {
         (63, 129),
         (65, 134),
         (97, 257),
-        // Around the 48-row query and 96-key blocks.
+        // Around 48 rows and 96 keys (earlier blocks, and half the query block).
         (47, 95),
         (48, 96),
         (49, 97),
+        // Around the 96-row query and 96-key blocks.
+        (95, 95),
         (96, 193),
+        (97, 96),
+        (193, 97),
     ] {
         for (d, dv) in [(16, 8), (8, 16), (24, 40), (32, 9), (48, 31)] {
             for (dtype, mask, causal) in [

@@ -21,6 +21,10 @@
 //!   (and for f64) on portable loops written for LLVM's auto-vectoriser. The whole work
 //!   item is compiled a second time with `avx2,fma` enabled, chosen at run time, so the
 //!   softmax, exp and mask loops are vectorised to 256 bits too.
+//! - The online-softmax step of an f32 tile (column max, `e^(s - m)`, column sum) is
+//!   AVX2 intrinsics as well (`avx2::softmax_update`: max and sum in registers, an
+//!   8-lane exp of 16 vector operations); auto-vectorised, it had been 28% of a D=64
+//!   run (masked stores of the max), now 6-15%.
 //! - f16/bf16 key and value tiles are converted to f32 once per tile, in bulk (half's
 //!   slice conversion: F16C for f16).
 //! - Measured (`SDPA_CPU_TIME=1 cargo bench -p graphrw-kernels --bench sdpa`, 2-core
@@ -50,15 +54,15 @@ use tile::{Acc, HalfSrc, NR_Q};
 ///
 /// Measured (`GRAPHRW_SDPA_BLOCKS=bq,bk`, one thread, CPU time of
 /// `examples/sdpa_time --cpu-time`, B=1 H=8, f32, each configuration interleaved and
-/// repeated 2-3 times on the shared 2-core AVX2 machine) against the earlier 64 x 128:
-/// 48 x 96 took 3-5% less at D=64 S=1024, 2-8% less at D=128 S=512..1024 and 12-14%
-/// less at D=64 S=2048 causal; 96 x 96, 96 x 144, 48 x 144 and 96 x 192 were in
-/// between, 48 x 48 about equal to 48 x 96. (On a 2-core Zen 3 earlier, 64 and 128
-/// rows were within a few percent and better than 32.) 48 rows also give the two
-/// threads more work items at short sequences.
-pub const BLOCK_Q: usize = 48;
+/// repeated 3 times on the shared 2-core AVX2 machine). With the AVX2 softmax step,
+/// 96 x 96 took 3-5% less than 48 x 96 at D=64 and 128, S=1024, and less at S=2048
+/// (full and causal), about the same at S=512; 64 x 96 and 96 x 48 were in between.
+/// (Before that step, with the auto-vectorised softmax, 48 x 96 had been 2-14% faster
+/// than 64 x 128 and 96 x 96 in between; on a 2-core Zen 3 earlier, 64 and 128 rows
+/// were within a few percent and better than 32.)
+pub const BLOCK_Q: usize = 96;
 /// Keys per tile: a multiple of the 6 key rows of the score micro-tile (see
-/// [`BLOCK_Q`] for the measurement). The `[Bk, Bq]` score tile is 18 KiB (f32).
+/// [`BLOCK_Q`] for the measurement). The `[Bk, Bq]` score tile is 36 KiB (f32).
 pub const BLOCK_K: usize = 96;
 
 /// Multiply-adds (`B Hq Sq Skv (D + Dv)`) below which [`sdpa`] runs on the calling
@@ -461,7 +465,7 @@ fn process_item<T: Element, const FMA: bool>(
             }
         }
 
-        softmax_update::<T::Acc, FMA>(s, bqp, nk, m, l, alpha, mnew);
+        T::Acc::softmax_update::<FMA>(s, bqp, nk, m, l, alpha, mnew);
 
         let vb: &[T::Acc] = match prob.v_direct {
             Some(all) => &all[v_off + j0 * dv..v_off + (j0 + nk) * dv],
@@ -541,49 +545,6 @@ fn apply_mask<T: Element>(
                     *x += y.to_acc();
                 }
             }
-        }
-    }
-}
-
-/// The online-softmax step on a transposed score tile `s[j][i]` (`nk` rows of stride
-/// `lds`): updates the running max `m` and sum `l`, leaves `alpha = e^(m_old - m_new)`
-/// (the accumulator's rescale factor) and turns the scores into `e^(s - m_new)`.
-///
-/// A row still without any visible key keeps `m = -inf`; its exponentials are taken
-/// against 0 so they stay exactly 0 (no `-inf - -inf` NaN).
-#[inline(always)]
-fn softmax_update<F: Acc, const FMA: bool>(
-    s: &mut [F],
-    lds: usize,
-    nk: usize,
-    m: &mut [F],
-    l: &mut [F],
-    alpha: &mut [F],
-    mnew: &mut [F],
-) {
-    mnew.copy_from_slice(m);
-    for row in s.chunks_exact(lds).take(nk) {
-        for (x, &y) in mnew.iter_mut().zip(row) {
-            *x = F::vmax(*x, y);
-        }
-    }
-    for (((a, mu), mo), li) in alpha
-        .iter_mut()
-        .zip(mnew.iter_mut())
-        .zip(m.iter_mut())
-        .zip(l.iter_mut())
-    {
-        let mx = *mu;
-        let used = if mx == F::NEG_INFINITY { F::ZERO } else { mx };
-        *a = F::exp_fast::<FMA>(*mo - used);
-        *li *= *a;
-        *mo = mx;
-        *mu = used;
-    }
-    for row in s.chunks_exact_mut(lds).take(nk) {
-        for ((x, &mu), li) in row.iter_mut().zip(mnew.iter()).zip(l.iter_mut()) {
-            *x = F::exp_fast::<FMA>(*x - mu);
-            *li += *x;
         }
     }
 }

@@ -74,6 +74,23 @@ pub(super) trait Acc: Real {
         values_tile_generic::<Self, FMA>(nk, ldp, dv, pt, v, alpha, o)
     }
 
+    /// The online-softmax step on the transposed score tile `s` (`nk` rows of stride
+    /// `lds`, one column per query row): see [`softmax_update_generic`]; `mnew` is
+    /// scratch of `m`'s length.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn softmax_update<const FMA: bool>(
+        s: &mut [Self],
+        lds: usize,
+        nk: usize,
+        m: &mut [Self],
+        l: &mut [Self],
+        alpha: &mut [Self],
+        mnew: &mut [Self],
+    ) {
+        softmax_update_generic::<Self, FMA>(s, lds, nk, m, l, alpha, mnew)
+    }
+
     /// Fills `dst` with `src[range]` converted, when `src` is f16/bf16 and this is f32;
     /// false (and `dst` untouched) otherwise.
     #[inline(always)]
@@ -144,6 +161,25 @@ impl Acc for f32 {
             return;
         }
         values_tile_generic::<f32, FMA>(nk, ldp, dv, pt, v, alpha, o)
+    }
+
+    #[inline(always)]
+    fn softmax_update<const FMA: bool>(
+        s: &mut [f32],
+        lds: usize,
+        nk: usize,
+        m: &mut [f32],
+        l: &mut [f32],
+        alpha: &mut [f32],
+        mnew: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if FMA && avx2_fma() && m.len().is_multiple_of(8) {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            unsafe { super::avx2::softmax_update(s, lds, nk, m, l, alpha) };
+            return;
+        }
+        softmax_update_generic::<f32, FMA>(s, lds, nk, m, l, alpha, mnew)
     }
 
     #[inline(always)]
@@ -401,6 +437,49 @@ fn values_micro<F: Acc, const MR: usize, const NR: usize, const FMA: bool>(
     }
     for (r, accr) in acc.iter().enumerate() {
         o[r * ldo..r * ldo + NR].copy_from_slice(accr);
+    }
+}
+
+/// The online-softmax step on a transposed score tile `s[j][i]` (`nk` rows of stride
+/// `lds`): updates the running max `m` and sum `l`, leaves `alpha = e^(m_old - m_new)`
+/// (the accumulator's rescale factor) and turns the scores into `e^(s - m_new)`.
+///
+/// A row still without any visible key keeps `m = -inf`; its exponentials are taken
+/// against 0 so they stay exactly 0 (no `-inf - -inf` NaN).
+#[inline(always)]
+pub(super) fn softmax_update_generic<F: Acc, const FMA: bool>(
+    s: &mut [F],
+    lds: usize,
+    nk: usize,
+    m: &mut [F],
+    l: &mut [F],
+    alpha: &mut [F],
+    mnew: &mut [F],
+) {
+    mnew.copy_from_slice(m);
+    for row in s.chunks_exact(lds).take(nk) {
+        for (x, &y) in mnew.iter_mut().zip(row) {
+            *x = F::vmax(*x, y);
+        }
+    }
+    for (((a, mu), mo), li) in alpha
+        .iter_mut()
+        .zip(mnew.iter_mut())
+        .zip(m.iter_mut())
+        .zip(l.iter_mut())
+    {
+        let mx = *mu;
+        let used = if mx == F::NEG_INFINITY { F::ZERO } else { mx };
+        *a = F::exp_fast::<FMA>(*mo - used);
+        *li *= *a;
+        *mo = mx;
+        *mu = used;
+    }
+    for row in s.chunks_exact_mut(lds).take(nk) {
+        for ((x, &mu), li) in row.iter_mut().zip(mnew.iter()).zip(l.iter_mut()) {
+            *x = F::exp_fast::<FMA>(*x - mu);
+            *li += *x;
+        }
     }
 }
 

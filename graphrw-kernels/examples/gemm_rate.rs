@@ -1,0 +1,178 @@
+//! Times the CPU matmul on the shapes given and prints GFLOP/s, for
+//! `benches/ort_matmul_compare.py` (which times onnxruntime's MatMul on the same
+//! shapes in the same run).
+//!
+//! ```sh
+//! RAYON_NUM_THREADS=1 cargo run --release -p graphrw-kernels --example gemm_rate -- \
+//!     --cpu-time --repeat 5 512x768x768 512x768x3072 12:512x64x512
+//! ```
+//!
+//! Each shape is `[BATCH:]MxKxN` (a batched product multiplies `BATCH` pairs of
+//! matrices; without it `b` is one weight matrix). Prints one line per shape and
+//! backend: `SHAPE BACKEND best_ms GFLOP/s` with `2 BATCH M K N` flops. `--peak`
+//! first prints the FMA probe's rate (`fused::sdpa::fma_peak_gflops`), the ceiling. `--cpu-time`
+//! times by the CPU time of all the process's threads (Linux `CLOCK_PROCESS_CPUTIME_ID`), as
+//! `sdpa_time` does.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use graphrw_kernels::cpu::{matmul_with, GemmBackend};
+use graphrw_kernels::Tensor;
+
+/// One product to time.
+struct Spec {
+    text: String,
+    batch: Option<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+fn parse_spec(text: &str) -> Result<Spec, String> {
+    let (batch, rest) = match text.split_once(':') {
+        Some((b, r)) => (
+            Some(b.parse::<usize>().map_err(|e| format!("`{text}`: {e}"))?),
+            r,
+        ),
+        None => (None, text),
+    };
+    let dims: Vec<usize> = rest
+        .split('x')
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|e| format!("`{text}`: `{s}`: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let [m, k, n] = dims[..] else {
+        return Err(format!("`{text}`: expected [BATCH:]MxKxN"));
+    };
+    Ok(Spec {
+        text: text.to_string(),
+        batch,
+        m,
+        k,
+        n,
+    })
+}
+
+/// Deterministic values in `[-1, 1)`.
+fn ramp(shape: &[usize], seed: usize) -> Result<Tensor, String> {
+    let n: usize = shape.iter().product();
+    let vals: Vec<f32> = (0..n)
+        .map(|i| (((i + seed * 7) * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    Tensor::from_vec(shape.to_vec(), vals).map_err(|e| e.to_string())
+}
+
+/// CPU seconds run so far by every thread of this process
+/// (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`: exact to the nanosecond, unlike
+/// `/proc/self/task/*/schedstat`, whose figure for a running thread lags by up to a
+/// scheduler tick, 4 ms here).
+#[cfg(target_os = "linux")]
+fn process_cpu_seconds() -> Result<f64, String> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Err(format!(
+            "--cpu-time: clock_gettime failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
+/// CPU time is read on Linux only.
+#[cfg(not(target_os = "linux"))]
+fn process_cpu_seconds() -> Result<f64, String> {
+    Err("--cpu-time: only on Linux".into())
+}
+
+fn run() -> Result<(), String> {
+    let mut repeat = 5usize;
+    let mut cpu_time = false;
+    let mut specs = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--cpu-time" => cpu_time = true,
+            "--peak" => {
+                // The FMA probe's wall-time rate on one thread and on all of rayon's.
+                let threads = rayon::current_num_threads();
+                for t in [1, threads] {
+                    match graphrw_kernels::fused::sdpa::fma_peak_gflops(t, 20_000_000) {
+                        Some(g) => println!("fma_peak threads={t} {g:.1}"),
+                        None => println!("fma_peak threads={t} unavailable (no AVX2+FMA)"),
+                    }
+                }
+            }
+            "--repeat" => {
+                repeat = args
+                    .next()
+                    .ok_or("--repeat needs a value")?
+                    .parse::<usize>()
+                    .map_err(|e| format!("--repeat: {e}"))?
+                    .max(1)
+            }
+            _ => specs.push(parse_spec(&a)?),
+        }
+    }
+    if specs.is_empty() {
+        return Err("give at least one shape [BATCH:]MxKxN".into());
+    }
+    let backends = [
+        ("auto", GemmBackend::Auto),
+        ("gemm", GemmBackend::Gemm),
+        ("matrixmultiply", GemmBackend::MatrixMultiply),
+    ];
+    for spec in specs {
+        let (a_shape, b_shape) = match spec.batch {
+            Some(b) => (vec![b, spec.m, spec.k], vec![b, spec.k, spec.n]),
+            None => (vec![spec.m, spec.k], vec![spec.k, spec.n]),
+        };
+        let a = ramp(&a_shape, 0)?;
+        let b = ramp(&b_shape, 1)?;
+        let flops = 2.0 * (spec.batch.unwrap_or(1) * spec.m * spec.k * spec.n) as f64;
+        for (name, backend) in backends {
+            matmul_with(&a, &b, backend).map_err(|e| e.to_string())?;
+            let mut best = f64::INFINITY;
+            for _ in 0..repeat {
+                let t0 = Instant::now();
+                let c0 = if cpu_time {
+                    process_cpu_seconds()?
+                } else {
+                    0.0
+                };
+                let out = matmul_with(&a, &b, backend).map_err(|e| e.to_string())?;
+                let secs = if cpu_time {
+                    process_cpu_seconds()? - c0
+                } else {
+                    t0.elapsed().as_secs_f64()
+                };
+                best = best.min(secs);
+                std::hint::black_box(out);
+            }
+            println!(
+                "{} {name} {:.3} {:.1}",
+                spec.text,
+                best * 1e3,
+                flops / best / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gemm_rate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
