@@ -17,6 +17,7 @@
 //! it never panics and never allocates a declared size before checking it against the
 //! bytes present.
 
+mod encode;
 mod error;
 pub mod external;
 mod functions;
