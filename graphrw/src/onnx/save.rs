@@ -38,7 +38,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
-use foldhash::{HashMap as FastMap, HashSet as FastSet};
+use foldhash::HashMap as FastMap;
 use smallvec::{smallvec, SmallVec};
 use std::path::Path;
 
@@ -243,10 +243,47 @@ impl Arena {
 /// A node's input or output names.
 type Names8 = SmallVec<[Name; 8]>;
 
+/// The name of each value named so far: first outputs in a list by node index (read
+/// in the order nodes are written, so mostly in memory order), other outputs in a map.
+#[derive(Default)]
+struct ValueNames {
+    first: Vec<Option<Name>>,
+    more: FastMap<Value, Name>,
+}
+
+impl ValueNames {
+    fn with_capacity(nodes: usize) -> ValueNames {
+        ValueNames {
+            first: Vec::with_capacity(nodes),
+            more: FastMap::default(),
+        }
+    }
+
+    fn get(&self, v: Value) -> Option<Name> {
+        if v.output == 0 {
+            self.first.get(v.node.index()).copied().flatten()
+        } else {
+            self.more.get(&v).copied()
+        }
+    }
+
+    fn insert(&mut self, v: Value, name: Name) {
+        if v.output == 0 {
+            let i = v.node.index();
+            if self.first.len() <= i {
+                self.first.resize(i + 1, None);
+            }
+            self.first[i] = Some(name);
+        } else {
+            self.more.insert(v, name);
+        }
+    }
+}
+
 struct Exporter<'g> {
     graph: &'g Graph,
     printer: Names,
-    names: FastMap<Value, Name>,
+    names: ValueNames,
     /// The text of every [`Name`].
     arena: Arena,
     taken: NameSet,
@@ -262,6 +299,8 @@ struct Exporter<'g> {
     cur_op: &'static str,
     /// Room to spell a name in before it is made unique.
     scratch: String,
+    /// The next numbers of the printer's `t` and `c` names.
+    printed: (u32, u32),
     /// Model-local functions written so far, callees before callers.
     functions: Vec<FunctionProto>,
     /// Function name by encoded body, so equal bodies share one function.
@@ -329,25 +368,64 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
     }
 }
 
-/// Names given so far, kept as 128-bit fingerprints rather than strings: a big model
+/// Names given so far, kept as 64-bit fingerprints rather than strings: a big model
 /// names a million values and nodes, and a set of strings would copy and free every
-/// one of them. Two different names share a fingerprint with odds of about 2^-128 per
-/// pair; the seeds are fixed, so the names written are the same on every run.
+/// one of them. Two names sharing a fingerprint (odds about 2^-64 per pair; the seed is
+/// fixed, so the names written are the same on every run) only make the second one
+/// look taken, so it gets a `_k` suffix: names stay unique whatever the fingerprints.
 #[derive(Default)]
-struct NameSet(FastSet<(u64, u64)>);
+struct NameSet(HashSet<u64, std::hash::BuildHasherDefault<Fingerprint>>);
+
+/// The hasher of fingerprints, which are hashes already: the value itself.
+#[derive(Default)]
+struct Fingerprint(u64);
+
+impl std::hash::Hasher for Fingerprint {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed; fold anything else in for completeness.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
 
 impl NameSet {
     fn with_capacity(n: usize) -> NameSet {
-        NameSet(FastSet::with_capacity_and_hasher(n, Default::default()))
+        NameSet(HashSet::with_capacity_and_hasher(n, Default::default()))
     }
 
     /// Adds `name`; false when it was there already.
     fn insert(&mut self, name: impl AsRef<str>) -> bool {
         use std::hash::BuildHasher;
         let name = name.as_ref();
-        let a = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(name);
-        let b = foldhash::quality::FixedState::with_seed(0xc2b2_ae3d_27d4_eb4f).hash_one(name);
-        self.0.insert((a, b))
+        let h = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(name);
+        self.0.insert(h)
+    }
+}
+
+/// Appends the decimal digits of `n`.
+fn push_decimal(s: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        s.push(char::from(d));
     }
 }
 
@@ -379,7 +457,7 @@ impl<'g> Exporter<'g> {
         Exporter {
             graph,
             printer: Names::new(graph),
-            names: FastMap::with_capacity_and_hasher(graph.node_count(), Default::default()),
+            names: ValueNames::with_capacity(graph.node_count()),
             arena: Arena::default(),
             taken: NameSet::with_capacity(graph.node_count()),
             node_names: NameSet::with_capacity(graph.node_count()),
@@ -391,6 +469,7 @@ impl<'g> Exporter<'g> {
             cur: String::new(),
             cur_op: "",
             scratch: String::new(),
+            printed: (0, 0),
             functions: Vec::new(),
             function_names: HashMap::new(),
             domains: BTreeMap::new(),
@@ -443,7 +522,7 @@ impl<'g> Exporter<'g> {
                     "two graph outputs are named `{name}`"
                 )));
             }
-            match self.names.get(&v).copied() {
+            match self.names.get(v) {
                 Some(existing) if self.arena.get(existing) == name => {}
                 Some(existing) => {
                     if !self.taken.insert(name.clone()) {
@@ -472,10 +551,10 @@ impl<'g> Exporter<'g> {
             let Some(f) = node.foreign() else { continue };
             let first = node.operands().len().saturating_sub(f.captures.len());
             for (c, &v) in f.captures.iter().zip(&node.operands()[first..]) {
-                if self.names.get(&v).map(|&n| self.arena.get(n)) == Some(c.as_str()) {
+                if self.names.get(v).map(|n| self.arena.get(n)) == Some(c.as_str()) {
                     continue;
                 }
-                if self.names.contains_key(&v) || !self.taken.insert(c) {
+                if self.names.get(v).is_some() || !self.taken.insert(c) {
                     // Named already (an input or output): an Identity gives it `c`.
                     self.taken.insert(c);
                 } else {
@@ -492,8 +571,31 @@ impl<'g> Exporter<'g> {
         self.arena.get(n)
     }
 
+    /// Takes the next `count` numbers of the printer's `t` (values of ops) or `c`
+    /// (constants) names, counted as [`Names`] counts them (nodes are written in its
+    /// order); returns the first.
+    fn next_printed(&mut self, kind: char, count: u32) -> u32 {
+        let next = if kind == 'c' {
+            &mut self.printed.1
+        } else {
+            &mut self.printed.0
+        };
+        *next += count;
+        *next - count
+    }
+
+    /// A fresh name for `v`, the printer's (`t<n>`, `c<n>` for a constant) made unique:
+    /// spelled here rather than asked of [`Names::get`], which allocates a string.
+    fn printed_name(&mut self, v: Value, kind: char, n: u32) -> Name {
+        self.scratch.clear();
+        self.scratch.push(kind);
+        push_decimal(&mut self.scratch, n);
+        debug_assert_eq!(self.scratch, self.printer.get(v), "printer name of {v:?}");
+        unique_in(&mut self.taken, &mut self.arena, &self.scratch)
+    }
+
     fn name_of(&self, v: Value) -> Result<Name, OnnxError> {
-        self.names.get(&v).copied().ok_or_else(|| {
+        self.names.get(v).ok_or_else(|| {
             self.err(format!(
                 "operand %{}.{} has no name yet (the graph is not in order)",
                 v.node.index(),
@@ -580,14 +682,14 @@ impl<'g> Exporter<'g> {
             }
             "constant" => {
                 let v = Value::from(id);
-                let name = match self.names.get(&v) {
-                    Some(&n) => n,
+                let printed = self.next_printed('c', 1);
+                let name = match self.names.get(v) {
+                    Some(n) => n,
                     None => {
-                        let base = match node.name() {
-                            Some(n) => Cow::Borrowed(n),
-                            None => Cow::Owned(self.printer.get(v)),
+                        let n = match node.name() {
+                            Some(base) => unique_in(&mut self.taken, &mut self.arena, base),
+                            None => self.printed_name(v, 'c', printed),
                         };
-                        let n = unique_in(&mut self.taken, &mut self.arena, &base);
                         self.names.insert(v, n);
                         n
                     }
@@ -619,14 +721,15 @@ impl<'g> Exporter<'g> {
                 for &v in node.operands() {
                     ins.push(self.name_of(v)?);
                 }
+                let count = node.outputs().len() as u32;
+                let first = self.next_printed('t', count);
                 let mut outs = Names8::new();
-                for o in 0..node.outputs().len() as u32 {
+                for o in 0..count {
                     let v = Value::new(id, o);
-                    let name = match self.names.get(&v) {
-                        Some(&n) => n,
+                    let name = match self.names.get(v) {
+                        Some(n) => n,
                         None => {
-                            let n =
-                                unique_in(&mut self.taken, &mut self.arena, &self.printer.get(v));
+                            let n = self.printed_name(v, 't', first + o);
                             self.names.insert(v, n);
                             n
                         }
