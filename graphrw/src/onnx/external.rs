@@ -145,18 +145,10 @@ pub(super) fn check_inline_estimate(
     Ok(())
 }
 
-/// The encoded length of `model` with `nodes_len` bytes of nodes added to its graph.
+/// The encoded length of `model` with `nodes_len` bytes of nodes added to its graph,
+/// give or take the 4 bytes the graph's length prefix may grow by (counted in).
 fn model_len(model: &ModelProto, nodes_len: usize) -> u64 {
-    match &model.graph {
-        None => model.encoded_len() as u64,
-        Some(g) => {
-            let graph_len = g.encoded_len();
-            let with_nodes = graph_len + nodes_len;
-            let grown = prost::encoding::encoded_len_varint(with_nodes as u64)
-                - prost::encoding::encoded_len_varint(graph_len as u64);
-            (model.encoded_len() + nodes_len + grown) as u64
-        }
-    }
+    (model.encoded_len() + nodes_len + 4) as u64
 }
 
 /// `model` with `nodes` as its graph's nodes, encoded; refused past

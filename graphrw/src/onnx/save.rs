@@ -25,6 +25,12 @@
 //! inputs, `upgrade.rs`), and refused otherwise, naming the op and the opsets; the
 //! model's opset is never below such a node's own.
 //!
+//! [`save`], [`save_with`] and [`to_bytes`] encode each node as it is written, straight
+//! from the graph into one byte buffer (`encode.rs`), with every name the exporter gives
+//! kept as a span of one string: no `NodeProto` of owned strings is built for a big
+//! graph. [`to_model`] builds the prost messages from the same exporter; both give the
+//! same bytes (`tests/onnx_encode.rs`, and the table round trip).
+//!
 //! Fused ops (the generated kernels' `fused.*` ops, user ops declared `like` a
 //! decomposition, the tile executor's `fused.elementwise_group`) are written as their
 //! standard ONNX op where one exists (`fused.layer_norm` as `LayerNormalization`,
@@ -58,6 +64,7 @@ use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::{normalize_axis, Dim, TensorMeta};
 use crate::ops::{AttrValue, InferError};
+#[cfg(debug_assertions)]
 use crate::printer::Names;
 use crate::Tensor;
 
@@ -165,7 +172,7 @@ pub(super) fn export(graph: &Graph, encoded: bool) -> Result<Exported, OnnxError
         };
     }
     ex.reserve_io()?;
-    let order: Vec<NodeId> = ex.printer.order().to_vec();
+    let order = std::mem::take(&mut ex.order);
     for id in order {
         ex.node(id)?;
         if ex.arena.overflow {
@@ -282,6 +289,10 @@ impl ValueNames {
 
 struct Exporter<'g> {
     graph: &'g Graph,
+    /// The order nodes are written in: the printer's ([`crate::printer::Names::order`]).
+    order: Vec<NodeId>,
+    /// The printer's names, to check the exporter spells them alike (debug builds).
+    #[cfg(debug_assertions)]
     printer: Names,
     names: ValueNames,
     /// The text of every [`Name`].
@@ -456,6 +467,11 @@ impl<'g> Exporter<'g> {
     fn new(graph: &'g Graph) -> Exporter<'g> {
         Exporter {
             graph,
+            // As `Names::new` orders them, without building its names.
+            order: graph
+                .topo_order()
+                .unwrap_or_else(|_| graph.node_ids().collect()),
+            #[cfg(debug_assertions)]
             printer: Names::new(graph),
             names: ValueNames::with_capacity(graph.node_count()),
             arena: Arena::default(),
@@ -572,7 +588,7 @@ impl<'g> Exporter<'g> {
     }
 
     /// Takes the next `count` numbers of the printer's `t` (values of ops) or `c`
-    /// (constants) names, counted as [`Names`] counts them (nodes are written in its
+    /// (constants) names, counted as [`crate::printer::Names`] counts them (nodes are written in its
     /// order); returns the first.
     fn next_printed(&mut self, kind: char, count: u32) -> u32 {
         let next = if kind == 'c' {
@@ -585,12 +601,16 @@ impl<'g> Exporter<'g> {
     }
 
     /// A fresh name for `v`, the printer's (`t<n>`, `c<n>` for a constant) made unique:
-    /// spelled here rather than asked of [`Names::get`], which allocates a string.
+    /// spelled here rather than asked of [`crate::printer::Names::get`], which allocates a
+    /// string.
     fn printed_name(&mut self, v: Value, kind: char, n: u32) -> Name {
         self.scratch.clear();
         self.scratch.push(kind);
         push_decimal(&mut self.scratch, n);
-        debug_assert_eq!(self.scratch, self.printer.get(v), "printer name of {v:?}");
+        #[cfg(debug_assertions)]
+        assert_eq!(self.scratch, self.printer.get(v), "printer name of {v:?}");
+        #[cfg(not(debug_assertions))]
+        let _ = v;
         unique_in(&mut self.taken, &mut self.arena, &self.scratch)
     }
 
@@ -1410,7 +1430,7 @@ impl<'g> Exporter<'g> {
     /// nodes (functions have no initialisers).
     fn function_body(&mut self) -> Result<FunctionProto, OnnxError> {
         self.reserve_io()?;
-        let order: Vec<NodeId> = self.printer.order().to_vec();
+        let order = std::mem::take(&mut self.order);
         for id in order {
             self.node(id)?;
         }
