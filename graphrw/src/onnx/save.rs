@@ -316,6 +316,9 @@ struct Exporter<'g> {
     functions: Vec<FunctionProto>,
     /// Function name by encoded body, so equal bodies share one function.
     function_names: HashMap<Vec<u8>, String>,
+    /// Function name by the op, operand metadata and attributes of a node written as
+    /// a call, so that a like node is not decomposed again.
+    function_calls: HashMap<String, String>,
     /// Declared types of opaque nodes' outputs (ONNX cannot infer them).
     value_infos: Vec<ValueInfoProto>,
     /// Opset imports of the other domains opaque nodes came from.
@@ -488,6 +491,7 @@ impl<'g> Exporter<'g> {
             printed: (0, 0),
             functions: Vec::new(),
             function_names: HashMap::new(),
+            function_calls: HashMap::new(),
             domains: BTreeMap::new(),
             pinned: Vec::new(),
             value_infos: Vec::new(),
@@ -1371,6 +1375,21 @@ impl<'g> Exporter<'g> {
         let Some(decompose) = node.op().decompose else {
             return Err(self.err("the op has no decomposition"));
         };
+        // The body depends only on the op, the operands' metadata and the attributes:
+        // a node like one written before calls the same function, without building
+        // and encoding the body again (a big graph has thousands of such nodes).
+        let mut call_key = format!("{:p} {}", node.op(), node.op_name());
+        for &v in node.operands() {
+            let _ = write!(call_key, " {:?}", self.meta(v)?);
+        }
+        for (n, v) in node.attrs().iter() {
+            let _ = write!(call_key, " {n}={v:?}");
+        }
+        if let Some(name) = self.function_calls.get(&call_key).cloned() {
+            let node_name = self.node_name();
+            self.push_named(node_name, &name, FUNCTION_DOMAIN, &ins, &outs, &[]);
+            return Ok(());
+        }
         let b = Builder::new();
         let params: Vec<Value> = node
             .operands()
@@ -1423,6 +1442,7 @@ impl<'g> Exporter<'g> {
         };
         let node_name = self.node_name();
         self.push_named(node_name, &name, FUNCTION_DOMAIN, &ins, &outs, &[]);
+        self.function_calls.insert(call_key, name);
         Ok(())
     }
 
