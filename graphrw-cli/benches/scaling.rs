@@ -25,8 +25,14 @@
 //! kernels), save (which verifies the graph first, the one check `optimize` makes); it
 //! prints each stage's time and the process's peak resident memory (`VmHWM` of
 //! `/proc/self/status`) after the load and at the end, so every size is measured in a
-//! fresh process. Not a test: nothing here asserts timings. The machine's noise shows
-//! in the numbers; compare runs made one after the other. On a loaded machine, compare
+//! fresh process. The `verify` column times one more whole-graph check, made before the
+//! save, on its own: it is a part of `save`'s time that the rule passes' columns do not
+//! show, and is not added to `total` (which is what `optimize` spends). `growth` is each
+//! row's total µs/node over the first row's (the per-node growth from the smallest size
+//! measured; the last line repeats it for the largest against #24's goal of x1.3): to
+//! see 1 k -> 1 M alone, run `--sizes 1000,1000000 --fanout-layers 0`. Not a test:
+//! nothing here asserts timings. The machine's noise shows in the numbers; compare runs
+//! made one after the other. On a loaded machine, compare
 //! on-CPU time instead: keep the models and time each child with
 //! `perf stat -e task-clock scaling-<hash> --child MODEL`.
 
@@ -87,32 +93,38 @@ fn main() {
         std::process::exit(1);
     }
     println!(
-        "{:>22} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}",
+        "{:>22} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9} {:>9}",
         "graph",
         "nodes",
         "load",
         "attn",
         "causal",
         "kernels",
+        "verify",
         "save",
         "total",
+        "growth",
         "load MiB",
         "peak MiB",
         "B/node"
     );
-    println!("{:>32} (µs per node)", "");
-    let mut totals = Vec::new();
+    println!(
+        "{:>32} (µs per node; verify: a part of save, not added to total)",
+        ""
+    );
+    let mut totals: Vec<(usize, f64)> = Vec::new();
     for &n in &sizes {
         let layers = n.div_ceil(LAYER_NODES).max(1);
         let model = transformer(layers);
-        if let Some(t) = measure(&dir, &format!("transformer x{layers}"), &model) {
+        let first = totals.first().map(|t| t.1);
+        if let Some(t) = measure(&dir, &format!("transformer x{layers}"), &model, first) {
             totals.push(t);
         }
     }
     if let (Some(first), Some(last)) = (totals.first(), totals.last()) {
         if totals.len() > 1 {
             println!(
-                "per-node growth {} -> {} nodes: x{:.2}",
+                "per-node growth {} -> {} nodes: x{:.2} (goal: at most x1.3)",
                 first.0,
                 last.0,
                 last.1 / first.1
@@ -124,6 +136,7 @@ fn main() {
             &dir,
             &format!("fan-out x{fanout_blocks}"),
             &fanout(fanout_blocks),
+            totals.first().map(|t| t.1),
         );
     }
     if keep {
@@ -133,8 +146,14 @@ fn main() {
     }
 }
 
-/// Writes `model`, runs the child on it, prints its row; returns (nodes, total µs/node).
-fn measure(dir: &Path, label: &str, model: &ModelProto) -> Option<(usize, f64)> {
+/// Writes `model`, runs the child on it, prints its row (its growth against `first`,
+/// the first row's total µs/node); returns (nodes, total µs/node).
+fn measure(
+    dir: &Path,
+    label: &str,
+    model: &ModelProto,
+    first: Option<f64>,
+) -> Option<(usize, f64)> {
     let path: PathBuf = dir.join(format!("{}.onnx", label.replace(' ', "_")));
     if let Err(e) = std::fs::write(&path, model.encode_to_vec()) {
         eprintln!("cannot write {}: {e}", path.display());
@@ -164,28 +183,31 @@ fn measure(dir: &Path, label: &str, model: &ModelProto) -> Option<(usize, f64)> 
         .split_whitespace()
         .filter_map(|x| x.parse().ok())
         .collect();
-    // nodes, load, attention, causal, kernels, save (seconds), peak KiB after the
-    // load, peak KiB
-    if f.len() != 8 {
+    // nodes, load, attention, causal, kernels, save, verify (seconds), peak KiB after
+    // the load, peak KiB
+    if f.len() != 9 {
         eprintln!("{label}: unexpected child output {line}");
         return None;
     }
     let nodes = f[0];
     let per = |s: f64| s * 1e6 / nodes;
     let total: f64 = f[1..6].iter().sum();
+    let growth = first.map_or(1.0, |first| per(total) / first);
     println!(
-        "{:>22} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>9.0}",
+        "{:>22} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7} {:>8.1} {:>9.1} {:>9.0}",
         label,
         nodes as usize,
         per(f[1]),
         per(f[2]),
         per(f[3]),
         per(f[4]),
+        per(f[6]),
         per(f[5]),
         per(total),
-        f[6] / 1024.0,
+        format!("x{growth:.2}"),
         f[7] / 1024.0,
-        f[7] * 1024.0 / nodes
+        f[8] / 1024.0,
+        f[8] * 1024.0 / nodes
     );
     Some((nodes as usize, per(total)))
 }
@@ -207,7 +229,11 @@ fn child(model: &Path) -> i32 {
         let t = Instant::now();
         let kernels = graphrw::generated::fuse_kernels(&mut graph)?;
         let kern = t.elapsed().as_secs_f64();
-        // As `graphrw optimize`: no separate check, saving verifies the graph first.
+        // Timed on its own for the `verify` column; `save` below checks again, as in
+        // `graphrw optimize` (whose one check is save's), and its time includes that.
+        let t = Instant::now();
+        graphrw::verify(&graph)?;
+        let verify = t.elapsed().as_secs_f64();
         let t = Instant::now();
         graphrw::onnx::save(&graph, model.with_extension("out.onnx"))?;
         let save = t.elapsed().as_secs_f64();
@@ -219,7 +245,7 @@ fn child(model: &Path) -> i32 {
             graph.node_count()
         );
         Ok(format!(
-            "RESULT {nodes} {load} {attn} {causal_s} {kern} {save} {load_peak} {}",
+            "RESULT {nodes} {load} {attn} {causal_s} {kern} {save} {verify} {load_peak} {}",
             peak_kib()
         ))
     };

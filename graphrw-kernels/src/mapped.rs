@@ -21,7 +21,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use half::{bf16, f16};
 
@@ -35,6 +35,8 @@ pub struct MappedFile {
     file: Mutex<File>,
     path: PathBuf,
     len: u64,
+    /// True for a model file mapped for its inline `raw_data` ([`MappedFile::open_model`]).
+    model: bool,
 }
 
 impl fmt::Debug for MappedFile {
@@ -50,7 +52,17 @@ impl MappedFile {
     /// Errors when the file cannot be opened, is not a regular file, or cannot be
     /// mapped (or is larger than the address space).
     pub fn open(path: impl AsRef<Path>) -> io::Result<Arc<MappedFile>> {
-        let path = path.as_ref();
+        MappedFile::open_as(path.as_ref(), false)
+    }
+
+    /// Opens and maps a model file itself (not an external data file): its tensors are
+    /// the model's inline weights, viewed in place. [`MappedFile::holds_model`] tells
+    /// them apart, so that a writer keeping the input's layout keeps them inline.
+    pub fn open_model(path: impl AsRef<Path>) -> io::Result<Arc<MappedFile>> {
+        MappedFile::open_as(path.as_ref(), true)
+    }
+
+    fn open_as(path: &Path, model: bool) -> io::Result<Arc<MappedFile>> {
         let file = File::open(path)?;
         let meta = file.metadata()?;
         if !meta.is_file() {
@@ -84,7 +96,40 @@ impl MappedFile {
             file: Mutex::new(file),
             path: path.to_path_buf(),
             len,
+            model,
         }))
+    }
+
+    /// True when this is a model file mapped for its inline weights
+    /// ([`MappedFile::open_model`]), false for an external data file.
+    pub fn holds_model(&self) -> bool {
+        self.model
+    }
+
+    /// Gives the pages of the map read so far back to the system (`MADV_DONTNEED`):
+    /// they leave this process's resident memory, and a later read of them faults
+    /// them in again from the file, unchanged. A loader calls it once it has read the
+    /// protobuf in place, so only the weights a kernel touches stay resident. Does
+    /// nothing where the system has no such advice.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Some(m) = &self.map {
+            // SAFETY: the map is a read-only, never-written mapping of a file: dropping
+            // its pages changes no byte a borrower sees (a later read faults the same
+            // file bytes back in), which is the case `MADV_DONTNEED` is sound for; the
+            // "freed pages read as zero" hazard of memmap2's docs concerns anonymous or
+            // written private pages, of which this map has none. The advice is only a
+            // hint, so an error is ignored.
+            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
+    /// The whole mapped file (empty for an empty file).
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.map {
+            Some(m) => m,
+            None => &[],
+        }
     }
 
     /// The path the file was opened from.
@@ -159,6 +204,11 @@ pub struct MappedElements {
     /// Number of elements.
     len: usize,
     dtype: DType,
+    /// Where the file's bytes are not aligned for the dtype (an inline `raw_data` sits
+    /// at any offset of its model file): an aligned copy, made the first time the
+    /// elements are read and shared by every clone. Writers copy the file range and
+    /// never read it, so a weight nothing computes with is never copied.
+    copy: Arc<OnceLock<Vec<u64>>>,
 }
 
 impl fmt::Debug for MappedElements {
@@ -173,9 +223,9 @@ impl fmt::Debug for MappedElements {
 
 impl MappedElements {
     /// Views `len` elements of `dtype` at byte `start` of `file`, when the dtype can be
-    /// viewed in place on this host (not `bool`, a little-endian host, the address
-    /// aligned for the dtype) and the bytes lie within the file; `None` otherwise (the
-    /// caller copies instead).
+    /// viewed in place on this host (not `bool`, a little-endian host) and the bytes lie
+    /// within the file; `None` otherwise (the caller copies instead). Elements at an
+    /// address not aligned for the dtype are copied once, when first read.
     pub(crate) fn new(
         file: &Arc<MappedFile>,
         start: usize,
@@ -186,26 +236,13 @@ impl MappedElements {
             return None;
         }
         let nbytes = len.checked_mul(dtype.size_in_bytes())?;
-        let bytes = file.bytes(start, nbytes)?;
-        // Every dtype here has an alignment equal to its size on common targets; check
-        // the address itself so that no target is assumed.
-        let align = match dtype {
-            DType::F32 => std::mem::align_of::<f32>(),
-            DType::F64 => std::mem::align_of::<f64>(),
-            DType::F16 => std::mem::align_of::<f16>(),
-            DType::BF16 => std::mem::align_of::<bf16>(),
-            DType::I64 => std::mem::align_of::<i64>(),
-            DType::I32 => std::mem::align_of::<i32>(),
-            DType::Bool => return None,
-        };
-        if !(bytes.as_ptr() as usize).is_multiple_of(align) {
-            return None;
-        }
+        file.bytes(start, nbytes)?;
         Some(MappedElements {
             file: Arc::clone(file),
             start,
             len,
             dtype,
+            copy: Arc::new(OnceLock::new()),
         })
     }
 
@@ -243,7 +280,26 @@ impl MappedElements {
             .file
             .bytes(self.start, self.len * std::mem::size_of::<T>())?;
         if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
-            return None;
+            let copy = self.copy.get_or_init(|| {
+                let mut words = vec![0u64; bytes.len().div_ceil(8)];
+                for (w, chunk) in words.iter_mut().zip(bytes.chunks(8)) {
+                    let mut b = [0u8; 8];
+                    b[..chunk.len()].copy_from_slice(chunk);
+                    // The words hold the file's bytes in memory order.
+                    *w = u64::from_ne_bytes(b);
+                }
+                words
+            });
+            // SAFETY: `copy` holds at least `len * size_of::<T>()` bytes (rounded up to
+            // whole words) that are a byte-for-byte copy of the file's elements, lives
+            // as long as `self` (the slice borrows `self`, which holds the `Arc`), is
+            // never written after `get_or_init`, and its address is aligned for `u64`,
+            // which is at least the alignment of every `Plain` type (at most 8 bytes).
+            // `T: Plain` accepts every bit pattern in little-endian layout, and mapped
+            // storage is only built on little-endian hosts.
+            return Some(unsafe {
+                std::slice::from_raw_parts(copy.as_ptr().cast::<T>(), self.len)
+            });
         }
         // SAFETY: `bytes` is `len * size_of::<T>()` bytes of a live read-only map owned
         // by `self.file` (the slice borrows `self`, which keeps the map alive), its
@@ -269,6 +325,30 @@ impl FileRange {
     /// True when both ranges are the same bytes of the same mapped file.
     pub fn same_as(&self, other: &FileRange) -> bool {
         Arc::ptr_eq(&self.file, &other.file) && self.offset == other.offset && self.len == other.len
+    }
+
+    /// Reads the range into memory through the file, not the map, so that the file's
+    /// pages do not join this process's resident memory (a writer putting a mapped
+    /// weight inline holds only its copy).
+    ///
+    /// Errors when the file became shorter than the range since it was mapped, or on
+    /// any read error.
+    pub fn read(&self) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.len).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the range is larger than memory",
+            )
+        })?;
+        let src = self
+            .file
+            .file
+            .lock()
+            .map_err(|_| io::Error::other("the mapped file's lock was poisoned"))?;
+        (&*src).seek(SeekFrom::Start(self.offset))?;
+        let mut out = vec![0u8; len];
+        (&*src).read_exact(&mut out)?;
+        Ok(out)
     }
 
     /// Copies the range to `out` at its current position, file to file (the kernel's

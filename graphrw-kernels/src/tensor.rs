@@ -269,6 +269,11 @@ impl Tensor {
 
     /// The elements as little-endian bytes (the inverse of [`Tensor::from_raw_bytes`]).
     pub fn to_raw_bytes(&self) -> Vec<u8> {
+        // Mapped elements are their file's little-endian bytes: read through the file,
+        // they neither touch the map's pages nor make an aligned copy.
+        if let Some(bytes) = self.file_range().and_then(|r| r.read().ok()) {
+            return bytes;
+        }
         let mut out = Vec::with_capacity(self.nbytes());
         dispatch!(self.dtype(), |T| {
             for &v in self.slice_of::<T>() {

@@ -222,3 +222,43 @@ fn scrambled_removal_and_rewiring_of_one_constants_users_keep_use_lists_exact() 
     verify(&g).expect("after dce");
     assert_uses_match_operands(&g);
 }
+
+/// A computed value shared by every block (not a constant: a node the rules could
+/// match) that a rule would take inside its match at each block: every match is
+/// unsafe, since the value has users outside it, and is refused, however many blocks
+/// share it; the graph is left as it was. (The rewriter decides this from use counts,
+/// not by listing the 20 k uses at each of the 20 k matches.)
+#[test]
+fn a_shared_interior_value_makes_every_match_unsafe() {
+    const BLOCKS: usize = 20_000;
+    let g = Builder::new();
+    let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 2, 2]));
+    // `permute(permute(x))` at every block, the inner permute shared by all of them
+    // (a cube, so that every permutation has the same shape).
+    let shared = x.permute(&[1, 0, 2]).expect("permute");
+    let outs: Vec<_> = (0..BLOCKS)
+        .map(|i| {
+            let p: &[i64] = if i % 2 == 0 { &[0, 2, 1] } else { &[2, 1, 0] };
+            shared.permute(p).expect("permute")
+        })
+        .collect();
+    let sum = outs
+        .iter()
+        .skip(1)
+        .fold(outs[0], |acc, &o| acc.add(o).expect("add"));
+    g.output(&[sum]).expect("output");
+    let mut graph = g.finish();
+    let before = graph.node_count();
+    let report = graphrw::rewrite::Rewriter::new(&[&rules::CANONICAL])
+        .run(&mut graph)
+        .expect("rewrite");
+    assert_eq!(report.total(), 0, "{report}");
+    assert_eq!(
+        report.rejected_unsafe.get("permute_permute"),
+        Some(&BLOCKS),
+        "{report}"
+    );
+    assert_eq!(graph.node_count(), before);
+    verify(&graph).expect("verifies");
+    assert_uses_match_operands(&graph);
+}

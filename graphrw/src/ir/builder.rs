@@ -183,11 +183,25 @@ impl Builder {
         operands: Vec<Value>,
         attrs: Vec<AttrValue>,
     ) -> Result<Vec<Value>, GraphError> {
-        let mut g = self.graph.borrow_mut();
-        let id: NodeId = g.add_node(op, operands, attrs, None)?;
-        self.created.borrow_mut().push(id);
-        let n = g.try_node(id)?.outputs().len();
+        let id = self.push(op, operands, attrs)?;
+        let n = self.graph.borrow().try_node(id)?.outputs().len();
         Ok((0..n as u32).map(|i| Value::new(id, i)).collect())
+    }
+
+    /// Adds the node and records it as created; its id (no list of its outputs to
+    /// allocate when only the first is wanted).
+    fn push(
+        &self,
+        op: &'static OpDef,
+        operands: Vec<Value>,
+        attrs: Vec<AttrValue>,
+    ) -> Result<NodeId, GraphError> {
+        let id: NodeId = self
+            .graph
+            .borrow_mut()
+            .add_node(op, operands, attrs, None)?;
+        self.created.borrow_mut().push(id);
+        Ok(id)
     }
 
     fn resolve(&self, op: &'static OpDef, slots: Vec<Slot>) -> Result<Vec<Value>, GraphError> {
@@ -201,7 +215,8 @@ impl Builder {
                 _ => &[],
             };
             for &v in vs {
-                let d = self.meta(v)?.dtype;
+                // The dtype alone: no copy of the metadata (its shape) per operand.
+                let d = self.graph.borrow().meta(v)?.dtype;
                 if d != DType::Bool {
                     dtype = Some(d);
                     break;
@@ -247,7 +262,15 @@ impl Builder {
         attrs: Vec<AttrValue>,
     ) -> Result<Value, GraphError> {
         let operands = self.resolve(op, slots)?;
-        Ok(self.push_node(op, operands, attrs)?[0])
+        let id = self.push(op, operands, attrs)?;
+        // Every op has at least one output (`OpDef::output_count`); checked, not assumed.
+        match self.graph.borrow().try_node(id)?.outputs().len() {
+            0 => Err(GraphError::NoSuchOutput {
+                node: id.index(),
+                output: 0,
+            }),
+            _ => Ok(Value::new(id, 0)),
+        }
     }
 
     #[doc(hidden)]

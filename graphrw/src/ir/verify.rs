@@ -136,9 +136,9 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
             });
         }
     }
-    if let Err(GraphError::Cycle { node }) = graph.topo_order() {
+    if let Some(node) = graph.node_on_cycle() {
         errors.push(GraphError::Verify {
-            node: node_line(graph, names(), NodeId::new(node)),
+            node: node_line(graph, names(), node),
             message: "lies on a cycle: a value depends on itself".into(),
         });
     }

@@ -226,7 +226,13 @@ fn goes_external(t: &Tensor, options: &SaveOptions, any_mapped: bool) -> bool {
         WeightLayout::External => true,
         WeightLayout::Keep => any_mapped,
     };
-    external_layout && (t.file_range().is_some() || t.nbytes() >= options.threshold)
+    external_layout && (from_data_file(t) || t.nbytes() >= options.threshold)
+}
+
+/// True for a tensor mapped from a loaded model's external data file (not one of a
+/// single-file model's inline weights, which the loader maps from the `.onnx` itself).
+fn from_data_file(t: &Tensor) -> bool {
+    t.file_range().is_some_and(|r| !r.file.holds_model())
 }
 
 /// Writes an exported model (its constants' `raw_data` still empty, their tensors in
@@ -242,7 +248,7 @@ pub(super) fn write(
         nodes,
         payloads,
     } = exported;
-    let any_mapped = payloads.iter().any(|(_, t)| t.file_range().is_some());
+    let any_mapped = payloads.iter().any(|(_, t)| from_data_file(t));
     let (external, inline): (Vec<_>, Vec<_>) = payloads
         .into_iter()
         .partition(|(_, t)| goes_external(t, options, any_mapped));

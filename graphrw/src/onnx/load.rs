@@ -22,10 +22,25 @@
 //! contradicts itself (inference rejects the operands, undefined values, cycles, bad
 //! tensors, a graph without outputs) is an error whose first line says what and where.
 //! The result is checked with [`crate::verify`].
+//!
+//! **Two routes, one result.** [`load`] memory-maps the file and takes the fast route
+//! first: a borrowing decoder (`decode.rs`) reads the nodes one at a time straight from
+//! the map (names are slices of it, attributes decoded into reused messages), and
+//! each node is imported as soon as it is read, so no `ModelProto` is ever built;
+//! inline `raw_data` of 1 KiB or more stays in the map as a tensor viewing it. Anything
+//! that route does not read exactly as prost does (malformed bytes, subgraphs,
+//! model-local functions, nodes out of topological order) and every error go to the
+//! plain route (prost's decoder, then [`from_model`]), which reads the model or says
+//! what is wrong with it; tests check that both routes give the same graph.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use graphrw_kernels::MappedFile;
 
 use foldhash::HashMap as FastMap;
 use prost::Message;
@@ -51,6 +66,12 @@ pub const MAX_OPSET: i64 = 23;
 
 /// Loads an ONNX model file; external data is read relative to the file's folder.
 ///
+/// The file is memory-mapped (read only when it cannot be: a pipe, a device), and its
+/// inline weights of 1 KiB or more stay there as mapped tensors, as external data does:
+/// like the data files (see [`graphrw_kernels::mapped`]), the model file must not be
+/// changed in place while a graph loaded from it lives (writing a new file and renaming
+/// it over the old one, as [`super::save`] does, is safe).
+///
 /// ```no_run
 /// let graph = graphrw::onnx::load("model.onnx")?;
 /// println!("{graph}");
@@ -58,16 +79,93 @@ pub const MAX_OPSET: i64 = 23;
 /// ```
 pub fn load(path: impl AsRef<Path>) -> Result<Graph, OnnxError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| OnnxError::io(path, e))?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let model = decode_model(&bytes)?;
-    // The file's bytes go before the graph is built: on a big model they are a good
-    // part of the peak memory.
-    drop(bytes);
+    // The file is memory-mapped: the fast route reads the nodes' names in place, and
+    // big inline weights stay in the file as mapped tensors. What cannot be mapped (a
+    // pipe, a device) is read.
+    let file = match MappedFile::open_model(path) {
+        Ok(f) => f,
+        Err(_) => {
+            let bytes = std::fs::read(path).map_err(|e| OnnxError::io(path, e))?;
+            return load_bytes_in(&bytes, Some(dir));
+        }
+    };
+    let bytes = file.as_bytes();
+    if let Some(graph) = load_fast(bytes, Some(dir), Some(&file)) {
+        // The protobuf was read in place; its pages need not stay resident for the
+        // weights that keep the map alive.
+        file.release_pages();
+        return Ok(graph);
+    }
+    let model = decode_model(bytes)?;
+    // The file goes before the graph is built: on a big model it is a good part of
+    // the peak memory (nothing of the plain route maps it).
+    drop(file);
     from_model(&model, Some(dir))
+}
+
+/// Inline `raw_data` of at least this many bytes is mapped in place when the model is
+/// loaded from a file (smaller constants, which rules read, are copied). The same as
+/// the default threshold of the external layouts, so a model saved with external data
+/// puts the same tensors in the data file either way.
+const MAP_RAW_FROM: usize = 1024;
+
+/// The fast route: the model decoded node by node straight from `bytes`
+/// ([`super::decode`]), each node imported as soon as it is read, nothing of the
+/// protobuf kept. `None` where the plain route must decide: anything the borrowing
+/// decoder refuses, model-local functions, nodes out of topological order, and every
+/// error (the plain route then gives the same error, or reads what this one does
+/// not). `file`, when given, holds `bytes`, and big inline weights become views of it.
+pub(crate) fn load_fast(
+    bytes: &[u8],
+    dir: Option<&Path>,
+    file: Option<&Arc<MappedFile>>,
+) -> Option<Graph> {
+    let raw_from = if file.is_some() {
+        MAP_RAW_FROM
+    } else {
+        usize::MAX
+    };
+    let scan = super::decode::scan_model(bytes, raw_from).ok()?;
+    if !scan.head.functions.is_empty() {
+        return None;
+    }
+    let (opset, opsets) = opsets(&scan.head).ok()?;
+    let graph = &scan.graph;
+    if graph.output.is_empty() {
+        return None;
+    }
+    let mut imp = Importer::new(graph, dir, opset, opsets, scan.nodes.len()).ok()?;
+    if let Some(file) = file {
+        imp.file = Some(Arc::clone(file));
+        for (t, r) in graph.initializer.iter().zip(&scan.raw) {
+            if let Some(r) = r {
+                imp.raw.insert(t.name.as_str(), *r);
+            }
+        }
+    }
+    imp.declare_inputs().ok()?;
+    let mut node = super::decode::NodeScratch::default();
+    for (i, &b) in scan.nodes.iter().enumerate() {
+        node.decode(b).ok()?;
+        let at = At {
+            op_type: node.op_type,
+            domain: node.domain,
+            input: &node.input,
+            output: &node.output,
+            attribute: node.attribute(),
+            source: Source::Bytes(b),
+            name: node_name(node.name, i),
+        };
+        if !imp.in_order(&at) {
+            return None;
+        }
+        imp.import_node(&at).ok()?;
+    }
+    imp.finish().ok()
 }
 
 /// Decodes a model's protobuf.
@@ -183,6 +281,9 @@ pub fn load_bytes(bytes: &[u8]) -> Result<Graph, OnnxError> {
 
 /// Loads an ONNX model from bytes, reading external data relative to `dir`.
 pub fn load_bytes_in(bytes: &[u8], dir: Option<&Path>) -> Result<Graph, OnnxError> {
+    if let Some(graph) = load_fast(bytes, dir, None) {
+        return Ok(graph);
+    }
     from_model(&decode_model(bytes)?, dir)
 }
 
@@ -215,15 +316,7 @@ fn decode_error(bytes: &[u8], message: &str) -> OnnxError {
 
 /// Imports a decoded model; `dir` is the folder external data is read from.
 pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxError> {
-    let opset = default_opset(model)?;
-    let opsets: HashMap<String, i64> = model
-        .opset_import
-        .iter()
-        .map(|o| {
-            let domain = if o.domain == "ai.onnx" { "" } else { &o.domain };
-            (domain.to_string(), o.version)
-        })
-        .collect();
+    let (opset, opsets) = opsets(model)?;
     let graph = model
         .graph
         .as_ref()
@@ -235,12 +328,41 @@ pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxE
             "the graph declares no outputs (GraphProto.output is empty): nothing to compute".into(),
         ));
     }
-    let mut imp = Importer::new(graph, dir, opset, opsets)?;
+    let mut imp = Importer::new(graph, dir, opset, opsets, graph.node.len())?;
     imp.declare_inputs()?;
+    let (mut input, mut output) = (Vec::new(), Vec::new());
     for i in imp.node_order()? {
-        imp.import_node(&graph.node[i], i)?;
+        let n = &graph.node[i];
+        input.clear();
+        input.extend(n.input.iter().map(String::as_str));
+        output.clear();
+        output.extend(n.output.iter().map(String::as_str));
+        let at = At {
+            op_type: &n.op_type,
+            domain: &n.domain,
+            input: &input,
+            output: &output,
+            attribute: &n.attribute,
+            source: Source::Proto(n),
+            name: node_name(&n.name, i),
+        };
+        imp.import_node(&at)?;
     }
     imp.finish()
+}
+
+/// The model's default-domain opset, and the opset of every domain it imports.
+fn opsets(model: &ModelProto) -> Result<(i64, HashMap<String, i64>), OnnxError> {
+    let opset = default_opset(model)?;
+    let opsets: HashMap<String, i64> = model
+        .opset_import
+        .iter()
+        .map(|o| {
+            let domain = if o.domain == "ai.onnx" { "" } else { &o.domain };
+            (domain.to_string(), o.version)
+        })
+        .collect();
+    Ok((opset, opsets))
 }
 
 fn default_opset(model: &ModelProto) -> Result<i64, OnnxError> {
@@ -279,26 +401,62 @@ struct Importer<'m> {
     /// Mask `Expand`s of graphrw's own Attention export that the loader bypassed; removed
     /// in `finish` when nothing else reads them (once, so many attentions stay linear).
     bypassed: Vec<NodeId>,
+    /// The model file, when initialisers' `raw_data` is read in place from it.
+    file: Option<Arc<MappedFile>>,
+    /// Initialisers whose `raw_data` was left out of their message: its byte range
+    /// `(offset, len)` in `file`.
+    raw: FastMap<&'m str, (usize, usize)>,
+    /// The table rows that load each `(op_type, domain)` at this opset, found once.
+    rows: FastMap<(&'m str, &'m str), Rc<[&'static OpMap]>>,
 }
 
 /// The inputs and attributes of one ONNX node, with its name for messages.
-struct At<'m> {
-    node: &'m NodeProto,
-    name: String,
+/// `'m` is the lifetime of the model's bytes or decoded messages (the names), `'n` that
+/// of this node's lists.
+struct At<'m, 'n> {
+    op_type: &'m str,
+    domain: &'m str,
+    /// Input names, `""` for an absent optional input.
+    input: &'n [&'m str],
+    output: &'n [&'m str],
+    attribute: &'n [AttributeProto],
+    /// The node itself, for what only an opaque node keeps (its other fields, its
+    /// subgraphs).
+    source: Source<'m>,
+    name: Cow<'m, str>,
 }
 
-impl At<'_> {
+/// Where an [`At`] was read from.
+#[derive(Clone, Copy)]
+enum Source<'m> {
+    /// A decoded message (the plain route).
+    Proto(&'m NodeProto),
+    /// The bytes of a `NodeProto` (the fast route; no subgraphs).
+    Bytes(&'m [u8]),
+}
+
+/// The name a node is known by in messages and in the graph: its ONNX name, or `n<i>`
+/// (its index in the file) when it has none.
+fn node_name(name: &str, index: usize) -> Cow<'_, str> {
+    if name.is_empty() {
+        Cow::Owned(format!("n{index}"))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+impl At<'_, '_> {
     fn err(&self, message: impl Into<String>) -> OnnxError {
-        OnnxError::node(&self.node.op_type, &self.name, message)
+        OnnxError::node(self.op_type, &self.name, message)
     }
 
     fn attr(&self, name: &str) -> Option<&AttributeProto> {
-        self.node.attribute.iter().find(|a| a.name == name)
+        self.attribute.iter().find(|a| a.name == name)
     }
 
     /// Refuses attributes the mapping does not know (they might change the meaning).
     fn only_attrs(&self, known: &[&str]) -> Result<(), OnnxError> {
-        for a in &self.node.attribute {
+        for a in self.attribute {
             if !known.contains(&a.name.as_str()) {
                 return Err(self.err(format!(
                     "attribute `{}` is not supported (graphrw reads: {})",
@@ -373,15 +531,11 @@ impl At<'_> {
 
     /// The name of input `i`, `None` when absent or empty.
     fn input_name(&self, i: usize) -> Option<&str> {
-        self.node
-            .input
-            .get(i)
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
+        self.input.get(i).copied().filter(|s| !s.is_empty())
     }
 
     fn inputs_between(&self, min: usize, max: usize) -> Result<(), OnnxError> {
-        let n = self.node.input.len();
+        let n = self.input.len();
         if n < min || n > max {
             let want = if min == max {
                 format!("{min}")
@@ -421,7 +575,7 @@ impl At<'_> {
 
     /// Refuses optional outputs past the first `n` that the mapping cannot produce.
     fn only_outputs(&self, n: usize) -> Result<(), OnnxError> {
-        if let Some(extra) = self.node.output.iter().skip(n).find(|o| !o.is_empty()) {
+        if let Some(extra) = self.output.iter().skip(n).find(|o| !o.is_empty()) {
             return Err(self.err(format!(
                 "output `{extra}` is not supported (only the first {n} output(s))"
             )));
@@ -450,6 +604,7 @@ impl<'m> Importer<'m> {
         dir: Option<&'m Path>,
         opset: i64,
         opsets: HashMap<String, i64>,
+        node_count: usize,
     ) -> Result<Importer<'m>, OnnxError> {
         let declared = proto
             .value_info
@@ -481,16 +636,19 @@ impl<'m> Importer<'m> {
             graph: {
                 // Most ONNX nodes become one node; inputs and initialisers one each.
                 let mut graph = Graph::new();
-                graph.reserve(proto.node.len() + proto.input.len() + proto.initializer.len());
+                graph.reserve(node_count + proto.input.len() + proto.initializer.len());
                 graph
             },
             values: {
                 let mut values = FastMap::default();
-                values.reserve(proto.node.len() + proto.input.len() + proto.initializer.len());
+                values.reserve(node_count + proto.input.len() + proto.initializer.len());
                 values
             },
             inits,
             bypassed: Vec::new(),
+            file: None,
+            raw: FastMap::default(),
+            rows: FastMap::default(),
         })
     }
 
@@ -626,6 +784,29 @@ impl<'m> Importer<'m> {
         Ok(order)
     }
 
+    /// True when every input of the node is defined and none of its outputs is (the
+    /// fast route imports in file order; the plain route sorts, or says what is wrong).
+    fn in_order(&self, at: &At<'m, '_>) -> bool {
+        let defined = |n: &str| self.values.contains_key(n) || self.inits.contains_key(n);
+        at.input.iter().all(|&n| n.is_empty() || defined(n))
+            && at
+                .output
+                .iter()
+                .enumerate()
+                .all(|(k, &o)| o.is_empty() || !(defined(o) || at.output[..k].contains(&o)))
+    }
+
+    /// The tensor of initialiser `t`: a view of the model file where its `raw_data` was
+    /// left there, else decoded from the message.
+    fn initializer(&self, t: &TensorProto, name: &str) -> Result<Tensor, OnnxError> {
+        match (&self.file, self.raw.get(name)) {
+            (Some(file), Some(&(offset, len))) => {
+                super::tensor_pb::tensor_from_file_raw(t, name, self.dir, file, offset, len)
+            }
+            _ => tensor_from_proto(t, name, self.dir),
+        }
+    }
+
     /// The value named `name`, making an initialiser a constant on first use.
     fn value(&mut self, name: &'m str, user: &str) -> Result<Value, OnnxError> {
         if let Some(&v) = self.values.get(name) {
@@ -637,7 +818,7 @@ impl<'m> Importer<'m> {
                 value: name.to_string(),
             });
         };
-        let tensor = tensor_from_proto(t, name, self.dir)?;
+        let tensor = self.initializer(t, name)?;
         let v = self.graph.add_constant(tensor);
         self.graph.set_name(v.node, name);
         self.values.insert(name, v);
@@ -645,20 +826,14 @@ impl<'m> Importer<'m> {
     }
 
     /// Input `i` of the node, `None` when absent.
-    fn input(&mut self, at: &At<'m>, i: usize) -> Result<Option<Value>, OnnxError> {
-        match at
-            .node
-            .input
-            .get(i)
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
-        {
+    fn input(&mut self, at: &At<'m, '_>, i: usize) -> Result<Option<Value>, OnnxError> {
+        match at.input.get(i).copied().filter(|s| !s.is_empty()) {
             Some(name) => self.value(name, &at.name).map(Some),
             None => Ok(None),
         }
     }
 
-    fn req(&mut self, at: &At<'m>, i: usize) -> Result<Value, OnnxError> {
+    fn req(&mut self, at: &At<'m, '_>, i: usize) -> Result<Value, OnnxError> {
         self.input(at, i)?
             .ok_or_else(|| at.err(format!("input {i} is required")))
     }
@@ -667,7 +842,7 @@ impl<'m> Importer<'m> {
     /// it is computed at run time.
     fn const_input(
         &mut self,
-        at: &At<'m>,
+        at: &At<'m, '_>,
         i: usize,
         what: &str,
     ) -> Result<Option<Tensor>, OnnxError> {
@@ -683,9 +858,9 @@ impl<'m> Importer<'m> {
             )));
         }
         match self.inits.get(name) {
-            Some(t) => tensor_from_proto(t, name, self.dir).map(Some),
+            Some(t) => self.initializer(t, name).map(Some),
             None => Err(OnnxError::Undefined {
-                node: at.name.clone(),
+                node: at.name.to_string(),
                 value: name.to_string(),
             }),
         }
@@ -693,7 +868,7 @@ impl<'m> Importer<'m> {
 
     fn const_ints(
         &mut self,
-        at: &At<'m>,
+        at: &At<'m, '_>,
         i: usize,
         what: &str,
     ) -> Result<Option<Vec<i64>>, OnnxError> {
@@ -707,7 +882,7 @@ impl<'m> Importer<'m> {
     /// Like `const_ints` without the range check (slice bounds use `i64::MAX`).
     fn const_ints_unlimited(
         &mut self,
-        at: &At<'m>,
+        at: &At<'m, '_>,
         i: usize,
         what: &str,
     ) -> Result<Option<Vec<i64>>, OnnxError> {
@@ -744,22 +919,18 @@ impl<'m> Importer<'m> {
         let def: &'static OpDef =
             ops::lookup(op).ok_or_else(|| at.err(format!("vocabulary op `{op}` is missing")))?;
         let wrap = |e| OnnxError::Graph {
-            op_type: at.node.op_type.clone(),
-            node: at.name.clone(),
+            op_type: at.op_type.to_string(),
+            node: at.name.to_string(),
             source: Box::new(e),
         };
         let values = normalize_attrs(def, attrs).map_err(wrap)?;
         let id: NodeId = self
             .graph
-            .add_node(def, operands.to_vec(), values, Some(at.name.clone()))
+            .add_node(def, operands.to_vec(), values, Some(at.name.to_string()))
             .map_err(wrap)?;
         self.made.push(id);
-        let outputs = self
-            .graph
-            .node(id)
-            .map(|n| n.outputs().to_vec())
-            .unwrap_or_default();
-        for m in &outputs {
+        let outputs = self.graph.node(id).map_or(&[][..], |n| n.outputs());
+        for m in outputs {
             if m.shape
                 .dims()
                 .iter()
@@ -792,22 +963,18 @@ impl<'m> Importer<'m> {
         v
     }
 
-    fn import_node(&mut self, node: &'m NodeProto, index: usize) -> Result<(), OnnxError> {
-        let at = At {
-            node,
-            name: self.node_name(index),
-        };
-        let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
-        if !default_domain || self.reads_unknown(&at) {
-            return self.opaque(&at);
+    fn import_node(&mut self, at: &At<'m, '_>) -> Result<(), OnnxError> {
+        let default_domain = at.domain.is_empty() || at.domain == "ai.onnx";
+        if !default_domain || self.reads_unknown(at) {
+            return self.opaque(at);
         }
         let mark = self.made.len();
-        match self.map_node(&at) {
+        match self.map_node(at) {
             Ok(outs) => {
                 self.made.clear();
-                for (name, v) in node.output.iter().zip(outs) {
+                for (&name, v) in at.output.iter().zip(outs) {
                     if !name.is_empty() {
-                        self.values.insert(name.as_str(), v);
+                        self.values.insert(name, v);
                     }
                 }
                 Ok(())
@@ -817,7 +984,7 @@ impl<'m> Importer<'m> {
             // (inference rejects the operands, undefined values, bad tensors) does not.
             Err(OnnxError::Node { .. } | OnnxError::UnknownOp { .. }) => {
                 self.undo(mark)?;
-                self.opaque(&at)
+                self.opaque(at)
             }
             Err(e) => Err(e),
         }
@@ -839,9 +1006,9 @@ impl<'m> Importer<'m> {
     }
 
     /// True when the node reads a value whose metadata graphrw does not know.
-    fn reads_unknown(&self, at: &At<'m>) -> bool {
-        at.node.input.iter().any(|name| {
-            self.values.get(name.as_str()).is_some_and(|v| {
+    fn reads_unknown(&self, at: &At<'m, '_>) -> bool {
+        at.input.iter().any(|&name| {
+            self.values.get(name).is_some_and(|v| {
                 self.graph
                     .node(v.node)
                     .is_some_and(|n| !n.is_known(v.output as usize))
@@ -851,11 +1018,21 @@ impl<'m> Importer<'m> {
 
     /// Adds the ONNX node as an `opaque` node: its inputs (and the outer values its
     /// subgraphs read) as operands, its outputs with the metadata the model declares.
-    fn opaque(&mut self, at: &At<'m>) -> Result<(), OnnxError> {
-        let node = at.node;
-        let mut operands = Vec::with_capacity(node.input.len());
-        let mut inputs = Vec::with_capacity(node.input.len());
-        for name in &node.input {
+    fn opaque(&mut self, at: &At<'m, '_>) -> Result<(), OnnxError> {
+        let decoded;
+        let node: &NodeProto = match at.source {
+            Source::Proto(n) => n,
+            Source::Bytes(b) => {
+                decoded = NodeProto::decode(b).map_err(|e| OnnxError::Decode {
+                    what: format!("node {}", at.name),
+                    message: e.to_string(),
+                })?;
+                &decoded
+            }
+        };
+        let mut operands = Vec::with_capacity(at.input.len());
+        let mut inputs = Vec::with_capacity(at.input.len());
+        for &name in at.input {
             inputs.push(!name.is_empty());
             if !name.is_empty() {
                 operands.push(self.value(name, &at.name)?);
@@ -874,15 +1051,15 @@ impl<'m> Importer<'m> {
                 .unwrap_or("");
             operands.push(self.value(name, &at.name)?);
         }
-        let mut metas = Vec::with_capacity(node.output.len());
-        let mut types = Vec::with_capacity(node.output.len());
-        let mut outputs = Vec::with_capacity(node.output.len());
-        for name in &node.output {
+        let mut metas = Vec::with_capacity(at.output.len());
+        let mut types = Vec::with_capacity(at.output.len());
+        let mut outputs = Vec::with_capacity(at.output.len());
+        for &name in at.output {
             outputs.push(!name.is_empty());
             if name.is_empty() {
                 continue;
             }
-            let (meta, ty) = match self.declared.get(name.as_str()) {
+            let (meta, ty) = match self.declared.get(name) {
                 Some(vi) if modelled(vi) => (input_meta(vi)?, None),
                 Some(vi) => {
                     let (m, t) = placeholder(vi);
@@ -896,10 +1073,10 @@ impl<'m> Importer<'m> {
             metas.push(meta);
             types.push(ty);
         }
-        let domain = if node.domain == "ai.onnx" {
+        let domain = if at.domain == "ai.onnx" {
             ""
         } else {
-            node.domain.as_str()
+            at.domain
         };
         let stripped = NodeProto {
             op_type: node.op_type.clone(),
@@ -919,32 +1096,39 @@ impl<'m> Importer<'m> {
             types,
         };
         let id = self.graph.add_opaque(
-            &node.op_type,
+            at.op_type,
             domain,
             operands,
             metas,
             foreign,
-            Some(at.name.clone()),
+            Some(at.name.to_string()),
         );
-        let present = node.output.iter().filter(|o| !o.is_empty());
-        for (o, name) in present.enumerate() {
-            self.values.insert(name.as_str(), Value::new(id, o as u32));
+        let present = at.output.iter().filter(|o| !o.is_empty());
+        for (o, &name) in present.enumerate() {
+            self.values.insert(name, Value::new(id, o as u32));
         }
         Ok(())
     }
 
     /// Maps one ONNX node; returns a value per ONNX output (in order). Ops in the table
     /// (`table.rs`) go through [`Importer::map_row`]; the rest are special cases.
-    fn map_node(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        let op_type = at.node.op_type.as_str();
+    fn map_node(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+        let op_type = at.op_type;
         // The first row whose held attributes fit; failing that, the first row, which
         // says what does not fit.
-        let domain = at.node.domain.as_str();
+        let domain = at.domain;
         let domain = if domain == "ai.onnx" { "" } else { domain };
-        let mut rows = table::loading(op_type, domain, self.opset).peekable();
-        if let Some(&first) = rows.peek() {
-            let fits = rows.find(|r| r.held.iter().all(|h| at.held(h).is_ok()));
-            return self.map_row(at, fits.unwrap_or(first));
+        let opset = self.opset;
+        let rows = Rc::clone(
+            self.rows
+                .entry((op_type, domain))
+                .or_insert_with(|| table::loading(op_type, domain, opset).collect()),
+        );
+        if let Some(&first) = rows.first() {
+            let fits = rows
+                .iter()
+                .find(|r| r.held.iter().all(|h| at.held(h).is_ok()));
+            return self.map_row(at, fits.copied().unwrap_or(first));
         }
         match op_type {
             "Identity" => {
@@ -1049,7 +1233,7 @@ impl<'m> Importer<'m> {
             "Constant" => {
                 let t = self.constant_attr(at)?;
                 let v = self.graph.add_constant(t);
-                self.graph.set_name(v.node, at.name.clone());
+                self.graph.set_name(v.node, at.name.to_string());
                 Ok(vec![v])
             }
             "ConstantOfShape" => {
@@ -1102,8 +1286,8 @@ impl<'m> Importer<'m> {
             "Attention" => self.attention(at),
             _ => Err(OnnxError::UnknownOp {
                 op_type: op_type.to_string(),
-                domain: at.node.domain.clone(),
-                node: at.name.clone(),
+                domain: at.domain.to_string(),
+                node: at.name.to_string(),
             }),
         }
     }
@@ -1112,7 +1296,7 @@ impl<'m> Importer<'m> {
     /// outputs it reads are checked, each argument is read where the row puts it at
     /// this opset, and the vocabulary op is added (a chain of it for a folded variadic
     /// op). The row's quirk is the one hand-written step.
-    fn map_row(&mut self, at: &At<'m>, row: &'static OpMap) -> Result<Vec<Value>, OnnxError> {
+    fn map_row(&mut self, at: &At<'m, '_>, row: &'static OpMap) -> Result<Vec<Value>, OnnxError> {
         let def: &'static OpDef = row.op;
         let legacy = row.quirk == Quirk::LegacyBroadcast && self.opset < 7;
         let mut known: Vec<&str> = row
@@ -1137,7 +1321,7 @@ impl<'m> Importer<'m> {
             .filter_map(|a| a.place.input_at(self.opset))
             .fold(row.operands.1, |m, i| m.max(i + 1));
         at.inputs_between(row.operands.0, max_inputs)?;
-        let count = at.node.input.len().min(row.operands.1);
+        let count = at.input.len().min(row.operands.1);
         let mut operands = Vec::with_capacity(count);
         for i in 0..count {
             if i < row.operands.0 {
@@ -1180,7 +1364,7 @@ impl<'m> Importer<'m> {
     /// absent), its kind, range and choices checked.
     fn read_arg(
         &mut self,
-        at: &At<'m>,
+        at: &At<'m, '_>,
         def: &OpDef,
         a: &Arg,
         operands: &[Value],
@@ -1294,7 +1478,11 @@ impl<'m> Importer<'m> {
     /// Before opset 7, with `broadcast` 1, the second operand's dims line up with the
     /// first's from `axis` (default: the trailing dims): numpy broadcasting after
     /// trailing 1s are added to it.
-    fn legacy_broadcast(&mut self, at: &At<'m>, operands: &mut [Value]) -> Result<(), OnnxError> {
+    fn legacy_broadcast(
+        &mut self,
+        at: &At<'m, '_>,
+        operands: &mut [Value],
+    ) -> Result<(), OnnxError> {
         let [a, b] = operands else {
             return Err(at.err("legacy broadcasting takes two inputs"));
         };
@@ -1318,7 +1506,7 @@ impl<'m> Importer<'m> {
     /// Refuses a `Concat` whose known dims along the axis add up past graphrw's limit.
     fn concat_total(
         &self,
-        at: &At<'m>,
+        at: &At<'m, '_>,
         xs: &[Value],
         attrs: &[(&str, AttrValue)],
     ) -> Result<(), OnnxError> {
@@ -1340,10 +1528,10 @@ impl<'m> Importer<'m> {
     }
 
     fn constant_attr(&self, at: &At) -> Result<Tensor, OnnxError> {
-        let Some(a) = at.node.attribute.first() else {
+        let Some(a) = at.attribute.first() else {
             return Err(at.err("has no value attribute"));
         };
-        if at.node.attribute.len() != 1 {
+        if at.attribute.len() != 1 {
             return Err(at.err("must have exactly one value attribute"));
         }
         let name = format!("{}/{}", at.name, a.name);
@@ -1365,7 +1553,7 @@ impl<'m> Importer<'m> {
         }
     }
 
-    fn gemm(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn gemm(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         if self.opset < 7 {
             // `broadcast` 1 broadcasts C one way: numpy broadcasting does the same.
             at.only_attrs(&["alpha", "beta", "transA", "transB", "broadcast"])?;
@@ -1407,7 +1595,7 @@ impl<'m> Importer<'m> {
         Ok(vec![y])
     }
 
-    fn reshape(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn reshape(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         at.only_attrs(&["allowzero"])?;
         at.inputs_between(2, 2)?;
         let allowzero = at.int("allowzero", 0)? != 0;
@@ -1437,7 +1625,7 @@ impl<'m> Importer<'m> {
         )?])
     }
 
-    fn slice(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn slice(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         let x = self.req(at, 0)?;
         let (starts, ends, axes, steps) = if self.opset < 10 {
             // Slice-1: starts, ends and axes are attributes, no steps.
@@ -1523,7 +1711,7 @@ impl<'m> Importer<'m> {
     }
 
     /// The `axes` of Unsqueeze: an attribute before opset 13, input 1 since.
-    fn axes(&mut self, at: &At<'m>) -> Result<Option<Vec<i64>>, OnnxError> {
+    fn axes(&mut self, at: &At<'m, '_>) -> Result<Option<Vec<i64>>, OnnxError> {
         if self.opset < 13 {
             at.only_attrs(&["axes"])?;
             at.inputs_between(1, 1)?;
@@ -1540,7 +1728,7 @@ impl<'m> Importer<'m> {
     /// Softmax and LogSoftmax before opset 13: the input is read as 2-D, dims before
     /// `axis` (default 1) against the rest; the same as the new op on the last axis, a
     /// reshape around it otherwise (known dims only).
-    fn softmax_2d(&mut self, at: &At<'m>, op: &str, x: Value) -> Result<Vec<Value>, OnnxError> {
+    fn softmax_2d(&mut self, at: &At<'m, '_>, op: &str, x: Value) -> Result<Vec<Value>, OnnxError> {
         let shape = self.meta(x)?.shape;
         let r = shape.rank() as i64;
         let axis = at.int("axis", 1)?;
@@ -1554,7 +1742,7 @@ impl<'m> Importer<'m> {
         let Some(dims) = shape.as_known() else {
             return Err(at.err(format!(
                 "opset {} {} over the dims from {axis} of {shape} needs known dims",
-                self.opset, at.node.op_type
+                self.opset, at.op_type
             )));
         };
         let (head, tail) = dims.split_at(a as usize);
@@ -1582,8 +1770,8 @@ impl<'m> Importer<'m> {
     /// `relu(x) - slope * relu(-x)`, `Elu`/`Selu` as `where(x > 0, x, alpha * (exp(x) - 1))`
     /// (times `gamma`), `Softplus` as `log(exp(x) + 1)`. Before opset 7 a PRelu slope of
     /// one value per channel applies along dim 1.
-    fn activation(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
-        let op_type = at.node.op_type.as_str();
+    fn activation(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+        let op_type = at.op_type;
         match op_type {
             "PRelu" | "Softplus" => at.only_attrs(&[])?,
             "LeakyRelu" | "Elu" => at.only_attrs(&["alpha"])?,
@@ -1656,7 +1844,7 @@ impl<'m> Importer<'m> {
     /// letters in both and the output (`bhqd,bhkd->bhqk`, `...id,...jd->...ij`); a
     /// `permute` of each operand, a `matmul` and a `permute` of the result. Other
     /// equations stay opaque.
-    fn einsum(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn einsum(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         at.only_attrs(&["equation"])?;
         at.inputs_between(2, 2)?;
         let eq: String = at
@@ -1737,7 +1925,7 @@ impl<'m> Importer<'m> {
 
     /// Clip: `min`/`max` attributes before opset 11, optional constant inputs since; a
     /// `maximum` and/or `minimum` with scalars of the input's dtype.
-    fn clip(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn clip(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         let x = self.req(at, 0)?;
         let dtype = self.meta(x)?.dtype;
         let (lo, hi) = if self.opset < 11 {
@@ -1773,7 +1961,7 @@ impl<'m> Importer<'m> {
     /// BatchNormalization in inference mode: `(x - mean) * scale / sqrt(var + eps) + b`
     /// over dim 1, the per-channel parameters viewed as `[C, 1, ..]`. Training mode
     /// (more outputs, `is_test` 0 before 7, `training_mode` 1) and `spatial` 0 stay opaque.
-    fn batch_norm(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn batch_norm(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         at.only_attrs(&[
             "epsilon",
             "momentum",
@@ -1823,7 +2011,7 @@ impl<'m> Importer<'m> {
         Ok(vec![self.op1(at, "add", &[scaled, p[1]], &[])?])
     }
 
-    fn expand(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn expand(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         at.only_attrs(&[])?;
         at.inputs_between(2, 2)?;
         let x = self.req(at, 0)?;
@@ -1855,7 +2043,7 @@ impl<'m> Importer<'m> {
         )?])
     }
 
-    fn split(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn split(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         let split_attr = if self.opset < 13 {
             at.only_attrs(&["axis", "split"])?;
             at.ints("split")?
@@ -1869,7 +2057,7 @@ impl<'m> Importer<'m> {
         let meta = self.meta(x)?;
         let d = normalize_axis(axis, meta.rank())
             .ok_or_else(|| at.err(format!("axis {axis} is out of range for {}", meta.shape)))?;
-        let outputs = at.node.output.len();
+        let outputs = at.output.len();
         let sizes =
             match split_attr.map_or_else(|| self.const_ints(at, 1, "split"), |s| Ok(Some(s)))? {
                 Some(s) => s,
@@ -1940,7 +2128,7 @@ impl<'m> Importer<'m> {
         )
     }
 
-    fn attention(&mut self, at: &At<'m>) -> Result<Vec<Value>, OnnxError> {
+    fn attention(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
         at.only_attrs(&[
             "is_causal",
             "kv_num_heads",
@@ -2101,6 +2289,7 @@ fn input_meta(vi: &ValueInfoProto) -> Result<TensorMeta, OnnxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn model(attribute: Vec<AttributeProto>) -> ModelProto {
         let node = |op: &str, input: &str, output: &str| NodeProto {
@@ -2142,6 +2331,87 @@ mod tests {
         let nodes = &fast.graph.as_ref().expect("graph").node;
         assert_eq!(nodes.capacity(), 2);
         assert!(nodes.iter().all(|n| n.attribute.capacity() == 1));
+    }
+
+    /// The program a model file loads as by the fast route (which must take it) and by
+    /// the plain route (prost's decoder and `from_model`).
+    fn both_routes(path: &Path) -> (String, String) {
+        let dir = path.parent().expect("folder");
+        let file = MappedFile::open_model(path).expect("map");
+        let fast = load_fast(file.as_bytes(), Some(dir), Some(&file))
+            .unwrap_or_else(|| panic!("{}: the fast route refused it", path.display()));
+        let model = ModelProto::decode(file.as_bytes()).expect("prost decodes it");
+        let plain = from_model(&model, Some(dir)).expect("the plain route loads it");
+        (fast.to_string(), plain.to_string())
+    }
+
+    #[test]
+    fn corpus_models_load_the_same_by_both_routes() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
+        let mut models: Vec<_> = std::fs::read_dir(&corpus)
+            .expect("the corpus")
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("model.onnx"))
+            .filter(|p| p.exists())
+            .collect();
+        models.sort();
+        assert_eq!(models.len(), 8, "{models:?}");
+        for m in models {
+            let (fast, plain) = both_routes(&m);
+            assert_eq!(fast, plain, "{}", m.display());
+        }
+    }
+
+    /// The ONNX backend test models (found through `$GRAPHRW_PYTHON` or `python3`, as
+    /// by `tests/onnx_backend_suite.rs`; skipped without the `onnx` package, except
+    /// under `CI=true`): every one the fast route takes loads as by the plain route,
+    /// and the fast route takes all but those with subgraphs or functions.
+    #[test]
+    fn backend_suite_models_load_the_same_by_both_routes() {
+        let python = std::env::var("GRAPHRW_PYTHON").unwrap_or_else(|_| "python3".into());
+        let out = std::process::Command::new(python)
+            .args(["-c", "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data'))"])
+            .output();
+        let dir = out
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+            .filter(|d| d.is_dir());
+        let Some(dir) = dir else {
+            assert!(std::env::var("CI").is_err(), "CI needs the onnx package");
+            eprintln!("skipped: no onnx package");
+            return;
+        };
+        let (mut fast_count, mut total) = (0, 0);
+        for kind in std::fs::read_dir(&dir)
+            .expect("suite")
+            .filter_map(Result::ok)
+        {
+            for case in std::fs::read_dir(kind.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let path = case.path().join("model.onnx");
+                if !path.exists() {
+                    continue;
+                }
+                total += 1;
+                let file = MappedFile::open_model(&path).expect("map");
+                let model = ModelProto::decode(file.as_bytes()).expect("decode");
+                let Some(fast) = load_fast(file.as_bytes(), path.parent(), Some(&file)) else {
+                    continue;
+                };
+                fast_count += 1;
+                let plain = from_model(&model, path.parent()).expect("plain route");
+                assert_eq!(fast.to_string(), plain.to_string(), "{}", path.display());
+            }
+        }
+        eprintln!("fast route: {fast_count} of {total} backend models");
+        assert!(
+            total > 0 && fast_count * 10 >= total * 9,
+            "{fast_count} of {total}"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! ONNX in and out: [`load`] a model file (with its external data) as a [`Graph`](crate::Graph)
-//! over the torch-like vocabulary (external data memory-mapped, not read), [`save`] a
+//! over the torch-like vocabulary (the file, its inline weights and its external data
+//! memory-mapped, not read), [`save`] a
 //! graph as a valid ONNX model (weights inline or as external data: [`external`]), and read or
 //! write the `TensorProto` files of the ONNX test-data layout ([`read_tensor_pb`]).
 //!
@@ -17,6 +18,7 @@
 //! it never panics and never allocates a declared size before checking it against the
 //! bytes present.
 
+mod decode;
 mod encode;
 mod error;
 pub mod external;

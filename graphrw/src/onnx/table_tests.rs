@@ -353,6 +353,26 @@ fn check_loaded(r: &OpMap, opset: i64, model: &ModelProto) -> Result<Graph, Stri
     Ok(g)
 }
 
+/// Every loading row's model, at each of its opset boundaries, loads by the fast
+/// route (the borrowing decoder) exactly as by `from_model`.
+#[test]
+fn every_row_loads_the_same_by_both_routes() {
+    let mut cases = 0;
+    for r in OPS.iter().filter(|r| r.dir != Dir::Save) {
+        for opset in boundaries(r) {
+            let model = model_of(r, opset);
+            let bytes = model.encode_to_vec();
+            let fast = crate::onnx::load::load_fast(&bytes, None, None)
+                .unwrap_or_else(|| panic!("{} at {opset}: the fast route refused it", r.onnx));
+            let plain = crate::onnx::from_model(&model, None)
+                .unwrap_or_else(|e| panic!("{} at {opset}: {e}", r.onnx));
+            assert_eq!(fast.to_string(), plain.to_string(), "{} at {opset}", r.onnx);
+            cases += 1;
+        }
+    }
+    assert!(cases > 50, "{cases} cases");
+}
+
 #[test]
 fn every_row_round_trips_at_its_opset_boundaries() {
     let dir = std::env::temp_dir().join(format!("graphrw_table_{}", std::process::id()));

@@ -204,6 +204,38 @@ pub(crate) fn tensor_from_proto(
         .map_err(|e| OnnxError::tensor(name, e.to_string()))
 }
 
+/// Decodes an initialiser whose `raw_data` was left in the model file: the `len` bytes
+/// at `offset` of `file` (the memory-mapped `.onnx` itself) stand for it, and the
+/// tensor views them in place ([`Tensor::from_mapped`]) instead of holding a copy. Reads
+/// exactly what [`tensor_from_proto`] reads from the same message with its `raw_data`
+/// (the same checks and messages).
+pub(crate) fn tensor_from_file_raw(
+    t: &TensorProto,
+    name: &str,
+    dir: Option<&Path>,
+    file: &Arc<MappedFile>,
+    offset: usize,
+    len: usize,
+) -> Result<Tensor, OnnxError> {
+    if t.data_location == DATA_LOCATION_EXTERNAL {
+        // External data wins over raw_data, as in `tensor_from_proto`.
+        return tensor_from_proto(t, name, dir);
+    }
+    let dtype = dtype_from_onnx(t.data_type).map_err(|m| OnnxError::tensor(name, m))?;
+    let (shape, _, nbytes) = checked_shape(t, name, dtype)?;
+    if len != nbytes {
+        return Err(OnnxError::tensor(
+            name,
+            format!(
+                "raw_data holds {len} bytes, dims {:?} of {dtype} need {nbytes}",
+                t.dims
+            ),
+        ));
+    }
+    Tensor::from_mapped(file, offset as u64, dtype, &shape)
+        .map_err(|e| OnnxError::tensor(name, e.to_string()))
+}
+
 /// The elements of the typed data field for `dtype`, as little-endian bytes, after
 /// checking their count.
 fn typed_bytes(

@@ -119,6 +119,50 @@ pub(crate) fn safe_interior(graph: &Graph, m: &Match) -> Result<Interior, Unsafe
 }
 
 /// No path from a node of `inside` through outside nodes back into `inside`.
+/// [`safe_interior`]'s verdict without naming the escaping use (the rewriter counts
+/// unsafe matches; it does not report which user made them so), at a cost that does not
+/// grow with the fan-out of an interior value: one shared by every layer of a model (a
+/// mask computed once) would make listing its uses, at every layer's match, quadratic.
+/// A value with a few uses is checked by listing them; one with many escapes exactly
+/// when it has more uses than the interior's operand slots that read it.
+pub(crate) fn safe_interior_verdict(graph: &Graph, m: &Match) -> Option<Interior> {
+    /// Up to this many uses, listing them is cheaper than counting the interior's.
+    const LISTED: usize = 8;
+    let inside = interior(graph, m);
+    for &n in inside.iter() {
+        let Some(node) = graph.node(n) else { continue };
+        for o in 0..node.outputs().len() as u32 {
+            let v = Value::new(n, o);
+            if m.outputs.contains(&v) {
+                continue;
+            }
+            if graph.is_output(v) {
+                return None;
+            }
+            let uses = graph.use_count(v);
+            let escapes = if uses <= LISTED {
+                graph.uses(v).any(|(u, _)| !inside.contains(&u))
+            } else {
+                // Every interior node is live, so each of its slots reading `v` is one
+                // of `v`'s uses: more uses than those means one outside.
+                let inner: usize = inside
+                    .iter()
+                    .filter_map(|&u| graph.node(u))
+                    .map(|u| u.operands().iter().filter(|&&x| x == v).count())
+                    .sum();
+                uses > inner
+            };
+            if escapes {
+                return None;
+            }
+        }
+    }
+    if m.outputs.len() > 1 && check_convex(graph, &inside).is_err() {
+        return None;
+    }
+    Some(inside)
+}
+
 fn check_convex(graph: &Graph, inside: &Interior) -> Result<(), Unsafe> {
     let mut stack: Vec<NodeId> = inside
         .iter()

@@ -34,9 +34,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::graph::{Graph, NodeId, Value};
+use crate::graph::{Graph, Node, NodeId, Value};
 use crate::pattern::dispatch::Dispatch;
-use crate::pattern::safety::safe_interior;
+use crate::pattern::safety::safe_interior_verdict;
 use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
 use crate::verify::verify;
 use crate::GraphError;
@@ -258,7 +258,7 @@ impl Rewriter {
             while let Some((rule, m)) = matcher.next_match(graph, |rule| {
                 !failed.is_empty() && failed.contains(&(rule.name, id))
             }) {
-                let Ok(inside) = safe_interior(graph, &m) else {
+                let Some(inside) = safe_interior_verdict(graph, &m) else {
                     *report.rejected_unsafe.entry(rule.name).or_default() += 1;
                     continue;
                 };
@@ -356,14 +356,36 @@ impl Worklist {
 
 /// `%12 softmax "node_softmax"`: a node named cheaply (printing whole programs per
 /// rewrite would make the driver quadratic).
+///
+/// Written piece by piece rather than with `format!`: it runs once per rewrite, and
+/// `{:?}` escapes a name char by char where a plain name (the usual ONNX name) needs no
+/// escape at all. The text is what `format!("%{id} {op} {name:?}")` gives.
 fn describe(graph: &Graph, id: NodeId) -> String {
-    match graph.node(id) {
-        Some(n) => match n.name() {
-            Some(name) => format!("%{} {} {name:?}", id.index(), n.op_name()),
-            None => format!("%{} {}", id.index(), n.op_name()),
-        },
-        None => format!("%{}", id.index()),
+    use std::fmt::Write;
+    let mut s = String::with_capacity(32 + graph.node(id).and_then(Node::name).map_or(0, str::len));
+    s.push('%');
+    // Writing to a String cannot fail.
+    let _ = write!(s, "{}", id.index());
+    let Some(n) = graph.node(id) else {
+        return s;
+    };
+    s.push(' ');
+    s.push_str(n.op_name());
+    if let Some(name) = n.name() {
+        s.push(' ');
+        if name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ')
+        {
+            s.reserve(name.len() + 2);
+            s.push('"');
+            s.push_str(name);
+            s.push('"');
+        } else {
+            let _ = write!(s, "{name:?}");
+        }
     }
+    s
 }
 
 fn ping_pong(limit: usize, report: &Report) -> RewriteError {
@@ -380,5 +402,41 @@ fn ping_pong(limit: usize, report: &Report) -> RewriteError {
             .into_iter()
             .map(|(r, n)| format!("{r} ({n}x)"))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::{DType, TensorMeta};
+
+    /// `describe` writes what `format!("%{id} {op} {name:?}")` writes, for plain names
+    /// and for names that need escapes.
+    #[test]
+    fn describe_writes_what_debug_writes() {
+        let mut g = Graph::new();
+        let meta = TensorMeta::new(DType::F32, [2usize]);
+        for name in [
+            "node_MatMul_12",
+            "with space",
+            "a\"quote",
+            "back\\slash",
+            "tab\there",
+            "é/ü",
+            "it's",
+            "",
+        ] {
+            let v = g.add_input(name, meta.clone());
+            assert_eq!(
+                describe(&g, v.node),
+                format!("%{} input {name:?}", v.node.index())
+            );
+        }
+        let c = g.add_constant(crate::Tensor::full(DType::F32, &[], 1.0));
+        assert_eq!(
+            describe(&g, c.node),
+            format!("%{} constant", c.node.index())
+        );
+        assert_eq!(describe(&g, NodeId::new(999)), "%999");
     }
 }

@@ -342,6 +342,38 @@ fn static_cone(graph: &Graph, v: Value) -> Option<BTreeSet<NodeId>> {
     Some(seen)
 }
 
+/// The nodes `root` depends on, each after its operands (a depth-first post-order of
+/// the cone [`static_cone`] found, `size` nodes): ordering the cone, not the whole
+/// graph, keeps each evaluation O(cone) however big the graph and however many masks
+/// it evaluates. `None` on a cycle.
+fn cone_order(graph: &Graph, root: NodeId, size: usize) -> Option<Vec<NodeId>> {
+    // Per node: false while its operands are being ordered, true once it is placed.
+    let mut placed: HashMap<NodeId, bool> = HashMap::with_capacity(size);
+    let mut order = Vec::with_capacity(size);
+    let mut stack = vec![(root, false)];
+    while let Some((n, operands_done)) = stack.pop() {
+        if operands_done {
+            placed.insert(n, true);
+            order.push(n);
+            continue;
+        }
+        match placed.get(&n) {
+            Some(true) => continue,
+            // Met again while its own operands are still being ordered: a cycle.
+            Some(false) => return None,
+            None => {}
+        }
+        placed.insert(n, false);
+        stack.push((n, true));
+        for o in graph.node(n)?.operands() {
+            if !placed.get(&o.node).copied().unwrap_or(false) {
+                stack.push((o.node, false));
+            }
+        }
+    }
+    Some(order)
+}
+
 /// The value of `v` when it depends on no graph input (evaluated on a copy of its
 /// cone with the reference executor), else `None`.
 fn evaluate_static(graph: &Graph, v: Value) -> Option<Tensor> {
@@ -350,12 +382,7 @@ fn evaluate_static(graph: &Graph, v: Value) -> Option<Tensor> {
         return None;
     }
     let cone = static_cone(graph, v)?;
-    let order: Vec<NodeId> = graph
-        .topo_order()
-        .ok()?
-        .into_iter()
-        .filter(|n| cone.contains(n))
-        .collect();
+    let order = cone_order(graph, v.node, cone.len())?;
     let mut sub = Graph::new();
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
     for n in order {

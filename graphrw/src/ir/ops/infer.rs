@@ -42,25 +42,35 @@ fn axis(dim: i64, rank: usize, what: &str) -> Result<usize, InferError> {
 
 /// Broadcasts two shapes with numpy's rules.
 pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, InferError> {
-    let rank = a.rank().max(b.rank());
+    broadcast_dims(&a.0, &b.0).map(Shape)
+}
+
+/// [`broadcast_shapes`] of two lists of dims, reading them in place (no copy of either
+/// operand's dims: it runs for every elementwise node built or verified).
+fn broadcast_dims(a: &[Dim], b: &[Dim]) -> Result<Dims, InferError> {
+    let one = Dim::Known(1);
+    let rank = a.len().max(b.len());
     let mut out = Dims::with_capacity(rank);
     for i in 0..rank {
-        let da = dim_from_end(a, rank - 1 - i);
-        let db = dim_from_end(b, rank - 1 - i);
-        out.push(broadcast_dim(&da, &db).ok_or_else(|| {
+        let da = dim_from_end(a, rank - 1 - i, &one);
+        let db = dim_from_end(b, rank - 1 - i, &one);
+        out.push(broadcast_dim(da, db).ok_or_else(|| {
             InferError(format!(
-                "shapes {a} and {b} do not broadcast (dim {i}: {da} vs {db})"
+                "shapes {} and {} do not broadcast (dim {i}: {da} vs {db})",
+                Shape::from(a),
+                Shape::from(b)
             ))
         })?);
     }
-    Ok(Shape(out))
+    Ok(out)
 }
 
-fn dim_from_end(s: &Shape, k: usize) -> Dim {
-    if k < s.rank() {
-        s.0[s.rank() - 1 - k].clone()
+/// Dim `k` counted from the end of `s`, or `one` where `s` is shorter.
+fn dim_from_end<'a>(s: &'a [Dim], k: usize, one: &'a Dim) -> &'a Dim {
+    if k < s.len() {
+        &s[s.len() - 1 - k]
     } else {
-        Dim::Known(1)
+        one
     }
 }
 
@@ -258,33 +268,34 @@ pub fn matmul(x: &[&TensorMeta], _: &Attrs) -> Out {
     if a.rank() == 0 || b.rank() == 0 {
         infer_bail!("matmul needs operands of rank >= 1, found {a} and {b}");
     }
-    let a2 = if a.rank() == 1 {
-        Shape(smallvec![Dim::Known(1), a.0[0].clone()])
+    // Rank-1 operands read as [1, k] and [k, 1]; the others in place, not copied.
+    let (a1, b1);
+    let a2: &[Dim] = if a.rank() == 1 {
+        a1 = [Dim::Known(1), a.0[0].clone()];
+        &a1
     } else {
-        a.clone()
+        &a.0
     };
-    let b2 = if b.rank() == 1 {
-        Shape(smallvec![b.0[0].clone(), Dim::Known(1)])
+    let b2: &[Dim] = if b.rank() == 1 {
+        b1 = [b.0[0].clone(), Dim::Known(1)];
+        &b1
     } else {
-        b.clone()
+        &b.0
     };
-    let k_a = &a2.0[a2.rank() - 1];
-    let k_b = &b2.0[b2.rank() - 2];
+    let k_a = &a2[a2.len() - 1];
+    let k_b = &b2[b2.len() - 2];
     if broadcast_dim(k_a, k_b).is_none()
         || (k_a.known().is_some() && k_b.known().is_some() && k_a != k_b)
     {
         infer_bail!("matmul inner dimensions differ: {a} @ {b} ({k_a} vs {k_b})");
     }
-    let batch_a = Shape(a2.0[..a2.rank() - 2].into());
-    let batch_b = Shape(b2.0[..b2.rank() - 2].into());
-    let mut out = broadcast_shapes(&batch_a, &batch_b)
-        .map_err(|e| InferError(format!("matmul batch dims: {e}")))?
-        .0;
+    let mut out = broadcast_dims(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
+        .map_err(|e| InferError(format!("matmul batch dims: {}", e.0)))?;
     if a.rank() > 1 {
-        out.push(a2.0[a2.rank() - 2].clone());
+        out.push(a2[a2.len() - 2].clone());
     }
     if b.rank() > 1 {
-        out.push(b2.0[b2.rank() - 1].clone());
+        out.push(b2[b2.len() - 1].clone());
     }
     one(dtype, Shape(out), x[0])
 }
@@ -355,7 +366,7 @@ pub fn permute(x: &[&TensorMeta], a: &Attrs) -> Out {
     if dims.len() != r {
         infer_bail!("permute dims {dims:?} do not match rank {r}");
     }
-    let mut seen = vec![false; r];
+    let mut seen: smallvec::SmallVec<[bool; 8]> = smallvec![false; r];
     let mut out = Dims::with_capacity(r);
     for &d in dims {
         let d = axis(d, r, "permute dim")?;
