@@ -31,9 +31,11 @@ use std::path::{Path, PathBuf};
 use graphrw_kernels::FileRange;
 use prost::Message;
 
+use super::encode::NodeSink;
 use super::proto::{
-    GraphProto, ModelProto, NodeProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL,
+    GraphProto, ModelProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL,
 };
+use super::save::Exported;
 use super::OnnxError;
 use crate::Tensor;
 
@@ -127,31 +129,43 @@ impl fmt::Display for Saved {
     }
 }
 
-/// Refuses a model whose encoding would pass [`MAX_PROTO_BYTES`].
-pub(crate) fn check_proto_size(model: &ModelProto) -> Result<(), OnnxError> {
-    let n = model.encoded_len() as u64;
-    if n > MAX_PROTO_BYTES {
-        return Err(too_large(n));
-    }
-    Ok(())
-}
-
 /// Refuses a model whose encoding would pass [`MAX_PROTO_BYTES`] once `inline`'s
-/// tensors are filled in (checked before they are read): the skeleton's size plus each
-/// tensor's bytes and a generous field overhead.
-pub(crate) fn check_inline_estimate(
+/// tensors are filled in (checked before they are read): the skeleton's size (`model`
+/// around `nodes`) plus each tensor's bytes and a generous field overhead.
+pub(super) fn check_inline_estimate(
     model: &ModelProto,
+    nodes: &NodeSink,
     inline: &[(usize, Tensor)],
 ) -> Result<(), OnnxError> {
     let inline_bytes: u64 = inline.iter().map(|(_, t)| t.nbytes() as u64 + 16).sum();
-    let estimate = model.encoded_len() as u64 + inline_bytes;
+    let estimate = model_len(model, nodes.encoded_len()) + inline_bytes;
     if estimate > MAX_PROTO_BYTES {
         return Err(too_large(estimate));
     }
     Ok(())
 }
 
-fn too_large(n: u64) -> OnnxError {
+/// The encoded length of `model` with `nodes_len` bytes of nodes added to its graph,
+/// give or take the 4 bytes the graph's length prefix may grow by (counted in).
+fn model_len(model: &ModelProto, nodes_len: usize) -> u64 {
+    (model.encoded_len() + nodes_len + 4) as u64
+}
+
+/// `model` with `nodes` as its graph's nodes, encoded; refused past
+/// [`MAX_PROTO_BYTES`].
+pub(super) fn encode_model(model: ModelProto, nodes: NodeSink) -> Result<Vec<u8>, OnnxError> {
+    let (parts, size) = ModelParts::split(model, nodes);
+    if size > MAX_PROTO_BYTES {
+        return Err(too_large(size));
+    }
+    let mut out = Vec::with_capacity(size as usize);
+    parts
+        .write(&mut out)
+        .map_err(|e| OnnxError::Model(format!("encoding the model: {e}")))?;
+    Ok(out)
+}
+
+pub(crate) fn too_large(n: u64) -> OnnxError {
     OnnxError::Model(format!(
         "the model would be a {:.2} GiB protobuf, past protobuf's 2 GiB limit (onnx and onnxruntime would read it as corrupt); write its weights as external data (graphrw optimize: --external-data; the library: WeightLayout::External)",
         n as f64 / (1u64 << 30) as f64
@@ -221,14 +235,19 @@ fn from_data_file(t: &Tensor) -> bool {
     t.file_range().is_some_and(|r| !r.file.holds_model())
 }
 
-/// Writes `model` (its constants' `raw_data` still empty, their tensors in `payloads`)
-/// to `path`, placing each constant inline or in the data file as `options` say.
-pub(crate) fn write(
-    mut model: ModelProto,
-    payloads: Vec<(usize, Tensor)>,
+/// Writes an exported model (its constants' `raw_data` still empty, their tensors in
+/// `payloads`) to `path`, placing each constant inline or in the data file as
+/// `options` say.
+pub(super) fn write(
+    exported: Exported,
     path: &Path,
     options: &SaveOptions,
 ) -> Result<Saved, OnnxError> {
+    let Exported {
+        mut model,
+        nodes,
+        payloads,
+    } = exported;
     let any_mapped = payloads.iter().any(|(_, t)| from_data_file(t));
     let (external, inline): (Vec<_>, Vec<_>) = payloads
         .into_iter()
@@ -240,7 +259,7 @@ pub(crate) fn write(
         ..Saved::default()
     };
     // Refuse a protobuf past 2 GiB before reading or writing any weight.
-    check_inline_estimate(&model, &inline)?;
+    check_inline_estimate(&model, &nodes, &inline)?;
     let Some(graph) = model.graph.as_mut() else {
         return Err(OnnxError::Model("the exported model has no graph".into()));
     };
@@ -288,7 +307,7 @@ pub(crate) fn write(
         staged_data = Some(staged);
     }
 
-    let (parts, size) = ModelParts::split(model);
+    let (parts, size) = ModelParts::split(model, nodes);
     if size > MAX_PROTO_BYTES {
         return Err(too_large(size));
     }
@@ -306,25 +325,25 @@ pub(crate) fn write(
 
 /// A model cut for writing piece by piece: the fields before the graph, the graph's
 /// nodes, the rest of the graph, the fields after it. Written in that order they are
-/// the bytes `encode_to_vec` gives (prost writes fields in tag order; the graph is
-/// field 7 of the model, the nodes field 1 of the graph), but the whole encoding never
-/// sits in memory, and each node is dropped as soon as it is written.
+/// the bytes prost's `encode_to_vec` gives for the whole model (prost writes fields in
+/// tag order; the graph is field 7 of the model, the nodes field 1 of the graph), but
+/// the whole encoding never sits in memory beside the model.
 struct ModelParts {
     head: ModelProto,
-    graph: Option<(Vec<NodeProto>, GraphProto, usize)>,
+    graph: Option<(NodeSink, GraphProto, usize)>,
     tail: ModelProto,
 }
 
-/// The tag of `ModelProto.graph` and of `GraphProto.node`.
+/// The tag of `ModelProto.graph`.
 const GRAPH_TAG: u32 = 7;
-const NODE_TAG: u32 = 1;
 
 /// Bytes gathered before each write to the file.
 const WRITE_CHUNK: usize = 1 << 20;
 
 impl ModelParts {
-    /// Cuts `model`; returns the parts and the encoded size of the whole.
-    fn split(mut model: ModelProto) -> (ModelParts, u64) {
+    /// Cuts `model`, whose graph's nodes are `nodes`; returns the parts and the encoded
+    /// size of the whole.
+    fn split(mut model: ModelProto, nodes: NodeSink) -> (ModelParts, u64) {
         let head = ModelProto {
             ir_version: std::mem::take(&mut model.ir_version),
             producer_name: std::mem::take(&mut model.producer_name),
@@ -334,10 +353,8 @@ impl ModelParts {
             doc_string: std::mem::take(&mut model.doc_string),
             ..ModelProto::default()
         };
-        let graph = model.graph.take().map(|mut g| {
-            let nodes = std::mem::take(&mut g.node);
-            let len =
-                prost::encoding::message::encoded_len_repeated(NODE_TAG, &nodes) + g.encoded_len();
+        let graph = model.graph.take().map(|g| {
+            let len = nodes.encoded_len() + g.encoded_len();
             (nodes, g, len)
         });
         let mut size = head.encoded_len() + model.encoded_len();
@@ -367,13 +384,7 @@ impl ModelParts {
                 &mut buf,
             );
             prost::encoding::encode_varint(len as u64, &mut buf);
-            for node in nodes {
-                prost::encoding::message::encode(NODE_TAG, &node, &mut buf);
-                if buf.len() >= WRITE_CHUNK {
-                    out.write_all(&buf)?;
-                    buf.clear();
-                }
-            }
+            nodes.write_to(&mut buf, WRITE_CHUNK, &mut out)?;
             rest.encode_raw(&mut buf);
         }
         self.tail.encode_raw(&mut buf);

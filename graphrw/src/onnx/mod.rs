@@ -19,6 +19,7 @@
 //! bytes present.
 
 mod decode;
+mod encode;
 mod error;
 pub mod external;
 mod functions;

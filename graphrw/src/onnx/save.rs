@@ -25,6 +25,12 @@
 //! inputs, `upgrade.rs`), and refused otherwise, naming the op and the opsets; the
 //! model's opset is never below such a node's own.
 //!
+//! [`save`], [`save_with`] and [`to_bytes`] encode each node as it is written, straight
+//! from the graph into one byte buffer (`encode.rs`), with every name the exporter gives
+//! kept as a span of one string: no `NodeProto` of owned strings is built for a big
+//! graph. [`to_model`] builds the prost messages from the same exporter; both give the
+//! same bytes (`tests/onnx_encode.rs`, and the table round trip).
+//!
 //! Fused ops (the generated kernels' `fused.*` ops, user ops declared `like` a
 //! decomposition, the tile executor's `fused.elementwise_group`) are written as their
 //! standard ONNX op where one exists (`fused.layer_norm` as `LayerNormalization`,
@@ -34,13 +40,17 @@
 //! body), so that onnxruntime still runs the model; [`load`](super::load) inlines such
 //! functions back.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
 
-use foldhash::{HashMap as FastMap, HashSet as FastSet};
+use foldhash::HashMap as FastMap;
+use smallvec::{smallvec, SmallVec};
 use std::path::Path;
 
 use prost::Message;
 
+use super::encode::{Attr, NodeParts, NodeSink};
 use super::external::{SaveOptions, Saved};
 use super::proto::{
     attribute_type, AttributeProto, Dimension, DimensionValue, FunctionProto, GraphProto,
@@ -54,6 +64,7 @@ use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::{normalize_axis, Dim, TensorMeta};
 use crate::ops::{AttrValue, InferError};
+#[cfg(debug_assertions)]
 use crate::printer::Names;
 use crate::Tensor;
 
@@ -97,46 +108,84 @@ pub fn save_with(
     path: impl AsRef<Path>,
     options: &SaveOptions,
 ) -> Result<Saved, OnnxError> {
-    let (model, payloads) = export(graph)?;
-    super::external::write(model, payloads, path.as_ref(), options)
+    super::external::write(export(graph, true)?, path.as_ref(), options)
 }
 
 /// The ONNX model of `graph`, encoded, with every constant inline. Refused when it
 /// would pass protobuf's 2 GiB limit (save such a model with external data).
 pub fn to_bytes(graph: &Graph) -> Result<Vec<u8>, OnnxError> {
-    let (mut model, payloads) = export(graph)?;
+    let Exported {
+        mut model,
+        nodes,
+        payloads,
+    } = export(graph, true)?;
     // Refused before any weight is read.
-    super::external::check_inline_estimate(&model, &payloads)?;
+    super::external::check_inline_estimate(&model, &nodes, &payloads)?;
     if let Some(g) = model.graph.as_mut() {
         fill_inline(&mut g.initializer, payloads);
     }
-    super::external::check_proto_size(&model)?;
-    Ok(model.encode_to_vec())
+    super::external::encode_model(model, nodes)
 }
 
 /// The ONNX model of `graph`, every constant inline (`raw_data`). The graph is verified
 /// first; an op with no ONNX form is an error naming the node.
+///
+/// [`save`] and [`to_bytes`] do not build this message: they encode the nodes
+/// straight from the graph (the same bytes prost gives for this model).
 pub fn to_model(graph: &Graph) -> Result<ModelProto, OnnxError> {
-    let (mut model, payloads) = export(graph)?;
+    let Exported {
+        mut model,
+        nodes,
+        payloads,
+    } = export(graph, false)?;
     if let Some(g) = model.graph.as_mut() {
         fill_inline(&mut g.initializer, payloads);
+        if let NodeSink::Protos(nodes) = nodes {
+            g.node = nodes;
+        }
     }
     Ok(model)
 }
 
-/// The model of `graph` with the constants' initialisers still empty: their tensors
-/// come back beside it as `(initializer index, tensor)`, for the writer to place
-/// inline or in external data without copying them first.
-pub(super) fn export(graph: &Graph) -> Result<(ModelProto, Vec<(usize, Tensor)>), OnnxError> {
+/// An exported model before it is written: the model without its graph's nodes, the
+/// nodes, and the constants' tensors.
+pub(super) struct Exported {
+    /// The model; its graph's `node` list is empty (the nodes are in `nodes`), and the
+    /// initialisers of `payloads` have no data yet.
+    pub model: ModelProto,
+    /// The graph's nodes, in order.
+    pub nodes: NodeSink,
+    /// The graph's constants as `(initializer index, tensor)`, for the writer to place
+    /// inline or in external data without copying them first.
+    pub payloads: Vec<(usize, Tensor)>,
+}
+
+/// Exports `graph`: its nodes encoded as they are written (`encoded`) or as prost
+/// messages.
+pub(super) fn export(graph: &Graph, encoded: bool) -> Result<Exported, OnnxError> {
     crate::verify(graph).map_err(OnnxError::verify)?;
     let mut ex = Exporter::new(graph);
+    if encoded {
+        ex.nodes = NodeSink::Bytes {
+            bytes: Vec::new(),
+            held: Vec::new(),
+        };
+    }
     ex.reserve_io()?;
-    let order: Vec<NodeId> = ex.printer.order().to_vec();
+    let order = std::mem::take(&mut ex.order);
     for id in order {
         ex.node(id)?;
+        if ex.arena.overflow {
+            return Err(super::external::too_large(ex.arena.text.len() as u64));
+        }
     }
     let payloads = std::mem::take(&mut ex.payloads);
-    Ok((ex.finish()?, payloads))
+    let (model, nodes) = ex.finish()?;
+    Ok(Exported {
+        model,
+        nodes,
+        payloads,
+    })
 }
 
 /// Fills the `raw_data` of the initialisers `payloads` name.
@@ -148,30 +197,133 @@ pub(super) fn fill_inline(inits: &mut [TensorProto], payloads: Vec<(usize, Tenso
     }
 }
 
+/// A name the exporter gave (a value's or a node's): a span of its [`Arena`], so that
+/// names are copied as two numbers, not as strings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Name {
+    start: u32,
+    len: u32,
+}
+
+impl Name {
+    /// `""`: an absent optional input.
+    const EMPTY: Name = Name { start: 0, len: 0 };
+}
+
+/// Every name the exporter gave, end to end in one string.
+#[derive(Default)]
+struct Arena {
+    text: String,
+    /// Set when the text passed `u32::MAX` bytes (then names read as empty; the
+    /// export is refused, such a model passes protobuf's limit anyway).
+    overflow: bool,
+}
+
+impl Arena {
+    fn add(&mut self, s: &str) -> Name {
+        let start = self.text.len();
+        match (u32::try_from(start), u32::try_from(s.len())) {
+            (Ok(start), Ok(len)) if start.checked_add(len).is_some() => {
+                self.text.push_str(s);
+                Name { start, len }
+            }
+            _ => {
+                self.overflow = true;
+                Name::EMPTY
+            }
+        }
+    }
+
+    fn get(&self, n: Name) -> &str {
+        let start = n.start as usize;
+        self.text.get(start..start + n.len as usize).unwrap_or("")
+    }
+
+    /// Forgets `n` when it is the last name added (a node's name, written already).
+    fn drop_last(&mut self, n: Name) {
+        if n.len > 0 && (n.start + n.len) as usize == self.text.len() {
+            self.text.truncate(n.start as usize);
+        }
+    }
+}
+
+/// A node's input or output names.
+type Names8 = SmallVec<[Name; 8]>;
+
+/// The name of each value named so far: first outputs in a list by node index (read
+/// in the order nodes are written, so mostly in memory order), other outputs in a map.
+#[derive(Default)]
+struct ValueNames {
+    first: Vec<Option<Name>>,
+    more: FastMap<Value, Name>,
+}
+
+impl ValueNames {
+    fn with_capacity(nodes: usize) -> ValueNames {
+        ValueNames {
+            first: Vec::with_capacity(nodes),
+            more: FastMap::default(),
+        }
+    }
+
+    fn get(&self, v: Value) -> Option<Name> {
+        if v.output == 0 {
+            self.first.get(v.node.index()).copied().flatten()
+        } else {
+            self.more.get(&v).copied()
+        }
+    }
+
+    fn insert(&mut self, v: Value, name: Name) {
+        if v.output == 0 {
+            let i = v.node.index();
+            if self.first.len() <= i {
+                self.first.resize(i + 1, None);
+            }
+            self.first[i] = Some(name);
+        } else {
+            self.more.insert(v, name);
+        }
+    }
+}
+
 struct Exporter<'g> {
     graph: &'g Graph,
+    /// The order nodes are written in: the printer's ([`crate::printer::Names::order`]).
+    order: Vec<NodeId>,
+    /// The printer's names, to check the exporter spells them alike (debug builds).
+    #[cfg(debug_assertions)]
     printer: Names,
-    names: FastMap<Value, String>,
+    names: ValueNames,
+    /// The text of every [`Name`].
+    arena: Arena,
     taken: NameSet,
     node_names: NameSet,
-    nodes: Vec<NodeProto>,
+    nodes: NodeSink,
     inits: Vec<TensorProto>,
     inputs: Vec<ValueInfoProto>,
     /// Graph outputs that need an `Identity` (source value name, output name).
-    identities: Vec<(String, String)>,
+    identities: Vec<(Name, Name)>,
     opset: i64,
     /// The ONNX name of the node being written, and the vocabulary op.
     cur: String,
     cur_op: &'static str,
+    /// Room to spell a name in before it is made unique.
+    scratch: String,
+    /// The next numbers of the printer's `t` and `c` names.
+    printed: (u32, u32),
     /// Model-local functions written so far, callees before callers.
     functions: Vec<FunctionProto>,
     /// Function name by encoded body, so equal bodies share one function.
     function_names: HashMap<Vec<u8>, String>,
+    /// Function name by the op, operand metadata and attributes of a node written as
+    /// a call, so that a like node is not decomposed again.
+    function_calls: HashMap<String, String>,
     /// Declared types of opaque nodes' outputs (ONNX cannot infer them).
     value_infos: Vec<ValueInfoProto>,
     /// Opset imports of the other domains opaque nodes came from.
     domains: BTreeMap<String, i64>,
-    /// Default-domain opaque nodes (index in `nodes`, source opset, graph node),
+    /// Default-domain opaque nodes (their key in `nodes`, source opset, graph node),
     /// upgraded or checked against the opset finally written.
     pinned: Vec<(usize, i64, NodeId)>,
     /// The graph's constants, by index into `inits`, whose `raw_data` is left empty
@@ -179,40 +331,20 @@ struct Exporter<'g> {
     payloads: Vec<(usize, Tensor)>,
 }
 
-fn a_int(name: &str, i: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::INT,
-        i,
-        ..Default::default()
-    }
+fn a_int(name: &str, i: i64) -> Attr<'_> {
+    Attr::Int(name, i)
 }
 
-fn a_float(name: &str, f: f64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::FLOAT,
-        f: f as f32,
-        ..Default::default()
-    }
+fn a_float(name: &str, f: f64) -> Attr<'_> {
+    Attr::Float(name, f as f32)
 }
 
-fn a_ints(name: &str, ints: Vec<i64>) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::INTS,
-        ints,
-        ..Default::default()
-    }
+fn a_ints(name: &str, ints: Vec<i64>) -> Attr<'_> {
+    Attr::Ints(name, ints)
 }
 
-fn a_str(name: &str, s: &str) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::STRING,
-        s: s.as_bytes().to_vec(),
-        ..Default::default()
-    }
+fn a_str<'a>(name: &'a str, s: impl Into<Cow<'a, str>>) -> Attr<'a> {
+    Attr::Str(name, s.into())
 }
 
 fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
@@ -250,26 +382,74 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
     }
 }
 
-/// Names given so far, kept as 128-bit fingerprints rather than strings: a big model
+/// Names given so far, kept as 64-bit fingerprints rather than strings: a big model
 /// names a million values and nodes, and a set of strings would copy and free every
-/// one of them. Two different names share a fingerprint with odds of about 2^-128 per
-/// pair; the seeds are fixed, so the names written are the same on every run.
+/// one of them. Two names sharing a fingerprint (odds about 2^-64 per pair; the seed is
+/// fixed, so the names written are the same on every run) only make the second one
+/// look taken, so it gets a `_k` suffix: names stay unique whatever the fingerprints.
 #[derive(Default)]
-struct NameSet(FastSet<(u64, u64)>);
+struct NameSet(HashSet<u64, std::hash::BuildHasherDefault<Fingerprint>>);
+
+/// The hasher of fingerprints, which are hashes already: the value itself.
+#[derive(Default)]
+struct Fingerprint(u64);
+
+impl std::hash::Hasher for Fingerprint {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed; fold anything else in for completeness.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
 
 impl NameSet {
     fn with_capacity(n: usize) -> NameSet {
-        NameSet(FastSet::with_capacity_and_hasher(n, Default::default()))
+        NameSet(HashSet::with_capacity_and_hasher(n, Default::default()))
     }
 
     /// Adds `name`; false when it was there already.
     fn insert(&mut self, name: impl AsRef<str>) -> bool {
         use std::hash::BuildHasher;
         let name = name.as_ref();
-        let a = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(name);
-        let b = foldhash::quality::FixedState::with_seed(0xc2b2_ae3d_27d4_eb4f).hash_one(name);
-        self.0.insert((a, b))
+        let h = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(name);
+        self.0.insert(h)
     }
+}
+
+/// Appends the decimal digits of `n`.
+fn push_decimal(s: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        s.push(char::from(d));
+    }
+}
+
+/// `base`, or `base_1`, `base_2`, ... whichever `taken` does not have yet, added to
+/// `taken` and to `arena`.
+fn unique_in(taken: &mut NameSet, arena: &mut Arena, base: &str) -> Name {
+    if taken.insert(base) {
+        return arena.add(base);
+    }
+    arena.add(&unique(taken, base))
 }
 
 fn unique(taken: &mut NameSet, base: &str) -> String {
@@ -290,19 +470,28 @@ impl<'g> Exporter<'g> {
     fn new(graph: &'g Graph) -> Exporter<'g> {
         Exporter {
             graph,
+            // As `Names::new` orders them, without building its names.
+            order: graph
+                .topo_order()
+                .unwrap_or_else(|_| graph.node_ids().collect()),
+            #[cfg(debug_assertions)]
             printer: Names::new(graph),
-            names: FastMap::with_capacity_and_hasher(graph.node_count(), Default::default()),
+            names: ValueNames::with_capacity(graph.node_count()),
+            arena: Arena::default(),
             taken: NameSet::with_capacity(graph.node_count()),
             node_names: NameSet::with_capacity(graph.node_count()),
-            nodes: Vec::with_capacity(graph.node_count()),
+            nodes: NodeSink::Protos(Vec::new()),
             inits: Vec::new(),
             inputs: Vec::new(),
             identities: Vec::new(),
             opset: BASE_OPSET,
             cur: String::new(),
             cur_op: "",
+            scratch: String::new(),
+            printed: (0, 0),
             functions: Vec::new(),
             function_names: HashMap::new(),
+            function_calls: HashMap::new(),
             domains: BTreeMap::new(),
             pinned: Vec::new(),
             value_infos: Vec::new(),
@@ -336,6 +525,7 @@ impl<'g> Exporter<'g> {
                     "two graph inputs are named `{name}`"
                 )));
             }
+            let name = self.arena.add(&name);
             self.names.insert(Value::from(id), name);
         }
         let outputs: Vec<(String, Value)> = self
@@ -352,15 +542,16 @@ impl<'g> Exporter<'g> {
                     "two graph outputs are named `{name}`"
                 )));
             }
-            match self.names.get(&v) {
-                Some(existing) if *existing == name => {}
+            match self.names.get(v) {
+                Some(existing) if self.arena.get(existing) == name => {}
                 Some(existing) => {
                     if !self.taken.insert(name.clone()) {
                         return Err(OnnxError::Model(format!(
                             "graph output `{name}` has the name of a graph input"
                         )));
                     }
-                    self.identities.push((existing.clone(), name));
+                    let name = self.arena.add(&name);
+                    self.identities.push((existing, name));
                 }
                 None => {
                     if !self.taken.insert(name.clone()) {
@@ -368,6 +559,7 @@ impl<'g> Exporter<'g> {
                             "graph output `{name}` has the name of a graph input"
                         )));
                     }
+                    let name = self.arena.add(&name);
                     self.names.insert(v, name);
                 }
             }
@@ -379,22 +571,55 @@ impl<'g> Exporter<'g> {
             let Some(f) = node.foreign() else { continue };
             let first = node.operands().len().saturating_sub(f.captures.len());
             for (c, &v) in f.captures.iter().zip(&node.operands()[first..]) {
-                if self.names.get(&v) == Some(c) {
+                if self.names.get(v).map(|n| self.arena.get(n)) == Some(c.as_str()) {
                     continue;
                 }
-                if self.names.contains_key(&v) || !self.taken.insert(c.clone()) {
+                if self.names.get(v).is_some() || !self.taken.insert(c) {
                     // Named already (an input or output): an Identity gives it `c`.
-                    self.taken.insert(c.clone());
+                    self.taken.insert(c);
                 } else {
-                    self.names.insert(v, c.clone());
+                    let c = self.arena.add(c);
+                    self.names.insert(v, c);
                 }
             }
         }
         Ok(())
     }
 
-    fn name_of(&self, v: Value) -> Result<String, OnnxError> {
-        self.names.get(&v).cloned().ok_or_else(|| {
+    /// The text of `n`.
+    fn s(&self, n: Name) -> &str {
+        self.arena.get(n)
+    }
+
+    /// Takes the next `count` numbers of the printer's `t` (values of ops) or `c`
+    /// (constants) names, counted as [`crate::printer::Names`] counts them (nodes are written in its
+    /// order); returns the first.
+    fn next_printed(&mut self, kind: char, count: u32) -> u32 {
+        let next = if kind == 'c' {
+            &mut self.printed.1
+        } else {
+            &mut self.printed.0
+        };
+        *next += count;
+        *next - count
+    }
+
+    /// A fresh name for `v`, the printer's (`t<n>`, `c<n>` for a constant) made unique:
+    /// spelled here rather than asked of [`crate::printer::Names::get`], which allocates a
+    /// string.
+    fn printed_name(&mut self, v: Value, kind: char, n: u32) -> Name {
+        self.scratch.clear();
+        self.scratch.push(kind);
+        push_decimal(&mut self.scratch, n);
+        #[cfg(debug_assertions)]
+        assert_eq!(self.scratch, self.printer.get(v), "printer name of {v:?}");
+        #[cfg(not(debug_assertions))]
+        let _ = v;
+        unique_in(&mut self.taken, &mut self.arena, &self.scratch)
+    }
+
+    fn name_of(&self, v: Value) -> Result<Name, OnnxError> {
+        self.names.get(v).ok_or_else(|| {
             self.err(format!(
                 "operand %{}.{} has no name yet (the graph is not in order)",
                 v.node.index(),
@@ -407,54 +632,66 @@ impl<'g> Exporter<'g> {
         self.graph.meta(v).cloned().map_err(OnnxError::verify)
     }
 
-    fn tmp(&mut self, what: &str) -> String {
-        let base = format!("{}/{what}", self.cur);
-        unique(&mut self.taken, &base)
+    /// A fresh value name `<node>/<what>`.
+    fn tmp(&mut self, what: &str) -> Name {
+        self.scratch.clear();
+        self.scratch.push_str(&self.cur);
+        self.scratch.push('/');
+        self.scratch.push_str(what);
+        unique_in(&mut self.taken, &mut self.arena, &self.scratch)
     }
 
-    fn push(
-        &mut self,
-        op_type: &str,
-        inputs: Vec<String>,
-        outputs: Vec<String>,
-        attribute: Vec<AttributeProto>,
-    ) {
-        let name = unique(&mut self.node_names, &self.cur);
-        self.push_named(name, op_type, inputs, outputs, attribute);
+    /// The current node's ONNX name, made unique among the nodes.
+    fn node_name(&mut self) -> Name {
+        unique_in(&mut self.node_names, &mut self.arena, &self.cur)
+    }
+
+    fn push(&mut self, op_type: &str, inputs: &[Name], outputs: &[Name], attrs: &[Attr]) {
+        let name = self.node_name();
+        self.push_named(name, op_type, "", inputs, outputs, attrs);
     }
 
     fn push_named(
         &mut self,
-        name: String,
+        name: Name,
         op_type: &str,
-        inputs: Vec<String>,
-        outputs: Vec<String>,
-        attribute: Vec<AttributeProto>,
+        domain: &str,
+        inputs: &[Name],
+        outputs: &[Name],
+        attrs: &[Attr],
     ) {
-        self.nodes.push(NodeProto {
-            input: inputs,
-            output: outputs,
-            name,
-            op_type: op_type.into(),
-            attribute,
-            ..Default::default()
+        let arena = &self.arena;
+        self.nodes.push_parts(NodeParts {
+            inputs: inputs.iter().map(|&n| arena.get(n)),
+            outputs: outputs.iter().map(|&n| arena.get(n)),
+            name: arena.get(name),
+            op_type,
+            domain,
+            attrs,
         });
+        // A node's name is written once: its text need not stay.
+        self.arena.drop_last(name);
     }
 
     /// An initialiser holding `t`, named after the current node and `what`.
-    fn init(&mut self, what: &str, t: &Tensor) -> String {
+    fn init(&mut self, what: &str, t: &Tensor) -> Name {
         let name = self.tmp(what);
-        self.inits.push(tensor_to_proto(&name, t));
+        self.inits.push(tensor_to_proto(self.arena.get(name), t));
         name
     }
 
-    fn init_ints(&mut self, what: &str, v: &[i64]) -> Result<String, OnnxError> {
+    fn init_ints(&mut self, what: &str, v: &[i64]) -> Result<Name, OnnxError> {
         let t = Tensor::from_vec(vec![v.len()], v.to_vec()).map_err(|e| self.err(e.to_string()))?;
         Ok(self.init(what, &t))
     }
 
-    fn init_i64(&mut self, what: &str, v: i64) -> String {
+    fn init_i64(&mut self, what: &str, v: i64) -> Name {
         self.init(what, &Tensor::scalar(v))
+    }
+
+    /// The error for a node whose attributes do not read as its op declares.
+    fn bad(&self, e: InferError) -> OnnxError {
+        self.err(e.0)
     }
 
     fn node(&mut self, id: NodeId) -> Result<(), OnnxError> {
@@ -463,24 +700,25 @@ impl<'g> Exporter<'g> {
         match node.op_name() {
             "input" => {
                 let name = self.name_of(Value::from(id))?;
-                let vi = self.value_info_of(Value::from(id), &name)?;
+                let vi = self.value_info_of(Value::from(id), self.s(name))?;
                 self.inputs.push(vi);
                 Ok(())
             }
             "constant" => {
                 let v = Value::from(id);
-                let name = match self.names.get(&v) {
-                    Some(n) => n.clone(),
+                let printed = self.next_printed('c', 1);
+                let name = match self.names.get(v) {
+                    Some(n) => n,
                     None => {
-                        let base = node
-                            .name()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| self.printer.get(v));
-                        let n = unique(&mut self.taken, &base);
-                        self.names.insert(v, n.clone());
+                        let n = match node.name() {
+                            Some(base) => unique_in(&mut self.taken, &mut self.arena, base),
+                            None => self.printed_name(v, 'c', printed),
+                        };
+                        self.names.insert(v, n);
                         n
                     }
                 };
+                let name = self.s(name).to_string();
                 let t = node
                     .payload()
                     .ok_or_else(|| OnnxError::tensor(&name, "a constant without a value"))?;
@@ -496,23 +734,27 @@ impl<'g> Exporter<'g> {
             }
             op => {
                 self.cur_op = node.op_name();
-                self.cur = node
-                    .name()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| format!("{op}_{}", id.index()));
-                let ins = node
-                    .operands()
-                    .iter()
-                    .map(|&v| self.name_of(v))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let mut outs = Vec::with_capacity(node.outputs().len());
-                for o in 0..node.outputs().len() as u32 {
+                self.cur.clear();
+                match node.name() {
+                    Some(n) => self.cur.push_str(n),
+                    None => {
+                        let _ = write!(self.cur, "{op}_{}", id.index());
+                    }
+                }
+                let mut ins = Names8::new();
+                for &v in node.operands() {
+                    ins.push(self.name_of(v)?);
+                }
+                let count = node.outputs().len() as u32;
+                let first = self.next_printed('t', count);
+                let mut outs = Names8::new();
+                for o in 0..count {
                     let v = Value::new(id, o);
-                    let name = match self.names.get(&v) {
-                        Some(n) => n.clone(),
+                    let name = match self.names.get(v) {
+                        Some(n) => n,
                         None => {
-                            let n = unique(&mut self.taken, &self.printer.get(v));
-                            self.names.insert(v, n.clone());
+                            let n = self.printed_name(v, 't', first + o);
+                            self.names.insert(v, n);
                             n
                         }
                     };
@@ -523,124 +765,115 @@ impl<'g> Exporter<'g> {
         }
     }
 
-    fn op(&mut self, id: NodeId, ins: Vec<String>, outs: Vec<String>) -> Result<(), OnnxError> {
+    fn op(&mut self, id: NodeId, ins: Names8, outs: Names8) -> Result<(), OnnxError> {
         let graph = self.graph;
         let node = graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
-        let cur = self.cur.clone();
-        let bad = |e: InferError| OnnxError::node(node.op_name(), &cur, e.0);
         if let Some(row) = super::table::saving(node.op_name()) {
             return self.write_row(id, row, ins, outs);
         }
         match node.op_name() {
             "ne" => {
                 let t = self.tmp("eq");
-                self.push("Equal", ins, vec![t.clone()], vec![]);
-                self.push("Not", vec![t], outs, vec![]);
+                self.push("Equal", &ins, &[t], &[]);
+                self.push("Not", &[t], &outs, &[]);
             }
             "rsqrt" => {
                 let t = self.tmp("sqrt");
-                self.push("Sqrt", ins, vec![t.clone()], vec![]);
-                self.push("Reciprocal", vec![t], outs, vec![]);
+                self.push("Sqrt", &ins, &[t], &[]);
+                self.push("Reciprocal", &[t], &outs, &[]);
             }
             "silu" => {
                 let t = self.tmp("sigmoid");
-                self.push("Sigmoid", ins.clone(), vec![t.clone()], vec![]);
-                self.push("Mul", vec![ins[0].clone(), t], outs, vec![]);
+                self.push("Sigmoid", &ins, &[t], &[]);
+                self.push("Mul", &[ins[0], t], &outs, &[]);
             }
             "dropout" => {
-                if attrs.bool("train").map_err(bad)? && attrs.float("p").map_err(bad)? != 0.0 {
+                if attrs.bool("train").map_err(|e| self.bad(e))?
+                    && attrs.float("p").map_err(|e| self.bad(e))? != 0.0
+                {
                     return Err(self.err("training-mode dropout has no ONNX inference form"));
                 }
-                self.push("Identity", ins, outs, vec![]);
+                self.push("Identity", &ins, &outs, &[]);
             }
             "masked_fill" => {
                 let dtype = self.meta(node.operands()[0])?.dtype;
-                let value = self.init(
-                    "value",
-                    &Tensor::full(dtype, &[], attrs.float("value").map_err(bad)?),
-                );
-                self.push(
-                    "Where",
-                    vec![ins[1].clone(), value, ins[0].clone()],
-                    outs,
-                    vec![],
-                );
+                let fill = attrs.float("value").map_err(|e| self.bad(e))?;
+                let value = self.init("value", &Tensor::full(dtype, &[], fill));
+                self.push("Where", &[ins[1], value, ins[0]], &outs, &[]);
             }
             "transpose" => {
                 let r = self.meta(node.operands()[0])?.rank();
-                let d0 = normalize_axis(attrs.int("dim0").map_err(bad)?, r)
+                let d0 = normalize_axis(attrs.int("dim0").map_err(|e| self.bad(e))?, r)
                     .ok_or_else(|| self.err("dim0 out of range"))?;
-                let d1 = normalize_axis(attrs.int("dim1").map_err(bad)?, r)
+                let d1 = normalize_axis(attrs.int("dim1").map_err(|e| self.bad(e))?, r)
                     .ok_or_else(|| self.err("dim1 out of range"))?;
                 let mut perm: Vec<i64> = (0..r as i64).collect();
                 perm.swap(d0, d1);
-                self.push("Transpose", ins, outs, vec![a_ints("perm", perm)]);
+                self.push("Transpose", &ins, &outs, &[a_ints("perm", perm)]);
             }
             "reshape" => {
-                let shape = attrs.ints("shape").map_err(bad)?.to_vec();
+                let shape = attrs.ints("shape").map_err(|e| self.bad(e))?;
                 let zero = shape.contains(&0);
-                let s = self.init_ints("shape", &shape)?;
-                let a = if zero {
-                    vec![a_int("allowzero", 1)]
-                } else {
-                    vec![]
-                };
-                self.push("Reshape", vec![ins[0].clone(), s], outs, a);
+                let s = self.init_ints("shape", shape)?;
+                let allow = [a_int("allowzero", 1)];
+                let a: &[Attr] = if zero { &allow } else { &[] };
+                self.push("Reshape", &[ins[0], s], &outs, a);
             }
             "expand" => {
                 let size: Vec<i64> = attrs
                     .ints("size")
-                    .map_err(bad)?
+                    .map_err(|e| self.bad(e))?
                     .iter()
                     .map(|&d| if d == -1 { 1 } else { d })
                     .collect();
                 let s = self.init_ints("shape", &size)?;
-                self.push("Expand", vec![ins[0].clone(), s], outs, vec![]);
+                self.push("Expand", &[ins[0], s], &outs, &[]);
             }
             "unsqueeze" => {
-                let a = self.init_ints("axes", &[attrs.int("dim").map_err(bad)?])?;
-                self.push("Unsqueeze", vec![ins[0].clone(), a], outs, vec![]);
+                let dim = attrs.int("dim").map_err(|e| self.bad(e))?;
+                let a = self.init_ints("axes", &[dim])?;
+                self.push("Unsqueeze", &[ins[0], a], &outs, &[]);
             }
             "split" => {
-                let sizes = attrs.ints("split_sizes").map_err(bad)?.to_vec();
-                let dim = attrs.int("dim").map_err(bad)?;
-                let s = self.init_ints("split", &sizes)?;
-                self.push(
-                    "Split",
-                    vec![ins[0].clone(), s],
-                    outs,
-                    vec![a_int("axis", dim)],
-                );
+                let sizes = attrs.ints("split_sizes").map_err(|e| self.bad(e))?;
+                let dim = attrs.int("dim").map_err(|e| self.bad(e))?;
+                let s = self.init_ints("split", sizes)?;
+                self.push("Split", &[ins[0], s], &outs, &[a_int("axis", dim)]);
             }
             "slice" => {
-                let mut i = vec![ins[0].clone()];
+                let mut i: Names8 = smallvec![ins[0]];
                 for what in ["start", "end", "dim", "step"] {
-                    let v = attrs.int(what).map_err(bad)?;
+                    let v = attrs.int(what).map_err(|e| self.bad(e))?;
                     i.push(self.init_ints(what, &[v])?);
                 }
-                self.push("Slice", i, outs, vec![]);
+                self.push("Slice", &i, &outs, &[]);
             }
             "arange" => {
-                let dtype = attrs.dtype("dtype").map_err(bad)?;
-                let mut i = Vec::with_capacity(3);
+                let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
+                let mut i = Names8::new();
                 for what in ["start", "end", "step"] {
-                    let v = attrs.float(what).map_err(bad)?;
+                    let v = attrs.float(what).map_err(|e| self.bad(e))?;
                     i.push(self.init(what, &Tensor::full(dtype, &[], v)));
                 }
-                self.push("Range", i, outs, vec![]);
+                self.push("Range", &i, &outs, &[]);
             }
             "full" | "zeros" | "ones" => {
-                let size = attrs.ints("size").map_err(bad)?.to_vec();
-                let dtype = attrs.dtype("dtype").map_err(bad)?;
+                let size = attrs.ints("size").map_err(|e| self.bad(e))?;
+                let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
                 let value = match node.op_name() {
-                    "full" => attrs.float("value").map_err(bad)?,
+                    "full" => attrs.float("value").map_err(|e| self.bad(e))?,
                     "zeros" => 0.0,
                     _ => 1.0,
                 };
-                let s = self.init_ints("shape", &size)?;
+                let s = self.init_ints("shape", size)?;
                 let v = tensor_to_proto("value", &Tensor::full(dtype, &[1], value));
-                self.push("ConstantOfShape", vec![s], outs, vec![a_tensor("value", v)]);
+                self.push(
+                    "ConstantOfShape",
+                    &[s],
+                    &outs,
+                    &[Attr::Tensor("value", Box::new(v))],
+                );
             }
             "scaled_dot_product_attention" => self.attention(id, ins, outs)?,
             "opaque" => self.opaque(id, ins, outs)?,
@@ -667,8 +900,8 @@ impl<'g> Exporter<'g> {
         &mut self,
         id: NodeId,
         row: &'static OpMap,
-        mut ins: Vec<String>,
-        outs: Vec<String>,
+        mut ins: Names8,
+        outs: Names8,
     ) -> Result<(), OnnxError> {
         let graph = self.graph;
         let node = graph.try_node(id).map_err(OnnxError::verify)?;
@@ -677,8 +910,8 @@ impl<'g> Exporter<'g> {
         if row.quirk == Quirk::OnesScale && ins.len() < row.operands.0 {
             ins.push(self.ones_scale(id)?);
         }
-        let mut attribute = Vec::with_capacity(row.args.len() + row.held.len());
-        let mut inputs: Vec<(usize, String)> = Vec::new();
+        let mut attribute: SmallVec<[Attr; 4]> = SmallVec::new();
+        let mut inputs: SmallVec<[(usize, Name); 4]> = SmallVec::new();
         for a in row.args {
             let value = attrs.get(a.ours).ok_or_else(|| {
                 self.err(format!(
@@ -710,7 +943,7 @@ impl<'g> Exporter<'g> {
                 (None, AttrValue::Int(v)) => attribute.push(a_int(a.onnx, v)),
                 (None, AttrValue::Ints(v)) => attribute.push(a_ints(a.onnx, v)),
                 (None, AttrValue::Float(v)) => attribute.push(a_float(a.onnx, v)),
-                (None, AttrValue::Str(v)) => attribute.push(a_str(a.onnx, &v)),
+                (None, AttrValue::Str(v)) => attribute.push(a_str(a.onnx, v)),
                 (Some(i), AttrValue::Int(v)) => inputs.push((i, self.init_i64(a.onnx, v))),
                 (Some(_), AttrValue::Ints(v)) if matches!(a.absent, Absent::Ints(d) if d == v) => {}
                 (Some(i), AttrValue::Ints(v)) => inputs.push((i, self.init_ints(a.onnx, &v)?)),
@@ -736,19 +969,17 @@ impl<'g> Exporter<'g> {
         }
         inputs.sort_by_key(|(i, _)| *i);
         for (i, name) in inputs {
-            ins.resize(ins.len().max(i), String::new());
+            ins.resize(ins.len().max(i), Name::EMPTY);
             ins.insert(i, name);
         }
-        self.push(row.onnx, ins, outs, attribute);
-        if let Some(n) = self.nodes.last_mut() {
-            n.domain = row.domain.to_string();
-        }
+        let name = self.node_name();
+        self.push_named(name, row.onnx, row.domain, &ins, &outs, &attribute);
         Ok(())
     }
 
     /// A scale of ones over the normalised dims, for a norm without a weight (ONNX's
     /// LayerNormalization and RMSNormalization require one).
-    fn ones_scale(&mut self, id: NodeId) -> Result<String, OnnxError> {
+    fn ones_scale(&mut self, id: NodeId) -> Result<Name, OnnxError> {
         let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let cur = self.cur.clone();
         let axis = node
@@ -797,7 +1028,7 @@ impl<'g> Exporter<'g> {
     /// Writes an opaque node back as it came: its recorded op type, domain and
     /// attributes, empty input and output slots where the source had them, and an
     /// `Identity` for each outer value its subgraphs read under another name.
-    fn opaque(&mut self, id: NodeId, ins: Vec<String>, outs: Vec<String>) -> Result<(), OnnxError> {
+    fn opaque(&mut self, id: NodeId, ins: Names8, outs: Names8) -> Result<(), OnnxError> {
         let graph = self.graph;
         let node = graph.try_node(id).map_err(OnnxError::verify)?;
         let f = node
@@ -812,31 +1043,33 @@ impl<'g> Exporter<'g> {
             .inputs
             .iter()
             .map(|&present| match present {
-                true => own.next().cloned().unwrap_or_default(),
+                true => own.next().map_or("", |&n| self.s(n)).to_string(),
                 false => String::new(),
             })
             .collect();
-        for (o, name) in outs.iter().enumerate() {
+        for (o, &name) in outs.iter().enumerate() {
+            let name = self.s(name);
             let vi = self.value_info_of(Value::new(id, o as u32), name)?;
-            if vi.r#type.is_some() && !self.graph.output_names().contains(name) {
+            if vi.r#type.is_some() && !self.graph.output_names().iter().any(|n| n == name) {
                 self.value_infos.push(vi);
             }
         }
-        let mut outs = outs.into_iter();
+        let mut outs = outs.iter();
         proto.output = f
             .outputs
             .iter()
             .map(|&present| match present {
-                true => outs.next().unwrap_or_default(),
+                true => outs.next().map_or("", |&n| self.s(n)).to_string(),
                 false => String::new(),
             })
             .collect();
-        for (c, have) in f.captures.iter().zip(captured) {
-            if c != have {
-                self.push("Identity", vec![have.clone()], vec![c.clone()], vec![]);
+        for (c, &have) in f.captures.iter().zip(captured) {
+            if c != self.s(have) {
+                let c = self.arena.add(c);
+                self.push("Identity", &[have], &[c], &[]);
             }
         }
-        proto.name = unique(&mut self.node_names, &self.cur.clone());
+        proto.name = unique(&mut self.node_names, &self.cur);
         let domain = if proto.domain == "ai.onnx" {
             ""
         } else {
@@ -845,7 +1078,9 @@ impl<'g> Exporter<'g> {
         if domain.is_empty() {
             // Never below the node's own opset (its meaning there is what it has).
             self.opset = self.opset.max(f.opset);
-            self.pinned.push((self.nodes.len(), f.opset, id));
+            let key = self.nodes.push_held(proto);
+            self.pinned.push((key, f.opset, id));
+            return Ok(());
         } else {
             let have = *self.domains.entry(domain.to_string()).or_insert(f.opset);
             if have != f.opset {
@@ -855,7 +1090,7 @@ impl<'g> Exporter<'g> {
                 )));
             }
         }
-        self.nodes.push(proto);
+        self.nodes.push_proto(proto);
         Ok(())
     }
 
@@ -864,7 +1099,7 @@ impl<'g> Exporter<'g> {
     /// [`super::upgrade`] where only the form changed, else an error.
     fn upgrade(&mut self, at: usize, from: i64, id: NodeId) -> Result<(), OnnxError> {
         let to = self.opset;
-        let Some(mut node) = self.nodes.get(at).cloned() else {
+        let Some(mut node) = self.nodes.held_mut(at).map(|n| n.clone()) else {
             return Ok(());
         };
         if super::schemas::removed_by(&node.op_type, to) {
@@ -910,22 +1145,17 @@ impl<'g> Exporter<'g> {
                 )
             })?;
         }
-        self.nodes[at] = node;
+        if let Some(n) = self.nodes.held_mut(at) {
+            *n = node;
+        }
         Ok(())
     }
 
-    fn attention(
-        &mut self,
-        id: NodeId,
-        mut ins: Vec<String>,
-        outs: Vec<String>,
-    ) -> Result<(), OnnxError> {
+    fn attention(&mut self, id: NodeId, mut ins: Names8, outs: Names8) -> Result<(), OnnxError> {
         let graph = self.graph;
         let node = graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
-        let cur = self.cur.clone();
-        let bad = |e: InferError| OnnxError::node(node.op_name(), &cur, e.0);
-        if attrs.float("dropout_p").map_err(bad)? != 0.0 {
+        if attrs.float("dropout_p").map_err(|e| self.bad(e))? != 0.0 {
             return Err(self.err("ONNX Attention has no dropout; dropout_p must be 0"));
         }
         let q = self.meta(node.operands()[0])?;
@@ -951,19 +1181,19 @@ impl<'g> Exporter<'g> {
             let qkv = node.operands()[..3].to_vec();
             for (x, name) in qkv.into_iter().zip(ins.iter_mut()) {
                 let meta = self.meta(x)?;
-                *name = self.view_as_4d(name, &meta, r, "qkv")?;
+                *name = self.view_as_4d(*name, &meta, r, "qkv")?;
             }
             if let Some(m) = &mask {
-                ins[3] = self.mask_to_4d(&ins[3], m, &q, &k, r)?;
+                ins[3] = self.mask_to_4d(ins[3], m, &q, &k, r)?;
             }
             Some(out_meta)
         };
-        let attn_outs = match &out {
-            Some(_) => vec![self.tmp("attention_4d")],
+        let attn_outs: Names8 = match &out {
+            Some(_) => smallvec![self.tmp("attention_4d")],
             None => outs.clone(),
         };
         self.opset = self.opset.max(ATTENTION_OPSET);
-        let attn_name = unique(&mut self.node_names, &self.cur.clone());
+        let attn_name = self.node_name();
         if let Some(m) = &mask {
             // The mask's rank as written: 2 stays 2, anything else became 4-D.
             let mr = if m.rank() <= 2 { m.rank() } else { 4 };
@@ -975,27 +1205,20 @@ impl<'g> Exporter<'g> {
             if let (false, Some(sq), Some(skv)) = (full, sq.known(), skv.known()) {
                 let shape = self.init_ints("mask_shape", &[1, 1, sq as i64, skv as i64])?;
                 let expanded = self.tmp("mask_expanded");
-                let name = unique(&mut self.node_names, &format!("{attn_name}/mask_expand"));
-                self.push_named(
-                    name,
-                    "Expand",
-                    vec![ins[3].clone(), shape],
-                    vec![expanded.clone()],
-                    vec![],
-                );
+                let base = format!("{}/mask_expand", self.s(attn_name));
+                let name = unique_in(&mut self.node_names, &mut self.arena, &base);
+                self.push_named(name, "Expand", "", &[ins[3], shape], &[expanded], &[]);
                 ins[3] = expanded;
             }
         }
-        let mut a = vec![a_int(
-            "is_causal",
-            i64::from(attrs.bool("is_causal").map_err(bad)?),
-        )];
-        if let Some(scale) = attrs.opt_float("scale").map_err(bad)? {
+        let causal = i64::from(attrs.bool("is_causal").map_err(|e| self.bad(e))?);
+        let mut a: SmallVec<[Attr; 2]> = smallvec![a_int("is_causal", causal)];
+        if let Some(scale) = attrs.opt_float("scale").map_err(|e| self.bad(e))? {
             a.push(a_float("scale", scale));
         }
-        self.push_named(attn_name, "Attention", ins, attn_outs.clone(), a);
+        self.push_named(attn_name, "Attention", "", &ins, &attn_outs, &a);
         if let Some(out_meta) = out {
-            self.write_back_from_4d(&attn_outs[0], &out_meta, &outs[0])?;
+            self.write_back_from_4d(attn_outs[0], &out_meta, outs[0])?;
         }
         Ok(())
     }
@@ -1004,30 +1227,20 @@ impl<'g> Exporter<'g> {
     /// a `Reshape` to `[-1, heads, seq, dim]` (known) above 4.
     fn view_as_4d(
         &mut self,
-        x: &str,
+        x: Name,
         meta: &TensorMeta,
         r: usize,
         what: &str,
-    ) -> Result<String, OnnxError> {
+    ) -> Result<Name, OnnxError> {
         let out = self.tmp(&format!("{what}_4d"));
         if r == 3 {
             let axes = self.init_ints("axes", &[0])?;
-            self.push(
-                "Unsqueeze",
-                vec![x.to_string(), axes],
-                vec![out.clone()],
-                vec![],
-            );
+            self.push("Unsqueeze", &[x, axes], &[out], &[]);
             return Ok(out);
         }
         let tail = self.known_tail(meta, 3)?;
         let shape = self.init_ints("shape_4d", &[-1, tail[0], tail[1], tail[2]])?;
-        self.push(
-            "Reshape",
-            vec![x.to_string(), shape],
-            vec![out.clone()],
-            vec![],
-        );
+        self.push("Reshape", &[x, shape], &[out], &[]);
         Ok(out)
     }
 
@@ -1036,14 +1249,14 @@ impl<'g> Exporter<'g> {
     /// the scores' shape and its batch dims merged.
     fn mask_to_4d(
         &mut self,
-        m: &str,
+        m: Name,
         meta: &TensorMeta,
         q: &TensorMeta,
         k: &TensorMeta,
         r: usize,
-    ) -> Result<String, OnnxError> {
+    ) -> Result<Name, OnnxError> {
         if meta.rank() <= 2 {
-            return Ok(m.to_string());
+            return Ok(m);
         }
         if r == 3 {
             return self.view_as_4d(m, meta, 3, "mask");
@@ -1055,36 +1268,26 @@ impl<'g> Exporter<'g> {
         scores.push(self.known(&k.shape.dims()[r - 2])?);
         let full = self.init_ints("mask_full_shape", &scores)?;
         let expanded = self.tmp("mask_full");
-        self.push(
-            "Expand",
-            vec![m.to_string(), full],
-            vec![expanded.clone()],
-            vec![],
-        );
+        self.push("Expand", &[m, full], &[expanded], &[]);
         let shape = self.init_ints(
             "mask_shape_4d",
             &[-1, scores[r - 3], scores[r - 2], scores[r - 1]],
         )?;
         let out = self.tmp("mask_4d");
-        self.push("Reshape", vec![expanded, shape], vec![out.clone()], vec![]);
+        self.push("Reshape", &[expanded, shape], &[out], &[]);
         Ok(out)
     }
 
     /// Brings the 4-D attention output `x` back to `meta` (the fused node's output).
     fn write_back_from_4d(
         &mut self,
-        x: &str,
+        x: Name,
         meta: &TensorMeta,
-        out: &str,
+        out: Name,
     ) -> Result<(), OnnxError> {
         if meta.rank() == 3 {
             let axes = self.init_ints("axes", &[0])?;
-            self.push(
-                "Squeeze",
-                vec![x.to_string(), axes],
-                vec![out.to_string()],
-                vec![],
-            );
+            self.push("Squeeze", &[x, axes], &[out], &[]);
             return Ok(());
         }
         let mut dims = Vec::with_capacity(meta.rank());
@@ -1092,12 +1295,7 @@ impl<'g> Exporter<'g> {
             dims.push(self.known(d)?);
         }
         let shape = self.init_ints("out_shape", &dims)?;
-        self.push(
-            "Reshape",
-            vec![x.to_string(), shape],
-            vec![out.to_string()],
-            vec![],
-        );
+        self.push("Reshape", &[x, shape], &[out], &[]);
         Ok(())
     }
 
@@ -1122,8 +1320,8 @@ impl<'g> Exporter<'g> {
     fn standard_fused(
         &mut self,
         id: NodeId,
-        ins: &[String],
-        outs: &[String],
+        ins: &[Name],
+        outs: &[Name],
     ) -> Result<bool, OnnxError> {
         let graph = self.graph;
         let node = graph.try_node(id).map_err(OnnxError::verify)?;
@@ -1142,17 +1340,17 @@ impl<'g> Exporter<'g> {
         match (node.op_name(), ins.len(), eps) {
             ("fused.layer_norm", 2 | 3, Some(eps)) => self.push(
                 "LayerNormalization",
-                ins.to_vec(),
-                outs.to_vec(),
-                vec![a_int("axis", -1), a_float("epsilon", eps)],
+                ins,
+                outs,
+                &[a_int("axis", -1), a_float("epsilon", eps)],
             ),
             ("fused.rms_norm", 2, Some(eps)) => {
                 self.opset = self.opset.max(23);
                 self.push(
                     "RMSNormalization",
-                    ins.to_vec(),
-                    outs.to_vec(),
-                    vec![a_int("axis", -1), a_float("epsilon", eps)],
+                    ins,
+                    outs,
+                    &[a_int("axis", -1), a_float("epsilon", eps)],
                 );
             }
             ("fused.gelu_erf" | "fused.gelu_tanh", 1, _) => {
@@ -1162,12 +1360,7 @@ impl<'g> Exporter<'g> {
                 } else {
                     "none"
                 };
-                self.push(
-                    "Gelu",
-                    ins.to_vec(),
-                    outs.to_vec(),
-                    vec![a_str("approximate", approximate)],
-                );
+                self.push("Gelu", ins, outs, &[a_str("approximate", approximate)]);
             }
             _ => return Ok(false),
         }
@@ -1176,17 +1369,27 @@ impl<'g> Exporter<'g> {
 
     /// Writes node `id` as a call of a model-local function whose body is the op's
     /// decomposition for this node's operands and attributes.
-    fn function_call(
-        &mut self,
-        id: NodeId,
-        ins: Vec<String>,
-        outs: Vec<String>,
-    ) -> Result<(), OnnxError> {
+    fn function_call(&mut self, id: NodeId, ins: Names8, outs: Names8) -> Result<(), OnnxError> {
         let graph = self.graph;
         let node = graph.try_node(id).map_err(OnnxError::verify)?;
         let Some(decompose) = node.op().decompose else {
             return Err(self.err("the op has no decomposition"));
         };
+        // The body depends only on the op, the operands' metadata and the attributes:
+        // a node like one written before calls the same function, without building
+        // and encoding the body again (a big graph has thousands of such nodes).
+        let mut call_key = format!("{:p} {}", node.op(), node.op_name());
+        for &v in node.operands() {
+            let _ = write!(call_key, " {:?}", self.meta(v)?);
+        }
+        for (n, v) in node.attrs().iter() {
+            let _ = write!(call_key, " {n}={v:?}");
+        }
+        if let Some(name) = self.function_calls.get(&call_key).cloned() {
+            let node_name = self.node_name();
+            self.push_named(node_name, &name, FUNCTION_DOMAIN, &ins, &outs, &[]);
+            return Ok(());
+        }
         let b = Builder::new();
         let params: Vec<Value> = node
             .operands()
@@ -1237,15 +1440,9 @@ impl<'g> Exporter<'g> {
                 n
             }
         };
-        let node_name = unique(&mut self.node_names, &self.cur.clone());
-        self.nodes.push(NodeProto {
-            input: ins,
-            output: outs,
-            name: node_name,
-            op_type: name,
-            domain: FUNCTION_DOMAIN.into(),
-            ..Default::default()
-        });
+        let node_name = self.node_name();
+        self.push_named(node_name, &name, FUNCTION_DOMAIN, &ins, &outs, &[]);
+        self.function_calls.insert(call_key, name);
         Ok(())
     }
 
@@ -1253,15 +1450,11 @@ impl<'g> Exporter<'g> {
     /// nodes (functions have no initialisers).
     fn function_body(&mut self) -> Result<FunctionProto, OnnxError> {
         self.reserve_io()?;
-        let order: Vec<NodeId> = self.printer.order().to_vec();
+        let order = std::mem::take(&mut self.order);
         for id in order {
             self.node(id)?;
         }
-        let identities = std::mem::take(&mut self.identities);
-        for (src, dst) in identities {
-            self.cur = format!("output_{dst}");
-            self.push("Identity", vec![src], vec![dst], vec![]);
-        }
+        self.write_identities();
         let payloads = std::mem::take(&mut self.payloads);
         fill_inline(&mut self.inits, payloads);
         let mut nodes: Vec<NodeProto> = std::mem::take(&mut self.inits)
@@ -1274,7 +1467,9 @@ impl<'g> Exporter<'g> {
                 ..Default::default()
             })
             .collect();
-        nodes.append(&mut self.nodes);
+        if let NodeSink::Protos(own) = &mut self.nodes {
+            nodes.append(own);
+        }
         let input = self
             .graph
             .inputs()
@@ -1291,12 +1486,18 @@ impl<'g> Exporter<'g> {
         })
     }
 
-    fn finish(mut self) -> Result<ModelProto, OnnxError> {
+    /// The `Identity` nodes that give graph outputs their names.
+    fn write_identities(&mut self) {
         let identities = std::mem::take(&mut self.identities);
         for (src, dst) in identities {
-            self.cur = format!("output_{dst}");
-            self.push("Identity", vec![src], vec![dst], vec![]);
+            self.cur = format!("output_{}", self.s(dst));
+            self.push("Identity", &[src], &[dst], &[]);
         }
+    }
+
+    /// The model around the nodes written, and the nodes.
+    fn finish(mut self) -> Result<(ModelProto, NodeSink), OnnxError> {
+        self.write_identities();
         // An opaque default-domain node read at an older opset is written unchanged
         // only where its op kept its meaning up to the opset written.
         for (at, from, id) in std::mem::take(&mut self.pinned) {
@@ -1326,14 +1527,14 @@ impl<'g> Exporter<'g> {
         for (name, &v) in self.graph.output_names().iter().zip(self.graph.outputs()) {
             outputs.push(self.value_info_of(v, name)?);
         }
-        Ok(ModelProto {
+        let model = ModelProto {
             ir_version: IR_VERSION,
             opset_import,
             functions,
             producer_name: "graphrw".into(),
             producer_version: env!("CARGO_PKG_VERSION").into(),
             graph: Some(GraphProto {
-                node: self.nodes,
+                node: Vec::new(),
                 name: "graphrw".into(),
                 initializer: self.inits,
                 input: self.inputs,
@@ -1342,6 +1543,7 @@ impl<'g> Exporter<'g> {
                 ..Default::default()
             }),
             ..Default::default()
-        })
+        };
+        Ok((model, self.nodes))
     }
 }

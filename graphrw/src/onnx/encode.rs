@@ -1,0 +1,358 @@
+//! Protobuf encoding of ONNX nodes straight from borrowed parts, without building a
+//! `NodeProto` of owned strings first: the exporter's fast path writes each node of a
+//! big graph into one byte buffer this way ([`NodeSink::Bytes`]).
+//!
+//! The bytes are those prost writes for the same `NodeProto` (fields in tag order,
+//! proto3 defaults left out, int lists packed), so a model written through here
+//! decodes to the model [`to_model`](super::to_model) builds; the tests compare the two.
+
+use std::borrow::Cow;
+
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+use prost::Message;
+
+use super::proto::{attribute_type, AttributeProto, NodeProto, TensorProto};
+
+/// The tag of `GraphProto.node`.
+pub(super) const NODE_TAG: u32 = 1;
+
+/// A node attribute by reference: what the exporter writes. [`Attr::Tensor`] is the
+/// rare owned case (`ConstantOfShape`'s value).
+#[derive(Clone, Debug)]
+pub(super) enum Attr<'a> {
+    /// `INT`.
+    Int(&'a str, i64),
+    /// `FLOAT`.
+    Float(&'a str, f32),
+    /// `INTS`.
+    Ints(&'a str, Vec<i64>),
+    /// `STRING`.
+    Str(&'a str, Cow<'a, str>),
+    /// `TENSOR`.
+    Tensor(&'a str, Box<TensorProto>),
+}
+
+impl Attr<'_> {
+    /// The attribute as the prost message.
+    pub(super) fn to_proto(&self) -> AttributeProto {
+        match self {
+            Attr::Int(name, i) => AttributeProto {
+                name: (*name).into(),
+                r#type: attribute_type::INT,
+                i: *i,
+                ..Default::default()
+            },
+            Attr::Float(name, f) => AttributeProto {
+                name: (*name).into(),
+                r#type: attribute_type::FLOAT,
+                f: *f,
+                ..Default::default()
+            },
+            Attr::Ints(name, ints) => AttributeProto {
+                name: (*name).into(),
+                r#type: attribute_type::INTS,
+                ints: ints.clone(),
+                ..Default::default()
+            },
+            Attr::Str(name, s) => AttributeProto {
+                name: (*name).into(),
+                r#type: attribute_type::STRING,
+                s: s.as_bytes().to_vec(),
+                ..Default::default()
+            },
+            Attr::Tensor(name, t) => AttributeProto {
+                name: (*name).into(),
+                r#type: attribute_type::TENSOR,
+                t: Some(t.clone()),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The encoded length of the attribute message's body.
+    fn body_len(&self) -> usize {
+        let (name, ty) = match self {
+            Attr::Int(n, _) => (n, attribute_type::INT),
+            Attr::Float(n, _) => (n, attribute_type::FLOAT),
+            Attr::Ints(n, _) => (n, attribute_type::INTS),
+            Attr::Str(n, _) => (n, attribute_type::STRING),
+            Attr::Tensor(n, _) => (n, attribute_type::TENSOR),
+        };
+        let mut len = str_len(1, name);
+        len += match self {
+            Attr::Int(_, i) if *i != 0 => key_len(3) + encoded_len_varint(*i as u64),
+            Attr::Float(_, f) if *f != 0.0 => key_len(2) + 4,
+            Attr::Ints(_, v) if !v.is_empty() => {
+                let body = packed_len(v);
+                key_len(8) + encoded_len_varint(body as u64) + body
+            }
+            Attr::Str(_, s) => str_len(4, s),
+            Attr::Tensor(_, t) => {
+                let body = t.encoded_len();
+                key_len(5) + encoded_len_varint(body as u64) + body
+            }
+            _ => 0,
+        };
+        // `type` (tag 20).
+        len + key_len(20) + encoded_len_varint(ty as u64)
+    }
+
+    /// Writes the attribute message's body (fields in tag order).
+    fn encode_body(&self, buf: &mut Vec<u8>) {
+        let (name, ty) = match self {
+            Attr::Int(n, _) => (n, attribute_type::INT),
+            Attr::Float(n, _) => (n, attribute_type::FLOAT),
+            Attr::Ints(n, _) => (n, attribute_type::INTS),
+            Attr::Str(n, _) => (n, attribute_type::STRING),
+            Attr::Tensor(n, _) => (n, attribute_type::TENSOR),
+        };
+        put_str(1, name, buf);
+        match self {
+            Attr::Float(_, f) if *f != 0.0 => {
+                encode_key(2, WireType::ThirtyTwoBit, buf);
+                buf.extend_from_slice(&f.to_le_bytes());
+            }
+            Attr::Int(_, i) if *i != 0 => {
+                encode_key(3, WireType::Varint, buf);
+                encode_varint(*i as u64, buf);
+            }
+            Attr::Str(_, s) => put_str(4, s, buf),
+            Attr::Tensor(_, t) => {
+                encode_key(5, WireType::LengthDelimited, buf);
+                encode_varint(t.encoded_len() as u64, buf);
+                t.encode_raw(buf);
+            }
+            Attr::Ints(_, v) if !v.is_empty() => {
+                encode_key(8, WireType::LengthDelimited, buf);
+                encode_varint(packed_len(v) as u64, buf);
+                for &i in v {
+                    encode_varint(i as u64, buf);
+                }
+            }
+            _ => {}
+        }
+        encode_key(20, WireType::Varint, buf);
+        encode_varint(ty as u64, buf);
+    }
+}
+
+/// The parts of one node, borrowed.
+pub(super) struct NodeParts<'a, I, O> {
+    /// Input names (`""` for an absent optional input).
+    pub inputs: I,
+    /// Output names.
+    pub outputs: O,
+    /// The node's name.
+    pub name: &'a str,
+    /// The ONNX op type.
+    pub op_type: &'a str,
+    /// The op's domain (`""`: the default domain).
+    pub domain: &'a str,
+    /// The attributes, in the order written.
+    pub attrs: &'a [Attr<'a>],
+}
+
+impl<'a, I, O> NodeParts<'a, I, O>
+where
+    I: Iterator<Item = &'a str> + Clone,
+    O: Iterator<Item = &'a str> + Clone,
+{
+    /// The node as the prost message.
+    pub(super) fn to_proto(&self) -> NodeProto {
+        NodeProto {
+            input: self.inputs.clone().map(str::to_string).collect(),
+            output: self.outputs.clone().map(str::to_string).collect(),
+            name: self.name.to_string(),
+            op_type: self.op_type.to_string(),
+            domain: self.domain.to_string(),
+            attribute: self.attrs.iter().map(Attr::to_proto).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The encoded length of the node message's body.
+    fn body_len(&self) -> usize {
+        let mut len = 0;
+        for s in self.inputs.clone() {
+            len += str_len_always(1, s);
+        }
+        for s in self.outputs.clone() {
+            len += str_len_always(2, s);
+        }
+        len += str_len(3, self.name) + str_len(4, self.op_type);
+        for a in self.attrs {
+            let body = a.body_len();
+            len += key_len(5) + encoded_len_varint(body as u64) + body;
+        }
+        len + str_len(7, self.domain)
+    }
+
+    /// Appends the node as field [`NODE_TAG`] of a graph (key, length, body): the bytes
+    /// prost's `message::encode(NODE_TAG, &self.to_proto(), buf)` gives.
+    pub(super) fn encode(&self, buf: &mut Vec<u8>) {
+        let len = self.body_len();
+        buf.reserve(len + 6);
+        encode_key(NODE_TAG, WireType::LengthDelimited, buf);
+        encode_varint(len as u64, buf);
+        for s in self.inputs.clone() {
+            put_str_always(1, s, buf);
+        }
+        for s in self.outputs.clone() {
+            put_str_always(2, s, buf);
+        }
+        put_str(3, self.name, buf);
+        put_str(4, self.op_type, buf);
+        for a in self.attrs {
+            encode_key(5, WireType::LengthDelimited, buf);
+            encode_varint(a.body_len() as u64, buf);
+            a.encode_body(buf);
+        }
+        put_str(7, self.domain, buf);
+    }
+}
+
+/// Length of a packed int64 list's body.
+fn packed_len(v: &[i64]) -> usize {
+    v.iter().map(|&i| encoded_len_varint(i as u64)).sum()
+}
+
+/// Length of a string field, 0 when empty (a proto3 default is not written).
+fn str_len(tag: u32, s: &str) -> usize {
+    if s.is_empty() {
+        0
+    } else {
+        str_len_always(tag, s)
+    }
+}
+
+/// Length of one entry of a repeated string field (written even when empty).
+fn str_len_always(tag: u32, s: &str) -> usize {
+    key_len(tag) + encoded_len_varint(s.len() as u64) + s.len()
+}
+
+fn put_str(tag: u32, s: &str, buf: &mut Vec<u8>) {
+    if !s.is_empty() {
+        put_str_always(tag, s, buf);
+    }
+}
+
+fn put_str_always(tag: u32, s: &str, buf: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, buf);
+    encode_varint(s.len() as u64, buf);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+/// Where the exporter's nodes go: prost messages (for [`to_model`](super::to_model) and
+/// function bodies), or their encoding, appended node by node (the writers' fast path).
+pub(super) enum NodeSink {
+    /// Whole messages, in order.
+    Protos(Vec<NodeProto>),
+    /// The encoded nodes (each as field [`NODE_TAG`] of the graph), and the nodes held
+    /// as messages until the end (opaque default-domain nodes that may still be
+    /// upgraded), each with the byte offset it goes at.
+    Bytes {
+        /// The encoded nodes.
+        bytes: Vec<u8>,
+        /// `(offset into bytes, node)`, offsets ascending.
+        held: Vec<(usize, NodeProto)>,
+    },
+}
+
+impl NodeSink {
+    /// Appends a node given by its parts.
+    pub(super) fn push_parts<'a, I, O>(&mut self, parts: NodeParts<'a, I, O>)
+    where
+        I: Iterator<Item = &'a str> + Clone,
+        O: Iterator<Item = &'a str> + Clone,
+    {
+        match self {
+            NodeSink::Protos(nodes) => nodes.push(parts.to_proto()),
+            NodeSink::Bytes { bytes, .. } => parts.encode(bytes),
+        }
+    }
+
+    /// Appends a node message.
+    pub(super) fn push_proto(&mut self, node: NodeProto) {
+        match self {
+            NodeSink::Protos(nodes) => nodes.push(node),
+            NodeSink::Bytes { bytes, .. } => {
+                prost::encoding::message::encode(NODE_TAG, &node, bytes)
+            }
+        }
+    }
+
+    /// Appends a node that may still change before the model is written; returns its
+    /// key for [`NodeSink::held_mut`].
+    pub(super) fn push_held(&mut self, node: NodeProto) -> usize {
+        match self {
+            NodeSink::Protos(nodes) => {
+                nodes.push(node);
+                nodes.len() - 1
+            }
+            NodeSink::Bytes { bytes, held } => {
+                held.push((bytes.len(), node));
+                held.len() - 1
+            }
+        }
+    }
+
+    /// The node [`NodeSink::push_held`] returned `key` for.
+    pub(super) fn held_mut(&mut self, key: usize) -> Option<&mut NodeProto> {
+        match self {
+            NodeSink::Protos(nodes) => nodes.get_mut(key),
+            NodeSink::Bytes { held, .. } => held.get_mut(key).map(|(_, n)| n),
+        }
+    }
+
+    /// The encoded length of all the nodes as repeated field [`NODE_TAG`].
+    pub(super) fn encoded_len(&self) -> usize {
+        match self {
+            NodeSink::Protos(nodes) => {
+                prost::encoding::message::encoded_len_repeated(NODE_TAG, nodes)
+            }
+            NodeSink::Bytes { bytes, held } => {
+                bytes.len()
+                    + held
+                        .iter()
+                        .map(|(_, n)| prost::encoding::message::encoded_len(NODE_TAG, n))
+                        .sum::<usize>()
+            }
+        }
+    }
+
+    /// Writes the nodes in order to `out` through `buf` (bytes already pending in
+    /// `buf` go first), `chunk` bytes at a time or more, dropping each message once
+    /// written; what is left pending stays in `buf`.
+    pub(super) fn write_to(
+        self,
+        buf: &mut Vec<u8>,
+        chunk: usize,
+        out: &mut impl std::io::Write,
+    ) -> std::io::Result<()> {
+        match self {
+            NodeSink::Protos(nodes) => {
+                for node in nodes {
+                    prost::encoding::message::encode(NODE_TAG, &node, buf);
+                    if buf.len() >= chunk {
+                        out.write_all(buf)?;
+                        buf.clear();
+                    }
+                }
+            }
+            NodeSink::Bytes { bytes, held } => {
+                out.write_all(buf)?;
+                buf.clear();
+                let mut at = 0;
+                for (offset, node) in held {
+                    out.write_all(&bytes[at..offset])?;
+                    prost::encoding::message::encode(NODE_TAG, &node, buf);
+                    out.write_all(buf)?;
+                    buf.clear();
+                    at = offset;
+                }
+                out.write_all(&bytes[at..])?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! The writers' fast path (`save`, `to_bytes`: nodes encoded straight from the graph)
+//! gives the bytes prost gives for the model `to_model` builds, on the corpus models as
+//! loaded and as optimized, on the attention spelling models after fusion, and on
+//! graphs with opaque nodes (custom domains, and default-domain nodes read at an old
+//! opset that are upgraded when the model is finished).
+
+use std::path::PathBuf;
+
+use graphrw::onnx::proto::{
+    AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+};
+use graphrw::onnx::{self, FUNCTION_DOMAIN};
+use graphrw::Graph;
+use prost::Message;
+
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
+const ATTENTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/models/attention");
+
+/// Asserts that both paths give the same bytes; returns the model.
+fn same_both_ways(g: &Graph, what: &str) -> ModelProto {
+    let model = onnx::to_model(g).unwrap_or_else(|e| panic!("{what}: to_model: {e}"));
+    let fast = onnx::to_bytes(g).unwrap_or_else(|e| panic!("{what}: to_bytes: {e}"));
+    let plain = model.encode_to_vec();
+    assert!(
+        fast == plain,
+        "{what}: the fast path wrote {} bytes, prost {} (first difference at byte {:?})",
+        fast.len(),
+        plain.len(),
+        fast.iter().zip(&plain).position(|(a, b)| a != b)
+    );
+    model
+}
+
+fn node_count(m: &ModelProto) -> usize {
+    m.graph.as_ref().map_or(0, |g| g.node.len())
+}
+
+#[test]
+fn corpus_models_encode_the_same_both_ways_as_loaded_and_optimized() {
+    let mut functions = 0;
+    let mut attention = 0;
+    for name in [
+        "bart_sdpa",
+        "bert_eager",
+        "bert_sdpa",
+        "gpt2_eager",
+        "gpt2_sdpa",
+        "llama_eager",
+        "llama_sdpa",
+        "t5_eager",
+    ] {
+        let path = PathBuf::from(CORPUS).join(name).join("model.onnx");
+        let mut g = onnx::load(&path).unwrap_or_else(|e| panic!("{name}: load: {e}"));
+        let m = same_both_ways(&g, name);
+        assert!(node_count(&m) > 10, "{name}: {} nodes", node_count(&m));
+        graphrw::rules::optimize(&mut g).unwrap_or_else(|e| panic!("{name}: optimize: {e}"));
+        let m = same_both_ways(&g, &format!("{name} optimized"));
+        let nodes = m.graph.as_ref().map(|g| g.node.as_slice()).unwrap_or(&[]);
+        functions += nodes.iter().filter(|n| n.domain == FUNCTION_DOMAIN).count();
+        attention += nodes.iter().filter(|n| n.op_type == "Attention").count();
+    }
+    // The optimized corpus takes the writers' rarer paths too.
+    assert!(functions > 0, "no model-local function call was written");
+    assert!(attention > 0, "no Attention node was written");
+}
+
+#[test]
+fn attention_models_encode_the_same_both_ways_after_fusion() {
+    let mut seen = 0;
+    let dir = std::fs::read_dir(ATTENTION).expect("attention models");
+    let mut paths: Vec<PathBuf> = dir
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let what = path.display().to_string();
+        let mut g = onnx::load(&path).unwrap_or_else(|e| panic!("{what}: load: {e}"));
+        graphrw::rules::optimize(&mut g).unwrap_or_else(|e| panic!("{what}: optimize: {e}"));
+        same_both_ways(&g, &what);
+        seen += 1;
+    }
+    assert!(seen >= 20, "only {seen} attention models");
+}
+
+fn f32_value(name: &str, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: 1,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(DimensionValue::DimValue(d)),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: op.into(),
+        name: format!("n_{}", outputs.first().copied().unwrap_or("x")),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn opaque_nodes_encode_the_same_both_ways() {
+    // Relu, then Pad-2 (opaque, default domain, upgraded to an input at save: held
+    // until the model's opset is known), a custom-domain op with a negative int list,
+    // another Pad, and a known op after it.
+    let mut pad = node("Pad", &["r"], &["p"]);
+    pad.attribute = vec![AttributeProto {
+        name: "pads".into(),
+        r#type: 7,
+        ints: vec![0, 1, 0, 1],
+        ..Default::default()
+    }];
+    let mut custom = node("Foo", &["p"], &["f"]);
+    custom.domain = "com.example".into();
+    custom.attribute = vec![AttributeProto {
+        name: "axes".into(),
+        r#type: 7,
+        ints: vec![-1, 300, -70000],
+        ..Default::default()
+    }];
+    let mut pad2 = node("Pad", &["f"], &["q"]);
+    pad2.attribute = pad.attribute.clone();
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![
+            OperatorSetIdProto {
+                domain: String::new(),
+                version: 9,
+            },
+            OperatorSetIdProto {
+                domain: "com.example".into(),
+                version: 1,
+            },
+        ],
+        graph: Some(GraphProto {
+            node: vec![
+                node("Relu", &["x"], &["r"]),
+                pad,
+                custom,
+                pad2,
+                node("Neg", &["q"], &["y"]),
+            ],
+            input: vec![f32_value("x", &[2, 3])],
+            output: vec![f32_value("y", &[2, 7])],
+            value_info: vec![f32_value("f", &[2, 5])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let g = onnx::load_bytes(&m.encode_to_vec()).expect("loads");
+    // The Neg reads the second Pad's untyped output, so it is opaque too.
+    assert_eq!(g.op_counts().get("opaque"), Some(&4));
+    let saved = same_both_ways(&g, "opaque");
+    let nodes = &saved.graph.as_ref().expect("graph").node;
+    let ops: Vec<&str> = nodes.iter().map(|n| n.op_type.as_str()).collect();
+    assert_eq!(ops, ["Relu", "Pad", "Foo", "Pad", "Neg"]);
+    // The Pads were upgraded (pads as an input) in the bytes written too.
+    for pad in nodes.iter().filter(|n| n.op_type == "Pad") {
+        assert!(pad.attribute.iter().all(|a| a.name != "pads"), "{pad:?}");
+        assert_eq!(pad.input.len(), 2, "{pad:?}");
+    }
+}
