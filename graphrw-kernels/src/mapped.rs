@@ -400,6 +400,34 @@ impl FileRange {
         out.seek(SeekFrom::Start(base + self.len))?;
         Ok(())
     }
+
+    /// Streams the range's bytes into `out` through the file (not the map), a buffer
+    /// at a time, so that writing a mapped weight inline into a model holds no copy
+    /// of it: the writer's memory stays flat whatever the range's size.
+    ///
+    /// Errors when the file became shorter than the range since it was mapped, or on
+    /// any read or write error.
+    pub fn write_to(&self, out: &mut impl io::Write) -> io::Result<()> {
+        let src = self
+            .file
+            .file
+            .lock()
+            .map_err(|_| io::Error::other("the mapped file's lock was poisoned"))?;
+        (&*src).seek(SeekFrom::Start(self.offset))?;
+        let copied = io::copy(&mut (&*src).take(self.len), out)?;
+        if copied != self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "`{}` ended after {copied} of the {} bytes mapped at offset {} (the file was changed under the map)",
+                    self.file.path.display(),
+                    self.len,
+                    self.offset
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The next run of data in `file` at or after `at`, clipped to `end`: `(start, stop)`,

@@ -73,13 +73,18 @@ fn f16_and_i64_map_in_place() {
 }
 
 #[test]
-fn unaligned_and_bool_fall_back_to_a_copy() {
+fn unaligned_is_copied_when_read_and_bool_falls_back_to_a_copy() {
     let values = [1.5f32, -2.0, 3.25];
     let path = f32_file("unaligned", 2, &values, 0);
     let file = MappedFile::open(&path).expect("map");
     let t = Tensor::from_mapped(&file, 2, DType::F32, &[3]).expect("tensor");
-    assert!(t.file_range().is_none(), "an unaligned range is copied");
+    // An unaligned range keeps its file range (a writer copies it file to file) and
+    // is copied to aligned memory only when a kernel reads it.
+    let range = t.file_range().expect("an unaligned range stays mapped");
+    assert_eq!((range.offset, range.len), (2, 12));
     assert_eq!(t.as_slice::<f32>().expect("f32"), &values);
+    let r = cpu::reshape(&t, &[3, 1]).expect("reshape");
+    assert_eq!(r.as_slice::<f32>().expect("f32"), &values);
 
     let path = tmp("bool");
     std::fs::write(&path, [0u8, 1, 7, 0]).expect("write");
@@ -170,5 +175,37 @@ fn a_file_truncated_under_the_map_is_an_error_when_copied() {
         .expect("truncate");
     let mut out = File::create(tmp("truncate-out")).expect("out");
     let e = range.copy_to(&mut out).expect_err("the file shrank");
+    assert!(e.to_string().contains("changed under the map"), "{e}");
+}
+
+#[test]
+fn write_to_streams_the_range_bytes() {
+    // Bigger than one copy buffer, at an odd offset, so the stream crosses buffers.
+    let values: Vec<f32> = (0..300_000).map(|i| (i % 977) as f32 - 3.5).collect();
+    let path = f32_file("stream", 12, &values, 7);
+    let file = MappedFile::open(&path).expect("map");
+    let t = Tensor::from_mapped(&file, 12, DType::F32, &[values.len()]).expect("tensor");
+    let range = t.file_range().expect("mapped");
+    let mut out = b"head".to_vec();
+    range.write_to(&mut out).expect("stream");
+    assert_eq!(&out[..4], b"head");
+    assert_eq!(out.len(), 4 + values.len() * 4);
+    assert!(out[4..] == t.to_raw_bytes()[..], "streamed bytes differ");
+}
+
+#[test]
+fn a_file_truncated_under_the_map_is_an_error_when_streamed() {
+    let path = f32_file("truncate-stream", 0, &[1.0; 1024], 0);
+    let file = MappedFile::open(&path).expect("map");
+    let t = Tensor::from_mapped(&file, 0, DType::F32, &[1024]).expect("tensor");
+    let range = t.file_range().expect("mapped");
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(100)
+        .expect("truncate");
+    let mut out = Vec::new();
+    let e = range.write_to(&mut out).expect_err("the file shrank");
     assert!(e.to_string().contains("changed under the map"), "{e}");
 }

@@ -153,8 +153,12 @@ fn model_len(model: &ModelProto, nodes_len: usize) -> u64 {
 
 /// `model` with `nodes` as its graph's nodes, encoded; refused past
 /// [`MAX_PROTO_BYTES`].
-pub(super) fn encode_model(model: ModelProto, nodes: NodeSink) -> Result<Vec<u8>, OnnxError> {
-    let (parts, size) = ModelParts::split(model, nodes);
+pub(super) fn encode_model(
+    model: ModelProto,
+    nodes: NodeSink,
+    inline: Vec<(usize, Tensor)>,
+) -> Result<Vec<u8>, OnnxError> {
+    let (parts, size) = ModelParts::split(model, nodes, inline);
     if size > MAX_PROTO_BYTES {
         return Err(too_large(size));
     }
@@ -263,7 +267,6 @@ pub(super) fn write(
     let Some(graph) = model.graph.as_mut() else {
         return Err(OnnxError::Model("the exported model has no graph".into()));
     };
-    super::save::fill_inline(&mut graph.initializer, inline);
 
     let mut staged_data = None;
     if !external.is_empty() {
@@ -307,7 +310,7 @@ pub(super) fn write(
         staged_data = Some(staged);
     }
 
-    let (parts, size) = ModelParts::split(model, nodes);
+    let (parts, size) = ModelParts::split(model, nodes, inline);
     if size > MAX_PROTO_BYTES {
         return Err(too_large(size));
     }
@@ -324,26 +327,94 @@ pub(super) fn write(
 }
 
 /// A model cut for writing piece by piece: the fields before the graph, the graph's
-/// nodes, the rest of the graph, the fields after it. Written in that order they are
-/// the bytes prost's `encode_to_vec` gives for the whole model (prost writes fields in
-/// tag order; the graph is field 7 of the model, the nodes field 1 of the graph), but
-/// the whole encoding never sits in memory beside the model.
+/// nodes, its name, its initialisers one by one, the rest of the graph, the fields
+/// after it. Written in that order they are the bytes prost's `encode_to_vec` gives
+/// for the whole model (prost writes fields in tag order: the graph is field 7 of the
+/// model; in the graph the nodes are field 1, the name 2, the initialisers 5 and every
+/// other field comes after), but the whole encoding never sits in memory beside the
+/// model, and an inline weight's bytes are streamed into the file as its
+/// initialiser is written, never held whole (a weight mapped from the input model is
+/// read through its file a buffer at a time).
 struct ModelParts {
     head: ModelProto,
-    graph: Option<(NodeSink, GraphProto, usize)>,
+    graph: Option<GraphParts>,
     tail: ModelProto,
+}
+
+/// The graph of a [`ModelParts`].
+struct GraphParts {
+    nodes: NodeSink,
+    /// Only the graph's name (field 2).
+    name: GraphProto,
+    /// Each initialiser (its `raw_data` empty when a tensor is given) and the tensor
+    /// whose bytes are its `raw_data`.
+    initializers: Vec<(TensorProto, Option<Tensor>)>,
+    /// The graph's fields after the initialisers.
+    rest: GraphProto,
+    /// The encoded length of the whole graph message.
+    len: usize,
 }
 
 /// The tag of `ModelProto.graph`.
 const GRAPH_TAG: u32 = 7;
+/// The tag of `GraphProto.initializer`.
+const INITIALIZER_TAG: u32 = 5;
+/// The tag of `TensorProto.raw_data`.
+const RAW_DATA_TAG: u32 = 9;
 
 /// Bytes gathered before each write to the file.
 const WRITE_CHUNK: usize = 1 << 20;
 
+/// The encoded length of a length-delimited field of `len` bytes under `tag`.
+fn field_len(tag: u32, len: usize) -> usize {
+    prost::encoding::key_len(tag) + prost::encoding::encoded_len_varint(len as u64) + len
+}
+
+/// Writes the key and length of a length-delimited field under `tag`.
+fn field_head(tag: u32, len: usize, buf: &mut Vec<u8>) {
+    prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, buf);
+    prost::encoding::encode_varint(len as u64, buf);
+}
+
+/// The bytes of `raw_data` a streamed tensor adds to its initialiser (none when it
+/// has no elements: prost leaves an empty `bytes` field out).
+fn raw_data_len(t: Option<&Tensor>) -> usize {
+    match t.map(Tensor::nbytes) {
+        Some(n) if n > 0 => field_len(RAW_DATA_TAG, n),
+        _ => 0,
+    }
+}
+
+/// The fields of `tensor` after `raw_data` (tags 10 and up), taken out of it.
+fn take_fields_after_raw_data(tensor: &mut TensorProto) -> TensorProto {
+    TensorProto {
+        double_data: std::mem::take(&mut tensor.double_data),
+        uint64_data: std::mem::take(&mut tensor.uint64_data),
+        doc_string: std::mem::take(&mut tensor.doc_string),
+        external_data: std::mem::take(&mut tensor.external_data),
+        data_location: std::mem::take(&mut tensor.data_location),
+        ..TensorProto::default()
+    }
+}
+
+/// Writes `t`'s elements as little-endian bytes to `out`: a tensor mapped from a file
+/// is streamed from it, any other one is converted (one tensor at a time).
+fn write_raw(t: &Tensor, out: &mut impl Write) -> std::io::Result<()> {
+    match t.file_range() {
+        Some(r) if r.len == t.nbytes() as u64 => r.write_to(out),
+        _ => out.write_all(&t.to_raw_bytes()),
+    }
+}
+
 impl ModelParts {
-    /// Cuts `model`, whose graph's nodes are `nodes`; returns the parts and the encoded
-    /// size of the whole.
-    fn split(mut model: ModelProto, nodes: NodeSink) -> (ModelParts, u64) {
+    /// Cuts `model`, whose graph's nodes are `nodes` and whose initialisers at the
+    /// indices of `inline` take those tensors' bytes as `raw_data`; returns the parts
+    /// and the encoded size of the whole.
+    fn split(
+        mut model: ModelProto,
+        nodes: NodeSink,
+        inline: Vec<(usize, Tensor)>,
+    ) -> (ModelParts, u64) {
         let head = ModelProto {
             ir_version: std::mem::take(&mut model.ir_version),
             producer_name: std::mem::take(&mut model.producer_name),
@@ -353,15 +424,48 @@ impl ModelParts {
             doc_string: std::mem::take(&mut model.doc_string),
             ..ModelProto::default()
         };
-        let graph = model.graph.take().map(|g| {
-            let len = nodes.encoded_len() + g.encoded_len();
-            (nodes, g, len)
+        let graph = model.graph.take().map(|mut g| {
+            let mut tensors: Vec<Option<Tensor>> = g.initializer.iter().map(|_| None).collect();
+            for (i, t) in inline {
+                if let Some(slot) = tensors.get_mut(i) {
+                    *slot = Some(t);
+                }
+            }
+            let initializers: Vec<(TensorProto, Option<Tensor>)> =
+                std::mem::take(&mut g.initializer)
+                    .into_iter()
+                    .zip(tensors)
+                    .map(|(mut p, t)| {
+                        if t.is_some() {
+                            p.raw_data = Vec::new();
+                        }
+                        (p, t)
+                    })
+                    .collect();
+            let name = GraphProto {
+                name: std::mem::take(&mut g.name),
+                ..GraphProto::default()
+            };
+            let len = nodes.encoded_len()
+                + name.encoded_len()
+                + initializers
+                    .iter()
+                    .map(|(p, t)| {
+                        field_len(INITIALIZER_TAG, p.encoded_len() + raw_data_len(t.as_ref()))
+                    })
+                    .sum::<usize>()
+                + g.encoded_len();
+            GraphParts {
+                nodes,
+                name,
+                initializers,
+                rest: g,
+                len,
+            }
         });
         let mut size = head.encoded_len() + model.encoded_len();
-        if let Some((_, _, len)) = &graph {
-            size += prost::encoding::key_len(GRAPH_TAG)
-                + prost::encoding::encoded_len_varint(*len as u64)
-                + len;
+        if let Some(g) = &graph {
+            size += field_len(GRAPH_TAG, g.len);
         }
         let parts = ModelParts {
             head,
@@ -377,15 +481,28 @@ impl ModelParts {
         // Room for a chunk and the node that passes it, so the buffer never regrows.
         let mut buf = Vec::with_capacity(2 * WRITE_CHUNK);
         self.head.encode_raw(&mut buf);
-        if let Some((nodes, rest, len)) = self.graph {
-            prost::encoding::encode_key(
-                GRAPH_TAG,
-                prost::encoding::WireType::LengthDelimited,
-                &mut buf,
-            );
-            prost::encoding::encode_varint(len as u64, &mut buf);
-            nodes.write_to(&mut buf, WRITE_CHUNK, &mut out)?;
-            rest.encode_raw(&mut buf);
+        if let Some(g) = self.graph {
+            field_head(GRAPH_TAG, g.len, &mut buf);
+            g.nodes.write_to(&mut buf, WRITE_CHUNK, &mut out)?;
+            g.name.encode_raw(&mut buf);
+            for (mut proto, tensor) in g.initializers {
+                let raw = raw_data_len(tensor.as_ref());
+                field_head(INITIALIZER_TAG, proto.encoded_len() + raw, &mut buf);
+                let after = take_fields_after_raw_data(&mut proto);
+                proto.encode_raw(&mut buf);
+                if let Some(t) = tensor.filter(|_| raw > 0) {
+                    field_head(RAW_DATA_TAG, t.nbytes(), &mut buf);
+                    out.write_all(&buf)?;
+                    buf.clear();
+                    write_raw(&t, &mut out)?;
+                }
+                after.encode_raw(&mut buf);
+                if buf.len() >= WRITE_CHUNK {
+                    out.write_all(&buf)?;
+                    buf.clear();
+                }
+            }
+            g.rest.encode_raw(&mut buf);
         }
         self.tail.encode_raw(&mut buf);
         out.write_all(&buf)?;

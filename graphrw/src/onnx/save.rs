@@ -115,16 +115,13 @@ pub fn save_with(
 /// would pass protobuf's 2 GiB limit (save such a model with external data).
 pub fn to_bytes(graph: &Graph) -> Result<Vec<u8>, OnnxError> {
     let Exported {
-        mut model,
+        model,
         nodes,
         payloads,
     } = export(graph, true)?;
     // Refused before any weight is read.
     super::external::check_inline_estimate(&model, &nodes, &payloads)?;
-    if let Some(g) = model.graph.as_mut() {
-        fill_inline(&mut g.initializer, payloads);
-    }
-    super::external::encode_model(model, nodes)
+    super::external::encode_model(model, nodes, payloads)
 }
 
 /// The ONNX model of `graph`, every constant inline (`raw_data`). The graph is verified
