@@ -10,8 +10,9 @@ file (so a 13 GB model costs no disk; `--dense` writes every weight instead), la
     out = y
 
 `matmul` reads every weight, so `run` touches all of W: its peak is the weights (the
-mapped pages, counted in RSS) plus activations. Sizes over 4 GB are f16, and `run` is
-skipped there (graphrw's CPU matmul computes f16 in f32, converting W).
+mapped pages, counted in RSS) plus activations. Sizes over 4 GB are f16; the CPU
+matmul computes them in f32 but converts a large W 16 MiB of rows at a time, so `run`
+stays at the weights plus activations there too (`--no-f16-run` skips it).
 
 Each command runs under `/usr/bin/time -f '%e %M'`: wall seconds and peak RSS. Pass
 several binaries to compare builds (e.g. before and after a change):
@@ -131,6 +132,7 @@ def main():
     ap.add_argument("--sizes", type=float, nargs="+", default=[0.5, 2.4, 13.0], help="weight sizes in GB")
     ap.add_argument("--dir", default=None, help="scratch folder (default: a temp folder, removed)")
     ap.add_argument("--no-run", action="store_true", help="skip `graphrw run`")
+    ap.add_argument("--no-f16-run", action="store_true", help="skip `graphrw run` on the f16 sizes")
     ap.add_argument("--dense", action="store_true", help="write every weight (real disk use) instead of a sparse file")
     a = ap.parse_args()
     bins = [b.split("=", 1) for b in a.bin] or [["graphrw", "target/release/graphrw"]]
@@ -144,7 +146,7 @@ def main():
             for label, exe in bins:
                 out = os.path.join(d, f"out_{label}.onnx")
                 cmds = [("optimize", [exe, "optimize", os.path.join(d, "model.onnx"), "-o", out])]
-                if not a.no_run and not f16:
+                if not a.no_run and not (f16 and a.no_f16_run):
                     cmds.append(("run", [exe, "run", d]))
                     cmds.append(("run optimised", [exe, "run", d, "--model", out]))
                 for what, cmd in cmds:

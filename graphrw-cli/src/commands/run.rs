@@ -14,14 +14,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use graphrw::exec::{self, Executor, Plan};
-use graphrw::{Graph, Tensor};
+use graphrw::{DType, Graph, Tensor};
 
 use super::CmdResult;
 
-/// Absolute tolerance.
+/// Absolute tolerance of f32 and f64 outputs.
 pub const ATOL: f64 = 1e-4;
-/// Relative tolerance.
+/// Relative tolerance of f32 and f64 outputs.
 pub const RTOL: f64 = 1e-3;
+
+/// The `(absolute, relative)` tolerance an output of `dtype` is held to. A model in
+/// f16 or bf16 rounds to its type (11 or 8 significant bits) after every op, so its
+/// outputs are held to a few units in the last place of their type instead: f16 to
+/// 2 ulps of 1 absolute and 10 ulps relative (`2e-3`, `1e-2`), bf16 likewise (`1.6e-2`,
+/// `8e-2`). Every other dtype gets [`ATOL`] and [`RTOL`].
+pub fn tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F16 => (2e-3, 1e-2),
+        DType::BF16 => (1.6e-2, 8e-2),
+        _ => (ATOL, RTOL),
+    }
+}
 
 /// How far one output is from the expected one.
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,6 +56,7 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Result<Error, String> {
             want.shape()
         ));
     }
+    let (atol, rtol) = tolerance(want.dtype());
     let mut e = Error {
         ok: true,
         ..Error::default()
@@ -61,7 +75,7 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Result<Error, String> {
         if w != 0.0 {
             e.max_rel = e.max_rel.max(d / w.abs());
         }
-        if d > ATOL + RTOL * w.abs() {
+        if d > atol + rtol * w.abs() {
             e.ok = false;
         }
     }
@@ -366,10 +380,56 @@ pub fn report_output(label: &str, got: &Tensor, want: &Tensor) -> bool {
 /// tolerance.
 pub fn verdict(all_ok: bool) -> CmdResult {
     if all_ok {
-        println!("all outputs within tolerance (abs {ATOL:e} + rel {RTOL:e})");
+        println!("all outputs within tolerance (abs {ATOL:e} + rel {RTOL:e}; f16/bf16 outputs: a few ulps of their type)");
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("some outputs are beyond tolerance (abs {ATOL:e} + rel {RTOL:e})");
+        println!("some outputs are beyond tolerance (abs {ATOL:e} + rel {RTOL:e}; f16/bf16 outputs: a few ulps of their type)");
         Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(dtype: DType, values: &[f64]) -> Tensor {
+        Tensor::from_f64_slice(dtype, &[values.len()], values).expect("tensor")
+    }
+
+    #[test]
+    fn low_precision_outputs_are_held_to_ulps_of_their_type() {
+        // Four f16 ulps at 2.0 (4 x 2^-9) are within an f16 output's tolerance but
+        // outside an f32 output's.
+        let want = [2.0, -1.0, 0.5];
+        let got = [2.0 + 4.0 * 2f64.powi(-9), -1.0, 0.5];
+        assert!(
+            compare(&tensor(DType::F16, &got), &tensor(DType::F16, &want))
+                .expect("same shape")
+                .ok
+        );
+        assert!(
+            !compare(&tensor(DType::F32, &got), &tensor(DType::F32, &want))
+                .expect("same shape")
+                .ok
+        );
+        // A wrong f16 value is still caught.
+        let wrong = [2.25, -1.0, 0.5];
+        assert!(
+            !compare(&tensor(DType::F16, &wrong), &tensor(DType::F16, &want))
+                .expect("same shape")
+                .ok
+        );
+        // bf16 has 8 significant bits: one ulp at 2.0 is 2^-6.
+        let got = [2.0 + 2f64.powi(-6), -1.0, 0.5];
+        assert!(
+            compare(&tensor(DType::BF16, &got), &tensor(DType::BF16, &want))
+                .expect("same shape")
+                .ok
+        );
+        assert!(
+            !compare(&tensor(DType::BF16, &wrong), &tensor(DType::BF16, &want))
+                .expect("same shape")
+                .ok
+        );
     }
 }

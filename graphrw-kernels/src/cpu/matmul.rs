@@ -4,6 +4,8 @@
 //! matmul with a fused epilogue (bias accumulated by the GEMM, then an activation) that
 //! the planner's epilogue executor runs.
 
+use std::borrow::Cow;
+
 use rayon::prelude::*;
 
 use crate::broadcast::{broadcast_shapes, broadcast_strides, Odometer};
@@ -523,6 +525,43 @@ fn batch_offsets(
 /// Rows of the result per task of the parallel epilogue.
 const EPILOGUE_ROWS: usize = 16;
 
+/// Elements of an f16/bf16 right operand converted to f32 at a time
+/// ([`multiply_by_row_blocks`]): 16 MiB of f32.
+const CONVERT_BLOCK: usize = 1 << 22;
+
+/// `c (+)= a @ b` for one `m x k` by `k x n` product whose right operand `b` (row-major,
+/// in its storage type) is converted to the compute type [`CONVERT_BLOCK`] elements of
+/// whole rows at a time: each block of `b`'s rows multiplies the matching columns of
+/// `a`, accumulating onto `c` (onto the bias already there when `accumulate`).
+fn multiply_by_row_blocks<T: Element>(
+    backend: GemmBackend,
+    accumulate: bool,
+    (m, k, n): (usize, usize, usize),
+    a: &[T::Acc],
+    b: &[T],
+    c: &mut [T::Acc],
+) where
+    T::Acc: Gemm,
+{
+    let rows = (CONVERT_BLOCK / n.max(1)).clamp(1, k.max(1));
+    let mut block: Vec<T::Acc> = Vec::with_capacity(rows * n);
+    for k0 in (0..k).step_by(rows) {
+        let k1 = (k0 + rows).min(k);
+        block.clear();
+        block.extend(b[k0 * n..k1 * n].iter().map(|v| v.to_acc()));
+        let s = Strided {
+            m,
+            k: k1 - k0,
+            n,
+            rsa: k,
+            csa: 1,
+            rsb: n,
+            csb: 1,
+        };
+        T::Acc::gemm_with(backend, accumulate || k0 > 0, s, &a[k0..], &block, c);
+    }
+}
+
 /// The float product of every batch entry; with an epilogue, the bias is written first
 /// (and accumulated onto) and the activation applied after.
 fn float_matmul<T: Element>(
@@ -537,7 +576,18 @@ where
 {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let a = a.acc_cow::<T>();
-    let b = b.acc_cow::<T>();
+    // A large f16/bf16 right operand (the weights) is converted a block of rows at a
+    // time instead of whole, so a model of f16 weights runs in the weights' memory,
+    // not twice it again in f32.
+    let b_blocks = (T::DTYPE != <T::Acc as Element>::DTYPE
+        && plan.offsets.len() == 1
+        && k > 1
+        && k * n > CONVERT_BLOCK)
+        .then(|| b.slice_of::<T>());
+    let b = match b_blocks {
+        Some(_) => Cow::Borrowed(&[][..]),
+        None => b.acc_cow::<T>(),
+    };
     let bias = match epilogue {
         Some((Some(bias), _)) => Some(bias.acc_cow::<T>()),
         _ => None,
@@ -559,7 +609,17 @@ where
         }
     }
     let accumulate = bias.is_some();
-    if m * n > 0 {
+    if let (Some(src), true) = (b_blocks, m * n > 0) {
+        let [oa, ob] = plan.offsets[0];
+        multiply_by_row_blocks::<T>(
+            backend,
+            accumulate,
+            (m, k, n),
+            &a[oa..],
+            &src[ob..],
+            &mut out,
+        );
+    } else if m * n > 0 {
         let one = |c: &mut [T::Acc], &[oa, ob]: &[usize; 2]| {
             let s = Strided {
                 m,

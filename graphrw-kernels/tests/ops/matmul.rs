@@ -208,3 +208,37 @@ fn matmul_rejects_bad_inputs() {
         .to_string()
         .contains("batch dimensions"));
 }
+
+/// A large f16/bf16 right operand (`k * n` past the 4 Mi-element conversion block) is
+/// converted to f32 a block of rows at a time; the blocks must add up to the whole
+/// product, with and without a bias epilogue. The values are multiples of 1/8 below 1,
+/// so every product and sum is exact in f32 and the result equals the reference
+/// rounded to the storage type.
+#[test]
+fn low_precision_weights_converted_by_row_blocks_match_reference() {
+    let (m, k, n) = (3usize, 2100usize, 2048usize); // two row blocks: 2048 + 52 rows
+    let value = |i: usize, mul: usize| ((i * mul) % 11) as f64 / 8.0 - 0.625;
+    for dtype in [DType::F16, DType::BF16] {
+        let make = |shape: &[usize], mul: usize| {
+            let values: Vec<f64> = (0..shape.iter().product()).map(|i| value(i, mul)).collect();
+            Tensor::from_f64_slice(dtype, shape, &values).unwrap()
+        };
+        let (a, b, bias) = (make(&[m, k], 7), make(&[k, n], 5), make(&[n], 3));
+        let (shape, expected) = reference(&a, &b);
+        let bias_v = bias.to_f64_vec();
+        for backend in [GemmBackend::Gemm, GemmBackend::MatrixMultiply] {
+            let out = cpu::matmul_with(&a, &b, backend).unwrap();
+            assert_eq!(out.shape(), &shape[..]);
+            let want: Vec<f64> = expected.iter().map(|&v| round_to(dtype, v)).collect();
+            assert_eq!(out.to_f64_vec(), want, "matmul {dtype} on {backend:?}");
+            let out =
+                cpu::matmul_epilogue(&a, &b, Some(&bias), Activation::Identity, backend).unwrap();
+            let want: Vec<f64> = expected
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| round_to(dtype, v + bias_v[i % n]))
+                .collect();
+            assert_eq!(out.to_f64_vec(), want, "matmul+bias {dtype} on {backend:?}");
+        }
+    }
+}
