@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use graphrw::onnx::{self, proto::*};
 use prost::Message;
 
+mod onnx_support;
+use onnx_support::f32_value as value_info;
+
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
 
 /// The program `bytes` load as, through the loader and through the plain decoder.
@@ -17,28 +20,6 @@ fn both_ways(bytes: &[u8], dir: Option<&Path>) -> (String, String) {
     let model = ModelProto::decode(bytes).expect("prost decodes the model");
     let plain = onnx::from_model(&model, dir).expect("from_model imports it");
     (fast.to_string(), plain.to_string())
-}
-
-fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: data_type::FLOAT,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
 }
 
 fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {

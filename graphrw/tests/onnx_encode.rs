@@ -6,13 +6,13 @@
 
 use std::path::PathBuf;
 
-use graphrw::onnx::proto::{
-    AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
-};
+use graphrw::onnx::proto::{AttributeProto, GraphProto, ModelProto, OperatorSetIdProto};
 use graphrw::onnx::{self, FUNCTION_DOMAIN};
 use graphrw::Graph;
 use prost::Message;
+
+mod onnx_support;
+use onnx_support::{f32_value, node};
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
 const ATTENTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/models/attention");
@@ -82,38 +82,6 @@ fn attention_models_encode_the_same_both_ways_after_fusion() {
         seen += 1;
     }
     assert!(seen >= 20, "only {seen} attention models");
-}
-
-fn f32_value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: 1,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        op_type: op.into(),
-        name: format!("n_{}", outputs.first().copied().unwrap_or("x")),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
 }
 
 #[test]

@@ -7,13 +7,15 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use graphrw::onnx::proto::{
-    AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
-    TypeProtoTensor, ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, ValueInfoProto,
 };
 use graphrw::onnx::{self, OnnxError};
 use graphrw::Graph;
 use prost::Message;
+
+mod onnx_support;
+use onnx_support::f32_value as f32_input;
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
 
@@ -44,28 +46,6 @@ fn tempdir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("tempdir");
     d
-}
-
-fn f32_input(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: 1,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
 }
 
 fn output(name: &str) -> ValueInfoProto {

@@ -5,35 +5,15 @@
 
 use graphrw::onnx;
 use graphrw::onnx::proto::{
-    AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    ValueInfoProto,
 };
 use graphrw::ops::{self, AttrValue};
 use graphrw::{Builder, DType, Tensor, TensorMeta};
 use prost::Message;
 
-fn f32_input(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: 1,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            denotation: String::new(),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
+mod onnx_support;
+use onnx_support::f32_value as f32_input;
 
 fn output(name: &str) -> ValueInfoProto {
     ValueInfoProto {

@@ -11,6 +11,9 @@ use graphrw::onnx::{self, SaveOptions, WeightLayout};
 use graphrw::{Graph, Tensor};
 use prost::Message;
 
+mod onnx_support;
+use onnx_support::f32_value as value_info;
+
 const N: usize = 600;
 
 fn tmp(tag: &str) -> PathBuf {
@@ -18,28 +21,6 @@ fn tmp(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("temp dir");
     d
-}
-
-fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: data_type::FLOAT,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
 }
 
 /// Weight `k`: element `i` is `k + i / 8`.

@@ -4,44 +4,14 @@
 //! one short line.
 
 use graphrw::onnx::proto::{
-    AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, ValueInfoProto,
 };
 use graphrw::onnx::{self, OnnxError};
 use graphrw::{Graph, Tensor};
 use prost::Message;
 
-fn f32_value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: 1,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        op_type: op.into(),
-        name: format!("n_{}", outputs.first().copied().unwrap_or("x")),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
+mod onnx_support;
+use onnx_support::{f32_value, node};
 
 fn int_attr(name: &str, i: i64) -> AttributeProto {
     AttributeProto {
