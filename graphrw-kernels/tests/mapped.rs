@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
-use graphrw_kernels::{cpu, DType, MappedFile, Tensor};
+use graphrw_kernels::{cpu, DType, FileRange, MappedFile, Tensor};
 use half::f16;
 
 fn tmp(tag: &str) -> PathBuf {
@@ -161,9 +161,9 @@ fn copy_to_keeps_bytes_and_holes() {
     assert!(dst[4..] == src[..3 * mb + 4], "copied bytes differ");
 }
 
-#[test]
-fn a_file_truncated_under_the_map_is_an_error_when_copied() {
-    let path = f32_file("truncate", 0, &[1.0; 1024], 0);
+/// The range of 1024 mapped f32s whose file is then cut to 100 bytes.
+fn range_of_a_file_truncated_under_the_map(tag: &str) -> FileRange {
+    let path = f32_file(tag, 0, &[1.0; 1024], 0);
     let file = MappedFile::open(&path).expect("map");
     let t = Tensor::from_mapped(&file, 0, DType::F32, &[1024]).expect("tensor");
     let range = t.file_range().expect("mapped");
@@ -173,6 +173,12 @@ fn a_file_truncated_under_the_map_is_an_error_when_copied() {
         .expect("open")
         .set_len(100)
         .expect("truncate");
+    range
+}
+
+#[test]
+fn a_file_truncated_under_the_map_is_an_error_when_copied() {
+    let range = range_of_a_file_truncated_under_the_map("truncate");
     let mut out = File::create(tmp("truncate-out")).expect("out");
     let e = range.copy_to(&mut out).expect_err("the file shrank");
     assert!(e.to_string().contains("changed under the map"), "{e}");
@@ -195,16 +201,7 @@ fn write_to_streams_the_range_bytes() {
 
 #[test]
 fn a_file_truncated_under_the_map_is_an_error_when_streamed() {
-    let path = f32_file("truncate-stream", 0, &[1.0; 1024], 0);
-    let file = MappedFile::open(&path).expect("map");
-    let t = Tensor::from_mapped(&file, 0, DType::F32, &[1024]).expect("tensor");
-    let range = t.file_range().expect("mapped");
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .expect("open")
-        .set_len(100)
-        .expect("truncate");
+    let range = range_of_a_file_truncated_under_the_map("truncate-stream");
     let mut out = Vec::new();
     let e = range.write_to(&mut out).expect_err("the file shrank");
     assert!(e.to_string().contains("changed under the map"), "{e}");
