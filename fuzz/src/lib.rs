@@ -29,6 +29,13 @@ fn rule_sets() -> Vec<(String, Vec<&'static graphrw::RuleSet>)> {
 fn roundtrip(graph: &Graph, step: &str) {
     let bytes = match onnx::to_bytes(graph) {
         Ok(b) => b,
+        // The one refusal save may make of a graph that loaded: an op read at an old
+        // opset whose meaning changed since, with no upgrade to the opset graphrw
+        // writes (refused at save, not at load, so that `inspect` and `run` still work).
+        Err(e) if e.to_string().contains("onnx.version_converter") => {
+            short_first_line(step, &e.to_string());
+            return;
+        }
         Err(e) => panic!("{step}: a verified graph failed to save: {e}"),
     };
     match onnx::load_bytes(&bytes) {

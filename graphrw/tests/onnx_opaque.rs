@@ -4,7 +4,8 @@
 //! one short line.
 
 use graphrw::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    ValueInfoProto,
 };
 use graphrw::onnx::{self, OnnxError};
 use graphrw::{Graph, Tensor};
@@ -306,6 +307,65 @@ fn old_opaque_ops_are_upgraded_or_refused_at_save_not_load() {
     );
     let g = load(&m).expect("loads (Upsample is opaque)");
     let e = onnx::to_model(&g).expect_err("Upsample cannot be written at opset 18");
+    assert!(e.to_string().contains("version_converter"), "{e}");
+}
+
+#[test]
+fn split_1_upgrades_unless_its_sizes_are_an_input() {
+    // Split-1 with one input splits equally, as Split-2 does: written at graphrw's
+    // opset with `num_outputs` once (a fuzzer found a node that already had it), and
+    // read back to the same program.
+    let mut split = node("Split", &["x"], &["a", "b"]);
+    split.attribute = vec![int_attr("axis", 1), int_attr("num_outputs", 2)];
+    let m = model(
+        1,
+        GraphProto {
+            node: vec![split],
+            input: vec![f32_value("x", &[2, 4])],
+            output: vec![f32_value("a", &[2, 2]), f32_value("b", &[2, 2])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads");
+    let saved = onnx::to_model(&g).expect("Split-1 upgrades");
+    let out = saved.graph.as_ref().expect("graph");
+    let split = out
+        .node
+        .iter()
+        .find(|n| n.op_type == "Split")
+        .expect("Split");
+    let counts = split
+        .attribute
+        .iter()
+        .filter(|a| a.name == "num_outputs")
+        .count();
+    assert_eq!(counts, 1, "{split:?}");
+    let again = onnx::load_bytes(&onnx::to_bytes(&g).expect("save")).expect("reload");
+    graphrw::verify(&again).expect("reloaded graph verifies");
+
+    // Split-1 given its sizes as a second input: Split-2 has no such input, refused
+    // at save with the way out.
+    let split = node("Split", &["x", "sizes"], &["a", "b"]);
+    let m = model(
+        1,
+        GraphProto {
+            node: vec![split],
+            input: vec![f32_value("x", &[2, 4])],
+            output: vec![f32_value("a", &[2, 1]), f32_value("b", &[2, 3])],
+            initializer: vec![TensorProto {
+                name: "sizes".into(),
+                dims: vec![2],
+                data_type: 7,
+                int64_data: vec![1, 3],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads");
+    let e = onnx::to_model(&g).expect_err("sizes as an input cannot be written");
     assert!(e.to_string().contains("version_converter"), "{e}");
 }
 

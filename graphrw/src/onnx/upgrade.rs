@@ -71,9 +71,21 @@ pub(crate) fn step(node: &mut NodeProto, version: i64, ctx: &mut Ctx) -> Result<
         return Ok(());
     }
     match (op.as_str(), version) {
-        ("Split", 18) => {
-            // Split-18 needs `num_outputs` when no sizes are given.
+        ("Split", 2) => {
+            // Split-1 could take the sizes as a second input, Split-2 only as the
+            // `split` attribute; without that input the two are the same op.
             if node.input.get(1).is_none_or(String::is_empty) {
+                node.input.truncate(1);
+                Ok(())
+            } else {
+                Err("the sizes are an input, which Split-2 reads only as an attribute".into())
+            }
+        }
+        ("Split", 18) => {
+            // Split-18 needs `num_outputs` when no sizes are given (once: a node may
+            // already carry it).
+            let has_count = node.attribute.iter().any(|a| a.name == "num_outputs");
+            if node.input.get(1).is_none_or(String::is_empty) && !has_count {
                 node.attribute.push(AttributeProto {
                     name: "num_outputs".into(),
                     r#type: attribute_type::INT,
