@@ -370,6 +370,35 @@ fn split_1_upgrades_unless_its_sizes_are_an_input() {
 }
 
 #[test]
+fn an_old_op_with_an_input_its_opset_lacks_is_not_upgraded_into_meaning() {
+    // Unsqueeze-1 takes its axes as an attribute only. A node giving them as an input
+    // (not valid at opset 9) must not become Unsqueeze-13 reading that input: the
+    // saved model would mean something the input never did (a fuzzer found one whose
+    // upgraded shape no longer fit the Expand after it).
+    let un = node("Unsqueeze", &["x", "axes"], &["y"]);
+    let m = model(
+        9,
+        GraphProto {
+            node: vec![un],
+            input: vec![f32_value("x", &[2, 4])],
+            output: vec![f32_value("y", &[1, 2, 4])],
+            initializer: vec![TensorProto {
+                name: "axes".into(),
+                dims: vec![1],
+                data_type: 7,
+                int64_data: vec![0],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads (kept as it came)");
+    let e = onnx::to_model(&g).expect_err("no upgrade for an input Unsqueeze-9 lacks");
+    assert!(e.to_string().contains("takes 1"), "{e}");
+}
+
+#[test]
 fn legacy_broadcast_reads_as_numpy_broadcast() {
     let mut add = node("Add", &["a", "b"], &["y"]);
     add.attribute = vec![int_attr("broadcast", 1), int_attr("axis", 1)];

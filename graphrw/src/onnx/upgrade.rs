@@ -48,6 +48,20 @@ pub(crate) fn attr_to_input(
 pub(crate) fn step(node: &mut NodeProto, version: i64, ctx: &mut Ctx) -> Result<(), String> {
     let op = node.op_type.clone();
     if let Some(moves) = attr_to_input(&op, version) {
+        // Before this step the op took none of the inputs the attributes move into: a
+        // node that has one was not valid at its opset, and the step would give that
+        // input a meaning it never had.
+        let first = moves
+            .iter()
+            .map(|&(_, pos, _)| pos)
+            .min()
+            .unwrap_or(usize::MAX);
+        if node.input.iter().skip(first).any(|s| !s.is_empty()) {
+            return Err(format!(
+                "it has {} inputs, and `{op}` before opset {version} takes {first}",
+                node.input.len()
+            ));
+        }
         for &(name, pos, ints) in moves {
             let Some(i) = node.attribute.iter().position(|a| a.name == name) else {
                 continue;
