@@ -21,7 +21,10 @@
 //!   read (keys `[Skv/6][D][6]`, values `[Dv/16][Skv][16]`, f16/bf16 converted on the
 //!   way), the query block in 16-column panels. Measured (one thread, CPU time,
 //!   interleaved, loaded machine): f16/bf16 8-14% less time (they had been converted
-//!   once per query block); f32 within the noise (0-4% less). The extra memory is one
+//!   once per query block); f32 0-4% less at S=1024, and at D=128, S 2048-4096 torch's
+//!   time over ours went from 0.85-0.93 to 1.08-1.10 in the same rounds (unpacked, the
+//!   value micro-tile read V at a 512-byte stride: its rows shared 8 of L1's 64 sets,
+//!   see `packed.rs`). The extra memory is one
 //!   head of packed keys and values per thread, kept between calls up to 16 MiB.
 //!   `GRAPHRW_SDPA_NO_PACK=1` turns it off. Otherwise K and V are read in place:
 //! - On x86-64 with AVX2+FMA, both products of a tile (f32 compute) run on
