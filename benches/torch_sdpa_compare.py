@@ -61,6 +61,9 @@ def main():
     ap.add_argument("--cpu-time", action="store_true",
                     help="time by process CPU time instead of wall time (shared machines; "
                          "sets OMP_WAIT_POLICY=PASSIVE so torch's idle threads do not spin)")
+    ap.add_argument("--also", metavar="EXE", default=None,
+                    help="another sdpa_time binary (say, an older build) timed in the same rounds; "
+                         "its torch / graphrw ratio gets its own column")
     ap.add_argument("--no-build", action="store_true",
                     help="run the sdpa_time binary already in target/release/examples (no cargo)")
     args = ap.parse_args()
@@ -94,19 +97,25 @@ def main():
     keys = [f"{dt},{d},{s},{'causal' if c else 'full'}" for dt, d, s, c in shapes]
     ours = {k: float("inf") for k in keys}
     theirs = {k: float("inf") for k in keys}
+    other = {k: float("inf") for k in keys}
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", flush=True)
         for (dt, d, s, c), key, spec in zip(shapes, keys, specs):
             theirs[key] = min(theirs[key], torch_time(torch, dt, d, s, c, args.heads, args.repeat, clock))
             got = graphrw_times(exe, [spec], args.heads, args.repeat, args.cpu_time)
             ours[key] = min(ours[key], got[key])
+            if args.also:
+                got = graphrw_times(args.also, [spec], args.heads, args.repeat, args.cpu_time)
+                other[key] = min(other[key], got[key])
 
     print(f"\ntorch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
           f"{threads} threads, B=1 H={args.heads}, best of {args.repeat} x {args.rounds} rounds, "
           f"{'CPU' if args.cpu_time else 'wall'} time")
-    print(f"{'shape':<26}{'graphrw ms':>12}{'torch ms':>12}{'torch / graphrw':>17}")
+    also = f"{'torch / --also':>16}" if args.also else ""
+    print(f"{'shape':<26}{'graphrw ms':>12}{'torch ms':>12}{'torch / graphrw':>17}{also}")
     for key in keys:
-        print(f"{key:<26}{ours[key]:12.3f}{theirs[key]:12.3f}{theirs[key] / ours[key]:17.2f}")
+        extra = f"{theirs[key] / other[key]:16.2f}" if args.also else ""
+        print(f"{key:<26}{ours[key]:12.3f}{theirs[key]:12.3f}{theirs[key] / ours[key]:17.2f}{extra}")
 
 
 if __name__ == "__main__":

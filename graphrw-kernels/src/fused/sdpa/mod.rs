@@ -7,14 +7,26 @@
 //! row sum `l`, rescales the `[BLOCK_Q, Dv]` accumulator and adds `P V`; at the end it
 //! divides by `l`. The extra memory is a few tiles per thread
 //! (`BLOCK_Q x (D + Dv + BLOCK_K)` compute-type elements, plus `BLOCK_K x (D + Dv)` for
-//! f16/bf16 key/value blocks converted to f32), never the `Sq x Skv` score matrix.
+//! f16/bf16 key/value blocks converted to f32; on the packed path below, one head of
+//! packed keys and values per thread instead), never the `Sq x Skv` score matrix.
 //!
 //! Layout choices, all measured (see [`BLOCK_Q`]):
 //! - the query block is packed once per work item, transposed (`[D, Bq]`) and
 //!   pre-multiplied by the scale, so the score tile is computed transposed
 //!   (`S^T = K Q^T`, `[Bk, Bq]`) straight from K's contiguous rows, and the softmax
 //!   statistics (max, sum over keys) are vertical, vectorised over query rows;
-//! - `P V` reads P^T's rows and V's rows in place (no packing of V).
+//! - `P V` reads P^T's rows in place.
+//! - On x86-64 with AVX2+FMA, f32/f16/bf16 run the packed path (`packed.rs`): keys and
+//!   values packed once per key/value head and thread, in the panels the micro-tiles
+//!   read (keys `[Skv/6][D][6]`, values `[Dv/16][Skv][16]`, f16/bf16 converted on the
+//!   way), the query block in 16-column panels. Measured (one thread, CPU time,
+//!   interleaved, loaded machine): f16/bf16 8-14% less time (they had been converted
+//!   once per query block); f32 0-4% less at S=1024, and at D=128, S 2048-4096 torch's
+//!   time over ours went from 0.85-0.93 to 1.08-1.10 in the same rounds (unpacked, the
+//!   value micro-tile read V at a 512-byte stride: its rows shared 8 of L1's 64 sets,
+//!   see `packed.rs`). The extra memory is one
+//!   head of packed keys and values per thread, kept between calls up to 16 MiB.
+//!   `GRAPHRW_SDPA_NO_PACK=1` turns it off. Otherwise K and V are read in place:
 //! - On x86-64 with AVX2+FMA, both products of a tile (f32 compute) run on
 //!   register-blocked `6 x 16` micro-kernels written with intrinsics (`avx2.rs`: 12
 //!   `ymm` accumulators, each step two loads, six broadcasts, twelve FMAs); elsewhere
@@ -25,8 +37,8 @@
 //!   AVX2 intrinsics as well (`avx2::softmax_update`: max and sum in registers, an
 //!   8-lane exp of 16 vector operations); auto-vectorised, it had been 28% of a D=64
 //!   run (masked stores of the max), now 6-15%.
-//! - f16/bf16 key and value tiles are converted to f32 once per tile, in bulk (half's
-//!   slice conversion: F16C for f16).
+//! - Unpacked, f16/bf16 key and value tiles are converted to f32 once per tile, in
+//!   bulk (half's slice conversion: F16C for f16).
 //! - Measured (`SDPA_CPU_TIME=1 cargo bench -p graphrw-kernels --bench sdpa`, 2-core
 //!   Zen 3 shared with other jobs, so rates are flops per CPU-second x 2): f32, B=1,
 //!   H=8, S=1024, D=64: 115-125 GFLOP/s (two runs), 56-61% of the 205 GFLOP/s the
@@ -37,6 +49,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod mask;
+#[cfg(target_arch = "x86_64")]
+mod packed;
 mod peak;
 mod tile;
 
@@ -134,6 +148,24 @@ pub fn sdpa(
     mask: Option<&Tensor>,
     opts: &SdpaOptions,
 ) -> Result<Tensor, KernelError> {
+    // `GRAPHRW_SDPA_NO_PACK` turns the packed path off (to measure what it brings).
+    let path = if std::env::var_os("GRAPHRW_SDPA_NO_PACK").is_some() {
+        Path::Unpacked
+    } else {
+        Path::Best
+    };
+    sdpa_with(q, k, v, mask, opts, path)
+}
+
+/// [`sdpa`] on the implementation `path` (tests force each).
+pub(crate) fn sdpa_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    opts: &SdpaOptions,
+    path: Path,
+) -> Result<Tensor, KernelError> {
     let dims = check(q, k, v, opts.enable_gqa)?;
     let r = q.rank();
     let mut score_shape = q.shape()[..r - 1].to_vec();
@@ -162,7 +194,7 @@ pub fn sdpa(
                 Some(MaskView::new(data, m.shape(), &score_shape)?)
             }
         };
-        let out = run::<T>(&dims, q, k, v, mask.as_ref(), opts, scale)?;
+        let out = run::<T>(&dims, q, k, v, mask.as_ref(), opts, scale, path)?;
         Ok(Tensor::from_data(out_shape, out))
     })
 }
@@ -201,6 +233,15 @@ struct Problem<'a, T: Element> {
     /// `k` and `v` when they are f16/bf16: converted a tile at a time in bulk.
     k_half: HalfSrc<'a>,
     v_half: HalfSrc<'a>,
+    /// `q`, `k` and `v` when they are f32 (the packed path reads them without
+    /// conversion), and `q` when f16/bf16.
+    q_f32: Option<&'a [f32]>,
+    k_f32: Option<&'a [f32]>,
+    v_f32: Option<&'a [f32]>,
+    q_half: HalfSrc<'a>,
+    /// A number of its own for each call (the packed path's per-thread scratch keeps
+    /// a head of keys and values between items of one call).
+    call: u64,
     mask: Option<&'a MaskView<'a, T>>,
     causal: bool,
     scale: T::Acc,
@@ -245,6 +286,18 @@ impl<F> Default for Scratch<F> {
 
 type ItemFn<T> = fn(&Problem<'_, T>, &mut Scratch<<T as Element>::Acc>, usize, usize, &mut [T]);
 
+/// Which implementation of a work item runs (the default picks the fastest the CPU
+/// has; tests force each one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Packed operands on AVX2+FMA for f32/f16/bf16 (`packed.rs`) where the CPU has
+    /// them; else as `Unpacked`.
+    Best,
+    /// The operands read in place (the AVX2 micro-tiles where the CPU has them).
+    Unpacked,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run<T: Element>(
     dims: &Dims,
     q: &Tensor,
@@ -253,6 +306,7 @@ fn run<T: Element>(
     mask: Option<&MaskView<'_, T>>,
     opts: &SdpaOptions,
     scale: f64,
+    path: Path,
 ) -> Result<Vec<T>, KernelError>
 where
     T::Acc: Acc,
@@ -273,6 +327,14 @@ where
         v_direct: v.as_slice::<T::Acc>().ok(),
         k_half: HalfSrc::of(k),
         v_half: HalfSrc::of(v),
+        q_f32: q.as_slice::<f32>().ok(),
+        k_f32: k.as_slice::<f32>().ok(),
+        v_f32: v.as_slice::<f32>().ok(),
+        q_half: HalfSrc::of(q),
+        call: {
+            static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        },
         mask,
         causal: opts.is_causal,
         scale: T::Acc::from_f64(scale),
@@ -280,7 +342,7 @@ where
         block_q,
         block_k,
     };
-    let item = pick_item::<T>();
+    let item = pick_item::<T>(path == Path::Best && dims.d > 0);
     let head_len = dims.sq * dims.dv;
     // A small problem runs on the calling thread: waking the pool's threads for it
     // costs more than it saves (the corpus models' attention is a few microseconds).
@@ -320,8 +382,9 @@ fn block_sizes() -> (usize, usize) {
     }
 }
 
-/// The work-item function for this CPU: the AVX2+FMA build when the CPU has them.
-fn pick_item<T: Element>() -> ItemFn<T>
+/// The work-item function for this CPU: the packed path when `packed` is allowed and
+/// the compute type is f32, else the AVX2+FMA build when the CPU has them.
+fn pick_item<T: Element>(packed: bool) -> ItemFn<T>
 where
     T::Acc: Acc,
 {
@@ -333,6 +396,14 @@ where
             && std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
         {
+            let f32_compute = T::DTYPE != DType::F64;
+            if packed && f32_compute {
+                return |p, s, bh, qb, o| {
+                    // SAFETY: `item_packed` only requires the avx2 and fma target
+                    // features, detected on this CPU just above.
+                    unsafe { item_packed(p, s, bh, qb, o) }
+                };
+            }
             return |p, s, bh, qb, o| {
                 // SAFETY: `item_avx2_fma` only requires the avx2 and fma target features,
                 // which were detected on this CPU just above. It pays: see the
@@ -356,6 +427,19 @@ unsafe fn item_avx2_fma<T: Element>(
     T::Acc: Acc,
 {
     process_item::<T, true>(prob, scratch, bh, qb, out)
+}
+
+/// The packed work item (`packed.rs`), compiled with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn item_packed<T: Element>(
+    prob: &Problem<'_, T>,
+    _scratch: &mut Scratch<T::Acc>,
+    bh: usize,
+    qb: usize,
+    out: &mut [T],
+) {
+    packed::item(prob, bh, qb, out)
 }
 
 fn item_plain<T: Element>(
@@ -412,6 +496,7 @@ fn process_item<T: Element, const FMA: bool>(
         mnew,
         kbuf,
         vbuf,
+        ..
     } = scratch;
 
     // Pack the query block: transposed, scaled, padded with zero columns.
@@ -455,7 +540,7 @@ fn process_item<T: Element, const FMA: bool>(
         T::Acc::scores_tile::<FMA>(nk, d, kb, qt, bqp, s);
 
         if let Some(mask) = prob.mask {
-            apply_mask(mask, bh, i0, nq, j0, nk, s, bqp);
+            apply_mask(mask, bh, i0, nq, j0, nk, s, bqp, |x: T| x.to_acc());
         }
         if prob.causal && j0 + nk > i0 + 1 {
             // Key kj is hidden from the rows i with i0 + i < kj.
@@ -505,21 +590,23 @@ fn process_item<T: Element, const FMA: bool>(
 }
 
 /// Adds the mask to the transposed score tile `s[j][i]` (`-inf` for a false bool).
+/// `conv` converts an additive mask's element to the score type.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn apply_mask<T: Element>(
+fn apply_mask<T: Element, F: Real>(
     mask: &MaskView<'_, T>,
     bh: usize,
     i0: usize,
     nq: usize,
     j0: usize,
     nk: usize,
-    s: &mut [T::Acc],
+    s: &mut [F],
     lds: usize,
+    conv: impl Fn(T) -> F,
 ) {
     let (rs, cs) = (mask.row_stride, mask.col_stride);
     let base = mask.head_offsets[bh] + i0 * rs;
-    let neg_inf = <T::Acc as Real>::NEG_INFINITY;
+    let neg_inf = F::NEG_INFINITY;
     for (jj, row) in s.chunks_exact_mut(lds).take(nk).enumerate() {
         let at = base + (j0 + jj) * cs;
         let row = &mut row[..nq];
@@ -537,12 +624,12 @@ fn apply_mask<T: Element>(
                 }
             }
             MaskData::Add(a) if rs == 0 => {
-                let add = a[at].to_acc();
+                let add = conv(a[at]);
                 row.iter_mut().for_each(|x| *x += add);
             }
             MaskData::Add(a) => {
                 for (x, &y) in row.iter_mut().zip(a[at..].iter().step_by(rs)) {
-                    *x += y.to_acc();
+                    *x += conv(y);
                 }
             }
         }
