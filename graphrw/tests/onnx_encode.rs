@@ -169,7 +169,12 @@ fn named_chain(names: [&str; 5]) -> Graph {
 fn repeated_node_names_get_suffixes_both_ways() {
     let names = |g: &Graph| -> Vec<String> {
         let m = same_both_ways(g, "named chain");
-        m.graph.expect("graph").node.into_iter().map(|n| n.name).collect()
+        m.graph
+            .expect("graph")
+            .node
+            .into_iter()
+            .map(|n| n.name)
+            .collect()
     };
     let repeated = named_chain(["dup", "dup", "dup_1", "r", "r_1"]);
     assert_eq!(
