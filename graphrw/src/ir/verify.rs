@@ -183,7 +183,8 @@ fn check_with(
             });
         }
     }
-    if !each_use_list && !(all_linked && linked_slots == entries) {
+    let settled = each_use_list || (all_linked && linked_slots == entries);
+    if !settled {
         return None;
     }
     // The same node either way: which nodes Kahn's algorithm leaves, and so the first
