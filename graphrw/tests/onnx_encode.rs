@@ -146,3 +146,41 @@ fn opaque_nodes_encode_the_same_both_ways() {
         assert_eq!(pad.input.len(), 2, "{pad:?}");
     }
 }
+
+/// `x -> neg -> neg -> neg -> rsqrt (two ONNX nodes) -> neg`, nodes named `names`.
+fn named_chain(names: [&str; 5]) -> Graph {
+    use graphrw::{DType, TensorMeta, Value};
+    let mut g = Graph::new();
+    let mut v = g.add_input("x", TensorMeta::new(DType::F32, [4usize]));
+    for (op, name) in ["neg", "neg", "neg", "rsqrt", "neg"].into_iter().zip(names) {
+        let op = graphrw::ops::lookup(op).expect("op");
+        let id = g.add_op(op, &[v], &[]).expect("node");
+        g.set_name(id, name);
+        v = Value::from(id);
+    }
+    g.set_named_outputs(vec![("y".into(), v)]).expect("output");
+    g
+}
+
+/// Node names stay unique as they were checked one by one: a name two graph nodes
+/// ask for, or one node's two ONNX nodes, takes `_k` (the exporter first checks the
+/// names of a whole graph at once, and on a repeat writes it again name by name).
+#[test]
+fn repeated_node_names_get_suffixes_both_ways() {
+    let names = |g: &Graph| -> Vec<String> {
+        let m = same_both_ways(g, "named chain");
+        m.graph
+            .expect("graph")
+            .node
+            .into_iter()
+            .map(|n| n.name)
+            .collect()
+    };
+    let repeated = named_chain(["dup", "dup", "dup_1", "r", "r_1"]);
+    assert_eq!(
+        names(&repeated),
+        ["dup", "dup_1", "dup_1_1", "r", "r_1", "r_1_1"]
+    );
+    let distinct = named_chain(["a", "b", "c", "r", "s"]);
+    assert_eq!(names(&distinct), ["a", "b", "c", "r", "r_1", "s"]);
+}

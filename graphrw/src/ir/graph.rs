@@ -886,28 +886,48 @@ impl Graph {
 
     /// The nodes in a deterministic topological order (among ready nodes, the smallest
     /// id first), or the id of a node on a cycle.
+    ///
+    /// Ids are scanned upwards and a node is taken when the scan reaches it ready; only
+    /// a node that becomes ready after the scan passed it (its operand has a larger id,
+    /// as after a rewrite) waits in a heap, which holds ids below the scan and so is
+    /// always taken first. The order is the one a heap of every ready node gives, but
+    /// a graph whose operands mostly come before their users (a loaded model) is
+    /// ordered in one linear pass.
     pub fn topo_order(&self) -> Result<Vec<NodeId>, GraphError> {
+        /// The in-degree of an id with no node.
+        const VACANT_ID: u32 = u32::MAX;
+        let bound = petgraph::visit::NodeIndexable::node_bound(&self.dag).max(self.use_lists.len());
         // By node index: the operands still to be ordered (linked ones: a missing
         // producer is the verifier's error, not an ordering constraint).
-        let mut indegree: Vec<u32> = vec![0; self.use_lists.len()];
-        let mut ready = BinaryHeap::new();
+        let mut indegree: Vec<u32> = vec![VACANT_ID; bound];
         for n in self.dag.node_indices() {
             let d = self.dag[n].slots.iter().filter(|&&s| s != NO_SLOT).count();
-            if d == 0 {
-                ready.push(Reverse(n));
-            }
-            if let Some(slot) = indegree.get_mut(n.index()) {
-                *slot = d as u32;
-            }
+            indegree[n.index()] = d as u32;
         }
         let mut order = Vec::with_capacity(self.node_count());
-        while let Some(Reverse(n)) = ready.pop() {
-            order.push(n);
-            for &(user, _) in self.node_uses(n) {
-                if let Some(d) = indegree.get_mut(user.index()) {
+        let mut late = BinaryHeap::new();
+        let mut scan = 0;
+        loop {
+            let n = match late.pop() {
+                Some(Reverse(n)) => n,
+                None => {
+                    while scan < bound && indegree[scan] != 0 {
+                        scan += 1;
+                    }
+                    if scan == bound {
+                        break;
+                    }
+                    scan += 1;
+                    scan - 1
+                }
+            };
+            order.push(NodeId::new(n));
+            for &(user, _) in self.node_uses(NodeId::new(n)) {
+                let u = user.index();
+                if let Some(d) = indegree.get_mut(u).filter(|d| **d != VACANT_ID) {
                     *d = d.saturating_sub(1);
-                    if *d == 0 {
-                        ready.push(Reverse(user));
+                    if *d == 0 && u < scan {
+                        late.push(Reverse(u));
                     }
                 }
             }
@@ -1048,5 +1068,115 @@ mod tests {
         };
         assert_eq!(g.node_on_cycle(), Some(NodeId::new(node)));
         assert!([a, b, c].contains(&NodeId::new(node)));
+    }
+
+    /// Kahn's algorithm with every ready node in a heap: the order `topo_order` gives.
+    fn heap_order(g: &Graph) -> Vec<NodeId> {
+        let mut indegree: BTreeMap<NodeId, usize> = g
+            .node_ids()
+            .map(|n| (n, g.node(n).map_or(0, |n| n.operands().len())))
+            .collect();
+        let mut ready: BinaryHeap<Reverse<NodeId>> = indegree
+            .iter()
+            .filter(|(_, &d)| d == 0)
+            .map(|(&n, _)| Reverse(n))
+            .collect();
+        let mut order = Vec::new();
+        while let Some(Reverse(n)) = ready.pop() {
+            order.push(n);
+            for &(user, _) in g.node_uses(n) {
+                let d = indegree.get_mut(&user).expect("live user");
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(Reverse(user));
+                }
+            }
+        }
+        order
+    }
+
+    /// The scan with a heap only for nodes made ready behind it gives the order of a
+    /// heap of every ready node, on graphs whose operands often have larger ids than
+    /// their users (rewired after they were built, as rewrites leave a graph).
+    #[test]
+    fn topo_order_is_smallest_ready_first() {
+        let meta = TensorMeta::new(DType::F32, [2usize]);
+        let (neg, add) = (
+            ops::lookup("neg").expect("neg"),
+            ops::lookup("add").expect("add"),
+        );
+        for seed in 1..20u64 {
+            let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let mut next = |n: usize| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 33) as usize % n
+            };
+            let mut g = Graph::new();
+            let x = g.add_input("x", meta.clone());
+            // Each node has a level; its operands have lower ones, so any wiring that
+            // keeps to that stays acyclic.
+            let mut nodes: Vec<(NodeId, usize)> = Vec::new();
+            for _ in 0..60 {
+                let level = 1 + next(1000);
+                let below: Vec<Value> = nodes
+                    .iter()
+                    .filter(|&&(_, l)| l < level)
+                    .map(|&(n, _)| Value::from(n))
+                    .collect();
+                let pick = |r: usize| below.get(r % below.len().max(1)).copied().unwrap_or(x);
+                let id = if next(2) == 0 {
+                    g.add_node_unchecked(neg, vec![pick(next(97))], vec![], vec![meta.clone()])
+                } else {
+                    let (a, b) = (pick(next(97)), pick(next(97)));
+                    g.add_node_unchecked(add, vec![a, b], vec![], vec![meta.clone()])
+                };
+                nodes.push((id, level));
+            }
+            // Rewire operands to nodes built later (larger ids) of a lower level.
+            for _ in 0..40 {
+                let (u, lu) = nodes[next(nodes.len())];
+                let (v, lv) = nodes[next(nodes.len())];
+                if lv < lu {
+                    g.set_operand(u, 0, v.into()).expect("rewire");
+                }
+            }
+            let order = g.topo_order().expect("acyclic");
+            assert_eq!(order, heap_order(&g), "seed {seed}");
+            assert_eq!(order.len(), g.node_count());
+        }
+    }
+
+    /// A use list entry that no operand points back to is found (the verifier counts
+    /// entries against operand slots, then reads each list to name the node).
+    #[test]
+    fn verify_finds_a_use_list_entry_without_its_operand() {
+        let mut g = Graph::new();
+        let meta = TensorMeta::new(DType::F32, [2usize]);
+        let x = g.add_input("x", meta.clone());
+        let neg = &ops::builtin::NEG;
+        let a = g.add_node_unchecked(neg, vec![x], vec![], vec![meta.clone()]);
+        let b = g.add_node_unchecked(neg, vec![a.into()], vec![], vec![meta.clone()]);
+        g.set_outputs(vec![b.into()]).expect("outputs");
+        assert!(crate::verify::verify_all(&g).is_empty());
+        // `b` listed as a user of `a` a second time (the count kept in step).
+        let extra = (
+            b,
+            Use {
+                output: 0,
+                operand: 0,
+            },
+        );
+        g.use_lists[a.index()].push(extra);
+        g.use_counts[a.index()] += 1;
+        let errors = crate::verify::verify_all(&g);
+        assert!(
+            errors.iter().any(|e| e
+                .to_string()
+                .contains("its use list names a use that its user's operands do not have")),
+            "{errors:?}"
+        );
+        assert!(crate::verify::verify_ordered(&g).is_err());
     }
 }

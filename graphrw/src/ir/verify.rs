@@ -17,8 +17,49 @@ pub fn verify(graph: &Graph) -> Result<(), GraphError> {
     }
 }
 
+/// Checks `graph` as [`verify`] does and returns its nodes in [`Graph::topo_order`]'s
+/// order: the cycle check orders the graph anyway, so a caller that needs the order
+/// (the ONNX exporter) does not walk the graph a second time.
+pub(crate) fn verify_ordered(graph: &Graph) -> Result<Vec<NodeId>, GraphError> {
+    let (errors, order) = check(graph, true);
+    match (errors.into_iter().next(), order) {
+        (Some(e), _) => Err(e),
+        (None, Some(order)) => Ok(order),
+        // Not reached: without a cycle error the order is there.
+        (None, None) => graph.topo_order(),
+    }
+}
+
 /// Checks `graph` and returns every problem found.
 pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
+    check(graph, false).0
+}
+
+/// Every problem of `graph`, and its topological order when `ordered` and it has no
+/// cycle.
+///
+/// The use lists are checked from the operands' side only, with a count: each linked
+/// operand slot finds its own entry in its producer's use list, so the slots map one to
+/// one onto entries, and when there are as many entries as linked slots, every entry
+/// points back to the slot that found it (what the per-list check would check, use by
+/// use, at a random node each). Only when that does not hold is the graph checked
+/// again with each use list read, so the errors are those of that check.
+fn check(graph: &Graph, ordered: bool) -> (Vec<GraphError>, Option<Vec<NodeId>>) {
+    match check_with(graph, ordered, false) {
+        Some(found) => found,
+        None => check_with(graph, ordered, true).unwrap_or_else(|| (Vec::new(), None)),
+    }
+}
+
+/// [`check`], reading each node's use list (`each_use_list`) or counting entries;
+/// `None` when the count does not settle it.
+fn check_with(
+    graph: &Graph,
+    ordered: bool,
+    each_use_list: bool,
+) -> Option<(Vec<GraphError>, Option<Vec<NodeId>>)> {
+    // Linked operand slots (whose producer exists) and use list entries of live nodes.
+    let (mut linked_slots, mut entries, mut all_linked) = (0usize, 0usize, true);
     // Named only when something is wrong: naming every value costs more than the checks.
     let names = std::cell::OnceCell::new();
     let names = || names.get_or_init(|| Names::new(graph));
@@ -55,28 +96,34 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
                 },
             );
             match graph.use_slot(id, i) {
-                Some(slot) => graph.node_uses(v.node).get(slot) == Some(&want),
+                Some(slot) => {
+                    linked_slots += usize::from(graph.node(v.node).is_some());
+                    graph.node_uses(v.node).get(slot) == Some(&want)
+                }
                 None => graph.node(v.node).is_none(),
             }
         });
         if !linked {
+            all_linked = false;
             fail(
                 &mut errors,
                 id,
                 "its operand list and its producers' use lists disagree".into(),
             );
         }
+        entries += graph.node_uses(id).len();
         // Each entry of its use list is an operand of a live user, which points back.
-        let back = graph
-            .node_uses(id)
-            .iter()
-            .enumerate()
-            .all(|(slot, &(user, u))| {
-                let i = u.operand as usize;
-                graph.node(user).and_then(|n| n.operands().get(i).copied())
-                    == Some(Value::new(id, u.output))
-                    && graph.use_slot(user, i) == Some(slot)
-            });
+        let back = !each_use_list
+            || graph
+                .node_uses(id)
+                .iter()
+                .enumerate()
+                .all(|(slot, &(user, u))| {
+                    let i = u.operand as usize;
+                    graph.node(user).and_then(|n| n.operands().get(i).copied())
+                        == Some(Value::new(id, u.output))
+                        && graph.use_slot(user, i) == Some(slot)
+                });
         if !back {
             fail(
                 &mut errors,
@@ -136,13 +183,31 @@ pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
             });
         }
     }
-    if let Some(node) = graph.node_on_cycle() {
+    let settled = each_use_list || (all_linked && linked_slots == entries);
+    if !settled {
+        return None;
+    }
+    // The same node either way: which nodes Kahn's algorithm leaves, and so the first
+    // one on or behind a cycle, does not depend on the order it takes them in.
+    let (on_cycle, order) = if ordered {
+        match graph.topo_order() {
+            Ok(order) => (None, Some(order)),
+            Err(GraphError::Cycle { node }) => (Some(NodeId::new(node)), None),
+            Err(e) => {
+                errors.push(e);
+                (None, None)
+            }
+        }
+    } else {
+        (graph.node_on_cycle(), None)
+    };
+    if let Some(node) = on_cycle {
         errors.push(GraphError::Verify {
             node: node_line(graph, names(), node),
             message: "lies on a cycle: a value depends on itself".into(),
         });
     }
-    errors
+    Some((errors, order))
 }
 
 fn check_metadata(graph: &Graph, id: NodeId) -> Option<String> {

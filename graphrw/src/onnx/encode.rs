@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 
 use super::proto::{attribute_type, AttributeProto, NodeProto, TensorProto};
@@ -67,34 +67,6 @@ impl Attr<'_> {
                 ..Default::default()
             },
         }
-    }
-
-    /// The encoded length of the attribute message's body.
-    fn body_len(&self) -> usize {
-        let (name, ty) = match self {
-            Attr::Int(n, _) => (n, attribute_type::INT),
-            Attr::Float(n, _) => (n, attribute_type::FLOAT),
-            Attr::Ints(n, _) => (n, attribute_type::INTS),
-            Attr::Str(n, _) => (n, attribute_type::STRING),
-            Attr::Tensor(n, _) => (n, attribute_type::TENSOR),
-        };
-        let mut len = str_len(1, name);
-        len += match self {
-            Attr::Int(_, i) if *i != 0 => key_len(3) + encoded_len_varint(*i as u64),
-            Attr::Float(_, f) if *f != 0.0 => key_len(2) + 4,
-            Attr::Ints(_, v) if !v.is_empty() => {
-                let body = packed_len(v);
-                key_len(8) + encoded_len_varint(body as u64) + body
-            }
-            Attr::Str(_, s) => str_len(4, s),
-            Attr::Tensor(_, t) => {
-                let body = t.encoded_len();
-                key_len(5) + encoded_len_varint(body as u64) + body
-            }
-            _ => 0,
-        };
-        // `type` (tag 20).
-        len + key_len(20) + encoded_len_varint(ty as u64)
     }
 
     /// Writes the attribute message's body (fields in tag order).
@@ -170,30 +142,13 @@ where
         }
     }
 
-    /// The encoded length of the node message's body.
-    fn body_len(&self) -> usize {
-        let mut len = 0;
-        for s in self.inputs.clone() {
-            len += str_len_always(1, s);
-        }
-        for s in self.outputs.clone() {
-            len += str_len_always(2, s);
-        }
-        len += str_len(3, self.name) + str_len(4, self.op_type);
-        for a in self.attrs {
-            let body = a.body_len();
-            len += key_len(5) + encoded_len_varint(body as u64) + body;
-        }
-        len + str_len(7, self.domain)
-    }
-
     /// Appends the node as field [`NODE_TAG`] of a graph (key, length, body): the bytes
-    /// prost's `message::encode(NODE_TAG, &self.to_proto(), buf)` gives.
+    /// prost's `message::encode(NODE_TAG, &self.to_proto(), buf)` gives. The body is
+    /// written once, behind a one-byte length that is widened in the rare case that it
+    /// is 128 bytes or more, rather than measured first and then written.
     pub(super) fn encode(&self, buf: &mut Vec<u8>) {
-        let len = self.body_len();
-        buf.reserve(len + 6);
         encode_key(NODE_TAG, WireType::LengthDelimited, buf);
-        encode_varint(len as u64, buf);
+        let at = open_len(buf);
         for s in self.inputs.clone() {
             put_str_always(1, s, buf);
         }
@@ -204,30 +159,45 @@ where
         put_str(4, self.op_type, buf);
         for a in self.attrs {
             encode_key(5, WireType::LengthDelimited, buf);
-            encode_varint(a.body_len() as u64, buf);
+            let at = open_len(buf);
             a.encode_body(buf);
+            close_len(buf, at);
         }
         put_str(7, self.domain, buf);
+        close_len(buf, at);
     }
+}
+
+/// Makes room for a length-delimited field's length (one byte, what bodies under 128
+/// bytes take); returns where it is, for [`close_len`].
+fn open_len(buf: &mut Vec<u8>) -> usize {
+    buf.push(0);
+    buf.len() - 1
+}
+
+/// Writes the length of the body that follows the byte [`open_len`] made room for at
+/// `at` (the body runs to the end of `buf`), as a minimal varint: widened, the body
+/// moved along, when it takes more than one byte.
+fn close_len(buf: &mut Vec<u8>, at: usize) {
+    let len = buf.len() - at - 1;
+    if len < 0x80 {
+        buf[at] = len as u8;
+        return;
+    }
+    let mut head = [0u8; 10];
+    let (mut v, mut n) = (len as u64, 0);
+    while v >= 0x80 {
+        head[n] = (v as u8 & 0x7f) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    head[n] = v as u8;
+    buf.splice(at..at + 1, head[..=n].iter().copied());
 }
 
 /// Length of a packed int64 list's body.
 fn packed_len(v: &[i64]) -> usize {
     v.iter().map(|&i| encoded_len_varint(i as u64)).sum()
-}
-
-/// Length of a string field, 0 when empty (a proto3 default is not written).
-fn str_len(tag: u32, s: &str) -> usize {
-    if s.is_empty() {
-        0
-    } else {
-        str_len_always(tag, s)
-    }
-}
-
-/// Length of one entry of a repeated string field (written even when empty).
-fn str_len_always(tag: u32, s: &str) -> usize {
-    key_len(tag) + encoded_len_varint(s.len() as u64) + s.len()
 }
 
 fn put_str(tag: u32, s: &str, buf: &mut Vec<u8>) {

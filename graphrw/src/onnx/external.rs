@@ -346,9 +346,9 @@ struct GraphParts {
     nodes: NodeSink,
     /// Only the graph's name (field 2).
     name: GraphProto,
-    /// Each initialiser (its `raw_data` empty when a tensor is given) and the tensor
-    /// whose bytes are its `raw_data`.
-    initializers: Vec<(TensorProto, Option<Tensor>)>,
+    /// Each initialiser (its `raw_data` empty when a tensor is given), its encoded
+    /// length so, and the tensor whose bytes are its `raw_data`.
+    initializers: Vec<(TensorProto, usize, Option<Tensor>)>,
     /// The graph's fields after the initialisers.
     rest: GraphProto,
     /// The encoded length of the whole graph message.
@@ -431,7 +431,7 @@ impl ModelParts {
                     *slot = Some(t);
                 }
             }
-            let initializers: Vec<(TensorProto, Option<Tensor>)> =
+            let initializers: Vec<(TensorProto, usize, Option<Tensor>)> =
                 std::mem::take(&mut g.initializer)
                     .into_iter()
                     .zip(tensors)
@@ -439,7 +439,8 @@ impl ModelParts {
                         if t.is_some() {
                             p.raw_data = Vec::new();
                         }
-                        (p, t)
+                        let len = p.encoded_len();
+                        (p, len, t)
                     })
                     .collect();
             let name = GraphProto {
@@ -450,9 +451,7 @@ impl ModelParts {
                 + name.encoded_len()
                 + initializers
                     .iter()
-                    .map(|(p, t)| {
-                        field_len(INITIALIZER_TAG, p.encoded_len() + raw_data_len(t.as_ref()))
-                    })
+                    .map(|(_, len, t)| field_len(INITIALIZER_TAG, len + raw_data_len(t.as_ref())))
                     .sum::<usize>()
                 + g.encoded_len();
             GraphParts {
@@ -485,9 +484,9 @@ impl ModelParts {
             field_head(GRAPH_TAG, g.len, &mut buf);
             g.nodes.write_to(&mut buf, WRITE_CHUNK, &mut out)?;
             g.name.encode_raw(&mut buf);
-            for (mut proto, tensor) in g.initializers {
+            for (mut proto, len, tensor) in g.initializers {
                 let raw = raw_data_len(tensor.as_ref());
-                field_head(INITIALIZER_TAG, proto.encoded_len() + raw, &mut buf);
+                field_head(INITIALIZER_TAG, len + raw, &mut buf);
                 let after = take_fields_after_raw_data(&mut proto);
                 proto.encode_raw(&mut buf);
                 if let Some(t) = tensor.filter(|_| raw > 0) {

@@ -62,7 +62,7 @@ use super::tensor_pb::{dtype_to_onnx, tensor_to_proto};
 use super::OnnxError;
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
-use crate::meta::{normalize_axis, Dim, TensorMeta};
+use crate::meta::{normalize_axis, DType, Dim, TensorMeta};
 use crate::ops::{AttrValue, InferError};
 #[cfg(debug_assertions)]
 use crate::printer::Names;
@@ -159,30 +159,57 @@ pub(super) struct Exported {
 
 /// Exports `graph`: its nodes encoded as they are written (`encoded`) or as prost
 /// messages.
+///
+/// Node names are first given on the guess that no two graph nodes ask for the same
+/// one (see [`NameSet::defer`]), checked at the end; where that does not hold, or
+/// the export fails, it is done again checking each name as it comes, which gives
+/// the names (and errors) the guess would have had to.
 pub(super) fn export(graph: &Graph, encoded: bool) -> Result<Exported, OnnxError> {
-    crate::verify(graph).map_err(OnnxError::verify)?;
-    let mut ex = Exporter::new(graph);
+    // The verifier's cycle check orders the nodes: the order they are written in.
+    let order = crate::verify::verify_ordered(graph).map_err(OnnxError::verify)?;
+    if let Ok(Some(exported)) = export_in(graph, encoded, &order, true) {
+        return Ok(exported);
+    }
+    export_in(graph, encoded, &order, false)?
+        .ok_or_else(|| OnnxError::Model("node names checked one by one were not unique".into()))
+}
+
+/// [`export`] in `order`, with node names checked at the end (`defer`; `None` when
+/// two were the same) or one by one.
+fn export_in(
+    graph: &Graph,
+    encoded: bool,
+    order: &[NodeId],
+    defer: bool,
+) -> Result<Option<Exported>, OnnxError> {
+    let mut ex = Exporter::new(graph, Vec::new());
+    if defer {
+        ex.node_names.defer(graph.node_count());
+    } else {
+        ex.node_names = NameSet::with_capacity(graph.node_count());
+    }
     if encoded {
+        // Room for the usual encoded node (55 bytes in a transformer export) so that
+        // the buffer is not copied as it grows; pages not written are never touched.
         ex.nodes = NodeSink::Bytes {
-            bytes: Vec::new(),
+            bytes: Vec::with_capacity(graph.node_count() * 96),
             held: Vec::new(),
         };
     }
     ex.reserve_io()?;
-    let order = std::mem::take(&mut ex.order);
-    for id in order {
+    for &id in order {
         ex.node(id)?;
         if ex.arena.overflow {
             return Err(super::external::too_large(ex.arena.text.len() as u64));
         }
     }
     let payloads = std::mem::take(&mut ex.payloads);
-    let (model, nodes) = ex.finish()?;
-    Ok(Exported {
+    let (model, nodes, names_unique) = ex.finish()?;
+    Ok(names_unique.then_some(Exported {
         model,
         nodes,
         payloads,
-    })
+    }))
 }
 
 /// Fills the `raw_data` of the initialisers `payloads` name.
@@ -384,8 +411,27 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
 /// one of them. Two names sharing a fingerprint (odds about 2^-64 per pair; the seed is
 /// fixed, so the names written are the same on every run) only make the second one
 /// look taken, so it gets a `_k` suffix: names stay unique whatever the fingerprints.
+///
+/// The printer's names (`t<n>`, `c<n>`: most value names of a big graph) are kept
+/// apart, as bits by number: whatever gave a name of that spelling, it goes to the
+/// bits, so the set holds the same names, and the exporter's own printed names are
+/// neither spelled out nor hashed to be checked.
 #[derive(Default)]
-struct NameSet(HashSet<u64, std::hash::BuildHasherDefault<Fingerprint>>);
+struct NameSet {
+    hashed: HashSet<u64, std::hash::BuildHasherDefault<Fingerprint>>,
+    /// Bit `n` of `printed[0]` is `t<n>`, of `printed[1]` `c<n>`.
+    printed: [Vec<u64>; 2],
+    /// Set by [`NameSet::defer`].
+    deferred: Option<Deferred>,
+}
+
+/// The fingerprints of a deferred [`NameSet`]: every one taken, in order, and those
+/// of the current group (one graph node's names).
+#[derive(Default)]
+struct Deferred {
+    all: Vec<u64>,
+    group: SmallVec<[u64; 8]>,
+}
 
 /// The hasher of fingerprints, which are hashes already: the value itself.
 #[derive(Default)]
@@ -408,17 +454,101 @@ impl std::hash::Hasher for Fingerprint {
     }
 }
 
+/// Printed names kept as bits go up to this number (a name beyond is hashed).
+const PRINTED_BITS: u32 = 1 << 28;
+
+/// `name` as a printer's name: `t<n>` (kind 0) or `c<n>` (kind 1), `n` in decimal
+/// without leading zeros and below [`PRINTED_BITS`].
+fn printed_number(name: &str) -> Option<(usize, u32)> {
+    let b = name.as_bytes();
+    let kind = match b.first()? {
+        b't' => 0,
+        b'c' => 1,
+        _ => return None,
+    };
+    let digits = &b[1..];
+    if digits.is_empty() || digits.len() > 9 || (digits[0] == b'0' && digits.len() > 1) {
+        return None;
+    }
+    let mut n: u32 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + u32::from(d - b'0');
+    }
+    (n < PRINTED_BITS).then_some((kind, n))
+}
+
 impl NameSet {
     fn with_capacity(n: usize) -> NameSet {
-        NameSet(HashSet::with_capacity_and_hasher(n, Default::default()))
+        NameSet {
+            hashed: HashSet::with_capacity_and_hasher(n, Default::default()),
+            printed: Default::default(),
+            deferred: None,
+        }
+    }
+
+    /// From now on a name (other than a printed one) is taken when it was given in the
+    /// current group ([`NameSet::group`]), and otherwise counted as fresh without a
+    /// look-up in a big table (a cache miss per name on a big graph; `capacity`: the
+    /// names expected); whether every
+    /// name so counted was fresh is [`NameSet::deferred_unique`]'s answer. Where it is
+    /// yes, every answer was the one the hashed set gives: a name counted fresh was
+    /// given by nothing before it, and one taken in its group was taken.
+    fn defer(&mut self, capacity: usize) {
+        self.deferred = Some(Deferred {
+            all: Vec::with_capacity(capacity),
+            group: SmallVec::new(),
+        });
+    }
+
+    /// Starts a new group of deferred names.
+    fn group(&mut self) {
+        if let Some(d) = &mut self.deferred {
+            d.group.clear();
+        }
+    }
+
+    /// False when names counted fresh by a deferred set were the same (sorts them).
+    fn deferred_unique(&mut self) -> bool {
+        let Some(d) = &mut self.deferred else {
+            return true;
+        };
+        d.all.sort_unstable();
+        d.all.windows(2).all(|w| w[0] != w[1])
     }
 
     /// Adds `name`; false when it was there already.
     fn insert(&mut self, name: impl AsRef<str>) -> bool {
         use std::hash::BuildHasher;
         let name = name.as_ref();
+        if let Some((kind, n)) = printed_number(name) {
+            return self.insert_printed(kind, n);
+        }
         let h = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).hash_one(name);
-        self.0.insert(h)
+        match &mut self.deferred {
+            None => self.hashed.insert(h),
+            Some(d) if d.group.contains(&h) => false,
+            Some(d) => {
+                d.group.push(h);
+                d.all.push(h);
+                true
+            }
+        }
+    }
+
+    /// Adds the printed name of `kind` (0: `t`, 1: `c`) and number `n` (below
+    /// [`PRINTED_BITS`]); false when it was there already.
+    fn insert_printed(&mut self, kind: usize, n: u32) -> bool {
+        let bits = &mut self.printed[kind];
+        let (word, bit) = ((n / 64) as usize, 1u64 << (n % 64));
+        if bits.len() <= word {
+            bits.resize((word + 1).next_power_of_two(), 0);
+        }
+        let fresh = bits[word] & bit == 0;
+        bits[word] |= bit;
+        fresh
     }
 }
 
@@ -464,19 +594,23 @@ fn unique(taken: &mut NameSet, base: &str) -> String {
 }
 
 impl<'g> Exporter<'g> {
-    fn new(graph: &'g Graph) -> Exporter<'g> {
+    /// An exporter of `graph`, a verified graph, writing its nodes in `order` (the
+    /// printer's: [`Graph::topo_order`]).
+    fn new(graph: &'g Graph, order: Vec<NodeId>) -> Exporter<'g> {
         Exporter {
             graph,
-            // As `Names::new` orders them, without building its names.
-            order: graph
-                .topo_order()
-                .unwrap_or_else(|_| graph.node_ids().collect()),
+            order,
             #[cfg(debug_assertions)]
             printer: Names::new(graph),
             names: ValueNames::with_capacity(graph.node_count()),
-            arena: Arena::default(),
-            taken: NameSet::with_capacity(graph.node_count()),
-            node_names: NameSet::with_capacity(graph.node_count()),
+            arena: Arena {
+                // Value names stay (node names are dropped once written).
+                text: String::with_capacity(graph.node_count() * 8),
+                overflow: false,
+            },
+            // Most value names are the printer's, kept as bits, not in the hashed set.
+            taken: NameSet::with_capacity(graph.node_count() / 4),
+            node_names: NameSet::default(),
             nodes: NodeSink::Protos(Vec::new()),
             inits: Vec::new(),
             inputs: Vec::new(),
@@ -612,7 +746,14 @@ impl<'g> Exporter<'g> {
         assert_eq!(self.scratch, self.printer.get(v), "printer name of {v:?}");
         #[cfg(not(debug_assertions))]
         let _ = v;
-        unique_in(&mut self.taken, &mut self.arena, &self.scratch)
+        match n < PRINTED_BITS && self.taken.insert_printed(usize::from(kind == 'c'), n) {
+            true => self.arena.add(&self.scratch),
+            // Taken, or past the bits: the checks of any other name.
+            false if n >= PRINTED_BITS => {
+                unique_in(&mut self.taken, &mut self.arena, &self.scratch)
+            }
+            false => self.arena.add(&unique(&mut self.taken, &self.scratch)),
+        }
     }
 
     fn name_of(&self, v: Value) -> Result<Name, OnnxError> {
@@ -677,13 +818,32 @@ impl<'g> Exporter<'g> {
         name
     }
 
+    /// An int64 initialiser holding `v` (1-D), named after the current node and `what`:
+    /// the message [`Exporter::init`] makes, without a tensor first.
     fn init_ints(&mut self, what: &str, v: &[i64]) -> Result<Name, OnnxError> {
-        let t = Tensor::from_vec(vec![v.len()], v.to_vec()).map_err(|e| self.err(e.to_string()))?;
-        Ok(self.init(what, &t))
+        Ok(self.init_i64s(what, vec![v.len() as i64], v))
     }
 
+    /// An int64 scalar initialiser holding `v`.
     fn init_i64(&mut self, what: &str, v: i64) -> Name {
-        self.init(what, &Tensor::scalar(v))
+        self.init_i64s(what, Vec::new(), &[v])
+    }
+
+    /// An int64 initialiser of shape `dims` holding `v`.
+    fn init_i64s(&mut self, what: &str, dims: Vec<i64>, v: &[i64]) -> Name {
+        let name = self.tmp(what);
+        let mut raw_data = Vec::with_capacity(8 * v.len());
+        for x in v {
+            raw_data.extend_from_slice(&x.to_le_bytes());
+        }
+        self.inits.push(TensorProto {
+            dims,
+            data_type: dtype_to_onnx(DType::I64),
+            name: self.arena.get(name).to_string(),
+            raw_data,
+            ..Default::default()
+        });
+        name
     }
 
     /// The error for a node whose attributes do not read as its op declares.
@@ -730,6 +890,7 @@ impl<'g> Exporter<'g> {
                 Ok(())
             }
             op => {
+                self.node_names.group();
                 self.cur_op = node.op_name();
                 self.cur.clear();
                 match node.name() {
@@ -1404,9 +1565,10 @@ impl<'g> Exporter<'g> {
         let mut body = b.finish();
         body.set_named_outputs(named).map_err(OnnxError::verify)?;
         body.remove_dead();
-        crate::verify(&body).map_err(|e| self.err(format!("its decomposition: {e}")))?;
+        let order = crate::verify::verify_ordered(&body)
+            .map_err(|e| self.err(format!("its decomposition: {e}")))?;
 
-        let mut child = Exporter::new(&body);
+        let mut child = Exporter::new(&body, order);
         child.functions = std::mem::take(&mut self.functions);
         child.function_names = std::mem::take(&mut self.function_names);
         let written = child.function_body();
@@ -1487,14 +1649,17 @@ impl<'g> Exporter<'g> {
     fn write_identities(&mut self) {
         let identities = std::mem::take(&mut self.identities);
         for (src, dst) in identities {
+            self.node_names.group();
             self.cur = format!("output_{}", self.s(dst));
             self.push("Identity", &[src], &[dst], &[]);
         }
     }
 
-    /// The model around the nodes written, and the nodes.
-    fn finish(mut self) -> Result<(ModelProto, NodeSink), OnnxError> {
+    /// The model around the nodes written, the nodes, and whether the node names
+    /// are unique (false only where they were deferred: [`NameSet::defer`]).
+    fn finish(mut self) -> Result<(ModelProto, NodeSink, bool), OnnxError> {
         self.write_identities();
+        let names_unique = self.node_names.deferred_unique();
         // An opaque default-domain node read at an older opset is written unchanged
         // only where its op kept its meaning up to the opset written.
         for (at, from, id) in std::mem::take(&mut self.pinned) {
@@ -1541,6 +1706,81 @@ impl<'g> Exporter<'g> {
             }),
             ..Default::default()
         };
-        Ok((model, self.nodes))
+        Ok((model, self.nodes, names_unique))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::DType;
+    use crate::ops::lookup;
+
+    /// `x -> neg "dup" -> neg "dup" -> neg "dup_1" -> rsqrt "r" (two ONNX nodes)
+    /// -> neg "r_1"`, output `y`.
+    fn named_chain(names: [&str; 5]) -> Graph {
+        let mut g = Graph::new();
+        let mut v = g.add_input("x", TensorMeta::new(DType::F32, [4usize]));
+        let ops = ["neg", "neg", "neg", "rsqrt", "neg"];
+        for (op, name) in ops.into_iter().zip(names) {
+            let op = lookup(op).expect("op");
+            let id = g.add_op(op, &[v], &[]).expect("node");
+            g.set_name(id, name);
+            v = Value::from(id);
+        }
+        g.set_named_outputs(vec![("y".into(), v)]).expect("output");
+        g
+    }
+
+    fn node_names(e: Exported) -> Vec<String> {
+        let mut model = e.model;
+        let g = model.graph.as_mut().expect("graph");
+        if let NodeSink::Protos(nodes) = e.nodes {
+            g.node = nodes;
+        }
+        g.node.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Names given twice by different graph nodes: the deferred check finds it and the
+    /// export checked name by name gives each repeat a fresh `_k`.
+    #[test]
+    fn deferred_node_names_fall_back_on_repeats() {
+        let g = named_chain(["dup", "dup", "dup_1", "r", "r_1"]);
+        let order = g.topo_order().expect("order");
+        assert!(export_in(&g, false, &order, true)
+            .expect("export")
+            .is_none());
+        let exact = export_in(&g, false, &order, false)
+            .expect("export")
+            .expect("checked one by one");
+        let want = ["dup", "dup_1", "dup_1_1", "r", "r_1", "r_1_1", "output_y"];
+        let names = node_names(exact);
+        assert_eq!(names[..6], want[..6], "{names:?}");
+        // `export` takes the checked path and gives the same names.
+        assert_eq!(
+            node_names(export(&g, false).expect("export"))[..6],
+            want[..6]
+        );
+    }
+
+    /// Distinct names: the deferred export is kept, and names and bytes are those of
+    /// the export checked name by name (a repeat inside one graph node, the two ONNX
+    /// nodes of `rsqrt`, is still found).
+    #[test]
+    fn deferred_node_names_match_checked_ones() {
+        let g = named_chain(["a", "b", "c", "r", "s"]);
+        let order = g.topo_order().expect("order");
+        let deferred = export_in(&g, true, &order, true)
+            .expect("export")
+            .expect("names unique");
+        let exact = export_in(&g, true, &order, false)
+            .expect("export")
+            .expect("checked one by one");
+        let bytes = |e: Exported| {
+            super::super::external::encode_model(e.model, e.nodes, e.payloads).expect("encode")
+        };
+        assert_eq!(bytes(deferred), bytes(exact));
+        let names = node_names(export(&g, false).expect("export"));
+        assert_eq!(names[..6], ["a", "b", "c", "r", "r_1", "s"], "{names:?}");
     }
 }
