@@ -110,6 +110,12 @@ impl Builder {
         self.graph.into_inner()
     }
 
+    /// The graph built so far and the nodes this builder added, in order (what
+    /// [`Builder::finish`] and [`Builder::created`] give, without copying the list).
+    pub(crate) fn into_parts(self) -> (Graph, Vec<NodeId>) {
+        (self.graph.into_inner(), self.created.into_inner())
+    }
+
     /// The nodes this builder added, in order (the rewriter removes them again when a
     /// replacement fails half-way).
     pub fn created(&self) -> Vec<NodeId> {
@@ -335,19 +341,21 @@ pub(crate) fn infer_like(
     };
     // Inference is a function of the op, the inputs' metadata and the attributes, and
     // a big graph asks the same question for every layer (each verify and each fused
-    // node the kernel pass builds): the answers are remembered per thread.
-    let key = (
-        std::ptr::from_ref(op) as usize,
-        inputs.iter().map(|m| (*m).clone()).collect::<Vec<_>>(),
-    );
-    let values: Vec<AttrValue> = attrs.iter().map(|(_, v)| v.clone()).collect();
+    // node the kernel pass builds): the answers are remembered per thread, found by a
+    // hash of the question and compared in place (a hit allocates only the answer).
+    let op_addr = std::ptr::from_ref(op) as usize;
+    let hash = like_hash(op_addr, inputs);
+    let same = |e: &LikeEntry| {
+        e.op == op_addr
+            && e.inputs.len() == inputs.len()
+            && e.inputs.iter().zip(inputs).all(|(a, b)| a == *b)
+            && e.attrs.len() == attrs.iter().count()
+            && e.attrs.iter().zip(attrs.iter()).all(|(a, (_, b))| a == b)
+    };
     let known = LIKE_CACHE.with(|c| {
-        c.borrow().get(&key).and_then(|entries| {
-            entries
-                .iter()
-                .find(|(a, _)| *a == values)
-                .map(|(_, out)| out.clone())
-        })
+        c.borrow()
+            .get(&hash)
+            .and_then(|entries| entries.iter().find(|e| same(e)).map(|e| e.out.clone()))
     });
     if let Some(out) = known {
         return Ok(out);
@@ -368,15 +376,40 @@ pub(crate) fn infer_like(
         if c.len() >= LIKE_CACHE_ENTRIES {
             c.clear();
         }
-        c.entry(key).or_default().push((values, out.clone()));
+        c.entry(hash).or_default().push(LikeEntry {
+            op: op_addr,
+            inputs: inputs.iter().map(|m| (*m).clone()).collect(),
+            attrs: attrs.iter().map(|(_, v)| v.clone()).collect(),
+            out: out.clone(),
+        });
     });
     Ok(out)
 }
 
-/// Remembered [`infer_like`] answers: by (op address, input metadata), the attribute
-/// values asked with and the outputs inferred.
-type LikeCache =
-    foldhash::HashMap<(usize, Vec<TensorMeta>), Vec<(Vec<AttrValue>, Vec<TensorMeta>)>>;
+/// The [`LIKE_CACHE`] key of a question: a hash of the op's address and the inputs'
+/// metadata (the attributes are compared in the entries).
+fn like_hash(op: usize, inputs: &[&TensorMeta]) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    op.hash(&mut h);
+    inputs.len().hash(&mut h);
+    for m in inputs {
+        m.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// One remembered [`infer_like`] answer: the question asked (op address, input
+/// metadata, attribute values) and the outputs inferred.
+struct LikeEntry {
+    op: usize,
+    inputs: Vec<TensorMeta>,
+    attrs: Vec<AttrValue>,
+    out: Vec<TensorMeta>,
+}
+
+/// Remembered [`infer_like`] answers, by [`like_hash`] of their question.
+type LikeCache = foldhash::HashMap<u64, Vec<LikeEntry>>;
 
 /// How many (op, metadata) keys [`LIKE_CACHE`] holds before it starts over.
 const LIKE_CACHE_ENTRIES: usize = 4096;

@@ -45,13 +45,49 @@ pub struct Dispatch {
     rules: Vec<&'static Rule>,
     /// Ids of the op names the rules mention.
     ids: OpIds,
-    /// The decision tree of each anchor op, by op id.
-    trees: Vec<Option<OpTree>>,
+    /// The decision tree of each anchor op, by op id, built at its first use: a graph
+    /// has a few of the ops a long rule list is anchored at, and building every tree
+    /// up front was most of a small graph's pass.
+    trees: Vec<Option<LazyTree>>,
     /// The id of `constant` when it appears in the trees only for literal and
     /// scalar-parameter operands (no rule names the `constant` op itself): a constant
     /// of more than one element then takes the default branch, since it can match
     /// none of those. [`NO_OP`] otherwise.
     scalar_constant: OpId,
+}
+
+/// What the decision tree of one anchor op is built from, and the tree once built.
+#[derive(Debug)]
+struct LazyTree {
+    needs: Vec<Need>,
+    tests: Vec<AttrTest>,
+    tree: OnceLock<OpTree>,
+}
+
+impl LazyTree {
+    /// The tree, built now if this is its first use.
+    #[inline]
+    fn get(&self, ids: &OpIds) -> &OpTree {
+        self.tree.get_or_init(|| self.build(ids))
+    }
+
+    fn build(&self, ids: &OpIds) -> OpTree {
+        let switched = self
+            .needs
+            .iter()
+            .map(|n| n.operand_ops.len())
+            .max()
+            .unwrap_or(0)
+            .min(SWITCH_PATHS.len());
+        let mut tree = OpTree {
+            tests: self.tests.clone(),
+            nodes: Vec::new(),
+            switched,
+        };
+        let all = (0..self.needs.len() as u32).collect();
+        build(ids, &mut tree.nodes, &self.needs, all, 0, switched);
+        tree
+    }
 }
 
 /// The decision tree of one anchor op.
@@ -183,21 +219,13 @@ impl Dispatch {
                     _ => None,
                 }),
         );
-        let mut trees: Vec<Option<OpTree>> = (0..ids.len()).map(|_| None).collect();
+        let mut trees: Vec<Option<LazyTree>> = (0..ids.len()).map(|_| None).collect();
         for (op, needs) in needs {
-            let switched = needs
-                .iter()
-                .map(|n| n.operand_ops.len())
-                .max()
-                .unwrap_or(0)
-                .min(SWITCH_PATHS.len());
-            let mut tree = OpTree {
+            trees[ids.by_name(op) as usize] = Some(LazyTree {
+                needs,
                 tests: tests.remove(op).unwrap_or_default(),
-                nodes: Vec::new(),
-                switched,
-            };
-            build(&ids, &mut tree.nodes, needs, 0, switched);
-            trees[ids.by_name(op) as usize] = Some(tree);
+                tree: OnceLock::new(),
+            });
         }
         let scalar_constants_only = !rules.iter().any(|r| {
             r.pattern
@@ -335,9 +363,10 @@ impl Dispatch {
     ) {
         out.clear();
         // Most nodes stop here, having read two bytes of the op-code column.
-        let Some(Some(tree)) = self.trees.get(self.key(keys, graph, id) as usize) else {
+        let Some(Some(lazy)) = self.trees.get(self.key(keys, graph, id) as usize) else {
             return;
         };
+        let tree = lazy.get(&self.ids);
         let Some(node) = graph.node(id) else { return };
         let direct = self.direct_keys(keys, graph, node, tree.switched);
         let mut at = 0usize;
@@ -650,45 +679,61 @@ fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
     }
 }
 
-/// Builds the subtree of `needs` switching from operand `pos`; returns its index.
+/// Builds the subtree of the needs `sel` (indices into `all`) switching from operand
+/// `pos`; returns its index. Subtrees share `all` and take lists of indices, so a need
+/// is copied once, into the leaves it reaches.
 fn build(
     ids: &OpIds,
     nodes: &mut Vec<TreeNode>,
-    needs: Vec<Need>,
+    all: &[Need],
+    sel: Vec<u32>,
     pos: usize,
     switched: usize,
 ) -> u32 {
     let at = nodes.len() as u32;
-    let need_at = |n: &Need| n.operand_ops.get(pos).cloned().flatten();
-    let mut names: Vec<&'static str> = needs.iter().filter_map(need_at).flatten().collect();
+    let need_at = |i: u32| {
+        all[i as usize]
+            .operand_ops
+            .get(pos)
+            .and_then(Option::as_deref)
+    };
+    let mut names: Vec<&'static str> = sel
+        .iter()
+        .filter_map(|&i| need_at(i))
+        .flatten()
+        .copied()
+        .collect();
     names.sort_unstable();
     names.dedup();
-    if pos < switched && !needs.is_empty() && names.is_empty() {
+    if pos < switched && !sel.is_empty() && names.is_empty() {
         // Nothing to switch on here: try the next position.
-        return build(ids, nodes, needs, pos + 1, switched);
+        return build(ids, nodes, all, sel, pos + 1, switched);
     }
-    if pos >= switched || needs.is_empty() {
-        let mut entries: Vec<Entry> = needs.into_iter().map(|n| n.entry).collect();
+    if pos >= switched || sel.is_empty() {
+        let mut entries: Vec<Entry> = sel.iter().map(|&i| all[i as usize].entry.clone()).collect();
         entries.sort_by_key(|e| e.rule);
         entries.dedup();
         nodes.push(TreeNode::Leaf(entries));
         return at;
     }
     nodes.push(TreeNode::Leaf(Vec::new())); // placeholder, replaced below
-    let default_needs: Vec<Need> = needs
+    let default_sel: Vec<u32> = sel
         .iter()
-        .filter(|n| need_at(n).is_none())
-        .cloned()
+        .copied()
+        .filter(|&i| need_at(i).is_none())
         .collect();
-    let default = build(ids, nodes, default_needs, pos + 1, switched);
-    let mut branches = Vec::new();
+    let default = build(ids, nodes, all, default_sel, pos + 1, switched);
+    let mut branches = Vec::with_capacity(names.len());
     for name in names {
-        let sub: Vec<Need> = needs
+        let sub: Vec<u32> = sel
             .iter()
-            .filter(|n| need_at(n).is_none_or(|ops| ops.contains(&name)))
-            .cloned()
+            .copied()
+            .filter(|&i| need_at(i).is_none_or(|ops| ops.contains(&name)))
             .collect();
-        branches.push((ids.by_name(name), build(ids, nodes, sub, pos + 1, switched)));
+        branches.push((
+            ids.by_name(name),
+            build(ids, nodes, all, sub, pos + 1, switched),
+        ));
     }
     nodes[at as usize] = TreeNode::Switch {
         pos,

@@ -20,8 +20,11 @@ pub(crate) type OpId = u16;
 /// The id of every name the rules do not mention.
 pub(crate) const NO_OP: OpId = OpId::MAX;
 
-/// log2 of the address table's size (4096 slots of 16 bytes).
-const TABLE_BITS: u32 = 12;
+/// log2 of the address table's size (512 slots of 16 bytes: the built-ins and the
+/// rules' ops fill a fraction; a definition whose slot is taken takes the slow path).
+/// Kept small: each dispatch built fills one, and on a small graph the page faults of a
+/// bigger table cost more than the pass.
+const TABLE_BITS: u32 = 9;
 
 /// One slot of the address table: an op definition's address, and its id.
 #[derive(Clone, Copy, Debug, Default)]

@@ -40,8 +40,8 @@ pub(crate) fn apply_safe(
 ) -> Result<Patch, GraphError> {
     let b = Builder::from_graph(std::mem::take(graph));
     let built = replace(&b, &m.bindings);
-    let added = b.created();
-    *graph = b.finish();
+    let (g, added) = b.into_parts();
+    *graph = g;
     let rollback = |graph: &mut Graph| {
         for &n in added.iter().rev() {
             let _ = graph.remove_node(n);

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::graph::{Graph, Node, NodeId, Value};
+use crate::op_index::VACANT;
 use crate::pattern::dispatch::Dispatch;
 use crate::pattern::safety::safe_interior_verdict;
 use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
@@ -248,9 +249,7 @@ impl Rewriter {
         let mut queue = Worklist::default();
         // (rule, anchor) pairs whose replacement failed.
         let mut failed: HashSet<(&'static str, NodeId)> = HashSet::new();
-        for id in graph.node_ids() {
-            queue.insert(id);
-        }
+        queue.insert_live(graph);
         while let Some(id) = queue.pop() {
             report.visited += 1;
             matcher.visit(graph, id);
@@ -327,6 +326,23 @@ struct Worklist {
 }
 
 impl Worklist {
+    /// Every live node of `graph`, found from its op-code column (two bytes per node
+    /// index) rather than by walking the node slots (a stream of the whole node table
+    /// on a big graph, before any visit).
+    fn insert_live(&mut self, graph: &Graph) {
+        let codes = graph.op_codes();
+        self.bits
+            .resize(self.bits.len().max(codes.len().div_ceil(64)), 0);
+        for (w, chunk) in codes.chunks(64).enumerate() {
+            let mut word = 0u64;
+            for (b, &code) in chunk.iter().enumerate() {
+                word |= u64::from(code != VACANT) << b;
+            }
+            self.bits[w] |= word;
+        }
+        self.first = 0;
+    }
+
     fn insert(&mut self, id: NodeId) {
         let i = id.index();
         if i / 64 >= self.bits.len() {
