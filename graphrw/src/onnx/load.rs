@@ -422,6 +422,9 @@ struct Importer<'m> {
     raw: FastMap<&'m str, (usize, usize)>,
     /// The table rows that load each `(op_type, domain)` at this opset, found once.
     rows: FastMap<(&'m str, &'m str), Rc<[&'static OpMap]>>,
+    /// Initialisers read as constant inputs (shapes, axes) without becoming constants,
+    /// decoded once: an export shares one shape tensor between every layer's Reshape.
+    read_consts: FastMap<&'m str, Tensor>,
 }
 
 /// The inputs and attributes of one ONNX node, with its name for messages.
@@ -462,7 +465,7 @@ fn node_name(name: &str, index: usize) -> Cow<'_, str> {
     }
 }
 
-impl At<'_, '_> {
+impl<'m> At<'m, '_> {
     fn err(&self, message: impl Into<String>) -> OnnxError {
         OnnxError::node(self.op_type, &self.name, message)
     }
@@ -558,7 +561,7 @@ impl At<'_, '_> {
     }
 
     /// The name of input `i`, `None` when absent or empty.
-    fn input_name(&self, i: usize) -> Option<&str> {
+    fn input_name(&self, i: usize) -> Option<&'m str> {
         self.input.get(i).copied().filter(|s| !s.is_empty())
     }
 
@@ -700,6 +703,7 @@ impl<'m> Importer<'m> {
             file: None,
             raw: FastMap::default(),
             rows: FastMap::default(),
+            read_consts: FastMap::default(),
         })
     }
 
@@ -899,8 +903,15 @@ impl<'m> Importer<'m> {
                 "{what} input `{name}` is computed at run time; only constant {what}s are supported"
             )));
         }
+        if let Some(t) = self.read_consts.get(name) {
+            return Ok(Some(t.clone()));
+        }
         match self.inits.get(name) {
-            Some(t) => self.initializer(t, name).map(Some),
+            Some(&t) => {
+                let t = self.initializer(t, name)?;
+                self.read_consts.insert(name, t.clone());
+                Ok(Some(t))
+            }
             None => Err(OnnxError::Undefined {
                 node: at.name.to_string(),
                 value: name.to_string(),
