@@ -424,7 +424,10 @@ mod tests {
         };
         let bytes = wide.encode_to_vec();
         s.decode(&bytes).expect("decodes");
-        assert_eq!((s.input.as_slice(), s.output.as_slice()), (&["è", "x"][..], &["ÿ🙂"][..]));
+        assert_eq!(
+            (s.input.as_slice(), s.output.as_slice()),
+            (&["è", "x"][..], &["ÿ🙂"][..])
+        );
         assert_eq!(s.name, "nœud");
         // A subgraph attribute.
         let sub = NodeProto {

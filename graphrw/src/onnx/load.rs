@@ -53,11 +53,11 @@ use super::table::{self, Absent, Arg, Held, HeldValues, OnnxKind, OpMap, Quirk};
 use super::tensor_pb::{dtype_from_onnx, tensor_from_proto, MAX_DIM};
 use super::OnnxError;
 use crate::graph::{normalize_attrs, normalize_attrs_taking, Foreign, Graph, NodeId, Value};
-use crate::GraphError;
-use smallvec::{smallvec, SmallVec};
 use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
 use crate::ops::{self, AttrKind, AttrValue, OpDef};
+use crate::GraphError;
 use crate::Tensor;
+use smallvec::{smallvec, SmallVec};
 
 /// The oldest default-domain opset the importer reads. Each op is read with its meaning
 /// at the model's opset (Softmax before 13 flattens to 2-D, axes are attributes before
@@ -1044,7 +1044,11 @@ impl<'m> Importer<'m> {
         match self.map_node(at) {
             Ok(outs) => {
                 self.made.clear();
-                let named = at.output.iter().zip(outs).filter(|(name, _)| !name.is_empty());
+                let named = at
+                    .output
+                    .iter()
+                    .zip(outs)
+                    .filter(|(name, _)| !name.is_empty());
                 for (&name, v) in named {
                     self.name_output(at, name, v)?;
                 }
@@ -1194,7 +1198,9 @@ impl<'m> Importer<'m> {
             return Err(OnnxError::node(
                 at.op_type,
                 &at.name,
-                format!("output `{name}` is defined more than once (ONNX values are assigned once)"),
+                format!(
+                    "output `{name}` is defined more than once (ONNX values are assigned once)"
+                ),
             ));
         }
         Ok(())
@@ -1825,7 +1831,12 @@ impl<'m> Importer<'m> {
             return Err(at.err(format!("axis {axis} is out of range for {shape}")));
         }
         if a == r - 1 || r == 0 {
-            return Ok(smallvec![self.op1(at, op, &[x], &[("dim", int_attr(-1))])?]);
+            return Ok(smallvec![self.op1(
+                at,
+                op,
+                &[x],
+                &[("dim", int_attr(-1))]
+            )?]);
         }
         let Some(dims) = shape.as_known() else {
             return Err(at.err(format!(
