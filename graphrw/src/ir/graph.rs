@@ -491,6 +491,28 @@ impl Graph {
         }))
     }
 
+    /// [`Graph::add_node`] for importers that hold the operands in a slice and the name
+    /// as a `&str`: the operands go straight into the node's inline list and the name
+    /// is allocated once at its size (no intermediate `Vec` or `String` per node).
+    pub(crate) fn add_node_named(
+        &mut self,
+        op: &'static OpDef,
+        operands: &[Value],
+        attrs: Vec<AttrValue>,
+        name: &str,
+    ) -> Result<NodeId, GraphError> {
+        let outputs = self.infer_node(op, operands, &attrs, Some(name))?;
+        Ok(self.insert(Node {
+            op,
+            attrs: attrs.into_boxed_slice(),
+            operands: SmallVec::from_slice(operands),
+            slots: SmallVec::new(),
+            outputs: small(outputs),
+            name: Some(Box::from(name)),
+            payload: None,
+        }))
+    }
+
     /// Adds a node with the metadata given, checking nothing. For importers that verify
     /// afterwards and for tests of the verifier; prefer [`Graph::add_node`].
     pub fn add_node_unchecked(
@@ -999,6 +1021,32 @@ pub(crate) fn check_signature(
         }
     }
     Ok(())
+}
+
+/// [`normalize_attrs`] that moves the given values into the result instead of cloning
+/// them (each left [`AttrValue::Null`] in `given`): the same values, the same errors.
+pub(crate) fn normalize_attrs_taking(
+    op: &OpDef,
+    given: &mut [(&str, AttrValue)],
+) -> Result<Vec<AttrValue>, GraphError> {
+    if given.iter().any(|(name, _)| op.attr_index(name).is_none()) {
+        // The message is `normalize_attrs`' own.
+        return normalize_attrs(op, given);
+    }
+    let mut out = Vec::with_capacity(op.attrs.len());
+    for spec in op.attrs {
+        // Signature names are distinct, so each given value is taken at most once, and
+        // the first one of a name is taken as `normalize_attrs` clones the first.
+        match given.iter_mut().find(|(n, _)| *n == spec.name) {
+            Some((_, v)) => out.push(std::mem::replace(v, AttrValue::Null)),
+            None => out.push(spec.default.value().ok_or_else(|| GraphError::Signature {
+                op: op.name,
+                node: None,
+                message: format!("attribute `{}` is required", spec.name),
+            })?),
+        }
+    }
+    Ok(out)
 }
 
 /// Aligns named attributes with `op`'s signature, filling defaults.

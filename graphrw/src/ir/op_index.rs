@@ -71,7 +71,12 @@ impl OpIndex {
         };
         let nodes = &mut self.ops[i].1;
         if !nodes.bits.contains(id.index()) {
-            nodes.bits.grow_and_insert(id.index());
+            if id.index() >= nodes.bits.len() {
+                // Grown by doubling: `grow_and_insert` alone sizes the set to the new
+                // index, a call per node added at the end of a growing graph.
+                nodes.bits.grow((id.index() + 1).max(2 * nodes.bits.len()));
+            }
+            nodes.bits.insert(id.index());
             nodes.len += 1;
         }
         if id.index() >= self.codes.len() {

@@ -57,6 +57,13 @@ impl<'a> Fields<'a> {
 
     /// Reads a varint as prost does: at most ten bytes, the tenth at most 1.
     fn varint(&mut self) -> Result<u64> {
+        // One byte: keys and the lengths of names.
+        if let Some(&b) = self.bytes.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
         let mut value = 0u64;
         for i in 0..10 {
             let b = *self.bytes.get(self.pos).ok_or(Refused)?;
@@ -135,6 +142,22 @@ fn utf8<'a>(f: &Field<'a>) -> Result<&'a str> {
         return Err(Refused);
     }
     std::str::from_utf8(f.payload).map_err(|_| Refused)
+}
+
+/// A `LEN` field's payload as UTF-8, cut out of `text` (the whole message's bytes, when
+/// they are UTF-8 themselves, which `base` starts) where it can be: one check of a
+/// node's bytes instead of one per name. A payload is UTF-8 exactly when it lies on
+/// char boundaries of a UTF-8 whole, so a cut that fails is checked on its own, and
+/// the answer is always `utf8`'s.
+fn utf8_in<'a>(f: &Field<'a>, text: Option<&'a str>, base: &'a [u8]) -> Result<&'a str> {
+    if f.wire != LEN {
+        return Err(Refused);
+    }
+    let offset = (f.payload.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
+    match text.and_then(|t| t.get(offset..offset.checked_add(f.payload.len())?)) {
+        Some(s) if s.len() == f.payload.len() && s.as_ptr() == f.payload.as_ptr() => Ok(s),
+        _ => utf8(f),
+    }
 }
 
 /// `ModelProto.graph`, `GraphProto.node`, `GraphProto.initializer`,
@@ -281,6 +304,10 @@ impl<'a> NodeScratch<'a> {
         self.op_type = "";
         self.domain = "";
         self.attributes = 0;
+        // A node without attributes of big numbers is ASCII throughout (keys, short
+        // lengths and names): checked once here, its names are cut out of it.
+        let text = std::str::from_utf8(bytes).ok();
+        let utf8 = |f: &Field<'a>| utf8_in(f, text, bytes);
         let mut fields = Fields::new(bytes);
         while let Some(f) = fields.next_field()? {
             match f.tag {
@@ -380,6 +407,28 @@ mod tests {
         assert_eq!(s.decode(&[0x0b, 0x0c]), Err(Refused));
         assert_eq!(s.decode(&[0x18, 0x01]), Err(Refused));
         assert_eq!(s.decode(&[0x80; 11]), Err(Refused));
+        // The node's bytes are UTF-8 as a whole, but the input's payload ends inside a
+        // char (0xc3 0xa8 is `è`; 0xa8 0x01 is the key of an unknown varint field): the
+        // name alone is not UTF-8, as prost finds.
+        let split = [0x0a, 0x01, 0xc3, 0xa8, 0x01, 0x00];
+        assert!(std::str::from_utf8(&split).is_ok());
+        assert!(NodeProto::decode(&split[..]).is_err());
+        assert_eq!(s.decode(&split), Err(Refused));
+        // Names that are UTF-8 but not ASCII are cut out of the node as they are.
+        let wide = NodeProto {
+            input: vec!["è".into(), "x".into()],
+            output: vec!["ÿ🙂".into()],
+            name: "nœud".into(),
+            op_type: "Relu".into(),
+            ..Default::default()
+        };
+        let bytes = wide.encode_to_vec();
+        s.decode(&bytes).expect("decodes");
+        assert_eq!(
+            (s.input.as_slice(), s.output.as_slice()),
+            (&["è", "x"][..], &["ÿ🙂"][..])
+        );
+        assert_eq!(s.name, "nœud");
         // A subgraph attribute.
         let sub = NodeProto {
             attribute: vec![AttributeProto {

@@ -52,10 +52,12 @@ use super::proto::{
 use super::table::{self, Absent, Arg, Held, HeldValues, OnnxKind, OpMap, Quirk};
 use super::tensor_pb::{dtype_from_onnx, tensor_from_proto, MAX_DIM};
 use super::OnnxError;
-use crate::graph::{normalize_attrs, Foreign, Graph, NodeId, Value};
+use crate::graph::{normalize_attrs, normalize_attrs_taking, Foreign, Graph, NodeId, Value};
 use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
 use crate::ops::{self, AttrKind, AttrValue, OpDef};
+use crate::GraphError;
 use crate::Tensor;
+use smallvec::{smallvec, SmallVec};
 
 /// The oldest default-domain opset the importer reads. Each op is read with its meaning
 /// at the model's opset (Softmax before 13 flattens to 2-D, axes are attributes before
@@ -149,20 +151,31 @@ pub(crate) fn load_fast(
     }
     imp.declare_inputs().ok()?;
     let mut node = super::decode::NodeScratch::default();
+    let mut known: Vec<Option<Value>> = Vec::new();
     for (i, &b) in scan.nodes.iter().enumerate() {
         node.decode(b).ok()?;
+        // Every input defined before the node (the fast route imports in file order;
+        // the plain route sorts, or says what is wrong), each name looked up once.
+        // Outputs defined twice are caught as they are named (`Importer::name_outputs`)
+        // and outputs that shadow an initialiser in `finish`.
+        known.clear();
+        for &name in &node.input {
+            known.push(match imp.values.get(name) {
+                Some(&v) => Some(v),
+                None if name.is_empty() || imp.inits.contains_key(name) => None,
+                None => return None,
+            });
+        }
         let at = At {
             op_type: node.op_type,
             domain: node.domain,
             input: &node.input,
             output: &node.output,
+            known: &known,
             attribute: node.attribute(),
             source: Source::Bytes(b),
             name: node_name(node.name, i),
         };
-        if !imp.in_order(&at) {
-            return None;
-        }
         imp.import_node(&at).ok()?;
     }
     imp.finish().ok()
@@ -342,6 +355,7 @@ pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxE
             domain: &n.domain,
             input: &input,
             output: &output,
+            known: &[],
             attribute: &n.attribute,
             source: Source::Proto(n),
             name: node_name(&n.name, i),
@@ -408,6 +422,9 @@ struct Importer<'m> {
     raw: FastMap<&'m str, (usize, usize)>,
     /// The table rows that load each `(op_type, domain)` at this opset, found once.
     rows: FastMap<(&'m str, &'m str), Rc<[&'static OpMap]>>,
+    /// Initialisers read as constant inputs (shapes, axes) without becoming constants,
+    /// decoded once: an export shares one shape tensor between every layer's Reshape.
+    read_consts: FastMap<&'m str, Tensor>,
 }
 
 /// The inputs and attributes of one ONNX node, with its name for messages.
@@ -419,6 +436,9 @@ struct At<'m, 'n> {
     /// Input names, `""` for an absent optional input.
     input: &'n [&'m str],
     output: &'n [&'m str],
+    /// Per input, its value when it was already defined as the node was read (the fast
+    /// route looks each name up once); empty where the names are looked up as read.
+    known: &'n [Option<Value>],
     attribute: &'n [AttributeProto],
     /// The node itself, for what only an opaque node keeps (its other fields, its
     /// subgraphs).
@@ -445,7 +465,7 @@ fn node_name(name: &str, index: usize) -> Cow<'_, str> {
     }
 }
 
-impl At<'_, '_> {
+impl<'m> At<'m, '_> {
     fn err(&self, message: impl Into<String>) -> OnnxError {
         OnnxError::node(self.op_type, &self.name, message)
     }
@@ -456,8 +476,19 @@ impl At<'_, '_> {
 
     /// Refuses attributes the mapping does not know (they might change the meaning).
     fn only_attrs(&self, known: &[&str]) -> Result<(), OnnxError> {
+        self.only_attrs_of(|name| known.contains(&name), || known.to_vec())
+    }
+
+    /// [`At::only_attrs`] with the names known as a test, and listed (for the message)
+    /// only when one is refused.
+    fn only_attrs_of<'k>(
+        &self,
+        reads: impl Fn(&str) -> bool,
+        list: impl Fn() -> Vec<&'k str>,
+    ) -> Result<(), OnnxError> {
         for a in self.attribute {
-            if !known.contains(&a.name.as_str()) {
+            if !reads(a.name.as_str()) {
+                let known = list();
                 return Err(self.err(format!(
                     "attribute `{}` is not supported (graphrw reads: {})",
                     a.name,
@@ -530,7 +561,7 @@ impl At<'_, '_> {
     }
 
     /// The name of input `i`, `None` when absent or empty.
-    fn input_name(&self, i: usize) -> Option<&str> {
+    fn input_name(&self, i: usize) -> Option<&'m str> {
         self.input.get(i).copied().filter(|s| !s.is_empty())
     }
 
@@ -582,6 +613,29 @@ impl At<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// The values made for one ONNX node's outputs (nearly always one).
+type Outs = SmallVec<[Value; 2]>;
+
+/// A graph error while adding a node for `at`, with the ONNX node it was made for.
+fn graph_error(at: &At, e: GraphError) -> OnnxError {
+    OnnxError::Graph {
+        op_type: at.op_type.to_string(),
+        node: at.name.to_string(),
+        source: Box::new(e),
+    }
+}
+
+/// The attribute names a table row reads at `opset` (the ONNX node may carry no other).
+fn row_attrs(row: &'static OpMap, opset: i64, legacy: bool) -> impl Iterator<Item = &'static str> {
+    row.args
+        .iter()
+        .filter(move |a| a.place.input_at(opset).is_none())
+        .map(|a| a.onnx)
+        .chain(row.held.iter().map(|h| h.onnx))
+        .chain(row.ignored.iter().copied())
+        .chain(["broadcast", "axis"].into_iter().filter(move |_| legacy))
 }
 
 fn int_attr(v: i64) -> AttrValue {
@@ -649,6 +703,7 @@ impl<'m> Importer<'m> {
             file: None,
             raw: FastMap::default(),
             rows: FastMap::default(),
+            read_consts: FastMap::default(),
         })
     }
 
@@ -784,18 +839,6 @@ impl<'m> Importer<'m> {
         Ok(order)
     }
 
-    /// True when every input of the node is defined and none of its outputs is (the
-    /// fast route imports in file order; the plain route sorts, or says what is wrong).
-    fn in_order(&self, at: &At<'m, '_>) -> bool {
-        let defined = |n: &str| self.values.contains_key(n) || self.inits.contains_key(n);
-        at.input.iter().all(|&n| n.is_empty() || defined(n))
-            && at
-                .output
-                .iter()
-                .enumerate()
-                .all(|(k, &o)| o.is_empty() || !(defined(o) || at.output[..k].contains(&o)))
-    }
-
     /// The tensor of initialiser `t`: a view of the model file where its `raw_data` was
     /// left there, else decoded from the message.
     fn initializer(&self, t: &TensorProto, name: &str) -> Result<Tensor, OnnxError> {
@@ -827,6 +870,9 @@ impl<'m> Importer<'m> {
 
     /// Input `i` of the node, `None` when absent.
     fn input(&mut self, at: &At<'m, '_>, i: usize) -> Result<Option<Value>, OnnxError> {
+        if let Some(&Some(v)) = at.known.get(i) {
+            return Ok(Some(v));
+        }
         match at.input.get(i).copied().filter(|s| !s.is_empty()) {
             Some(name) => self.value(name, &at.name).map(Some),
             None => Ok(None),
@@ -857,8 +903,15 @@ impl<'m> Importer<'m> {
                 "{what} input `{name}` is computed at run time; only constant {what}s are supported"
             )));
         }
+        if let Some(t) = self.read_consts.get(name) {
+            return Ok(Some(t.clone()));
+        }
         match self.inits.get(name) {
-            Some(t) => self.initializer(t, name).map(Some),
+            Some(&t) => {
+                let t = self.initializer(t, name)?;
+                self.read_consts.insert(name, t.clone());
+                Ok(Some(t))
+            }
             None => Err(OnnxError::Undefined {
                 node: at.name.to_string(),
                 value: name.to_string(),
@@ -915,19 +968,26 @@ impl<'m> Importer<'m> {
         op: &str,
         operands: &[Value],
         attrs: &[(&str, AttrValue)],
-    ) -> Result<Vec<Value>, OnnxError> {
+    ) -> Result<Outs, OnnxError> {
         let def: &'static OpDef =
             ops::lookup(op).ok_or_else(|| at.err(format!("vocabulary op `{op}` is missing")))?;
-        let wrap = |e| OnnxError::Graph {
-            op_type: at.op_type.to_string(),
-            node: at.name.to_string(),
-            source: Box::new(e),
-        };
-        let values = normalize_attrs(def, attrs).map_err(wrap)?;
+        let values = normalize_attrs(def, attrs).map_err(|e| graph_error(at, e))?;
+        self.add(at, def, operands, values)
+    }
+
+    /// Adds a node of `def` with attributes aligned with its signature for the ONNX
+    /// node `at`, named after it; returns its outputs.
+    fn add(
+        &mut self,
+        at: &At,
+        def: &'static OpDef,
+        operands: &[Value],
+        values: Vec<AttrValue>,
+    ) -> Result<Outs, OnnxError> {
         let id: NodeId = self
             .graph
-            .add_node(def, operands.to_vec(), values, Some(at.name.to_string()))
-            .map_err(wrap)?;
+            .add_node_named(def, operands, values, &at.name)
+            .map_err(|e| graph_error(at, e))?;
         self.made.push(id);
         let outputs = self.graph.node(id).map_or(&[][..], |n| n.outputs());
         for m in outputs {
@@ -936,12 +996,24 @@ impl<'m> Importer<'m> {
                 .iter()
                 .any(|d| d.known().is_some_and(|n| n > MAX_DIM))
             {
-                return Err(at.err(format!("`{op}` would make a tensor of shape {}, larger than graphrw accepts (dims <= 2^48)", m.shape)));
+                return Err(at.err(format!("`{}` would make a tensor of shape {}, larger than graphrw accepts (dims <= 2^48)", def.name, m.shape)));
             }
         }
         Ok((0..outputs.len() as u32)
             .map(|o| Value::new(id, o))
             .collect())
+    }
+
+    /// [`Importer::op`] of a table row's op, its attributes moved into the node.
+    fn op_taking(
+        &mut self,
+        at: &At,
+        def: &'static OpDef,
+        operands: &[Value],
+        attrs: &mut [(&str, AttrValue)],
+    ) -> Result<Outs, OnnxError> {
+        let values = normalize_attrs_taking(def, attrs).map_err(|e| graph_error(at, e))?;
+        self.add(at, def, operands, values)
     }
 
     fn op1(
@@ -972,10 +1044,13 @@ impl<'m> Importer<'m> {
         match self.map_node(at) {
             Ok(outs) => {
                 self.made.clear();
-                for (&name, v) in at.output.iter().zip(outs) {
-                    if !name.is_empty() {
-                        self.values.insert(name, v);
-                    }
+                let named = at
+                    .output
+                    .iter()
+                    .zip(outs)
+                    .filter(|(name, _)| !name.is_empty());
+                for (&name, v) in named {
+                    self.name_output(at, name, v)?;
                 }
                 Ok(())
             }
@@ -1007,13 +1082,18 @@ impl<'m> Importer<'m> {
 
     /// True when the node reads a value whose metadata graphrw does not know.
     fn reads_unknown(&self, at: &At<'m, '_>) -> bool {
-        at.input.iter().any(|&name| {
-            self.values.get(name).is_some_and(|v| {
-                self.graph
-                    .node(v.node)
-                    .is_some_and(|n| !n.is_known(v.output as usize))
-            })
-        })
+        let unknown = |v: &Value| {
+            self.graph
+                .node(v.node)
+                .is_some_and(|n| !n.is_known(v.output as usize))
+        };
+        if at.known.len() == at.input.len() {
+            // Looked up as the node was read (an initialiser not yet a constant is known).
+            return at.known.iter().flatten().any(unknown);
+        }
+        at.input
+            .iter()
+            .any(|&name| self.values.get(name).is_some_and(unknown))
     }
 
     /// Adds the ONNX node as an `opaque` node: its inputs (and the outer values its
@@ -1105,14 +1185,30 @@ impl<'m> Importer<'m> {
         );
         let present = at.output.iter().filter(|o| !o.is_empty());
         for (o, &name) in present.enumerate() {
-            self.values.insert(name, Value::new(id, o as u32));
+            self.name_output(at, name, Value::new(id, o as u32))?;
+        }
+        Ok(())
+    }
+
+    /// Names output value `v` of the node `at` `name`. A name already defined is an
+    /// error: the plain route's `node_order` finds those before any node is imported,
+    /// the fast route (which does not order) here, and then leaves it to the plain route.
+    fn name_output(&mut self, at: &At<'m, '_>, name: &'m str, v: Value) -> Result<(), OnnxError> {
+        if self.values.insert(name, v).is_some() {
+            return Err(OnnxError::node(
+                at.op_type,
+                &at.name,
+                format!(
+                    "output `{name}` is defined more than once (ONNX values are assigned once)"
+                ),
+            ));
         }
         Ok(())
     }
 
     /// Maps one ONNX node; returns a value per ONNX output (in order). Ops in the table
     /// (`table.rs`) go through [`Importer::map_row`]; the rest are special cases.
-    fn map_node(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn map_node(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         let op_type = at.op_type;
         // The first row whose held attributes fit; failing that, the first row, which
         // says what does not fit.
@@ -1134,7 +1230,7 @@ impl<'m> Importer<'m> {
             "Identity" => {
                 at.only_attrs(&[])?;
                 at.inputs_between(1, 1)?;
-                Ok(vec![self.req(at, 0)?])
+                Ok(smallvec![self.req(at, 0)?])
             }
             "Dropout" => {
                 // Before 12 the ratio is an attribute; before 7 `is_test` says inference.
@@ -1156,7 +1252,7 @@ impl<'m> Importer<'m> {
                         );
                     }
                 }
-                Ok(vec![self.req(at, 0)?])
+                Ok(smallvec![self.req(at, 0)?])
             }
             // Since opset 13 through the table.
             "Softmax" | "LogSoftmax" => {
@@ -1189,7 +1285,7 @@ impl<'m> Importer<'m> {
                         return Err(at.err(format!("both halves of {shape} are symbolic")))
                     }
                 };
-                Ok(vec![self.op1(
+                Ok(smallvec![self.op1(
                     at,
                     "reshape",
                     &[x],
@@ -1226,7 +1322,7 @@ impl<'m> Importer<'m> {
                 for d in norm {
                     v = self.op1(at, "unsqueeze", &[v], &[("dim", int_attr(d as i64))])?;
                 }
-                Ok(vec![v])
+                Ok(smallvec![v])
             }
             "Expand" => self.expand(at),
             "Split" => self.split(at),
@@ -1234,7 +1330,7 @@ impl<'m> Importer<'m> {
                 let t = self.constant_attr(at)?;
                 let v = self.graph.add_constant(t);
                 self.graph.set_name(v.node, at.name.to_string());
-                Ok(vec![v])
+                Ok(smallvec![v])
             }
             "ConstantOfShape" => {
                 at.only_attrs(&["value"])?;
@@ -1259,7 +1355,7 @@ impl<'m> Importer<'m> {
                     ("value", AttrValue::Float(value)),
                     ("dtype", AttrValue::DType(dtype)),
                 ];
-                Ok(vec![self.op1(at, "full", &[], &attrs)?])
+                Ok(smallvec![self.op1(at, "full", &[], &attrs)?])
             }
             "Range" => {
                 at.only_attrs(&[])?;
@@ -1281,7 +1377,7 @@ impl<'m> Importer<'m> {
                     ("step", AttrValue::Float(bounds[2])),
                     ("dtype", AttrValue::DType(dtype)),
                 ];
-                Ok(vec![self.op1(at, "arange", &[], &attrs)?])
+                Ok(smallvec![self.op1(at, "arange", &[], &attrs)?])
             }
             "Attention" => self.attention(at),
             _ => Err(OnnxError::UnknownOp {
@@ -1296,21 +1392,14 @@ impl<'m> Importer<'m> {
     /// outputs it reads are checked, each argument is read where the row puts it at
     /// this opset, and the vocabulary op is added (a chain of it for a folded variadic
     /// op). The row's quirk is the one hand-written step.
-    fn map_row(&mut self, at: &At<'m, '_>, row: &'static OpMap) -> Result<Vec<Value>, OnnxError> {
+    fn map_row(&mut self, at: &At<'m, '_>, row: &'static OpMap) -> Result<Outs, OnnxError> {
         let def: &'static OpDef = row.op;
         let legacy = row.quirk == Quirk::LegacyBroadcast && self.opset < 7;
-        let mut known: Vec<&str> = row
-            .args
-            .iter()
-            .filter(|a| a.place.input_at(self.opset).is_none())
-            .map(|a| a.onnx)
-            .chain(row.held.iter().map(|h| h.onnx))
-            .chain(row.ignored.iter().copied())
-            .collect();
-        if legacy {
-            known.extend(["broadcast", "axis"]);
-        }
-        at.only_attrs(&known)?;
+        let opset = self.opset;
+        at.only_attrs_of(
+            |name| row_attrs(row, opset, legacy).any(|k| k == name),
+            || row_attrs(row, opset, legacy).collect(),
+        )?;
         for h in row.held {
             at.held(h)?;
         }
@@ -1322,7 +1411,7 @@ impl<'m> Importer<'m> {
             .fold(row.operands.1, |m, i| m.max(i + 1));
         at.inputs_between(row.operands.0, max_inputs)?;
         let count = at.input.len().min(row.operands.1);
-        let mut operands = Vec::with_capacity(count);
+        let mut operands: SmallVec<[Value; 4]> = SmallVec::with_capacity(count);
         for i in 0..count {
             if i < row.operands.0 {
                 operands.push(self.req(at, i)?);
@@ -1330,7 +1419,7 @@ impl<'m> Importer<'m> {
                 operands.push(v);
             }
         }
-        let mut attrs = Vec::with_capacity(row.args.len());
+        let mut attrs: SmallVec<[(&str, AttrValue); 4]> = SmallVec::with_capacity(row.args.len());
         for a in row.args {
             attrs.push((a.ours, self.read_arg(at, def, a, &operands)?));
         }
@@ -1340,7 +1429,7 @@ impl<'m> Importer<'m> {
                 let dims = attrs.iter().find(|(n, _)| *n == "dims");
                 let empty = matches!(dims, Some((_, AttrValue::Ints(d))) if d.is_empty());
                 if empty && at.int("noop_with_empty_axes", 0)? != 0 {
-                    return Ok(vec![self.req(at, 0)?]);
+                    return Ok(smallvec![self.req(at, 0)?]);
                 }
             }
             Quirk::ConcatTotal => self.concat_total(at, &operands, &attrs)?,
@@ -1352,11 +1441,16 @@ impl<'m> Importer<'m> {
                 .next()
                 .ok_or_else(|| at.err("takes at least one input"))?;
             for x in rest {
-                acc = self.op1(at, def.name, &[acc, x], &attrs)?;
+                let values = normalize_attrs(def, &attrs).map_err(|e| graph_error(at, e))?;
+                acc = self
+                    .add(at, def, &[acc, x], values)?
+                    .first()
+                    .copied()
+                    .ok_or_else(|| at.err(format!("`{}` made no output", def.name)))?;
             }
-            return Ok(vec![acc]);
+            return Ok(smallvec![acc]);
         }
-        self.op(at, def.name, &operands, &attrs)
+        self.op_taking(at, def, &operands, &mut attrs)
     }
 
     /// One argument of a table row, as the vocabulary attribute: read from the
@@ -1553,7 +1647,7 @@ impl<'m> Importer<'m> {
         }
     }
 
-    fn gemm(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn gemm(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         if self.opset < 7 {
             // `broadcast` 1 broadcasts C one way: numpy broadcasting does the same.
             at.only_attrs(&["alpha", "beta", "transA", "transB", "broadcast"])?;
@@ -1592,10 +1686,10 @@ impl<'m> Importer<'m> {
             }
             y = self.op1(at, "add", &[y, c], &[])?;
         }
-        Ok(vec![y])
+        Ok(smallvec![y])
     }
 
-    fn reshape(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn reshape(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         at.only_attrs(&["allowzero"])?;
         at.inputs_between(2, 2)?;
         let allowzero = at.int("allowzero", 0)? != 0;
@@ -1617,7 +1711,7 @@ impl<'m> Importer<'m> {
                 }
             }
         }
-        Ok(vec![self.op1(
+        Ok(smallvec![self.op1(
             at,
             "reshape",
             &[x],
@@ -1625,7 +1719,7 @@ impl<'m> Importer<'m> {
         )?])
     }
 
-    fn slice(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn slice(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         let x = self.req(at, 0)?;
         let (starts, ends, axes, steps) = if self.opset < 10 {
             // Slice-1: starts, ends and axes are attributes, no steps.
@@ -1707,7 +1801,7 @@ impl<'m> Importer<'m> {
             ];
             v = self.op1(at, "slice", &[v], &attrs)?;
         }
-        Ok(vec![v])
+        Ok(smallvec![v])
     }
 
     /// The `axes` of Unsqueeze: an attribute before opset 13, input 1 since.
@@ -1728,7 +1822,7 @@ impl<'m> Importer<'m> {
     /// Softmax and LogSoftmax before opset 13: the input is read as 2-D, dims before
     /// `axis` (default 1) against the rest; the same as the new op on the last axis, a
     /// reshape around it otherwise (known dims only).
-    fn softmax_2d(&mut self, at: &At<'m, '_>, op: &str, x: Value) -> Result<Vec<Value>, OnnxError> {
+    fn softmax_2d(&mut self, at: &At<'m, '_>, op: &str, x: Value) -> Result<Outs, OnnxError> {
         let shape = self.meta(x)?.shape;
         let r = shape.rank() as i64;
         let axis = at.int("axis", 1)?;
@@ -1737,7 +1831,12 @@ impl<'m> Importer<'m> {
             return Err(at.err(format!("axis {axis} is out of range for {shape}")));
         }
         if a == r - 1 || r == 0 {
-            return Ok(vec![self.op1(at, op, &[x], &[("dim", int_attr(-1))])?]);
+            return Ok(smallvec![self.op1(
+                at,
+                op,
+                &[x],
+                &[("dim", int_attr(-1))]
+            )?]);
         }
         let Some(dims) = shape.as_known() else {
             return Err(at.err(format!(
@@ -1758,7 +1857,7 @@ impl<'m> Importer<'m> {
         )?;
         let y = self.op1(at, op, &[y], &[("dim", int_attr(-1))])?;
         let back: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        Ok(vec![self.op1(
+        Ok(smallvec![self.op1(
             at,
             "reshape",
             &[y],
@@ -1770,7 +1869,7 @@ impl<'m> Importer<'m> {
     /// `relu(x) - slope * relu(-x)`, `Elu`/`Selu` as `where(x > 0, x, alpha * (exp(x) - 1))`
     /// (times `gamma`), `Softplus` as `log(exp(x) + 1)`. Before opset 7 a PRelu slope of
     /// one value per channel applies along dim 1.
-    fn activation(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn activation(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         let op_type = at.op_type;
         match op_type {
             "PRelu" | "Softplus" => at.only_attrs(&[])?,
@@ -1810,13 +1909,13 @@ impl<'m> Importer<'m> {
                 let negx = self.op1(at, "neg", &[x], &[])?;
                 let neg = self.op1(at, "relu", &[negx], &[])?;
                 let scaled = self.op1(at, "mul", &[neg, slope], &[])?;
-                Ok(vec![self.op1(at, "sub", &[pos, scaled], &[])?])
+                Ok(smallvec![self.op1(at, "sub", &[pos, scaled], &[])?])
             }
             "Softplus" => {
                 let e = self.op1(at, "exp", &[x], &[])?;
                 let one = c(self, 1.0);
                 let s = self.op1(at, "add", &[e, one], &[])?;
-                Ok(vec![self.op1(at, "log", &[s], &[])?])
+                Ok(smallvec![self.op1(at, "log", &[s], &[])?])
             }
             _ => {
                 let selu = op_type == "Selu";
@@ -1834,7 +1933,7 @@ impl<'m> Importer<'m> {
                     let g = c(self, gamma);
                     y = self.op1(at, "mul", &[y, g], &[])?;
                 }
-                Ok(vec![y])
+                Ok(smallvec![y])
             }
         }
     }
@@ -1844,7 +1943,7 @@ impl<'m> Importer<'m> {
     /// letters in both and the output (`bhqd,bhkd->bhqk`, `...id,...jd->...ij`); a
     /// `permute` of each operand, a `matmul` and a `permute` of the result. Other
     /// equations stay opaque.
-    fn einsum(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn einsum(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         at.only_attrs(&["equation"])?;
         at.inputs_between(2, 2)?;
         let eq: String = at
@@ -1920,12 +2019,12 @@ impl<'m> Importer<'m> {
         let pa = permute(self, a, &ea, &la)?;
         let pb = permute(self, b, &eb, &lb)?;
         let y = self.op1(at, "matmul", &[pa, pb], &[])?;
-        Ok(vec![permute(self, y, &ly, &eo)?])
+        Ok(smallvec![permute(self, y, &ly, &eo)?])
     }
 
     /// Clip: `min`/`max` attributes before opset 11, optional constant inputs since; a
     /// `maximum` and/or `minimum` with scalars of the input's dtype.
-    fn clip(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn clip(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         let x = self.req(at, 0)?;
         let dtype = self.meta(x)?.dtype;
         let (lo, hi) = if self.opset < 11 {
@@ -1955,13 +2054,13 @@ impl<'m> Importer<'m> {
             let s = self.scalar(dtype, hi);
             y = self.op1(at, "minimum", &[y, s], &[])?;
         }
-        Ok(vec![y])
+        Ok(smallvec![y])
     }
 
     /// BatchNormalization in inference mode: `(x - mean) * scale / sqrt(var + eps) + b`
     /// over dim 1, the per-channel parameters viewed as `[C, 1, ..]`. Training mode
     /// (more outputs, `is_test` 0 before 7, `training_mode` 1) and `spatial` 0 stay opaque.
-    fn batch_norm(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn batch_norm(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         at.only_attrs(&[
             "epsilon",
             "momentum",
@@ -2008,10 +2107,10 @@ impl<'m> Importer<'m> {
         let gain = self.op1(at, "div", &[p[0], sd], &[])?;
         let centred = self.op1(at, "sub", &[x, p[2]], &[])?;
         let scaled = self.op1(at, "mul", &[centred, gain], &[])?;
-        Ok(vec![self.op1(at, "add", &[scaled, p[1]], &[])?])
+        Ok(smallvec![self.op1(at, "add", &[scaled, p[1]], &[])?])
     }
 
-    fn expand(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn expand(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         at.only_attrs(&[])?;
         at.inputs_between(2, 2)?;
         let x = self.req(at, 0)?;
@@ -2035,7 +2134,7 @@ impl<'m> Importer<'m> {
                 Some(s) => s,
             });
         }
-        Ok(vec![self.op1(
+        Ok(smallvec![self.op1(
             at,
             "expand",
             &[x],
@@ -2043,7 +2142,7 @@ impl<'m> Importer<'m> {
         )?])
     }
 
-    fn split(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn split(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         let split_attr = if self.opset < 13 {
             at.only_attrs(&["axis", "split"])?;
             at.ints("split")?
@@ -2128,7 +2227,7 @@ impl<'m> Importer<'m> {
         )
     }
 
-    fn attention(&mut self, at: &At<'m, '_>) -> Result<Vec<Value>, OnnxError> {
+    fn attention(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         at.only_attrs(&[
             "is_causal",
             "kv_num_heads",
@@ -2184,11 +2283,19 @@ impl<'m> Importer<'m> {
         // A later node may still read the expanded mask (by its name or an alias), so
         // whether it is dead is only known at the end.
         self.bypassed.extend(bypassed);
-        Ok(vec![out])
+        Ok(smallvec![out])
     }
 
     fn finish(mut self) -> Result<Graph, OnnxError> {
         let proto = self.proto;
+        // A node output named like an initialiser that no node had read yet (the plain
+        // route's `node_order` refuses those up front; the fast route checks here).
+        if let Some(name) = self.inits.keys().find(|&&n| self.values.contains_key(n)) {
+            return Err(OnnxError::tensor(
+                name,
+                "a node output has this initialiser's name (ONNX values are assigned once)",
+            ));
+        }
         let mut outputs = Vec::with_capacity(proto.output.len());
         for o in &proto.output {
             let v = self.value(o.name.as_str(), "graph output")?;
