@@ -716,3 +716,35 @@ fn einsum_batched_contractions_lower_to_matmul_and_match_a_plain_einsum() {
     let g = load(&m).expect("loads");
     assert_eq!(g.op_counts().get("opaque"), Some(&1), "{g}");
 }
+
+#[test]
+fn a_value_listed_twice_as_graph_output_saves_and_reloads() {
+    // ONNX (checker and onnxruntime) accept one value listed twice among the graph
+    // outputs; graphrw keeps both entries through save and load (a fuzzer found save
+    // refusing what load accepted).
+    let relu = node("Relu", &["x"], &["y"]);
+    let m = model(
+        17,
+        GraphProto {
+            node: vec![relu],
+            input: vec![f32_value("x", &[2, 3])],
+            output: vec![f32_value("y", &[2, 3]), f32_value("y", &[2, 3])],
+            ..Default::default()
+        },
+        &[],
+    );
+    let g = load(&m).expect("loads");
+    assert_eq!(g.outputs().len(), 2);
+    let saved = onnx::to_model(&g).expect("saves");
+    let names: Vec<&str> = saved
+        .graph
+        .as_ref()
+        .expect("graph")
+        .output
+        .iter()
+        .map(|o| o.name.as_str())
+        .collect();
+    assert_eq!(names, ["y", "y"]);
+    let again = onnx::load_bytes(&onnx::to_bytes(&g).expect("save")).expect("reload");
+    assert_eq!(again.to_string(), g.to_string());
+}

@@ -666,12 +666,20 @@ impl<'g> Exporter<'g> {
             .cloned()
             .zip(self.graph.outputs().iter().copied())
             .collect();
-        let mut seen = HashSet::new();
+        // ONNX lets a graph list one value as an output twice (the same name twice);
+        // one name for two different values cannot be written.
+        let mut seen: HashMap<String, Value> = HashMap::new();
         for (name, v) in outputs {
-            if !seen.insert(name.clone()) {
-                return Err(OnnxError::Model(format!(
-                    "two graph outputs are named `{name}`"
-                )));
+            match seen.get(&name) {
+                Some(&first) if first == v => continue,
+                Some(_) => {
+                    return Err(OnnxError::Model(format!(
+                        "two different graph outputs are named `{name}`"
+                    )))
+                }
+                None => {
+                    seen.insert(name.clone(), v);
+                }
             }
             match self.names.get(v) {
                 Some(existing) if self.arena.get(existing) == name => {}
