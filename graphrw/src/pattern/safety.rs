@@ -86,30 +86,23 @@ pub fn check_safe(graph: &Graph, m: &Match) -> Result<(), Unsafe> {
 /// [`check_safe`], returning the match's interior nodes for [`apply_safe`].
 pub(crate) fn safe_interior(graph: &Graph, m: &Match) -> Result<Interior, Unsafe> {
     let inside = interior(graph, m);
-    for &n in inside.iter() {
-        let Some(node) = graph.node(n) else { continue };
-        for o in 0..node.outputs().len() as u32 {
-            let v = Value::new(n, o);
-            if m.outputs.contains(&v) {
-                continue;
-            }
-            if graph.is_output(v) {
-                return Err(Unsafe::EscapingValue {
-                    node: n,
-                    user: None,
-                });
-            }
-            if let Some(user) = graph
-                .uses(v)
-                .map(|(u, _)| u)
-                .filter(|u| !inside.contains(u))
-                .min()
-            {
-                return Err(Unsafe::EscapingValue {
-                    node: n,
-                    user: Some(user),
-                });
-            }
+    for v in inner_values(graph, m, &inside) {
+        if graph.is_output(v) {
+            return Err(Unsafe::EscapingValue {
+                node: v.node,
+                user: None,
+            });
+        }
+        if let Some(user) = graph
+            .uses(v)
+            .map(|(u, _)| u)
+            .filter(|u| !inside.contains(u))
+            .min()
+        {
+            return Err(Unsafe::EscapingValue {
+                node: v.node,
+                user: Some(user),
+            });
         }
     }
     if m.outputs.len() > 1 {
@@ -129,38 +122,46 @@ pub(crate) fn safe_interior_verdict(graph: &Graph, m: &Match) -> Option<Interior
     /// Up to this many uses, listing them is cheaper than counting the interior's.
     const LISTED: usize = 8;
     let inside = interior(graph, m);
-    for &n in inside.iter() {
-        let Some(node) = graph.node(n) else { continue };
-        for o in 0..node.outputs().len() as u32 {
-            let v = Value::new(n, o);
-            if m.outputs.contains(&v) {
-                continue;
-            }
-            if graph.is_output(v) {
-                return None;
-            }
-            let uses = graph.use_count(v);
-            let escapes = if uses <= LISTED {
-                graph.uses(v).any(|(u, _)| !inside.contains(&u))
-            } else {
-                // Every interior node is live, so each of its slots reading `v` is one
-                // of `v`'s uses: more uses than those means one outside.
-                let inner: usize = inside
-                    .iter()
-                    .filter_map(|&u| graph.node(u))
-                    .map(|u| u.operands().iter().filter(|&&x| x == v).count())
-                    .sum();
-                uses > inner
-            };
-            if escapes {
-                return None;
-            }
+    for v in inner_values(graph, m, &inside) {
+        if graph.is_output(v) {
+            return None;
+        }
+        let uses = graph.use_count(v);
+        let escapes = if uses <= LISTED {
+            graph.uses(v).any(|(u, _)| !inside.contains(&u))
+        } else {
+            // Every interior node is live, so each of its slots reading `v` is one
+            // of `v`'s uses: more uses than those means one outside.
+            let inner: usize = inside
+                .iter()
+                .filter_map(|&u| graph.node(u))
+                .map(|u| u.operands().iter().filter(|&&x| x == v).count())
+                .sum();
+            uses > inner
+        };
+        if escapes {
+            return None;
         }
     }
     if m.outputs.len() > 1 && check_convex(graph, &inside).is_err() {
         return None;
     }
     Some(inside)
+}
+
+/// The outputs of the interior's nodes that the match does not replace: each must have
+/// no use outside the interior and not be a graph output, or the rewrite would leave it
+/// dangling.
+fn inner_values<'a>(
+    graph: &'a Graph,
+    m: &'a Match,
+    inside: &'a Interior,
+) -> impl Iterator<Item = Value> + 'a {
+    inside
+        .iter()
+        .filter_map(move |&n| graph.node(n).map(|node| (n, node.outputs().len() as u32)))
+        .flat_map(|(n, outputs)| (0..outputs).map(move |o| Value::new(n, o)))
+        .filter(move |v| !m.outputs.contains(v))
 }
 
 fn check_convex(graph: &Graph, inside: &Interior) -> Result<(), Unsafe> {
