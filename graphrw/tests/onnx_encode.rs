@@ -12,9 +12,8 @@ use graphrw::Graph;
 use prost::Message;
 
 mod onnx_support;
-use onnx_support::{f32_value, node};
+use onnx_support::{f32_value, node, CORPUS, CORPUS_MODELS};
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
 const ATTENTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/models/attention");
 
 /// Asserts that both paths give the same bytes; returns the model.
@@ -40,16 +39,7 @@ fn node_count(m: &ModelProto) -> usize {
 fn corpus_models_encode_the_same_both_ways_as_loaded_and_optimized() {
     let mut functions = 0;
     let mut attention = 0;
-    for name in [
-        "bart_sdpa",
-        "bert_eager",
-        "bert_sdpa",
-        "gpt2_eager",
-        "gpt2_sdpa",
-        "llama_eager",
-        "llama_sdpa",
-        "t5_eager",
-    ] {
+    for name in CORPUS_MODELS {
         let path = PathBuf::from(CORPUS).join(name).join("model.onnx");
         let mut g = onnx::load(&path).unwrap_or_else(|e| panic!("{name}: load: {e}"));
         let m = same_both_ways(&g, name);

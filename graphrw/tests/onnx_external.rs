@@ -11,17 +11,8 @@ use graphrw::onnx::{self, SaveOptions, WeightLayout};
 use graphrw::{Builder, DType, Graph, Tensor, TensorMeta};
 use prost::Message;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
-const MODELS: [&str; 8] = [
-    "bert_eager",
-    "bert_sdpa",
-    "gpt2_eager",
-    "gpt2_sdpa",
-    "llama_eager",
-    "llama_sdpa",
-    "t5_eager",
-    "bart_sdpa",
-];
+mod onnx_support;
+use onnx_support::{CORPUS, CORPUS_MODELS};
 
 fn tmp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("graphrw-external-{tag}-{}", std::process::id()));
@@ -61,7 +52,7 @@ fn check_test_data(g: &Graph, model_dir: &Path, what: &str) {
 #[test]
 fn corpus_models_keep_external_data_through_optimize() {
     let dir = tmp("corpus");
-    for name in MODELS {
+    for name in CORPUS_MODELS {
         let src = PathBuf::from(CORPUS).join(name);
         let mut g = onnx::load(src.join("model.onnx")).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mapped = g

@@ -8,18 +8,8 @@ use graphrw::onnx::{self, proto::ModelProto};
 use graphrw::{DType, Dim};
 use prost::Message;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
-
-const MODELS: [&str; 8] = [
-    "bert_eager",
-    "bert_sdpa",
-    "gpt2_eager",
-    "gpt2_sdpa",
-    "llama_eager",
-    "llama_sdpa",
-    "t5_eager",
-    "bart_sdpa",
-];
+mod onnx_support;
+use onnx_support::{CORPUS, CORPUS_MODELS};
 
 fn model_path(name: &str) -> PathBuf {
     PathBuf::from(CORPUS).join(name).join("model.onnx")
@@ -85,7 +75,7 @@ fn every_corpus_model_loads_and_matches_the_manifest() {
     let manifest = manifest();
     assert_eq!(manifest.len(), 8, "manifest lists 8 models");
     let mut softmaxes = 0;
-    for name in MODELS {
+    for name in CORPUS_MODELS {
         let entry = &manifest[name];
         let graph = onnx::load(model_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         graphrw::verify(&graph).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -201,7 +191,7 @@ fn every_corpus_model_loads_and_matches_the_manifest() {
 
 #[test]
 fn test_data_reads_as_tensors_matching_the_graph() {
-    for name in MODELS {
+    for name in CORPUS_MODELS {
         let graph = onnx::load(model_path(name)).expect("load");
         let dir = PathBuf::from(CORPUS).join(name).join("test_data_set_0");
         for (i, &id) in graph.inputs().iter().enumerate() {

@@ -40,3 +40,18 @@ pub fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
         ..Default::default()
     }
 }
+
+/// The real corpus beside the checkout (`../shared/corpus`).
+pub const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
+
+/// The corpus's model folders (its `manifest.json` lists the same eight).
+pub const CORPUS_MODELS: [&str; 8] = [
+    "bart_sdpa",
+    "bert_eager",
+    "bert_sdpa",
+    "gpt2_eager",
+    "gpt2_sdpa",
+    "llama_eager",
+    "llama_sdpa",
+    "t5_eager",
+];
