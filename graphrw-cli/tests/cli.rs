@@ -21,12 +21,13 @@ fn model(name: &str) -> String {
     corpus(name).join("model.onnx").display().to_string()
 }
 
-/// A fresh scratch folder for one test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("graphrw_cli_{test}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh scratch folder for one test, removed when the guard drops (also when the
+/// test fails).
+fn scratch(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("graphrw_cli_{test}_"))
+        .tempdir()
+        .expect("scratch dir")
 }
 
 fn graphrw(args: &[&str]) -> Output {
@@ -103,7 +104,8 @@ fn usage_error(args: &[&str]) -> String {
 /// to its innermost field.
 #[test]
 fn error_first_lines_are_at_most_200_chars() {
-    let dir = scratch("long_lines");
+    let scratch_dir = scratch("long_lines");
+    let dir = scratch_dir.path();
     let bad = dir.join("text.onnx");
     std::fs::write(&bad, b"this is not a protobuf at all\n").expect("write");
     let bad = bad.to_str().unwrap().to_string();
@@ -187,7 +189,8 @@ fn dot_writes_graphviz_and_highlights_a_rule() {
     assert!(out.starts_with("digraph"), "{}", &out[..out.len().min(200)]);
     assert!(out.trim_end().ends_with('}'));
 
-    let dir = scratch("dot");
+    let scratch_dir = scratch("dot");
+    let dir = scratch_dir.path();
     let file = dir.join("m.dot");
     let o = graphrw(&[
         "dot",
@@ -207,7 +210,6 @@ fn dot_writes_graphviz_and_highlights_a_rule() {
     assert!(text(&o.stderr).contains("match(es) highlighted"));
     let line = fails(&["dot", &model("bert_eager"), "--highlight", "no_such_rule"]);
     assert!(line.contains("unknown rule `no_such_rule`"), "{line}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -250,7 +252,8 @@ fn explain_lists_near_misses_and_explains_one_node() {
 /// change this model) has fewer nodes.
 #[test]
 fn optimize_accepts_every_rule_set_and_writes_a_loadable_model() {
-    let dir = scratch("optimize");
+    let scratch_dir = scratch("optimize");
+    let dir = scratch_dir.path();
     let src = model("llama_sdpa");
     let before = onnx::load(&src).expect("load").node_count();
     let mut names = vec!["all", "canonical", "attention", "kernels"];
@@ -316,7 +319,6 @@ fn optimize_accepts_every_rule_set_and_writes_a_loadable_model() {
     assert!(line.contains("unknown rule set `bogus`"), "{line}");
     let line = fails(&["optimize", &src, "-o", "/no/such/dir/out.onnx"]);
     assert!(line.contains("/no/such/dir/out.onnx"), "{line}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -324,7 +326,8 @@ fn run_checks_a_model_and_its_optimised_copy_on_the_test_data() {
     let dir = corpus("gpt2_sdpa");
     let out = ok(&["run", dir.to_str().unwrap()]);
     assert!(out.contains("model: "), "{out}");
-    let scratch = scratch("run");
+    let scratch_dir = scratch("run");
+    let scratch = scratch_dir.path();
     let fused = scratch.join("fused.onnx");
     ok(&[
         "optimize",
@@ -353,7 +356,6 @@ fn run_checks_a_model_and_its_optimised_copy_on_the_test_data() {
     .ok();
     let line = fails(&["run", scratch.to_str().unwrap()]);
     assert!(line.contains("no test_data_set_"), "{line}");
-    let _ = std::fs::remove_dir_all(scratch);
 }
 
 #[test]
@@ -389,7 +391,8 @@ fn missing_files_are_one_line_errors_naming_the_file() {
 /// subcommand that reads a model.
 #[test]
 fn hostile_files_are_one_line_errors() {
-    let dir = scratch("hostile");
+    let scratch_dir = scratch("hostile");
+    let dir = scratch_dir.path();
     let good = std::fs::read(corpus("bert_eager").join("model.onnx")).expect("model");
     let mut files: Vec<(&str, Vec<u8>)> = vec![
         ("empty", Vec::new()),
@@ -439,5 +442,4 @@ fn hostile_files_are_one_line_errors() {
     std::fs::write(dir.join("set/model.onnx"), b"garbage").expect("write");
     let line = fails(&["run", dir.join("set").to_str().unwrap()]);
     assert!(line.contains("model.onnx"), "{line}");
-    let _ = std::fs::remove_dir_all(dir);
 }

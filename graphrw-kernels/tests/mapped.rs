@@ -3,19 +3,43 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 
 use graphrw_kernels::{cpu, DType, FileRange, MappedFile, Tensor};
 use half::f16;
 
-fn tmp(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("graphrw-mapped-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join("data.bin")
+/// A file path in a fresh folder of its own, removed with the folder when this drops
+/// (also when the test fails).
+struct ScratchFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Deref for ScratchFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for ScratchFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn tmp(tag: &str) -> ScratchFile {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("graphrw-mapped-{tag}-"))
+        .tempdir()
+        .expect("temp dir");
+    let path = dir.path().join("data.bin");
+    ScratchFile { _dir: dir, path }
 }
 
 /// A file of `pad` zero bytes, then the little-endian f32s `values`, then `tail` zeros.
-fn f32_file(tag: &str, pad: usize, values: &[f32], tail: usize) -> PathBuf {
+fn f32_file(tag: &str, pad: usize, values: &[f32], tail: usize) -> ScratchFile {
     let path = tmp(tag);
     let mut bytes = vec![0u8; pad];
     for v in values {

@@ -4,8 +4,6 @@
 //! keeps the single-file layout by default, and the external layout copies the ranges
 //! file to file.
 
-use std::path::PathBuf;
-
 use graphrw::onnx::proto::*;
 use graphrw::onnx::{self, SaveOptions, WeightLayout};
 use graphrw::{Graph, Tensor};
@@ -16,11 +14,12 @@ use onnx_support::f32_value as value_info;
 
 const N: usize = 600;
 
-fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("graphrw-inline-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+/// A fresh folder, removed when the guard drops (also when the test fails).
+fn tmp(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("graphrw-inline-{tag}-"))
+        .tempdir()
+        .expect("temp dir")
 }
 
 /// Weight `k`: element `i` is `k + i / 8`.
@@ -109,7 +108,8 @@ fn ranges(g: &Graph) -> Vec<graphrw::kernels::FileRange> {
 
 #[test]
 fn inline_weights_are_views_of_the_model_file() {
-    let dir = tmp("views");
+    let scratch = tmp("views");
+    let dir = scratch.path();
     let path = dir.join("model.onnx");
     std::fs::write(&path, model().encode_to_vec()).expect("write");
     let g = onnx::load(&path).expect("load");
@@ -133,7 +133,8 @@ fn inline_weights_are_views_of_the_model_file() {
 
 #[test]
 fn saving_keeps_one_file_or_copies_the_ranges_out() {
-    let dir = tmp("save");
+    let scratch = tmp("save");
+    let dir = scratch.path();
     let path = dir.join("model.onnx");
     std::fs::write(&path, model().encode_to_vec()).expect("write");
     let g = onnx::load(&path).expect("load");

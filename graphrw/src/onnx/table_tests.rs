@@ -375,8 +375,11 @@ fn every_row_loads_the_same_by_both_routes() {
 
 #[test]
 fn every_row_round_trips_at_its_opset_boundaries() {
-    let dir = std::env::temp_dir().join(format!("graphrw_table_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let scratch = tempfile::Builder::new()
+        .prefix("graphrw_table_")
+        .tempdir()
+        .expect("temp dir");
+    let dir = scratch.path();
     let mut files: Vec<PathBuf> = Vec::new();
     let mut failures = Vec::new();
     let mut cases = 0;
@@ -449,7 +452,6 @@ fn every_row_round_trips_at_its_opset_boundaries() {
     assert!(cases > OPS.len(), "only {cases} cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     check_with_onnx(&files);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `onnx.checker.check_model(full_check=True)` over the files; skipped without
