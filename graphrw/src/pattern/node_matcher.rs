@@ -182,7 +182,11 @@ impl<'a> NodeMatcher<'a> {
                 continue;
             }
             let options = self.options;
-            if self.found.as_ref().is_some_and(|m| options.accepts(graph, m)) {
+            if self
+                .found
+                .as_ref()
+                .is_some_and(|m| options.accepts(graph, m))
+            {
                 return self.found.as_ref().map(|m| (rule, m));
             }
         }
