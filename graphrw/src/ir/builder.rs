@@ -24,6 +24,7 @@
 use std::cell::RefCell;
 
 use graphrw_kernels::Tensor;
+use smallvec::SmallVec;
 
 use crate::graph::{normalize_attrs, Graph, NodeId, Value};
 use crate::meta::{DType, TensorMeta};
@@ -82,6 +83,10 @@ impl From<i32> for Arg {
         Arg::Scalar(v as f64)
     }
 }
+
+/// A new node's operands: inline up to four, as the node keeps them (most built nodes
+/// have one to three, so building one allocates no list of them).
+type Operands = SmallVec<[Value; 4]>;
 
 /// An operand slot as the generated methods fill it.
 #[doc(hidden)]
@@ -180,13 +185,13 @@ impl Builder {
         attrs: &[(&str, AttrValue)],
     ) -> Result<Vec<Value>, GraphError> {
         let values = normalize_attrs(op, attrs)?;
-        self.push_node(op, operands.to_vec(), values)
+        self.push_node(op, SmallVec::from_slice(operands), values)
     }
 
     fn push_node(
         &self,
         op: &'static OpDef,
-        operands: Vec<Value>,
+        operands: Operands,
         attrs: Vec<AttrValue>,
     ) -> Result<Vec<Value>, GraphError> {
         let id = self.push(op, operands, attrs)?;
@@ -199,18 +204,18 @@ impl Builder {
     fn push(
         &self,
         op: &'static OpDef,
-        operands: Vec<Value>,
+        operands: Operands,
         attrs: Vec<AttrValue>,
     ) -> Result<NodeId, GraphError> {
         let id: NodeId = self
             .graph
             .borrow_mut()
-            .add_node(op, operands, attrs, None)?;
+            .add_node_inline(op, operands, attrs)?;
         self.created.borrow_mut().push(id);
         Ok(id)
     }
 
-    fn resolve(&self, op: &'static OpDef, slots: Vec<Slot>) -> Result<Vec<Value>, GraphError> {
+    fn resolve(&self, op: &'static OpDef, slots: Vec<Slot>) -> Result<Operands, GraphError> {
         // A scalar takes the dtype of the op's first non-bool tensor operand (in
         // `where(cond, x, 0.0)` the scalar is data, like `x`), else of the first one.
         let mut dtype = None;
@@ -234,7 +239,7 @@ impl Builder {
             }
         }
         let dtype = dtype.unwrap_or(DType::F32);
-        let mut operands = Vec::with_capacity(slots.len());
+        let mut operands = Operands::with_capacity(slots.len());
         let mut gap = None;
         for (i, slot) in slots.into_iter().enumerate() {
             match slot {

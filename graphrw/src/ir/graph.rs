@@ -233,10 +233,17 @@ impl Graph {
 
     /// Makes room for `additional` more nodes, so that a graph built node by node (an
     /// importer that knows the model's size) does not regrow and copy its node table.
+    ///
+    /// A quarter more is reserved on top (address space only: pages nobody writes are
+    /// never resident). A rewrite adds its replacement before it removes the matched
+    /// nodes, so the first rewrite of a graph loaded at its exact size would otherwise
+    /// copy the whole node table into one a quarter larger (see `make_room`): at
+    /// 64 k nodes, 14 MB copied and 17 MB of fresh pages, 5% of the attention passes.
     pub fn reserve(&mut self, additional: usize) {
-        self.dag.reserve_nodes(additional);
-        self.use_lists.reserve(additional);
-        self.use_counts.reserve(additional);
+        let room = additional + additional / 4;
+        self.dag.reserve_nodes(room);
+        self.use_lists.reserve(room);
+        self.use_counts.reserve(room);
     }
 
     /// Number of nodes.
@@ -487,6 +494,27 @@ impl Graph {
             slots: SmallVec::new(),
             outputs: small(outputs),
             name: name.map(String::into_boxed_str),
+            payload: None,
+        }))
+    }
+
+    /// [`Graph::add_node`] with the operands already in the node's inline list and no
+    /// name (the builder's nodes: a rewrite builds a few per match, and a `Vec` of
+    /// operands per node was an allocation and a free for nothing).
+    pub(crate) fn add_node_inline(
+        &mut self,
+        op: &'static OpDef,
+        operands: SmallVec<[Value; 4]>,
+        attrs: Vec<AttrValue>,
+    ) -> Result<NodeId, GraphError> {
+        let outputs = self.infer_node(op, &operands, &attrs, None)?;
+        Ok(self.insert(Node {
+            op,
+            attrs: attrs.into_boxed_slice(),
+            operands,
+            slots: SmallVec::new(),
+            outputs: small(outputs),
+            name: None,
             payload: None,
         }))
     }

@@ -25,9 +25,23 @@ pub enum Bound {
 }
 
 /// The slots of a pattern as matching fills them.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Bindings {
     slots: Vec<Option<Bound>>,
+}
+
+impl Clone for Bindings {
+    fn clone(&self) -> Bindings {
+        Bindings {
+            slots: self.slots.clone(),
+        }
+    }
+
+    /// Reuses this one's slot list (the rewriter copies every match it finds into the
+    /// same [`Match`]).
+    fn clone_from(&mut self, source: &Bindings) {
+        self.slots.clone_from(&source.slots);
+    }
 }
 
 impl Bindings {

@@ -169,6 +169,22 @@ pub(crate) fn run_in<const E: bool>(
     flags: Flags,
     scratch: &mut Scratch,
 ) -> Result<Match, Option<Failure>> {
+    let mut found = None;
+    run_into::<E>(pattern, graph, anchor, flags, scratch, &mut found)?;
+    found.ok_or(None)
+}
+
+/// [`run_in`] writing a match into `found`: into the lists of the match already there
+/// when there is one (no allocation per match found once they are big enough), else a
+/// new one. `found` is left as it was when there is no match.
+pub(crate) fn run_into<const E: bool>(
+    pattern: &'static Pattern,
+    graph: &Graph,
+    anchor: NodeId,
+    flags: Flags,
+    scratch: &mut Scratch,
+    found: &mut Option<Match>,
+) -> Result<(), Option<Failure>> {
     let root = pattern.roots.first().ok_or(None)?;
     let node = graph.node(anchor).ok_or(None)?;
     let value = Value::new(anchor, 0);
@@ -211,19 +227,29 @@ pub(crate) fn run_in<const E: bool>(
     // Constraints that read nothing run once, before anything is bound.
     let ok = m.unconditional() && m.solve();
     let result = if ok {
+        let s = &*m.scratch;
+        let out = match found {
+            Some(out) => {
+                out.pattern = pattern;
+                out.outputs.clone_from(&s.roots);
+                out.nodes.clear();
+                out.bindings.clone_from(&s.b);
+                out
+            }
+            None => found.insert(Match {
+                pattern,
+                outputs: s.roots.clone(),
+                nodes: Vec::with_capacity(s.nodes.len()),
+                bindings: s.b.clone(),
+            }),
+        };
         // Each node once, in match order (matches are small: a scan beats a set).
-        let mut nodes: Vec<NodeId> = Vec::with_capacity(m.scratch.nodes.len());
-        for &n in &m.scratch.nodes {
-            if !nodes.contains(&n) {
-                nodes.push(n);
+        for &n in &s.nodes {
+            if !out.nodes.contains(&n) {
+                out.nodes.push(n);
             }
         }
-        Ok(Match {
-            pattern,
-            outputs: m.scratch.roots.clone(),
-            nodes,
-            bindings: m.scratch.b.clone(),
-        })
+        Ok(())
     } else {
         Err(m.fail.take())
     };

@@ -48,6 +48,9 @@ pub struct NodeMatcher<'a> {
     block_at: usize,
     sweep: usize,
     attempts: usize,
+    /// The last match [`NodeMatcher::next_match_ref`] found, whose lists the next one
+    /// reuses.
+    found: Option<Match>,
 }
 
 impl<'a> NodeMatcher<'a> {
@@ -67,6 +70,7 @@ impl<'a> NodeMatcher<'a> {
             block_at: 0,
             sweep: 0,
             attempts: 0,
+            found: None,
         }
     }
 
@@ -150,6 +154,40 @@ impl<'a> NodeMatcher<'a> {
             };
             if self.options.accepts(graph, &m) {
                 return Some((rule, m));
+            }
+        }
+        None
+    }
+
+    /// [`NodeMatcher::next_match`] for a caller that only reads the match: it is
+    /// written into the same lists every time (the rewriter's loop), not allocated anew.
+    #[inline]
+    pub(crate) fn next_match_ref(
+        &mut self,
+        graph: &Graph,
+        mut skip: impl FnMut(&'static Rule) -> bool,
+    ) -> Option<(&'static Rule, &Match)> {
+        while let Some(&rule) = self.candidates.get(self.next) {
+            self.next += 1;
+            if skip(rule) {
+                continue;
+            }
+            self.attempts += 1;
+            let flags = self.options.flags;
+            let found = &mut self.found;
+            let scratch = &mut self.scratch;
+            if matcher::run_into::<false>(rule.pattern, graph, self.node, flags, scratch, found)
+                .is_err()
+            {
+                continue;
+            }
+            let options = self.options;
+            if self
+                .found
+                .as_ref()
+                .is_some_and(|m| options.accepts(graph, m))
+            {
+                return self.found.as_ref().map(|m| (rule, m));
             }
         }
         None

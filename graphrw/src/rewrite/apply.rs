@@ -1,6 +1,8 @@
 //! Replacing a match as one atomic patch (the match checked safe to replace by
 //! [`check_safe`](crate::pattern::check_safe) first).
 
+use smallvec::SmallVec;
+
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
 use crate::pattern::safety::{interior, Interior};
@@ -61,11 +63,16 @@ pub(crate) fn apply_safe(
     // Rewire every use of an old output, except uses by the new nodes themselves (a
     // replacement may read an old output's operands, never the old output).
     let mut rewired = Vec::new();
+    // The uses of one old output, sorted (listed aside: rewiring edits the list).
+    let mut uses: SmallVec<[(NodeId, u32); 8]> = SmallVec::new();
     for (&old, &new) in m.outputs.iter().zip(&new_outputs) {
         if old == new {
             continue;
         }
-        for (user, operand) in graph.uses_sorted(old) {
+        uses.clear();
+        uses.extend(graph.uses(old));
+        uses.sort_unstable();
+        for &(user, operand) in &uses {
             if !added.contains(&user) {
                 graph.set_operand(user, operand as usize, new)?;
                 rewired.push(user);

@@ -254,15 +254,15 @@ impl Rewriter {
             report.visited += 1;
             matcher.visit(graph, id);
             // A rule whose replacement failed here is not tried again.
-            while let Some((rule, m)) = matcher.next_match(graph, |rule| {
+            while let Some((rule, m)) = matcher.next_match_ref(graph, |rule| {
                 !failed.is_empty() && failed.contains(&(rule.name, id))
             }) {
-                let Some(inside) = safe_interior_verdict(graph, &m) else {
+                let Some(inside) = safe_interior_verdict(graph, m) else {
                     *report.rejected_unsafe.entry(rule.name).or_default() += 1;
                     continue;
                 };
                 let at = describe(graph, id);
-                let patch = match apply::apply_safe(graph, &m, rule.replace, &inside) {
+                let patch = match apply::apply_safe(graph, m, rule.replace, &inside) {
                     Ok(patch) => patch,
                     Err(source) if self.strict => {
                         return Err(RewriteError::Replacement {

@@ -195,8 +195,12 @@ rule_set! {
         }
     }
 
+    // The first check is implied by the second (a `permute`'s dims are as many as its
+    // operand's rank) and reads `p` alone, so it runs as soon as the attribute is bound:
+    // the permutes that are not the identity (every one, in a real model) fail without
+    // the operand being matched or its metadata read.
     rule identity_permute(x: Tensor, p: Vec<i64>) -> Tensor
-    where check(|x, p| is_identity_perm(&p, x.rank()))
+    where check(|p| is_identity_perm(&p, p.len())), check(|x, p| is_identity_perm(&p, x.rank()))
     {
         x.permute(p)
     } => {
@@ -259,8 +263,10 @@ rule_set! {
         a.matmul(b)?.mul(s)?.add(m1.add(m2)?)?.softmax(d)?
     }
 
+    // `d >= 0` reads `d` alone, so it fails as soon as the attribute is bound (the usual
+    // `dim = -1`), before the operand is matched.
     rule softmax_dim_from_front(x: Tensor, d: i64) -> Tensor
-    where check(|x, d| d >= 0 && (d as usize) < x.rank())
+    where d >= 0, check(|x, d| (d as usize) < x.rank())
     {
         x.softmax(d)
     } => {
