@@ -54,7 +54,11 @@ pub(crate) fn verify_ordered_with<T>(
         if let Ok(order) = graph.topo_order() {
             let progress = Progress::default();
             let out = std::thread::scope(|s| {
-                let checker = s.spawn(|| progress.check(graph, &order));
+                // No thread to be had: the one-thread check below.
+                let checker = std::thread::Builder::new()
+                    .name("graphrw-verify".into())
+                    .spawn_scoped(s, || progress.check(graph, &order))
+                    .ok()?;
                 let out = run(
                     &order,
                     &Gate {
@@ -65,9 +69,9 @@ pub(crate) fn verify_ordered_with<T>(
                 if let Err(panic) = checker.join() {
                     std::panic::resume_unwind(panic);
                 }
-                out
+                Some(out)
             });
-            if progress.passed(order.len()) {
+            if let Some(out) = out.filter(|_| progress.passed(order.len())) {
                 return Ok(out);
             }
         }

@@ -28,8 +28,16 @@
 //! [`save`], [`save_with`] and [`to_bytes`] encode each node as it is written, straight
 //! from the graph into one byte buffer (`encode.rs`), with every name the exporter gives
 //! kept as a span of one string: no `NodeProto` of owned strings is built for a big
-//! graph. [`to_model`] builds the prost messages from the same exporter; both give the
-//! same bytes (`tests/onnx_encode.rs`, and the table round trip).
+//! graph. Small int64 initialisers (reshape targets, axes, slice bounds) are encoded
+//! straight to bytes the same way (`encode::InitBytes`). [`to_model`] builds the prost
+//! messages from the same exporter; both give the same bytes (`tests/onnx_encode.rs`,
+//! and the table round trip).
+//!
+//! Every writer verifies the graph first. From a few thousand nodes up the verifier's
+//! checks run on a second thread while the exporter writes the nodes in the same
+//! topological order a little behind it, reading only nodes that checked out
+//! (`verify::verify_ordered_with`); a graph with any problem is refused with the error
+//! `graphrw::verify` gives (`tests/onnx_save_verify.rs`).
 //!
 //! Fused ops (the generated kernels' `fused.*` ops, user ops declared `like` a
 //! decomposition, the tile executor's `fused.elementwise_group`) are written as their
@@ -203,6 +211,10 @@ fn export_in(
         };
         ex.init_bytes = Some(InitBytes::default());
     }
+    // Every node's first output is named by its index: the list sized once, so that
+    // naming a graph output (a late node) does not grow it.
+    let bound = order.iter().map(|id| id.index() + 1).max().unwrap_or(0);
+    ex.names.first.resize(bound, None);
     ex.reserve_io()?;
     for (i, &id) in order.iter().enumerate() {
         if !gate.ready(i) {
