@@ -30,6 +30,154 @@ pub(crate) fn verify_ordered(graph: &Graph) -> Result<Vec<NodeId>, GraphError> {
     }
 }
 
+/// Graphs of fewer nodes are checked before [`verify_ordered_with`]'s consumer runs, on
+/// the calling thread: starting a thread would cost more than the overlap saves.
+const PARALLEL_NODES: usize = 4096;
+
+/// Checks `graph` as [`verify_ordered`] does and runs `run` over its topological order,
+/// returning `run`'s result only when the graph verifies (and the first problem, as
+/// [`verify`] gives it, when it does not).
+///
+/// Above [`PARALLEL_NODES`] nodes the checks run on a second thread while `run` goes
+/// on with the calling one, in the same order: `run` must call [`Gate::ready`] before it
+/// reads the `i`-th node of the order (and with `order.len()` before it reads anything
+/// not behind a node, such as the graph's outputs), and stop when it says no. So `run`
+/// only reads nodes that checked out, and operands come before their users: what it
+/// reads is what it would read after a whole check. When the second thread finds any
+/// problem, the graph is checked again on the calling thread, so the error is the one
+/// [`verify_ordered`] gives, whatever the thread's timing.
+pub(crate) fn verify_ordered_with<T>(
+    graph: &Graph,
+    mut run: impl FnMut(&[NodeId], &Gate) -> T,
+) -> Result<T, GraphError> {
+    if graph.node_count() >= PARALLEL_NODES {
+        if let Ok(order) = graph.topo_order() {
+            let progress = Progress::default();
+            let out = std::thread::scope(|s| {
+                // No thread to be had: the one-thread check below.
+                let checker = std::thread::Builder::new()
+                    .name("graphrw-verify".into())
+                    .spawn_scoped(s, || progress.check(graph, &order))
+                    .ok()?;
+                let out = run(
+                    &order,
+                    &Gate {
+                        progress: Some(&progress),
+                        seen: std::cell::Cell::new(0),
+                    },
+                );
+                if let Err(panic) = checker.join() {
+                    std::panic::resume_unwind(panic);
+                }
+                Some(out)
+            });
+            if let Some(out) = out.filter(|_| progress.passed(order.len())) {
+                return Ok(out);
+            }
+        }
+    }
+    // A small graph, or one with a problem: the errors of the one-thread check.
+    let order = verify_ordered(graph)?;
+    Ok(run(&order, &Gate::checked()))
+}
+
+/// How far the second thread of [`verify_ordered_with`] has checked the order.
+#[derive(Default)]
+struct Progress {
+    /// Nodes of the order that checked out; the order's length plus one once the
+    /// whole graph has.
+    checked: std::sync::atomic::AtomicUsize,
+    /// Set when a problem was found (checking stops there).
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    /// Checks `graph`'s nodes in `order` (every node, as [`check_node`] does when
+    /// [`verify_all`] walks them by id), then what [`check_with`] checks of the
+    /// whole graph but its cycles (`order` is a topological order: there are none).
+    fn check(&self, graph: &Graph, order: &[NodeId]) {
+        use std::sync::atomic::Ordering::Release;
+        let mut tally = Tally::default();
+        for (i, &id) in order.iter().enumerate() {
+            let mut ok = true;
+            check_node(graph, id, false, &mut tally, &mut |_, _| ok = false);
+            if !ok {
+                self.failed.store(true, Release);
+                return;
+            }
+            self.checked.store(i + 1, Release);
+        }
+        let whole = order.len() == graph.node_count()
+            && tally.all_linked
+            && tally.linked_slots == tally.entries
+            && graph
+                .inputs()
+                .iter()
+                .all(|&id| graph.node(id).map(|n| n.op_name()) == Some("input"))
+            && graph.outputs().iter().all(|&v| graph.meta(v).is_ok());
+        match whole {
+            true => self.checked.store(order.len() + 1, Release),
+            false => self.failed.store(true, Release),
+        }
+    }
+
+    /// True when the whole graph of `nodes` nodes checked out.
+    fn passed(&self, nodes: usize) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        !self.failed.load(Acquire) && self.checked.load(Acquire) > nodes
+    }
+}
+
+/// What the consumer of [`verify_ordered_with`] asks before it reads a node: whether
+/// the check has got that far and found it sound.
+pub(crate) struct Gate<'p> {
+    /// `None`: the graph was checked whole before (everything is ready).
+    progress: Option<&'p Progress>,
+    /// The last progress read (read again only when the consumer catches up with it,
+    /// so the two threads do not share a cache line node by node).
+    seen: std::cell::Cell<usize>,
+}
+
+impl Gate<'_> {
+    /// The gate of a graph checked whole before: every node is ready.
+    pub(crate) fn checked() -> Gate<'static> {
+        Gate {
+            progress: None,
+            seen: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Waits until the `i`-th node of the order has been checked (`i` = the order's
+    /// length: the whole graph) and says whether it checked out; false means stop, the
+    /// graph has a problem.
+    pub(crate) fn ready(&self, i: usize) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        let Some(progress) = self.progress else {
+            return true;
+        };
+        if i < self.seen.get() {
+            return true;
+        }
+        let mut spins = 0u32;
+        loop {
+            let checked = progress.checked.load(Acquire);
+            if checked > i {
+                self.seen.set(checked);
+                return true;
+            }
+            if progress.failed.load(Acquire) {
+                return false;
+            }
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
 /// Checks `graph` and returns every problem found.
 pub fn verify_all(graph: &Graph) -> Vec<GraphError> {
     check(graph, false).0
@@ -58,115 +206,24 @@ fn check_with(
     ordered: bool,
     each_use_list: bool,
 ) -> Option<(Vec<GraphError>, Option<Vec<NodeId>>)> {
-    // Linked operand slots (whose producer exists) and use list entries of live nodes.
-    let (mut linked_slots, mut entries, mut all_linked) = (0usize, 0usize, true);
     // Named only when something is wrong: naming every value costs more than the checks.
     let names = std::cell::OnceCell::new();
     let names = || names.get_or_init(|| Names::new(graph));
     let mut errors = Vec::new();
-    let fail = |errors: &mut Vec<GraphError>, id: NodeId, message: String| {
-        errors.push(GraphError::Verify {
-            node: node_line(graph, names(), id),
-            message,
-        })
-    };
+    let mut tally = Tally::default();
     for id in graph.node_ids() {
-        let Some(node) = graph.node(id) else { continue };
-        // Every use is defined.
-        for (i, &v) in node.operands().iter().enumerate() {
-            if graph.meta(v).is_err() {
-                fail(
-                    &mut errors,
-                    id,
-                    format!(
-                        "operand {i} uses %{}.{}, which does not exist (a dangling use)",
-                        v.node.index(),
-                        v.output
-                    ),
-                );
-            }
-        }
-        // Each operand is in its producer's use list, at the slot the node keeps.
-        let linked = node.operands().iter().enumerate().all(|(i, &v)| {
-            let want = (
-                id,
-                Use {
-                    output: v.output,
-                    operand: i as u32,
-                },
-            );
-            match graph.use_slot(id, i) {
-                Some(slot) => {
-                    linked_slots += usize::from(graph.node(v.node).is_some());
-                    graph.node_uses(v.node).get(slot) == Some(&want)
-                }
-                None => graph.node(v.node).is_none(),
-            }
+        check_node(graph, id, each_use_list, &mut tally, &mut |id, message| {
+            errors.push(GraphError::Verify {
+                node: node_line(graph, names(), id),
+                message,
+            })
         });
-        if !linked {
-            all_linked = false;
-            fail(
-                &mut errors,
-                id,
-                "its operand list and its producers' use lists disagree".into(),
-            );
-        }
-        entries += graph.node_uses(id).len();
-        // Each entry of its use list is an operand of a live user, which points back.
-        let back = !each_use_list
-            || graph
-                .node_uses(id)
-                .iter()
-                .enumerate()
-                .all(|(slot, &(user, u))| {
-                    let i = u.operand as usize;
-                    graph.node(user).and_then(|n| n.operands().get(i).copied())
-                        == Some(Value::new(id, u.output))
-                        && graph.use_slot(user, i) == Some(slot)
-                });
-        if !back {
-            fail(
-                &mut errors,
-                id,
-                "its use list names a use that its user's operands do not have".into(),
-            );
-        }
-        // The graph's use count agrees with the use list.
-        let listed = graph.node_uses(id).len();
-        if graph.node_use_count(id) != listed {
-            fail(
-                &mut errors,
-                id,
-                format!(
-                    "the graph counts {} uses of it, its use list has {listed}",
-                    graph.node_use_count(id)
-                ),
-            );
-        }
-        // Signature.
-        if let Err(message) = check_signature(node.op(), node.operands().len(), node.attr_values())
-        {
-            fail(&mut errors, id, format!("`{}` {message}", node.op_name()));
-            continue;
-        }
-        // Output count and metadata.
-        let expected = node.op().output_count(node.attr_values());
-        if node.outputs().len() != expected {
-            fail(
-                &mut errors,
-                id,
-                format!(
-                    "has {} outputs, `{}` makes {expected}",
-                    node.outputs().len(),
-                    node.op_name()
-                ),
-            );
-            continue;
-        }
-        if let Some(message) = check_metadata(graph, id) {
-            fail(&mut errors, id, message);
-        }
     }
+    let Tally {
+        linked_slots,
+        entries,
+        all_linked,
+    } = tally;
     for id in graph.inputs() {
         if graph.node(*id).map(|n| n.op_name()) != Some("input") {
             errors.push(GraphError::Verify {
@@ -208,6 +265,126 @@ fn check_with(
         });
     }
     Some((errors, order))
+}
+
+/// Counts [`check_node`] keeps over the nodes it checks: linked operand slots (whose
+/// producer exists), use list entries of live nodes, and whether every node's operands
+/// were found in their producers' use lists.
+struct Tally {
+    linked_slots: usize,
+    entries: usize,
+    all_linked: bool,
+}
+
+impl Default for Tally {
+    fn default() -> Tally {
+        Tally {
+            linked_slots: 0,
+            entries: 0,
+            all_linked: true,
+        }
+    }
+}
+
+/// The checks of one node, each problem given to `fail` (node, message) in the order
+/// [`verify_all`] lists them; `each_use_list` reads the node's use list entry by
+/// entry (see [`check`]).
+fn check_node(
+    graph: &Graph,
+    id: NodeId,
+    each_use_list: bool,
+    tally: &mut Tally,
+    fail: &mut impl FnMut(NodeId, String),
+) {
+    let Some(node) = graph.node(id) else { return };
+    // Every use is defined.
+    for (i, &v) in node.operands().iter().enumerate() {
+        if graph.meta(v).is_err() {
+            fail(
+                id,
+                format!(
+                    "operand {i} uses %{}.{}, which does not exist (a dangling use)",
+                    v.node.index(),
+                    v.output
+                ),
+            );
+        }
+    }
+    // Each operand is in its producer's use list, at the slot the node keeps.
+    let linked = node.operands().iter().enumerate().all(|(i, &v)| {
+        let want = (
+            id,
+            Use {
+                output: v.output,
+                operand: i as u32,
+            },
+        );
+        match graph.use_slot(id, i) {
+            Some(slot) => {
+                tally.linked_slots += usize::from(graph.node(v.node).is_some());
+                graph.node_uses(v.node).get(slot) == Some(&want)
+            }
+            None => graph.node(v.node).is_none(),
+        }
+    });
+    if !linked {
+        tally.all_linked = false;
+        fail(
+            id,
+            "its operand list and its producers' use lists disagree".into(),
+        );
+    }
+    tally.entries += graph.node_uses(id).len();
+    // Each entry of its use list is an operand of a live user, which points back.
+    let back = !each_use_list
+        || graph
+            .node_uses(id)
+            .iter()
+            .enumerate()
+            .all(|(slot, &(user, u))| {
+                let i = u.operand as usize;
+                graph.node(user).and_then(|n| n.operands().get(i).copied())
+                    == Some(Value::new(id, u.output))
+                    && graph.use_slot(user, i) == Some(slot)
+            });
+    if !back {
+        fail(
+            id,
+            "its use list names a use that its user's operands do not have".into(),
+        );
+    }
+    // The graph's use count agrees with the use list.
+    let listed = graph.node_uses(id).len();
+    if graph.node_use_count(id) != listed {
+        fail(
+            id,
+            format!(
+                "the graph counts {} uses of it, its use list has {listed}",
+                graph.node_use_count(id)
+            ),
+        );
+    }
+    // Signature.
+    if let Err(message) = check_signature(node.op(), node.operands().len(), node.attr_values()) {
+        fail(id, format!("`{}` {message}", node.op_name()));
+        return;
+    }
+    // Output count and metadata.
+    let expected = node.op().output_count(node.attr_values());
+    if node.outputs().len() != expected {
+        fail(
+            id,
+            format!(
+                "has {} outputs, `{}` makes {expected}",
+                node.outputs().len(),
+                node.op_name()
+            ),
+        );
+        return;
+    }
+    if let Some(message) = check_metadata(graph, id) {
+        fail(id, message);
+    }
 }
 
 fn check_metadata(graph: &Graph, id: NodeId) -> Option<String> {

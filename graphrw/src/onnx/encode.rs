@@ -11,10 +11,12 @@ use std::borrow::Cow;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 
-use super::proto::{attribute_type, AttributeProto, NodeProto, TensorProto};
+use super::proto::{attribute_type, data_type, AttributeProto, NodeProto, TensorProto};
 
 /// The tag of `GraphProto.node`.
 pub(super) const NODE_TAG: u32 = 1;
+/// The tag of `GraphProto.initializer`.
+pub(super) const INITIALIZER_TAG: u32 = 5;
 
 /// A node attribute by reference: what the exporter writes. [`Attr::Tensor`] is the
 /// rare owned case (`ConstantOfShape`'s value).
@@ -324,5 +326,57 @@ impl NodeSink {
             }
         }
         Ok(())
+    }
+}
+
+/// Small initialisers encoded straight into bytes, each as field [`INITIALIZER_TAG`]
+/// of the graph (the bytes prost gives for its `TensorProto` there), interleaved with
+/// the initialisers kept as messages (the graph's constants, whose data the writer
+/// places): no message, name or data buffer is built for each of a big graph's
+/// thousands of reshape targets and axes.
+#[derive(Debug, Default)]
+pub(super) struct InitBytes {
+    /// The encoded initialisers, in order.
+    pub bytes: Vec<u8>,
+    /// For each initialiser message, in order, how many of `bytes` come before it; a
+    /// message past the end of the list comes after all of them.
+    marks: Vec<usize>,
+}
+
+impl InitBytes {
+    /// Records that the next initialiser message comes after the bytes so far.
+    pub(super) fn mark(&mut self) {
+        self.marks.push(self.bytes.len());
+    }
+
+    /// How many of the bytes come before initialiser message `i`.
+    pub(super) fn before(&self, i: usize) -> usize {
+        self.marks.get(i).copied().unwrap_or(self.bytes.len())
+    }
+
+    /// Appends an int64 tensor of shape `dims` holding `v` (as `raw_data`), named
+    /// `name`.
+    pub(super) fn push_i64s(&mut self, name: &str, dims: &[i64], v: &[i64]) {
+        let buf = &mut self.bytes;
+        encode_key(INITIALIZER_TAG, WireType::LengthDelimited, buf);
+        let at = open_len(buf);
+        if !dims.is_empty() {
+            encode_key(1, WireType::LengthDelimited, buf);
+            encode_varint(packed_len(dims) as u64, buf);
+            for &d in dims {
+                encode_varint(d as u64, buf);
+            }
+        }
+        encode_key(2, WireType::Varint, buf);
+        encode_varint(data_type::INT64 as u64, buf);
+        put_str(8, name, buf);
+        if !v.is_empty() {
+            encode_key(9, WireType::LengthDelimited, buf);
+            encode_varint(8 * v.len() as u64, buf);
+            for &x in v {
+                buf.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        close_len(buf, at);
     }
 }

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use graphrw_kernels::FileRange;
 use prost::Message;
 
-use super::encode::NodeSink;
+use super::encode::{InitBytes, NodeSink, INITIALIZER_TAG};
 use super::proto::{
     GraphProto, ModelProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL,
 };
@@ -130,15 +130,18 @@ impl fmt::Display for Saved {
 }
 
 /// Refuses a model whose encoding would pass [`MAX_PROTO_BYTES`] once `inline`'s
-/// tensors are filled in (checked before they are read): the skeleton's size (`model`
-/// around `nodes`) plus each tensor's bytes and a generous field overhead.
+/// tensors are filled in (checked before they are read): the skeleton's size (the
+/// exported model around its nodes and encoded initialisers) plus each tensor's bytes
+/// and a generous field overhead.
 pub(super) fn check_inline_estimate(
-    model: &ModelProto,
-    nodes: &NodeSink,
+    exported: &Exported,
     inline: &[(usize, Tensor)],
 ) -> Result<(), OnnxError> {
     let inline_bytes: u64 = inline.iter().map(|(_, t)| t.nbytes() as u64 + 16).sum();
-    let estimate = model_len(model, nodes.encoded_len()) + inline_bytes;
+    let estimate = model_len(
+        &exported.model,
+        exported.nodes.encoded_len() + exported.inits.bytes.len(),
+    ) + inline_bytes;
     if estimate > MAX_PROTO_BYTES {
         return Err(too_large(estimate));
     }
@@ -151,14 +154,16 @@ fn model_len(model: &ModelProto, nodes_len: usize) -> u64 {
     (model.encoded_len() + nodes_len + 4) as u64
 }
 
-/// `model` with `nodes` as its graph's nodes, encoded; refused past
+/// An exported model, every constant inline, encoded; refused past
 /// [`MAX_PROTO_BYTES`].
-pub(super) fn encode_model(
-    model: ModelProto,
-    nodes: NodeSink,
-    inline: Vec<(usize, Tensor)>,
-) -> Result<Vec<u8>, OnnxError> {
-    let (parts, size) = ModelParts::split(model, nodes, inline);
+pub(super) fn encode_model(exported: Exported) -> Result<Vec<u8>, OnnxError> {
+    let Exported {
+        model,
+        nodes,
+        inits,
+        payloads,
+    } = exported;
+    let (parts, size) = ModelParts::split(model, nodes, inits, payloads);
     if size > MAX_PROTO_BYTES {
         return Err(too_large(size));
     }
@@ -247,13 +252,9 @@ pub(super) fn write(
     path: &Path,
     options: &SaveOptions,
 ) -> Result<Saved, OnnxError> {
-    let Exported {
-        mut model,
-        nodes,
-        payloads,
-    } = exported;
-    let any_mapped = payloads.iter().any(|(_, t)| from_data_file(t));
-    let (external, inline): (Vec<_>, Vec<_>) = payloads
+    let mut exported = exported;
+    let any_mapped = exported.payloads.iter().any(|(_, t)| from_data_file(t));
+    let (external, inline): (Vec<_>, Vec<_>) = std::mem::take(&mut exported.payloads)
         .into_iter()
         .partition(|(_, t)| goes_external(t, options, any_mapped));
     let mut saved = Saved {
@@ -263,7 +264,13 @@ pub(super) fn write(
         ..Saved::default()
     };
     // Refuse a protobuf past 2 GiB before reading or writing any weight.
-    check_inline_estimate(&model, &nodes, &inline)?;
+    check_inline_estimate(&exported, &inline)?;
+    let Exported {
+        mut model,
+        nodes,
+        inits,
+        ..
+    } = exported;
     let Some(graph) = model.graph.as_mut() else {
         return Err(OnnxError::Model("the exported model has no graph".into()));
     };
@@ -310,7 +317,7 @@ pub(super) fn write(
         staged_data = Some(staged);
     }
 
-    let (parts, size) = ModelParts::split(model, nodes, inline);
+    let (parts, size) = ModelParts::split(model, nodes, inits, inline);
     if size > MAX_PROTO_BYTES {
         return Err(too_large(size));
     }
@@ -344,6 +351,8 @@ struct ModelParts {
 /// The graph of a [`ModelParts`].
 struct GraphParts {
     nodes: NodeSink,
+    /// The initialisers encoded already, before and between those of `initializers`.
+    encoded: InitBytes,
     /// Only the graph's name (field 2).
     name: GraphProto,
     /// Each initialiser (its `raw_data` empty when a tensor is given), its encoded
@@ -357,8 +366,6 @@ struct GraphParts {
 
 /// The tag of `ModelProto.graph`.
 const GRAPH_TAG: u32 = 7;
-/// The tag of `GraphProto.initializer`.
-const INITIALIZER_TAG: u32 = 5;
 /// The tag of `TensorProto.raw_data`.
 const RAW_DATA_TAG: u32 = 9;
 
@@ -397,6 +404,18 @@ fn take_fields_after_raw_data(tensor: &mut TensorProto) -> TensorProto {
     }
 }
 
+/// Appends `bytes` to the pending `buf`, or writes both to `out` when `bytes` is a
+/// chunk or more (not copied through `buf`).
+fn put(bytes: &[u8], buf: &mut Vec<u8>, out: &mut impl Write) -> std::io::Result<()> {
+    if bytes.len() < WRITE_CHUNK {
+        buf.extend_from_slice(bytes);
+        return Ok(());
+    }
+    out.write_all(buf)?;
+    buf.clear();
+    out.write_all(bytes)
+}
+
 /// Writes `t`'s elements as little-endian bytes to `out`: a tensor mapped from a file
 /// is streamed from it, any other one is converted (one tensor at a time).
 fn write_raw(t: &Tensor, out: &mut impl Write) -> std::io::Result<()> {
@@ -407,12 +426,14 @@ fn write_raw(t: &Tensor, out: &mut impl Write) -> std::io::Result<()> {
 }
 
 impl ModelParts {
-    /// Cuts `model`, whose graph's nodes are `nodes` and whose initialisers at the
-    /// indices of `inline` take those tensors' bytes as `raw_data`; returns the parts
-    /// and the encoded size of the whole.
+    /// Cuts `model`, whose graph's nodes are `nodes`, whose initialisers come around
+    /// those `encoded` already, and whose initialisers at the indices of `inline` take
+    /// those tensors' bytes as `raw_data`; returns the parts and the encoded size of the
+    /// whole.
     fn split(
         mut model: ModelProto,
         nodes: NodeSink,
+        encoded: InitBytes,
         inline: Vec<(usize, Tensor)>,
     ) -> (ModelParts, u64) {
         let head = ModelProto {
@@ -448,6 +469,7 @@ impl ModelParts {
                 ..GraphProto::default()
             };
             let len = nodes.encoded_len()
+                + encoded.bytes.len()
                 + name.encoded_len()
                 + initializers
                     .iter()
@@ -456,6 +478,7 @@ impl ModelParts {
                 + g.encoded_len();
             GraphParts {
                 nodes,
+                encoded,
                 name,
                 initializers,
                 rest: g,
@@ -484,7 +507,13 @@ impl ModelParts {
             field_head(GRAPH_TAG, g.len, &mut buf);
             g.nodes.write_to(&mut buf, WRITE_CHUNK, &mut out)?;
             g.name.encode_raw(&mut buf);
-            for (mut proto, len, tensor) in g.initializers {
+            let mut at = 0;
+            for (i, (mut proto, len, tensor)) in g.initializers.into_iter().enumerate() {
+                let before = g.encoded.before(i);
+                if let Some(encoded) = g.encoded.bytes.get(at..before) {
+                    put(encoded, &mut buf, &mut out)?;
+                }
+                at = at.max(before);
                 let raw = raw_data_len(tensor.as_ref());
                 field_head(INITIALIZER_TAG, len + raw, &mut buf);
                 let after = take_fields_after_raw_data(&mut proto);
@@ -500,6 +529,9 @@ impl ModelParts {
                     out.write_all(&buf)?;
                     buf.clear();
                 }
+            }
+            if let Some(encoded) = g.encoded.bytes.get(at..) {
+                put(encoded, &mut buf, &mut out)?;
             }
             g.rest.encode_raw(&mut buf);
         }

@@ -28,8 +28,16 @@
 //! [`save`], [`save_with`] and [`to_bytes`] encode each node as it is written, straight
 //! from the graph into one byte buffer (`encode.rs`), with every name the exporter gives
 //! kept as a span of one string: no `NodeProto` of owned strings is built for a big
-//! graph. [`to_model`] builds the prost messages from the same exporter; both give the
-//! same bytes (`tests/onnx_encode.rs`, and the table round trip).
+//! graph. Small int64 initialisers (reshape targets, axes, slice bounds) are encoded
+//! straight to bytes the same way (`encode::InitBytes`). [`to_model`] builds the prost
+//! messages from the same exporter; both give the same bytes (`tests/onnx_encode.rs`,
+//! and the table round trip).
+//!
+//! Every writer verifies the graph first. From a few thousand nodes up the verifier's
+//! checks run on a second thread while the exporter writes the nodes in the same
+//! topological order a little behind it, reading only nodes that checked out
+//! (`verify::verify_ordered_with`); a graph with any problem is refused with the error
+//! `graphrw::verify` gives (`tests/onnx_save_verify.rs`).
 //!
 //! Fused ops (the generated kernels' `fused.*` ops, user ops declared `like` a
 //! decomposition, the tile executor's `fused.elementwise_group`) are written as their
@@ -50,7 +58,7 @@ use std::path::Path;
 
 use prost::Message;
 
-use super::encode::{Attr, NodeParts, NodeSink};
+use super::encode::{Attr, InitBytes, NodeParts, NodeSink};
 use super::external::{SaveOptions, Saved};
 use super::proto::{
     attribute_type, AttributeProto, Dimension, DimensionValue, FunctionProto, GraphProto,
@@ -66,6 +74,7 @@ use crate::meta::{normalize_axis, DType, Dim, TensorMeta};
 use crate::ops::{AttrValue, InferError};
 #[cfg(debug_assertions)]
 use crate::printer::Names;
+use crate::verify::Gate;
 use crate::Tensor;
 
 /// The IR version written (10: what current onnxruntime reads).
@@ -114,14 +123,10 @@ pub fn save_with(
 /// The ONNX model of `graph`, encoded, with every constant inline. Refused when it
 /// would pass protobuf's 2 GiB limit (save such a model with external data).
 pub fn to_bytes(graph: &Graph) -> Result<Vec<u8>, OnnxError> {
-    let Exported {
-        model,
-        nodes,
-        payloads,
-    } = export(graph, true)?;
+    let exported = export(graph, true)?;
     // Refused before any weight is read.
-    super::external::check_inline_estimate(&model, &nodes, &payloads)?;
-    super::external::encode_model(model, nodes, payloads)
+    super::external::check_inline_estimate(&exported, &exported.payloads)?;
+    super::external::encode_model(exported)
 }
 
 /// The ONNX model of `graph`, every constant inline (`raw_data`). The graph is verified
@@ -133,8 +138,11 @@ pub fn to_model(graph: &Graph) -> Result<ModelProto, OnnxError> {
     let Exported {
         mut model,
         nodes,
+        inits,
         payloads,
     } = export(graph, false)?;
+    // Message initialisers only: the exporter encodes them only for the writers.
+    debug_assert!(inits.bytes.is_empty());
     if let Some(g) = model.graph.as_mut() {
         fill_inline(&mut g.initializer, payloads);
         if let NodeSink::Protos(nodes) = nodes {
@@ -152,6 +160,8 @@ pub(super) struct Exported {
     pub model: ModelProto,
     /// The graph's nodes, in order.
     pub nodes: NodeSink,
+    /// Initialisers encoded already, around those of the model's graph.
+    pub inits: InitBytes,
     /// The graph's constants as `(initializer index, tensor)`, for the writer to place
     /// inline or in external data without copying them first.
     pub payloads: Vec<(usize, Tensor)>,
@@ -165,13 +175,16 @@ pub(super) struct Exported {
 /// the export fails, it is done again checking each name as it comes, which gives
 /// the names (and errors) the guess would have had to.
 pub(super) fn export(graph: &Graph, encoded: bool) -> Result<Exported, OnnxError> {
-    // The verifier's cycle check orders the nodes: the order they are written in.
-    let order = crate::verify::verify_ordered(graph).map_err(OnnxError::verify)?;
-    if let Ok(Some(exported)) = export_in(graph, encoded, &order, true) {
-        return Ok(exported);
-    }
-    export_in(graph, encoded, &order, false)?
-        .ok_or_else(|| OnnxError::Model("node names checked one by one were not unique".into()))
+    // The verifier orders the nodes (the order they are written in); on a big graph it
+    // checks them on a second thread as they are written, a little ahead.
+    crate::verify::verify_ordered_with(graph, |order, gate| {
+        if let Ok(Some(exported)) = export_in(graph, encoded, order, true, gate) {
+            return Ok(exported);
+        }
+        export_in(graph, encoded, order, false, gate)?
+            .ok_or_else(|| OnnxError::Model("node names checked one by one were not unique".into()))
+    })
+    .map_err(OnnxError::verify)?
 }
 
 /// [`export`] in `order`, with node names checked at the end (`defer`; `None` when
@@ -181,6 +194,7 @@ fn export_in(
     encoded: bool,
     order: &[NodeId],
     defer: bool,
+    gate: &Gate,
 ) -> Result<Option<Exported>, OnnxError> {
     let mut ex = Exporter::new(graph, Vec::new());
     if defer {
@@ -195,21 +209,40 @@ fn export_in(
             bytes: Vec::with_capacity(graph.node_count() * 96),
             held: Vec::new(),
         };
+        ex.init_bytes = Some(InitBytes::default());
     }
+    // Every node's first output is named by its index: the list sized once, so that
+    // naming a graph output (a late node) does not grow it.
+    let bound = order.iter().map(|id| id.index() + 1).max().unwrap_or(0);
+    ex.names.first.resize(bound, None);
     ex.reserve_io()?;
-    for &id in order {
+    for (i, &id) in order.iter().enumerate() {
+        if !gate.ready(i) {
+            return Err(unverified());
+        }
         ex.node(id)?;
         if ex.arena.overflow {
             return Err(super::external::too_large(ex.arena.text.len() as u64));
         }
     }
+    if !gate.ready(order.len()) {
+        return Err(unverified());
+    }
     let payloads = std::mem::take(&mut ex.payloads);
+    let inits = ex.init_bytes.take().unwrap_or_default();
     let (model, nodes, names_unique) = ex.finish()?;
     Ok(names_unique.then_some(Exported {
         model,
         nodes,
+        inits,
         payloads,
     }))
+}
+
+/// The export's answer when the verifier's second thread found a problem (never
+/// returned: the verifier's error is).
+fn unverified() -> OnnxError {
+    OnnxError::Model("the graph does not verify".into())
 }
 
 /// Fills the `raw_data` of the initialisers `payloads` name.
@@ -325,6 +358,9 @@ struct Exporter<'g> {
     node_names: NameSet,
     nodes: NodeSink,
     inits: Vec<TensorProto>,
+    /// Where small int64 initialisers are encoded straight away (the writers' fast
+    /// path; `None`: they are messages in `inits`).
+    init_bytes: Option<InitBytes>,
     inputs: Vec<ValueInfoProto>,
     /// Graph outputs that need an `Identity` (source value name, output name).
     identities: Vec<(Name, Name)>,
@@ -613,6 +649,7 @@ impl<'g> Exporter<'g> {
             node_names: NameSet::default(),
             nodes: NodeSink::Protos(Vec::new()),
             inits: Vec::new(),
+            init_bytes: None,
             inputs: Vec::new(),
             identities: Vec::new(),
             opset: BASE_OPSET,
@@ -822,7 +859,7 @@ impl<'g> Exporter<'g> {
     /// An initialiser holding `t`, named after the current node and `what`.
     fn init(&mut self, what: &str, t: &Tensor) -> Name {
         let name = self.tmp(what);
-        self.inits.push(tensor_to_proto(self.arena.get(name), t));
+        self.push_init(tensor_to_proto(self.arena.get(name), t));
         name
     }
 
@@ -840,11 +877,15 @@ impl<'g> Exporter<'g> {
     /// An int64 initialiser of shape `dims` holding `v`.
     fn init_i64s(&mut self, what: &str, dims: Vec<i64>, v: &[i64]) -> Name {
         let name = self.tmp(what);
+        if let Some(bytes) = self.init_bytes.as_mut() {
+            bytes.push_i64s(self.arena.get(name), &dims, v);
+            return name;
+        }
         let mut raw_data = Vec::with_capacity(8 * v.len());
         for x in v {
             raw_data.extend_from_slice(&x.to_le_bytes());
         }
-        self.inits.push(TensorProto {
+        self.push_init(TensorProto {
             dims,
             data_type: dtype_to_onnx(DType::I64),
             name: self.arena.get(name).to_string(),
@@ -852,6 +893,14 @@ impl<'g> Exporter<'g> {
             ..Default::default()
         });
         name
+    }
+
+    /// Adds an initialiser message (after the initialisers encoded so far).
+    fn push_init(&mut self, t: TensorProto) {
+        if let Some(bytes) = self.init_bytes.as_mut() {
+            bytes.mark();
+        }
+        self.inits.push(t);
     }
 
     /// The error for a node whose attributes do not read as its op declares.
@@ -889,7 +938,7 @@ impl<'g> Exporter<'g> {
                     .ok_or_else(|| OnnxError::tensor(&name, "a constant without a value"))?;
                 // The bytes are placed by the writer (inline or external data).
                 self.payloads.push((self.inits.len(), t.clone()));
-                self.inits.push(TensorProto {
+                self.push_init(TensorProto {
                     dims: t.shape().iter().map(|&d| d as i64).collect(),
                     data_type: dtype_to_onnx(t.dtype()),
                     name,
@@ -1755,10 +1804,10 @@ mod tests {
     fn deferred_node_names_fall_back_on_repeats() {
         let g = named_chain(["dup", "dup", "dup_1", "r", "r_1"]);
         let order = g.topo_order().expect("order");
-        assert!(export_in(&g, false, &order, true)
+        assert!(export_in(&g, false, &order, true, &Gate::checked())
             .expect("export")
             .is_none());
-        let exact = export_in(&g, false, &order, false)
+        let exact = export_in(&g, false, &order, false, &Gate::checked())
             .expect("export")
             .expect("checked one by one");
         let want = ["dup", "dup_1", "dup_1_1", "r", "r_1", "r_1_1", "output_y"];
@@ -1778,15 +1827,13 @@ mod tests {
     fn deferred_node_names_match_checked_ones() {
         let g = named_chain(["a", "b", "c", "r", "s"]);
         let order = g.topo_order().expect("order");
-        let deferred = export_in(&g, true, &order, true)
+        let deferred = export_in(&g, true, &order, true, &Gate::checked())
             .expect("export")
             .expect("names unique");
-        let exact = export_in(&g, true, &order, false)
+        let exact = export_in(&g, true, &order, false, &Gate::checked())
             .expect("export")
             .expect("checked one by one");
-        let bytes = |e: Exported| {
-            super::super::external::encode_model(e.model, e.nodes, e.payloads).expect("encode")
-        };
+        let bytes = |e: Exported| super::super::external::encode_model(e).expect("encode");
         assert_eq!(bytes(deferred), bytes(exact));
         let names = node_names(export(&g, false).expect("export"));
         assert_eq!(names[..6], ["a", "b", "c", "r", "r_1", "s"], "{names:?}");
