@@ -248,6 +248,9 @@ struct Problem<'a, T: Element> {
     fully_masked: FullyMaskedRows,
     block_q: usize,
     block_k: usize,
+    /// On the packed path, a key block with no mask and no causal diagonal runs the
+    /// softmax step inside the score pass (`avx2::scores_softmax_packed`).
+    fuse_softmax: bool,
 }
 
 /// Per-thread tiles, reused across work items.
@@ -295,6 +298,10 @@ pub(crate) enum Path {
     Best,
     /// The operands read in place (the AVX2 micro-tiles where the CPU has them).
     Unpacked,
+    /// As `Best`, but the packed path's softmax step always a pass of its own after
+    /// the score tile, never fused into it (tests compare the two).
+    #[cfg_attr(not(test), allow(dead_code))]
+    SeparateSoftmax,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -341,8 +348,12 @@ where
         fully_masked: opts.fully_masked_rows,
         block_q,
         block_k,
+        // `GRAPHRW_SDPA_NO_FUSE` keeps the softmax step a pass of its own (to measure
+        // what the fusion brings).
+        fuse_softmax: path != Path::SeparateSoftmax
+            && std::env::var_os("GRAPHRW_SDPA_NO_FUSE").is_none(),
     };
-    let item = pick_item::<T>(path == Path::Best && dims.d > 0);
+    let item = pick_item::<T>(path != Path::Unpacked && dims.d > 0);
     let head_len = dims.sq * dims.dv;
     // A small problem runs on the calling thread: waking the pool's threads for it
     // costs more than it saves (the corpus models' attention is a few microseconds).
