@@ -37,6 +37,21 @@
 //!   AVX2 intrinsics as well (`avx2::softmax_update`: max and sum in registers, an
 //!   8-lane exp of 16 vector operations); auto-vectorised, it had been 28% of a D=64
 //!   run (masked stores of the max), now 6-15%.
+//! - On the packed path, a key block with no mask and off the causal diagonal runs the
+//!   softmax step inside the score pass (`avx2::scores_softmax_packed`): the column
+//!   maxima come from the micro-tile's registers as it is stored, and the
+//!   exponentials and sums run over each `Bk x 16` strip while it is still in L1
+//!   (the separate step read the whole 36 KiB tile twice, from L2). The probabilities
+//!   use `avx2::exp8_shifted` (the exponent `s log2 e - m log2 e` in one FMA, no
+//!   clamp above, exact 0 from the clamp below: 13 vector operations, was 18).
+//!   Measured together (`benches/torch_sdpa_compare.py --threads 1 --cpu-time
+//!   --dtypes f32 --d 64,128 --s 512,1024,2048,4096 --rounds 3 --also MAIN`, loaded
+//!   machine): torch's time over ours 1.15-1.20 not causal (main's build in the same
+//!   rounds 1.04-1.12), causal 1.15-1.97 (1.14-1.81). Masked blocks and the diagonal
+//!   block keep the separate step (`GRAPHRW_SDPA_NO_FUSE=1` forces it everywhere).
+//!   Block sizes re-checked with the fused step (96 x 96 against 96 x 192, 192 x 96,
+//!   48 x 192, 144 x 144 at D 64/128, S=1024): 96 x 96 stays, within the noise of
+//!   96 x 192.
 //! - Unpacked, f16/bf16 key and value tiles are converted to f32 once per tile, in
 //!   bulk (half's slice conversion: F16C for f16).
 //! - Measured (`SDPA_CPU_TIME=1 cargo bench -p graphrw-kernels --bench sdpa`, 2-core
