@@ -731,7 +731,8 @@ mod tests {
                     } else if w < 1e-37 {
                         (0.0..2e-37).contains(&g)
                     } else {
-                        let tol = 3e-7 + 6e-8 * (x.abs() * 1.4427 + (u * l2e).abs() as f64);
+                        let tol = 3e-7
+                            + 6e-8 * (x.abs() * std::f64::consts::LOG2_E + (u * l2e).abs() as f64);
                         ((g as f64) - w).abs() <= tol * w
                     };
                     assert!(ok, "exp8_shifted({s}, u {u}) = {g}, exp gives {w}");
