@@ -390,12 +390,10 @@ pub(super) unsafe fn scores_softmax_packed(
             _mm256_storeu_ps(m.as_mut_ptr().add(c + 8), x1);
             let mut l0 = _mm256_mul_ps(_mm256_loadu_ps(l.as_ptr().add(c)), a0);
             let mut l1 = _mm256_mul_ps(_mm256_loadu_ps(l.as_ptr().add(c + 8)), a1);
-            let l2e = _mm256_set1_ps(std::f32::consts::LOG2_E);
-            let (v0, v1) = (_mm256_mul_ps(u0, l2e), _mm256_mul_ps(u1, l2e));
             for j in 0..nk {
                 let p = sptr.add(j * lds + c);
-                let e0 = exp8_shifted(_mm256_loadu_ps(p), v0);
-                let e1 = exp8_shifted(_mm256_loadu_ps(p.add(8)), v1);
+                let e0 = exp8_shifted(_mm256_loadu_ps(p), u0);
+                let e1 = exp8_shifted(_mm256_loadu_ps(p.add(8)), u1);
                 _mm256_storeu_ps(p, e0);
                 _mm256_storeu_ps(p.add(8), e1);
                 l0 = _mm256_add_ps(l0, e0);
@@ -515,24 +513,24 @@ fn exp8(x: __m256) -> __m256 {
     _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo))
 }
 
-/// `e^(s - u)` on 8 lanes for the probabilities of a softmax, given `ul2e = u log2 e`
-/// (`u` the column's max, so `s - u <= 0`): the exponent `t = s log2 e - u log2 e` in
-/// one FMA, so the subtraction and the scaling are one rounding. 13 vector operations
+/// `e^(s - u)` on 8 lanes for the probabilities of a softmax (`u` the column's max,
+/// so `s - u <= 0`), with the exponent `t = (s - u) log2 e`. 14 vector operations
 /// against the 18 of `exp8(s - u)`:
-/// - no upper clamp (`t` is at most a rounding above 0);
+/// - no upper clamp (`t <= 0`);
 /// - the lower clamp at -127 makes `2^n` the bit pattern 0 (`n + 127 = 0` in the
 ///   exponent field), so `t <= -126.5` (and `s = -inf`) gives exactly 0 with no blend;
 /// - NaN stays NaN (the clamp returns its second operand, `t`, for NaN).
 ///
-/// The error: `u log2 e` is rounded once for the whole column, a common factor of the
-/// column's probabilities and its sum that cancels in `P V / l`; the FMA's own
-/// rounding is `|t| 2^-24` in the exponent, so the relative error grows to about
-/// 1.5e-6 at `s - u = -20` (where `e^(s - u)` is 2e-9, far below what an f32 sum of
-/// the larger probabilities keeps) and is the polynomial's 2e-7 near 0. Tested against
-/// f64.
+/// The difference is formed before the scaling: `s log2 e - u log2 e` in one FMA
+/// would save an operation but overflows to `inf - inf` when `u` is near f32's
+/// limit, as in a row masked everywhere by a finite-min additive mask (`-3.4e38`),
+/// which must come out uniform. The error: two roundings of `t` (about `|t| 2^-23`),
+/// so the relative error grows to about 2.5e-6 at `s - u = -20` (where `e^(s - u)` is
+/// 2e-9, far below what an f32 sum of the larger probabilities keeps) and is the
+/// polynomial's 2e-7 near 0. Tested against f64.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn exp8_shifted(s: __m256, ul2e: __m256) -> __m256 {
+fn exp8_shifted(s: __m256, u: __m256) -> __m256 {
     #[allow(clippy::approx_constant)]
     const C: [f32; 5] = [
         0.693_147,
@@ -541,7 +539,10 @@ fn exp8_shifted(s: __m256, ul2e: __m256) -> __m256 {
         0.009_671_513,
         0.001_326_472_7,
     ];
-    let t = _mm256_fmsub_ps(s, _mm256_set1_ps(std::f32::consts::LOG2_E), ul2e);
+    let t = _mm256_mul_ps(
+        _mm256_sub_ps(s, u),
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    );
     let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
     let f = _mm256_sub_ps(t, n);
@@ -549,7 +550,7 @@ fn exp8_shifted(s: __m256, ul2e: __m256) -> __m256 {
     for c in [C[3], C[2], C[1], C[0], 1.0] {
         p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
     }
-    // n is in [-127, 1]: `n + 127` is the biased exponent, 0 giving the float 0.
+    // n is in [-127, 0]: `n + 127` is the biased exponent, 0 giving the float 0.
     let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
         _mm256_cvtps_epi32(n),
         _mm256_set1_epi32(127),
@@ -610,12 +611,11 @@ pub(super) unsafe fn softmax_update(
             _mm256_storeu_ps(m.as_mut_ptr().add(c), mx);
             let mut l0 = _mm256_mul_ps(_mm256_loadu_ps(l.as_ptr().add(c)), a);
             let mut l1 = _mm256_setzero_ps();
-            let ul2e = _mm256_mul_ps(used, _mm256_set1_ps(std::f32::consts::LOG2_E));
             let mut j = 0;
             while j + 2 <= nk {
                 let (p0, p1) = (col.add(j * lds), col.add((j + 1) * lds));
-                let e0 = exp8_shifted(_mm256_loadu_ps(p0), ul2e);
-                let e1 = exp8_shifted(_mm256_loadu_ps(p1), ul2e);
+                let e0 = exp8_shifted(_mm256_loadu_ps(p0), used);
+                let e1 = exp8_shifted(_mm256_loadu_ps(p1), used);
                 _mm256_storeu_ps(p0, e0);
                 _mm256_storeu_ps(p1, e1);
                 l0 = _mm256_add_ps(l0, e0);
@@ -624,7 +624,7 @@ pub(super) unsafe fn softmax_update(
             }
             if j < nk {
                 let p0 = col.add(j * lds);
-                let e0 = exp8_shifted(_mm256_loadu_ps(p0), ul2e);
+                let e0 = exp8_shifted(_mm256_loadu_ps(p0), used);
                 _mm256_storeu_ps(p0, e0);
                 l0 = _mm256_add_ps(l0, e0);
             }
@@ -694,18 +694,17 @@ mod tests {
         assert_eq!(one, [1.0; 8]);
     }
 
-    /// `exp8_shifted(s, u log2 e)` against f64's `e^(s - u)` for column maxima `u` of
-    /// both signs and size, `s - u` from 0 to -90: relative error within the
-    /// polynomial's 3e-7 plus the rounding of the exponent (about 5e-8 per unit
-    /// of `|t| + |u log2 e|`); tiny results (`e^(s - u)` below 1e-37) only checked to
-    /// be tiny; exactly 0 at `s = -inf` and far below `u`, NaN for NaN.
+    /// `exp8_shifted(s, u)` against f64's `e^(s - u)` for column maxima `u` of both
+    /// signs and size, up to f32's limit (a finite-min mask), `s - u` from 0 to -90:
+    /// relative error within the polynomial's 3e-7 plus the two roundings of the
+    /// exponent (about 1e-7 per unit of `|t|`); tiny results (`e^(s - u)` below 1e-37)
+    /// only checked to be tiny; exactly 0 at `s = -inf` and far below `u`, NaN for NaN.
     #[test]
     fn exp8_shifted_matches_f64_exp() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
             return;
         }
-        let l2e = std::f32::consts::LOG2_E;
-        for u in [0.0f32, 3.7, -12.5, 80.0, 1e-3] {
+        for u in [0.0f32, 3.7, -12.5, 80.0, 1e-3, f32::MIN, -1e38, f32::MAX] {
             let mut ss: Vec<f32> = (0..=9000).map(|i| u - i as f32 * 0.01).collect();
             ss.extend([u, f32::NEG_INFINITY, f32::NAN, u - 200.0]);
             while !ss.len().is_multiple_of(8) {
@@ -717,7 +716,7 @@ mod tests {
                 unsafe {
                     let y = super::exp8_shifted(
                         super::_mm256_loadu_ps(chunk.as_ptr()),
-                        super::_mm256_set1_ps(u * l2e),
+                        super::_mm256_set1_ps(u),
                     );
                     super::_mm256_storeu_ps(got.as_mut_ptr(), y);
                 }
@@ -731,8 +730,7 @@ mod tests {
                     } else if w < 1e-37 {
                         (0.0..2e-37).contains(&g)
                     } else {
-                        let tol = 3e-7
-                            + 6e-8 * (x.abs() * std::f64::consts::LOG2_E + (u * l2e).abs() as f64);
+                        let tol = 3e-7 + 1e-7 * x.abs() * std::f64::consts::LOG2_E;
                         ((g as f64) - w).abs() <= tol * w
                     };
                     assert!(ok, "exp8_shifted({s}, u {u}) = {g}, exp gives {w}");

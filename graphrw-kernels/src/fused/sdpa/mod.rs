@@ -42,8 +42,8 @@
 //!   maxima come from the micro-tile's registers as it is stored, and the
 //!   exponentials and sums run over each `Bk x 16` strip while it is still in L1
 //!   (the separate step read the whole 36 KiB tile twice, from L2). The probabilities
-//!   use `avx2::exp8_shifted` (the exponent `s log2 e - m log2 e` in one FMA, no
-//!   clamp above, exact 0 from the clamp below: 13 vector operations, was 18).
+//!   use `avx2::exp8_shifted` (`(s - m) log2 e`, no clamp above, exact 0 from the
+//!   clamp below: 14 vector operations, was 18).
 //!   Measured together (`benches/torch_sdpa_compare.py --threads 1 --cpu-time
 //!   --dtypes f32 --d 64,128 --s 512,1024,2048,4096 --rounds 3 --also MAIN`, loaded
 //!   machine): torch's time over ours 1.15-1.20 not causal (main's build in the same

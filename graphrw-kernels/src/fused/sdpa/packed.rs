@@ -411,7 +411,8 @@ mod tests {
                     let k = tensor(dtype, &[b, hkv, skv, d], seed + 1000, -2.0, 2.0);
                     let v = tensor(dtype, &[b, hkv, skv, dv], seed + 2000, -1.0, 1.0);
                     // 1: bool [Sq, Skv], about a third masked, rows 0 and Sq / 2
-                    // fully masked; 2: additive [B, Hq, Sq, Skv] with -inf and -1e9.
+                    // fully masked; 2: additive [B, Hq, Sq, Skv] with -inf and -1e9, row 1
+                    // finite-min (f32::MIN) everywhere.
                     let m = match mask {
                         1 => {
                             let keep: Vec<bool> = values(sq * skv, seed + 3000, 0.0, 1.0)
@@ -427,6 +428,9 @@ mod tests {
                                 .into_iter()
                                 .enumerate()
                                 .map(|(i, x)| match i % 7 {
+                                    // Row 1 of each head: finite-min everywhere (the
+                                    // exporters' mask), uniform weights.
+                                    _ if (i / skv) % sq == 1 => f32::MIN as f64,
                                     0 if i % skv != 0 => f64::NEG_INFINITY,
                                     3 => -1e9,
                                     _ => x,
