@@ -46,8 +46,9 @@
 //!   clamp below: 14 vector operations, was 18).
 //!   Measured together (`benches/torch_sdpa_compare.py --threads 1 --cpu-time
 //!   --dtypes f32 --d 64,128 --s 512,1024,2048,4096 --rounds 3 --also MAIN`, loaded
-//!   machine): torch's time over ours 1.15-1.20 not causal (main's build in the same
-//!   rounds 1.04-1.12), causal 1.15-1.97 (1.14-1.81). Masked blocks and the diagonal
+//!   machine, two runs): torch's time over ours 1.10-1.20 not causal (D=128
+//!   1.10-1.18; main's build in the same rounds 1.04-1.13), causal 1.15-1.97
+//!   (1.11-1.81). Masked blocks and the diagonal
 //!   block keep the separate step (`GRAPHRW_SDPA_NO_FUSE=1` forces it everywhere).
 //!   Block sizes re-checked with the fused step (96 x 96 against 96 x 192, 192 x 96,
 //!   48 x 192, 144 x 144 at D 64/128, S=1024): 96 x 96 stays, within the noise of
