@@ -442,3 +442,53 @@ fn bad_programs_are_clear_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("fused.elementwise_group"), "{err}");
 }
+
+/// A group's outputs come from the plan's buffer pool (holding the values of an earlier
+/// run's freed intermediates, not zeros) and must be written in full: two groups around
+/// a transpose, `[131, 259]` (odd, over a tile, every value at least the pool's 64 KiB
+/// in f16 too), one plan run three times on new inputs, bit for bit against the
+/// reference; the later runs reuse pooled bytes.
+#[test]
+fn pooled_group_outputs_are_overwritten() {
+    let (m, n) = (131usize, 259usize);
+    for dt in [DType::F32, DType::F16] {
+        let b = Builder::new();
+        let x = b.input(
+            "x",
+            TensorMeta::new(dt, Shape::known(&[m as u64, n as u64])),
+        );
+        let r = b.input("r", TensorMeta::new(dt, Shape::known(&[n as u64])));
+        let y = x.add(r).unwrap().gelu("tanh").unwrap().mul(2.0).unwrap();
+        let z = y
+            .transpose(0, 1)
+            .unwrap()
+            .mul(0.5)
+            .unwrap()
+            .add(1.5)
+            .unwrap();
+        b.output(&[z]).unwrap();
+        let g = b.finish();
+        let want_plan = plan(&g, &reference_stack()).unwrap();
+        let p = plan(&g, &tile_stack()).unwrap();
+        assert_eq!(groups(p.graph()), 2, "{p}");
+        let mut reused = 0;
+        for seed in 0..3u64 {
+            let inputs = [
+                tensor(dt, &[m, n], 2 * seed + 1),
+                tensor(dt, &[n], 2 * seed + 2),
+            ];
+            let (want, _) = want_plan.run(&inputs).unwrap();
+            let (got, report) = p.run(&inputs).unwrap();
+            reused += report.reused_bytes;
+            let (w, o) = (want[0].to_f64_vec(), got[0].to_f64_vec());
+            assert_eq!(w.len(), o.len());
+            for (j, (a, b)) in w.iter().zip(&o).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "{dt:?} run {seed} element {j}: reference {a}, tile {b}"
+                );
+            }
+        }
+        assert!(reused > 0, "{dt:?}: no run drew from the pool");
+    }
+}

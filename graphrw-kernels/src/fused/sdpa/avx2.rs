@@ -258,6 +258,7 @@ pub(super) unsafe fn scores_packed(
                     qptr.add(cp * d * NR),
                     sptr.add(jp * MR * lds + cp * NR),
                     lds,
+                    0,
                 );
             }
         }
@@ -265,14 +266,23 @@ pub(super) unsafe fn scores_packed(
 }
 
 /// One `6 x 16` block of the scores from a packed key panel (`kp[p * 6 + r]`) and a
-/// packed query panel (`qp[p * 16 + t]`), depth `d`.
+/// packed query panel (`qp[p * 16 + t]`), depth `d`; returns the column maxima over
+/// its first `valid` rows (`-inf` when `valid` is 0), taken from the registers before
+/// the store, so the softmax needs no pass of its own to find them.
 ///
 /// # Safety
 /// AVX2 and FMA; `kp` readable for `6 d` floats, `qp` for `16 d`, `s` writable for 6
 /// rows of 16 at stride `lds`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn scores_micro_packed(d: usize, kp: *const f32, qp: *const f32, s: *mut f32, lds: usize) {
+unsafe fn scores_micro_packed(
+    d: usize,
+    kp: *const f32,
+    qp: *const f32,
+    s: *mut f32,
+    lds: usize,
+    valid: usize,
+) -> (__m256, __m256) {
     let mut lo = [_mm256_setzero_ps(); MR];
     let mut hi = [_mm256_setzero_ps(); MR];
     for p in 0..d {
@@ -287,11 +297,110 @@ unsafe fn scores_micro_packed(d: usize, kp: *const f32, qp: *const f32, s: *mut 
             }
         }
     }
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let (mut m0, mut m1) = (ninf, ninf);
     for r in 0..MR {
         // SAFETY: row `r < 6` of `s`, 16 floats, inside the caller's bounds.
         unsafe {
             _mm256_storeu_ps(s.add(r * lds), lo[r]);
             _mm256_storeu_ps(s.add(r * lds + 8), hi[r]);
+        }
+        if r < valid {
+            // The new score second: a NaN score makes the max NaN (see
+            // `softmax_update`), so its row comes out NaN.
+            m0 = _mm256_max_ps(m0, lo[r]);
+            m1 = _mm256_max_ps(m1, hi[r]);
+        }
+    }
+    (m0, m1)
+}
+
+/// The score tile and the online-softmax step in one pass over it, from packed
+/// operands (the layouts of [`scores_packed`]): for each 16-column query panel, the
+/// `nk` keys' scores (`s[j * lds + c]`, `j < nk`, key panels of 6 as in `kp`) with the
+/// column maxima kept in registers as each micro-tile is stored, then, while that
+/// `nk x 16` strip is still in L1, the step of [`softmax_update`] on its columns:
+/// `alpha = e^(m - m_new)`, `s = e^(s - m_new)`, `l = alpha l + sum_j s`, `m = m_new`.
+/// The same results as [`scores_packed`] followed by [`softmax_update`], without the
+/// second and third passes over the whole `[nk, ncols]` tile (36 KiB at 96 x 96, more
+/// than L1). No mask or causal triangle can be applied in between: the caller uses it
+/// on blocks that have neither.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_softmax_packed(
+    nk: usize,
+    d: usize,
+    kp: &[f32],
+    qp: &[f32],
+    ncols: usize,
+    s: &mut [f32],
+    lds: usize,
+    m: &mut [f32],
+    l: &mut [f32],
+    alpha: &mut [f32],
+) {
+    let npan = nk.div_ceil(MR);
+    assert!(ncols.is_multiple_of(NR) && ncols <= lds);
+    assert!(m.len() >= ncols && l.len() >= ncols && alpha.len() >= ncols);
+    assert!(kp.len() >= npan * d * MR && qp.len() >= ncols * d && s.len() >= npan * MR * lds);
+    let (kptr, qptr, sptr) = (kp.as_ptr(), qp.as_ptr(), s.as_mut_ptr());
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    for cp in 0..ncols / NR {
+        let c = cp * NR;
+        // SAFETY: columns `c..c + 16` (`<= ncols`) of `m`, `l`, `alpha`; key panel
+        // `jp < npan`, query panel `cp < ncols / 16` and rows `6 jp .. 6 jp + 6`
+        // (`< npan * 6`), columns `c..c + 16` (`<= lds`) of `s`: inside the lengths
+        // checked above; the exp loop reads and writes rows `j < nk` of the same
+        // columns.
+        unsafe {
+            let mo0 = _mm256_loadu_ps(m.as_ptr().add(c));
+            let mo1 = _mm256_loadu_ps(m.as_ptr().add(c + 8));
+            let (mut x0, mut x1) = (mo0, mo1);
+            for jp in 0..npan {
+                let (a, b) = scores_micro_packed(
+                    d,
+                    kptr.add(jp * d * MR),
+                    qptr.add(cp * d * NR),
+                    sptr.add(jp * MR * lds + c),
+                    lds,
+                    MR.min(nk - jp * MR),
+                );
+                x0 = _mm256_max_ps(x0, a);
+                x1 = _mm256_max_ps(x1, b);
+            }
+            // A column whose max is still `-inf` takes its exponentials against 0.
+            let u0 = _mm256_blendv_ps(
+                x0,
+                _mm256_setzero_ps(),
+                _mm256_cmp_ps::<_CMP_EQ_OQ>(x0, ninf),
+            );
+            let u1 = _mm256_blendv_ps(
+                x1,
+                _mm256_setzero_ps(),
+                _mm256_cmp_ps::<_CMP_EQ_OQ>(x1, ninf),
+            );
+            let a0 = exp8(_mm256_sub_ps(mo0, u0));
+            let a1 = exp8(_mm256_sub_ps(mo1, u1));
+            _mm256_storeu_ps(alpha.as_mut_ptr().add(c), a0);
+            _mm256_storeu_ps(alpha.as_mut_ptr().add(c + 8), a1);
+            _mm256_storeu_ps(m.as_mut_ptr().add(c), x0);
+            _mm256_storeu_ps(m.as_mut_ptr().add(c + 8), x1);
+            let mut l0 = _mm256_mul_ps(_mm256_loadu_ps(l.as_ptr().add(c)), a0);
+            let mut l1 = _mm256_mul_ps(_mm256_loadu_ps(l.as_ptr().add(c + 8)), a1);
+            for j in 0..nk {
+                let p = sptr.add(j * lds + c);
+                let e0 = exp8_shifted(_mm256_loadu_ps(p), u0);
+                let e1 = exp8_shifted(_mm256_loadu_ps(p.add(8)), u1);
+                _mm256_storeu_ps(p, e0);
+                _mm256_storeu_ps(p.add(8), e1);
+                l0 = _mm256_add_ps(l0, e0);
+                l1 = _mm256_add_ps(l1, e1);
+            }
+            _mm256_storeu_ps(l.as_mut_ptr().add(c), l0);
+            _mm256_storeu_ps(l.as_mut_ptr().add(c + 8), l1);
         }
     }
 }
@@ -404,9 +513,54 @@ fn exp8(x: __m256) -> __m256 {
     _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo))
 }
 
+/// `e^(s - u)` on 8 lanes for the probabilities of a softmax (`u` the column's max,
+/// so `s - u <= 0`), with the exponent `t = (s - u) log2 e`. 14 vector operations
+/// against the 18 of `exp8(s - u)`:
+/// - no upper clamp (`t <= 0`);
+/// - the lower clamp at -127 makes `2^n` the bit pattern 0 (`n + 127 = 0` in the
+///   exponent field), so `t <= -126.5` (and `s = -inf`) gives exactly 0 with no blend;
+/// - NaN stays NaN (the clamp returns its second operand, `t`, for NaN).
+///
+/// The difference is formed before the scaling: `s log2 e - u log2 e` in one FMA
+/// would save an operation but overflows to `inf - inf` when `u` is near f32's
+/// limit, as in a row masked everywhere by a finite-min additive mask (`-3.4e38`),
+/// which must come out uniform. The error: two roundings of `t` (about `|t| 2^-23`),
+/// so the relative error grows to about 2.5e-6 at `s - u = -20` (where `e^(s - u)` is
+/// 2e-9, far below what an f32 sum of the larger probabilities keeps) and is the
+/// polynomial's 2e-7 near 0. Tested against f64.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn exp8_shifted(s: __m256, u: __m256) -> __m256 {
+    #[allow(clippy::approx_constant)]
+    const C: [f32; 5] = [
+        0.693_147,
+        0.240_222_42,
+        0.055_507_336,
+        0.009_671_513,
+        0.001_326_472_7,
+    ];
+    let t = _mm256_mul_ps(
+        _mm256_sub_ps(s, u),
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    );
+    let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+    let f = _mm256_sub_ps(t, n);
+    let mut p = _mm256_set1_ps(C[4]);
+    for c in [C[3], C[2], C[1], C[0], 1.0] {
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
+    }
+    // n is in [-127, 0]: `n + 127` is the biased exponent, 0 giving the float 0.
+    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
+    _mm256_mul_ps(p, _mm256_castsi256_ps(pow2))
+}
+
 /// The online-softmax step of `tile::softmax_update_generic` on the transposed score
 /// tile `s` (`nk` rows of stride `lds`, one column per query row), 8 columns at a
-/// time with the column's max and sum in registers and [`exp8`] (the auto-vectorised
+/// time with the column's max and sum in registers and [`exp8_shifted`] (the auto-vectorised
 /// form kept them in memory and stored the max with masked moves, slow on AMD): for
 /// each column `i < m.len()`, `m_new = max(m[i], s[..][i])`, `alpha[i] =
 /// e^(m[i] - m_new)`, `s[j][i] = e^(s[j][i] - m_new)`, `l[i] = alpha[i] l[i] + sum_j
@@ -460,8 +614,8 @@ pub(super) unsafe fn softmax_update(
             let mut j = 0;
             while j + 2 <= nk {
                 let (p0, p1) = (col.add(j * lds), col.add((j + 1) * lds));
-                let e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(p0), used));
-                let e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(p1), used));
+                let e0 = exp8_shifted(_mm256_loadu_ps(p0), used);
+                let e1 = exp8_shifted(_mm256_loadu_ps(p1), used);
                 _mm256_storeu_ps(p0, e0);
                 _mm256_storeu_ps(p1, e1);
                 l0 = _mm256_add_ps(l0, e0);
@@ -470,7 +624,7 @@ pub(super) unsafe fn softmax_update(
             }
             if j < nk {
                 let p0 = col.add(j * lds);
-                let e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(p0), used));
+                let e0 = exp8_shifted(_mm256_loadu_ps(p0), used);
                 _mm256_storeu_ps(p0, e0);
                 l0 = _mm256_add_ps(l0, e0);
             }
@@ -538,6 +692,150 @@ mod tests {
             super::_mm256_storeu_ps(one.as_mut_ptr(), super::exp8(super::_mm256_setzero_ps()))
         };
         assert_eq!(one, [1.0; 8]);
+    }
+
+    /// `exp8_shifted(s, u)` against f64's `e^(s - u)` for column maxima `u` of both
+    /// signs and size, up to f32's limit (a finite-min mask), `s - u` from 0 to -90:
+    /// relative error within the polynomial's 3e-7 plus the two roundings of the
+    /// exponent (about 1e-7 per unit of `|t|`); tiny results (`e^(s - u)` below 1e-37)
+    /// only checked to be tiny; exactly 0 at `s = -inf` and far below `u`, NaN for NaN.
+    #[test]
+    fn exp8_shifted_matches_f64_exp() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        for u in [0.0f32, 3.7, -12.5, 80.0, 1e-3, f32::MIN, -1e38, f32::MAX] {
+            let mut ss: Vec<f32> = (0..=9000).map(|i| u - i as f32 * 0.01).collect();
+            ss.extend([u, f32::NEG_INFINITY, f32::NAN, u - 200.0]);
+            while !ss.len().is_multiple_of(8) {
+                ss.push(u - 0.5);
+            }
+            for chunk in ss.chunks(8) {
+                let mut got = [0f32; 8];
+                // SAFETY: AVX2 and FMA detected above; `chunk` and `got` hold 8 floats.
+                unsafe {
+                    let y = super::exp8_shifted(
+                        super::_mm256_loadu_ps(chunk.as_ptr()),
+                        super::_mm256_set1_ps(u),
+                    );
+                    super::_mm256_storeu_ps(got.as_mut_ptr(), y);
+                }
+                for (&s, &g) in chunk.iter().zip(&got) {
+                    let x = s as f64 - u as f64;
+                    let w = x.exp();
+                    let ok = if s.is_nan() {
+                        g.is_nan()
+                    } else if x < -88.5 {
+                        g == 0.0
+                    } else if w < 1e-37 {
+                        (0.0..2e-37).contains(&g)
+                    } else {
+                        let tol = 3e-7 + 1e-7 * x.abs() * std::f64::consts::LOG2_E;
+                        ((g as f64) - w).abs() <= tol * w
+                    };
+                    assert!(ok, "exp8_shifted({s}, u {u}) = {g}, exp gives {w}");
+                }
+            }
+        }
+    }
+
+    /// The fused score + softmax pass against the score tile followed by the separate
+    /// softmax step: key counts that are not a multiple of the 6-key panel (rows of
+    /// the last panel past `nk` must not enter the max), one key, depths 1 to 64,
+    /// several query panels, a stride wider than the columns, a fresh state (`m =
+    /// -inf`) and a running one with some columns still at `-inf`.
+    #[test]
+    fn scores_softmax_packed_matches_separate_passes() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        use super::MR;
+        for (nk, d, ncols, lds) in [
+            (1usize, 1usize, 16usize, 16usize),
+            (5, 3, 16, 32),
+            (6, 8, 32, 32),
+            (7, 16, 48, 64),
+            (95, 64, 96, 96),
+            (96, 64, 96, 96),
+            (13, 128, 16, 16),
+        ] {
+            let npan = nk.div_ceil(MR);
+            // Panel rows past `nk` hold keys of 40 (scores far above the real ones in
+            // columns whose queries sum above 0): the separate step never sees them,
+            // so a max that took them differs.
+            let mut kp: Vec<f32> = ramp(npan * MR * d, nk + d)
+                .into_iter()
+                .map(|x| x * 2.0)
+                .collect();
+            for jp in 0..npan {
+                for p in 0..d {
+                    for r in 0..MR {
+                        if jp * MR + r >= nk {
+                            kp[(jp * d + p) * MR + r] = 40.0;
+                        }
+                    }
+                }
+            }
+            let qp: Vec<f32> = ramp(ncols * d, 5)
+                .into_iter()
+                .map(|x| x * 40.0 / d as f32)
+                .collect();
+            for fresh in [true, false] {
+                let m: Vec<f32> = if fresh {
+                    vec![f32::NEG_INFINITY; ncols]
+                } else {
+                    ramp(ncols, 9)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, x)| {
+                            if i % 5 == 0 {
+                                f32::NEG_INFINITY
+                            } else {
+                                x * 8.0
+                            }
+                        })
+                        .collect()
+                };
+                let l: Vec<f32> = if fresh {
+                    vec![0.0; ncols]
+                } else {
+                    ramp(ncols, 11).into_iter().map(|x| x + 2.0).collect()
+                };
+                let (mut s1, mut m1, mut l1, mut a1) = (
+                    vec![0.0; npan * MR * lds],
+                    m.clone(),
+                    l.clone(),
+                    vec![0.0; ncols],
+                );
+                let (mut s2, mut m2, mut l2, mut a2) = (s1.clone(), m, l, a1.clone());
+                // SAFETY: AVX2 and FMA detected above.
+                unsafe {
+                    super::scores_packed(npan, d, &kp, &qp, ncols, &mut s1, lds, true);
+                    super::softmax_update(&mut s1, lds, nk, &mut m1, &mut l1, &mut a1);
+                    super::scores_softmax_packed(
+                        nk, d, &kp, &qp, ncols, &mut s2, lds, &mut m2, &mut l2, &mut a2,
+                    );
+                }
+                let what = format!("nk {nk} d {d} ncols {ncols} lds {lds} fresh {fresh}");
+                let close = |x: f32, y: f32| x == y || (x - y).abs() <= 1e-6 * x.abs().max(1.0);
+                for j in 0..nk {
+                    for c in 0..ncols {
+                        let (x, y) = (s1[j * lds + c], s2[j * lds + c]);
+                        assert!(close(x, y), "{what}: p[{j}][{c}] {y} vs {x}");
+                    }
+                }
+                for c in 0..ncols {
+                    assert!(close(m1[c], m2[c]), "{what}: m[{c}] {} vs {}", m2[c], m1[c]);
+                    assert!(close(l1[c], l2[c]), "{what}: l[{c}] {} vs {}", l2[c], l1[c]);
+                    assert!(
+                        close(a1[c], a2[c]),
+                        "{what}: alpha[{c}] {} vs {}",
+                        a2[c],
+                        a1[c]
+                    );
+                }
+            }
+        }
     }
 
     /// The AVX2 softmax step against the generic one on tiles of many shapes: odd key

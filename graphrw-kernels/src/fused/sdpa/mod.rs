@@ -37,6 +37,22 @@
 //!   AVX2 intrinsics as well (`avx2::softmax_update`: max and sum in registers, an
 //!   8-lane exp of 16 vector operations); auto-vectorised, it had been 28% of a D=64
 //!   run (masked stores of the max), now 6-15%.
+//! - On the packed path, a key block with no mask and off the causal diagonal runs the
+//!   softmax step inside the score pass (`avx2::scores_softmax_packed`): the column
+//!   maxima come from the micro-tile's registers as it is stored, and the
+//!   exponentials and sums run over each `Bk x 16` strip while it is still in L1
+//!   (the separate step read the whole 36 KiB tile twice, from L2). The probabilities
+//!   use `avx2::exp8_shifted` (`(s - m) log2 e`, no clamp above, exact 0 from the
+//!   clamp below: 14 vector operations, was 18).
+//!   Measured together (`benches/torch_sdpa_compare.py --threads 1 --cpu-time
+//!   --dtypes f32 --d 64,128 --s 512,1024,2048,4096 --rounds 3 --also MAIN`, loaded
+//!   machine, two runs): torch's time over ours 1.10-1.20 not causal (D=128
+//!   1.10-1.18; main's build in the same rounds 1.04-1.13), causal 1.15-1.97
+//!   (1.11-1.81). Masked blocks and the diagonal
+//!   block keep the separate step (`GRAPHRW_SDPA_NO_FUSE=1` forces it everywhere).
+//!   Block sizes re-checked with the fused step (96 x 96 against 96 x 192, 192 x 96,
+//!   48 x 192, 144 x 144 at D 64/128, S=1024): 96 x 96 stays, within the noise of
+//!   96 x 192.
 //! - Unpacked, f16/bf16 key and value tiles are converted to f32 once per tile, in
 //!   bulk (half's slice conversion: F16C for f16).
 //! - Measured (`SDPA_CPU_TIME=1 cargo bench -p graphrw-kernels --bench sdpa`, 2-core
@@ -248,6 +264,9 @@ struct Problem<'a, T: Element> {
     fully_masked: FullyMaskedRows,
     block_q: usize,
     block_k: usize,
+    /// On the packed path, a key block with no mask and no causal diagonal runs the
+    /// softmax step inside the score pass (`avx2::scores_softmax_packed`).
+    fuse_softmax: bool,
 }
 
 /// Per-thread tiles, reused across work items.
@@ -295,6 +314,10 @@ pub(crate) enum Path {
     Best,
     /// The operands read in place (the AVX2 micro-tiles where the CPU has them).
     Unpacked,
+    /// As `Best`, but the packed path's softmax step always a pass of its own after
+    /// the score tile, never fused into it (tests compare the two).
+    #[cfg_attr(not(test), allow(dead_code))]
+    SeparateSoftmax,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -341,8 +364,12 @@ where
         fully_masked: opts.fully_masked_rows,
         block_q,
         block_k,
+        // `GRAPHRW_SDPA_NO_FUSE` keeps the softmax step a pass of its own (to measure
+        // what the fusion brings).
+        fuse_softmax: path != Path::SeparateSoftmax
+            && std::env::var_os("GRAPHRW_SDPA_NO_FUSE").is_none(),
     };
-    let item = pick_item::<T>(path == Path::Best && dims.d > 0);
+    let item = pick_item::<T>(path != Path::Unpacked && dims.d > 0);
     let head_len = dims.sq * dims.dv;
     // A small problem runs on the calling thread: waking the pool's threads for it
     // costs more than it saves (the corpus models' attention is a few microseconds).

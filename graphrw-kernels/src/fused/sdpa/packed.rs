@@ -251,20 +251,30 @@ fn item_in<T: Element>(
         let nk = bk.min(kend - j0);
         let npan = nk.div_ceil(MR);
         let kblock = &kp[j0 * d..(j0 + npan * MR) * d];
-        // SAFETY: the caller checked AVX2 and FMA; the slices' lengths are asserted
-        // inside.
-        unsafe { avx2::scores_packed(npan, d, kblock, qp, bqp, s, bqp, q_outer) };
-        if let Some(mask) = prob.mask {
-            apply_mask(mask, bh, i0, nq, j0, nk, s, bqp, |x: T| x.to_f32());
-        }
-        if prob.causal && j0 + nk > i0 + 1 {
-            for (jj, row) in s.chunks_exact_mut(bqp).take(nk).enumerate() {
-                let hide = (j0 + jj).saturating_sub(i0).min(nq);
-                row[..hide].fill(f32::NEG_INFINITY);
+        let on_diagonal = prob.causal && j0 + nk > i0 + 1;
+        if prob.fuse_softmax && prob.mask.is_none() && !on_diagonal {
+            // Nothing to hide in this block: the softmax step runs on each 16-column
+            // strip of scores as it is computed (max from the registers, exp while
+            // the strip is in L1).
+            // SAFETY: the caller checked AVX2 and FMA; the slices' lengths are
+            // asserted inside.
+            unsafe { avx2::scores_softmax_packed(nk, d, kblock, qp, bqp, s, bqp, m, l, alpha) };
+        } else {
+            // SAFETY: the caller checked AVX2 and FMA; the slices' lengths are
+            // asserted inside.
+            unsafe { avx2::scores_packed(npan, d, kblock, qp, bqp, s, bqp, q_outer) };
+            if let Some(mask) = prob.mask {
+                apply_mask(mask, bh, i0, nq, j0, nk, s, bqp, |x: T| x.to_f32());
             }
+            if on_diagonal {
+                for (jj, row) in s.chunks_exact_mut(bqp).take(nk).enumerate() {
+                    let hide = (j0 + jj).saturating_sub(i0).min(nq);
+                    row[..hide].fill(f32::NEG_INFINITY);
+                }
+            }
+            // SAFETY: as above.
+            unsafe { avx2::softmax_update(s, bqp, nk, m, l, alpha) };
         }
-        // SAFETY: as above.
-        unsafe { avx2::softmax_update(s, bqp, nk, m, l, alpha) };
         // SAFETY: as above.
         unsafe {
             avx2::values_packed(
@@ -363,7 +373,9 @@ mod tests {
     /// odd sizes, sizes around the 6-key and 16-column panels and the 96 blocks, value
     /// widths that are not a multiple of 16, grouped heads (heads sharing a packed
     /// key/value head), causal, bool masks with fully masked rows, additive masks,
-    /// f16 and bf16.
+    /// f16 and bf16; the packed path both with the softmax step fused into the score
+    /// pass (key blocks with no mask and off the causal diagonal) and as a pass of its
+    /// own.
     #[test]
     fn packed_matches_reference_and_unpacked() {
         if !has_avx2_fma() {
@@ -390,6 +402,7 @@ mod tests {
                     (DType::F32, false, 1),
                     (DType::F32, false, 2),
                     (DType::F16, true, 0),
+                    (DType::BF16, false, 0),
                     (DType::BF16, false, 1),
                 ] {
                     seed += 1;
@@ -398,7 +411,8 @@ mod tests {
                     let k = tensor(dtype, &[b, hkv, skv, d], seed + 1000, -2.0, 2.0);
                     let v = tensor(dtype, &[b, hkv, skv, dv], seed + 2000, -1.0, 1.0);
                     // 1: bool [Sq, Skv], about a third masked, rows 0 and Sq / 2
-                    // fully masked; 2: additive [B, Hq, Sq, Skv] with -inf and -1e9.
+                    // fully masked; 2: additive [B, Hq, Sq, Skv] with -inf and -1e9, row 1
+                    // finite-min (f32::MIN) everywhere.
                     let m = match mask {
                         1 => {
                             let keep: Vec<bool> = values(sq * skv, seed + 3000, 0.0, 1.0)
@@ -414,6 +428,9 @@ mod tests {
                                 .into_iter()
                                 .enumerate()
                                 .map(|(i, x)| match i % 7 {
+                                    // Row 1 of each head: finite-min everywhere (the
+                                    // exporters' mask), uniform weights.
+                                    _ if (i / skv) % sq == 1 => f32::MIN as f64,
                                     0 if i % skv != 0 => f64::NEG_INFINITY,
                                     3 => -1e9,
                                     _ => x,
@@ -435,8 +452,11 @@ mod tests {
                         sdpa_with(&q, &k, &v, m.as_ref(), &opts, Path::Unpacked).unwrap();
                     let want =
                         sdpa_reference(&q, &k, &v, m.as_ref(), causal, None, hq != hkv).unwrap();
+                    let separate =
+                        sdpa_with(&q, &k, &v, m.as_ref(), &opts, Path::SeparateSoftmax).unwrap();
                     assert_close(&packed, &want, &what);
                     assert_close(&packed, &unpacked, &format!("{what} (vs unpacked)"));
+                    assert_close(&separate, &want, &format!("{what} (separate softmax)"));
                 }
             }
         }

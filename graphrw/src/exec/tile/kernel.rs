@@ -257,12 +257,15 @@ enum OutVec {
 }
 
 impl OutVec {
+    /// An output of `n` elements, every one of which the tasks overwrite: from the
+    /// run's buffer pool when it holds a fitting buffer (no zeroing pass).
     fn new(dt: DType, n: usize) -> OutVec {
+        use graphrw_kernels::cpu::pool::buffer;
         match dt {
-            DType::F16 => OutVec::F16(vec![f16::ZERO; n]),
-            DType::BF16 => OutVec::BF16(vec![bf16::ZERO; n]),
-            DType::Bool => OutVec::Bool(vec![false; n]),
-            _ => OutVec::F32(vec![0.0; n]),
+            DType::F16 => OutVec::F16(buffer(n)),
+            DType::BF16 => OutVec::BF16(buffer(n)),
+            DType::Bool => OutVec::Bool(buffer(n)),
+            _ => OutVec::F32(buffer(n)),
         }
     }
 
@@ -322,7 +325,8 @@ fn execute(c: &Compiled, inputs: &[&Tensor], shape: &[usize]) -> Vec<Tensor> {
                 _ => None,
             })
             .collect();
-        let fresh = || vec![vec![0f32; TILE]; c.regs];
+        // One allocation per register (`vec![row; n]` would also copy the row n times).
+        let fresh = || -> Vec<Vec<f32>> { (0..c.regs).map(|_| vec![0f32; TILE]).collect() };
         let run = |regs: &mut Vec<Vec<f32>>, (start, mut slices): (usize, Vec<OutSlice<'_>>)| {
             run_task(c, inputs, &direct, start, &mut slices, regs);
         };
@@ -367,7 +371,9 @@ fn run_task(
         for s in &c.steps {
             let mut dst = std::mem::take(&mut regs[s.dst]);
             {
-                let src: Vec<&[f32]> = s
+                // On the stack: a step has at most a few operands (no allocation per
+                // step and tile).
+                let src: smallvec::SmallVec<[&[f32]; 4]> = s
                     .src
                     .iter()
                     .map(|&x| match x {
