@@ -10,6 +10,9 @@
 //! - [`NodeScratch::decode`] reads one node: its names are `&str` slices of the input,
 //!   its attributes decoded by prost into messages reused from node to node, so a node
 //!   costs no allocation once the scratch has grown.
+//! - [`NodeReader::fill`] reads the next nodes into a [`Batch`] and numbers their value
+//!   names ([`Numbering`]): an operand read before it is defined, or an output defined
+//!   twice, is refused there. The loader runs it on a second thread for big graphs.
 //!
 //! The decoder is strict: anything it does not read exactly as prost would (a group,
 //! a wrong wire type on a known field, a varint past 64 bits, a length past the end, a
@@ -18,6 +21,7 @@
 //! reads the model or says what is wrong with it. So the fast route never decides an
 //! error message, and never reads a model differently from the plain route.
 
+use foldhash::HashMap as FastMap;
 use prost::Message;
 
 use super::proto::{AttributeProto, GraphProto, ModelProto, StringStringEntryProto, TensorProto};
@@ -291,6 +295,7 @@ pub(crate) struct NodeScratch<'a> {
 
 impl<'a> NodeScratch<'a> {
     /// The attributes of the node last decoded.
+    #[cfg(test)]
     pub(crate) fn attribute(&self) -> &[AttributeProto] {
         &self.attribute[..self.attributes]
     }
@@ -344,6 +349,219 @@ impl<'a> NodeScratch<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// The number of an absent (empty) name in [`Batch`]'s lists.
+pub(crate) const ABSENT: u32 = u32::MAX;
+
+/// Every value name of a graph numbered in order of definition: the names defined
+/// before the nodes (graph inputs, initialisers) first, then each node's outputs as the
+/// node is read. Numbering as the nodes are decoded takes the value-name hash map off
+/// the importer's hands: it reads a node's operands by number from a vector.
+pub(crate) struct Numbering<'a> {
+    map: FastMap<&'a str, u32>,
+    next: u32,
+}
+
+impl<'a> Numbering<'a> {
+    /// The names defined before the nodes, numbered from 0 in order (a name given
+    /// twice keeps its first number); room for `more` node outputs.
+    pub(crate) fn new(predefined: impl IntoIterator<Item = &'a str>, more: usize) -> Numbering<'a> {
+        let mut n = Numbering {
+            map: FastMap::default(),
+            next: 0,
+        };
+        let predefined = predefined.into_iter();
+        n.map.reserve(predefined.size_hint().0 + more);
+        for name in predefined {
+            if let std::collections::hash_map::Entry::Vacant(e) = n.map.entry(name) {
+                e.insert(n.next);
+                n.next += 1;
+            }
+        }
+        n
+    }
+
+    /// How many names are numbered.
+    pub(crate) fn len(&self) -> usize {
+        self.next as usize
+    }
+
+    /// The number of `name`, if it is defined.
+    pub(crate) fn get(&self, name: &str) -> Option<u32> {
+        self.map.get(name).copied()
+    }
+
+    /// The number of an operand name: [`ABSENT`] for `""`; refused when undefined
+    /// (the plain route sorts the nodes or says what is undefined).
+    fn operand(&self, name: &str) -> Result<u32> {
+        if name.is_empty() {
+            return Ok(ABSENT);
+        }
+        self.get(name).ok_or(Refused)
+    }
+
+    /// A new number for a node output named `name`: [`ABSENT`] for `""`; refused when
+    /// the name is already defined (the plain route says which definitions clash).
+    fn define(&mut self, name: &'a str) -> Result<u32> {
+        if name.is_empty() {
+            return Ok(ABSENT);
+        }
+        match self.map.entry(name) {
+            std::collections::hash_map::Entry::Occupied(_) => Err(Refused),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let n = self.next;
+                e.insert(n);
+                self.next = n.checked_add(1).filter(|&m| m != ABSENT).ok_or(Refused)?;
+                Ok(n)
+            }
+        }
+    }
+}
+
+/// One node of a [`Batch`]: its names, and where its lists lie in the batch.
+#[derive(Clone, Copy)]
+pub(crate) struct BatchNode<'a> {
+    /// The node's index in the graph.
+    pub index: usize,
+    /// The `NodeProto`'s bytes.
+    pub bytes: &'a [u8],
+    pub name: &'a str,
+    pub op_type: &'a str,
+    pub domain: &'a str,
+    inputs: (u32, u32),
+    outputs: (u32, u32),
+    attributes: (u32, u32),
+}
+
+/// Consecutive nodes of a graph, decoded, their value names numbered ([`Numbering`]).
+/// Made by a [`NodeReader`], possibly on another thread, and reused batch after batch
+/// (the attribute messages keep their buffers).
+#[derive(Default)]
+pub(crate) struct Batch<'a> {
+    pub nodes: Vec<BatchNode<'a>>,
+    /// Input names then output names, node after node.
+    names: Vec<&'a str>,
+    /// The number of each name in `names` ([`ABSENT`] for `""`).
+    numbers: Vec<u32>,
+    attribute: Vec<AttributeProto>,
+    attributes: usize,
+}
+
+fn span<T>(list: &[T], (start, end): (u32, u32)) -> &[T] {
+    list.get(start as usize..end as usize).unwrap_or(&[])
+}
+
+impl<'a> Batch<'a> {
+    fn clear(&mut self) {
+        self.nodes.clear();
+        self.names.clear();
+        self.numbers.clear();
+        self.attributes = 0;
+    }
+
+    /// The input names of `node` (`""` for an absent optional input).
+    pub(crate) fn inputs(&self, node: &BatchNode<'a>) -> &[&'a str] {
+        span(&self.names, node.inputs)
+    }
+
+    /// The numbers of `node`'s inputs.
+    pub(crate) fn input_numbers(&self, node: &BatchNode<'a>) -> &[u32] {
+        span(&self.numbers, node.inputs)
+    }
+
+    /// The output names of `node`.
+    pub(crate) fn outputs(&self, node: &BatchNode<'a>) -> &[&'a str] {
+        span(&self.names, node.outputs)
+    }
+
+    /// The numbers of `node`'s outputs.
+    pub(crate) fn output_numbers(&self, node: &BatchNode<'a>) -> &[u32] {
+        span(&self.numbers, node.outputs)
+    }
+
+    /// The attributes of `node`.
+    pub(crate) fn attributes(&self, node: &BatchNode<'a>) -> &[AttributeProto] {
+        span(&self.attribute[..self.attributes], node.attributes)
+    }
+}
+
+/// Reads a graph's nodes into [`Batch`]es, numbering their value names.
+pub(crate) struct NodeReader<'a> {
+    nodes: &'a [&'a [u8]],
+    next: usize,
+    scratch: NodeScratch<'a>,
+    numbering: Numbering<'a>,
+}
+
+impl<'a> NodeReader<'a> {
+    /// A reader of `nodes` (each a `NodeProto`'s bytes), the names defined before them
+    /// numbered by `numbering`.
+    pub(crate) fn new(nodes: &'a [&'a [u8]], numbering: Numbering<'a>) -> NodeReader<'a> {
+        NodeReader {
+            nodes,
+            next: 0,
+            scratch: NodeScratch::default(),
+            numbering,
+        }
+    }
+
+    /// True when every node was read.
+    pub(crate) fn done(&self) -> bool {
+        self.next >= self.nodes.len()
+    }
+
+    /// Refills `batch` with the next nodes (at most `max`, at least one unless done).
+    /// Refused for a node the fast route does not read, an input read before it is
+    /// defined, or an output defined twice.
+    pub(crate) fn fill(&mut self, batch: &mut Batch<'a>, max: usize) -> Result<()> {
+        batch.clear();
+        let end = self.nodes.len().min(self.next.saturating_add(max.max(1)));
+        while self.next < end {
+            let index = self.next;
+            let bytes = self.nodes[index];
+            self.next += 1;
+            let s = &mut self.scratch;
+            s.decode(bytes)?;
+            let start = batch.names.len() as u32;
+            for &name in &s.input {
+                batch.names.push(name);
+                batch.numbers.push(self.numbering.operand(name)?);
+            }
+            let mid = batch.names.len() as u32;
+            for &name in &s.output {
+                batch.names.push(name);
+                batch.numbers.push(self.numbering.define(name)?);
+            }
+            let end_names = batch.names.len() as u32;
+            let first = batch.attributes as u32;
+            for a in &mut s.attribute[..s.attributes] {
+                if batch.attributes == batch.attribute.len() {
+                    batch.attribute.push(AttributeProto::default());
+                }
+                // Swapped, not cloned: the scratch takes the batch's old message (its
+                // buffers reused by the next node that has as many attributes).
+                std::mem::swap(a, &mut batch.attribute[batch.attributes]);
+                batch.attributes += 1;
+            }
+            batch.nodes.push(BatchNode {
+                index,
+                bytes,
+                name: s.name,
+                op_type: s.op_type,
+                domain: s.domain,
+                inputs: (start, mid),
+                outputs: (mid, end_names),
+                attributes: (first, batch.attributes as u32),
+            });
+        }
+        Ok(())
+    }
+
+    /// The numbering of every name read so far.
+    pub(crate) fn into_numbering(self) -> Numbering<'a> {
+        self.numbering
     }
 }
 

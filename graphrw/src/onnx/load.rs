@@ -27,7 +27,11 @@
 //! first: a borrowing decoder (`decode.rs`) reads the nodes one at a time straight from
 //! the map (names are slices of it, attributes decoded into reused messages), and
 //! each node is imported as soon as it is read, so no `ModelProto` is ever built;
-//! inline `raw_data` of 1 KiB or more stays in the map as a tensor viewing it. Anything
+//! inline `raw_data` of 1 KiB or more stays in the map as a tensor viewing it. The
+//! reader also numbers the value names as it goes (graph inputs and initialisers,
+//! then node outputs), so the importer finds a node's operands by number in a vector,
+//! not by name in a hash map; from a few thousand nodes it runs on a second thread,
+//! a batch of nodes ahead of the importer (the graph is the same either way). Anything
 //! that route does not read exactly as prost does (malformed bytes, subgraphs,
 //! model-local functions, nodes out of topological order) and every error go to the
 //! plain route (prost's decoder, then [`from_model`]), which reads the model or says
@@ -126,6 +130,28 @@ pub(crate) fn load_fast(
     dir: Option<&Path>,
     file: Option<&Arc<MappedFile>>,
 ) -> Option<Graph> {
+    load_fast_with(bytes, dir, file, THREAD_FROM, BATCH)
+}
+
+/// Graphs of at least this many nodes are decoded on a second thread while this one
+/// builds the graph (smaller ones would pay more to start the thread than it saves).
+const THREAD_FROM: usize = 4096;
+
+/// Nodes decoded at a time (handed from the decoding thread to the building one).
+const BATCH: usize = 256;
+
+/// [`load_fast`], decoding on a second thread from `thread_from` nodes, `batch` nodes
+/// at a time: the nodes are decoded and their value names numbered
+/// ([`super::decode::NodeReader`]) on one thread while the other imports them in file
+/// order, so the graph is the same however the work is split.
+fn load_fast_with(
+    bytes: &[u8],
+    dir: Option<&Path>,
+    file: Option<&Arc<MappedFile>>,
+    thread_from: usize,
+    batch: usize,
+) -> Option<Graph> {
+    use super::decode::{Batch, NodeReader, Numbering};
     let raw_from = if file.is_some() {
         MAP_RAW_FROM
     } else {
@@ -140,7 +166,9 @@ pub(crate) fn load_fast(
     if graph.output.is_empty() {
         return None;
     }
-    let mut imp = Importer::new(graph, dir, opset, opsets, scan.nodes.len()).ok()?;
+    // Node outputs are found by number here (`by_number`), not in the name map.
+    let named = graph.input.len() + graph.initializer.len() + graph.output.len();
+    let mut imp = Importer::new(graph, dir, opset, opsets, scan.nodes.len(), named).ok()?;
     if let Some(file) = file {
         imp.file = Some(Arc::clone(file));
         for (t, r) in graph.initializer.iter().zip(&scan.raw) {
@@ -150,33 +178,62 @@ pub(crate) fn load_fast(
         }
     }
     imp.declare_inputs().ok()?;
-    let mut node = super::decode::NodeScratch::default();
-    let mut known: Vec<Option<Value>> = Vec::new();
-    for (i, &b) in scan.nodes.iter().enumerate() {
-        node.decode(b).ok()?;
-        // Every input defined before the node (the fast route imports in file order;
-        // the plain route sorts, or says what is wrong), each name looked up once.
-        // Outputs defined twice are caught as they are named (`Importer::name_outputs`)
-        // and outputs that shadow an initialiser in `finish`.
-        known.clear();
-        for &name in &node.input {
-            known.push(match imp.values.get(name) {
-                Some(&v) => Some(v),
-                None if name.is_empty() || imp.inits.contains_key(name) => None,
-                None => return None,
-            });
+    // Graph inputs and initialisers are numbered first; node outputs follow as read.
+    let predefined = graph
+        .input
+        .iter()
+        .map(|vi| vi.name.as_str())
+        .chain(graph.initializer.iter().map(|t| t.name.as_str()));
+    let numbering = Numbering::new(predefined, scan.nodes.len());
+    imp.predefined = numbering.len();
+    imp.by_number = Vec::with_capacity(numbering.len() + scan.nodes.len());
+    imp.by_number.resize(numbering.len(), None);
+    for vi in &graph.input {
+        if let (Some(n), Some(&v)) = (numbering.get(&vi.name), imp.values.get(vi.name.as_str())) {
+            imp.by_number[n as usize] = Some(v);
         }
-        let at = At {
-            op_type: node.op_type,
-            domain: node.domain,
-            input: &node.input,
-            output: &node.output,
-            known: &known,
-            attribute: node.attribute(),
-            source: Source::Bytes(b),
-            name: node_name(node.name, i),
-        };
-        imp.import_node(&at).ok()?;
+    }
+    let mut reader = NodeReader::new(&scan.nodes, numbering);
+    let mut known: Vec<Option<Value>> = Vec::new();
+    let numbering = if scan.nodes.len() >= thread_from {
+        std::thread::scope(|s| {
+            let (to_builder, batches) = std::sync::mpsc::sync_channel::<Batch>(2);
+            let (to_reader, spares) = std::sync::mpsc::channel::<Batch>();
+            // A thread that cannot be started leaves the model to the plain route.
+            let worker = std::thread::Builder::new().spawn_scoped(s, move || {
+                while !reader.done() {
+                    let mut b = spares.try_recv().unwrap_or_default();
+                    reader.fill(&mut b, batch).ok()?;
+                    to_builder.send(b).ok()?;
+                }
+                Some(reader)
+            });
+            let worker = worker.ok()?;
+            // Ends when the reader is done or refuses (it drops its sender); returning
+            // early drops the receiver, which ends the reader.
+            for b in batches.iter() {
+                imp.import_batch(&b, &mut known)?;
+                // The reader may be done already: its batches are then not needed.
+                let _ = to_reader.send(b);
+            }
+            worker.join().ok()?.map(NodeReader::into_numbering)
+        })?
+    } else {
+        let mut b = Batch::default();
+        while !reader.done() {
+            reader.fill(&mut b, batch).ok()?;
+            imp.import_batch(&b, &mut known)?;
+        }
+        reader.into_numbering()
+    };
+    // The graph outputs are found by name (`finish`).
+    for o in &graph.output {
+        let v = numbering
+            .get(&o.name)
+            .and_then(|n| imp.by_number.get(n as usize).copied().flatten());
+        if let Some(v) = v {
+            imp.values.insert(o.name.as_str(), v);
+        }
     }
     imp.finish().ok()
 }
@@ -341,7 +398,8 @@ pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxE
             "the graph declares no outputs (GraphProto.output is empty): nothing to compute".into(),
         ));
     }
-    let mut imp = Importer::new(graph, dir, opset, opsets, graph.node.len())?;
+    let named = graph.node.len() + graph.input.len() + graph.initializer.len();
+    let mut imp = Importer::new(graph, dir, opset, opsets, graph.node.len(), named)?;
     imp.declare_inputs()?;
     let (mut input, mut output) = (Vec::new(), Vec::new());
     for i in imp.node_order()? {
@@ -356,6 +414,8 @@ pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxE
             input: &input,
             output: &output,
             known: &[],
+            numbers: &[],
+            out_numbers: &[],
             attribute: &n.attribute,
             source: Source::Proto(n),
             name: node_name(&n.name, i),
@@ -408,8 +468,15 @@ struct Importer<'m> {
     /// Nodes made for the ONNX node being mapped, undone when it falls back to opaque.
     made: Vec<NodeId>,
     graph: Graph,
-    /// Every defined value by ONNX name.
+    /// Every defined value by ONNX name; on the fast route, only graph inputs,
+    /// initialisers made constants and (at the end) graph outputs: node outputs are
+    /// in `by_number`.
     values: FastMap<&'m str, Value>,
+    /// The fast route's values by number ([`super::decode::Numbering`]): graph inputs,
+    /// initialisers once they are constants, node outputs as they are named.
+    by_number: Vec<Option<Value>>,
+    /// How many numbers name graph inputs and initialisers (the rest, node outputs).
+    predefined: usize,
     /// Initialisers not yet made constants.
     inits: FastMap<&'m str, &'m TensorProto>,
     /// Mask `Expand`s of graphrw's own Attention export that the loader bypassed; removed
@@ -439,6 +506,10 @@ struct At<'m, 'n> {
     /// Per input, its value when it was already defined as the node was read (the fast
     /// route looks each name up once); empty where the names are looked up as read.
     known: &'n [Option<Value>],
+    /// The fast route's number of each input and output name
+    /// ([`super::decode::Numbering`]; `ABSENT` for `""`); empty on the plain route.
+    numbers: &'n [u32],
+    out_numbers: &'n [u32],
     attribute: &'n [AttributeProto],
     /// The node itself, for what only an opaque node keeps (its other fields, its
     /// subgraphs).
@@ -653,12 +724,15 @@ fn limit_ints(at: &At, what: &str, v: &[i64]) -> Result<(), OnnxError> {
 }
 
 impl<'m> Importer<'m> {
+    /// An importer of `proto`'s graph, its tables sized for `node_count` nodes and
+    /// `named` value names found by name.
     fn new(
         proto: &'m GraphProto,
         dir: Option<&'m Path>,
         opset: i64,
         opsets: HashMap<String, i64>,
         node_count: usize,
+        named: usize,
     ) -> Result<Importer<'m>, OnnxError> {
         let declared = proto
             .value_info
@@ -695,10 +769,12 @@ impl<'m> Importer<'m> {
             },
             values: {
                 let mut values = FastMap::default();
-                values.reserve(node_count + proto.input.len() + proto.initializer.len());
+                values.reserve(named);
                 values
             },
             inits,
+            by_number: Vec::new(),
+            predefined: 0,
             bypassed: Vec::new(),
             file: None,
             raw: FastMap::default(),
@@ -868,13 +944,67 @@ impl<'m> Importer<'m> {
         Ok(v)
     }
 
+    /// Records `v` as the value numbered `n` (fast route; nothing for `ABSENT`).
+    fn number(&mut self, n: u32, v: Value) {
+        if n == super::decode::ABSENT {
+            return;
+        }
+        let n = n as usize;
+        if n >= self.by_number.len() {
+            self.by_number.resize(n + 1, None);
+        }
+        self.by_number[n] = Some(v);
+    }
+
+    /// Imports the nodes of a fast-route batch in order. `None` for an input that is
+    /// not defined yet (neither a value nor an initialiser: the plain route sorts the
+    /// nodes or says what is undefined) and for every error (the plain route decides).
+    fn import_batch(
+        &mut self,
+        b: &super::decode::Batch<'m>,
+        known: &mut Vec<Option<Value>>,
+    ) -> Option<()> {
+        for node in &b.nodes {
+            let numbers = b.input_numbers(node);
+            known.clear();
+            for &n in numbers {
+                known.push(match self.by_number.get(n as usize) {
+                    Some(&Some(v)) => Some(v),
+                    // `""`, or an initialiser not yet a constant.
+                    _ if n == super::decode::ABSENT || (n as usize) < self.predefined => None,
+                    _ => return None,
+                });
+            }
+            let at = At {
+                op_type: node.op_type,
+                domain: node.domain,
+                input: b.inputs(node),
+                output: b.outputs(node),
+                known,
+                numbers,
+                out_numbers: b.output_numbers(node),
+                attribute: b.attributes(node),
+                source: Source::Bytes(node.bytes),
+                name: node_name(node.name, node.index),
+            };
+            self.import_node(&at).ok()?;
+        }
+        Some(())
+    }
+
     /// Input `i` of the node, `None` when absent.
     fn input(&mut self, at: &At<'m, '_>, i: usize) -> Result<Option<Value>, OnnxError> {
         if let Some(&Some(v)) = at.known.get(i) {
             return Ok(Some(v));
         }
         match at.input.get(i).copied().filter(|s| !s.is_empty()) {
-            Some(name) => self.value(name, &at.name).map(Some),
+            Some(name) => {
+                let v = self.value(name, &at.name)?;
+                if let Some(&n) = at.numbers.get(i) {
+                    self.number(n, v);
+                }
+                Ok(Some(v))
+            }
             None => Ok(None),
         }
     }
@@ -895,7 +1025,11 @@ impl<'m> Importer<'m> {
         let Some(name) = at.input_name(i) else {
             return Ok(None);
         };
-        if let Some(&v) = self.values.get(name) {
+        let defined = match at.known.get(i) {
+            Some(&Some(v)) => Some(v),
+            _ => self.values.get(name).copied(),
+        };
+        if let Some(v) = defined {
             if let Some(t) = self.graph.node(v.node).and_then(|n| n.payload()) {
                 return Ok(Some(t.clone()));
             }
@@ -1048,9 +1182,10 @@ impl<'m> Importer<'m> {
                     .output
                     .iter()
                     .zip(outs)
-                    .filter(|(name, _)| !name.is_empty());
-                for (&name, v) in named {
-                    self.name_output(at, name, v)?;
+                    .enumerate()
+                    .filter(|(_, (name, _))| !name.is_empty());
+                for (j, (&name, v)) in named {
+                    self.name_output(at, j, name, v)?;
                 }
                 Ok(())
             }
@@ -1112,10 +1247,13 @@ impl<'m> Importer<'m> {
         };
         let mut operands = Vec::with_capacity(at.input.len());
         let mut inputs = Vec::with_capacity(at.input.len());
-        for &name in at.input {
+        for (i, &name) in at.input.iter().enumerate() {
             inputs.push(!name.is_empty());
             if !name.is_empty() {
-                operands.push(self.value(name, &at.name)?);
+                operands.push(match at.known.get(i) {
+                    Some(&Some(v)) => v,
+                    _ => self.value(name, &at.name)?,
+                });
             }
         }
         let captures: Vec<String> = super::nesting::captures(node)
@@ -1183,9 +1321,9 @@ impl<'m> Importer<'m> {
             foreign,
             Some(at.name.to_string()),
         );
-        let present = at.output.iter().filter(|o| !o.is_empty());
-        for (o, &name) in present.enumerate() {
-            self.name_output(at, name, Value::new(id, o as u32))?;
+        let present = at.output.iter().enumerate().filter(|(_, o)| !o.is_empty());
+        for (o, (j, &name)) in present.enumerate() {
+            self.name_output(at, j, name, Value::new(id, o as u32))?;
         }
         Ok(())
     }
@@ -1193,7 +1331,20 @@ impl<'m> Importer<'m> {
     /// Names output value `v` of the node `at` `name`. A name already defined is an
     /// error: the plain route's `node_order` finds those before any node is imported,
     /// the fast route (which does not order) here, and then leaves it to the plain route.
-    fn name_output(&mut self, at: &At<'m, '_>, name: &'m str, v: Value) -> Result<(), OnnxError> {
+    ///
+    /// On the fast route (`at.out_numbers`, for output `j`) the value is recorded by
+    /// number: the reader already refused a name defined twice.
+    fn name_output(
+        &mut self,
+        at: &At<'m, '_>,
+        j: usize,
+        name: &'m str,
+        v: Value,
+    ) -> Result<(), OnnxError> {
+        if let Some(&n) = at.out_numbers.get(j) {
+            self.number(n, v);
+            return Ok(());
+        }
         if self.values.insert(name, v).is_some() {
             return Err(OnnxError::node(
                 at.op_type,
@@ -2447,6 +2598,10 @@ mod tests {
         let file = MappedFile::open_model(path).expect("map");
         let fast = load_fast(file.as_bytes(), Some(dir), Some(&file))
             .unwrap_or_else(|| panic!("{}: the fast route refused it", path.display()));
+        // Decoded on a second thread in batches of 3 nodes: the same graph.
+        let threaded = load_fast_with(file.as_bytes(), Some(dir), Some(&file), 0, 3)
+            .unwrap_or_else(|| panic!("{}: the threaded fast route refused it", path.display()));
+        assert_eq!(fast.to_string(), threaded.to_string(), "{}", path.display());
         let model = ModelProto::decode(file.as_bytes()).expect("prost decodes it");
         let plain = from_model(&model, Some(dir)).expect("the plain route loads it");
         (fast.to_string(), plain.to_string())
@@ -2510,6 +2665,10 @@ mod tests {
                     continue;
                 };
                 fast_count += 1;
+                // One node per batch, decoded on a second thread: the same graph.
+                let threaded = load_fast_with(file.as_bytes(), path.parent(), Some(&file), 0, 1)
+                    .expect("the threaded fast route reads what the fast route reads");
+                assert_eq!(fast.to_string(), threaded.to_string(), "{}", path.display());
                 let plain = from_model(&model, path.parent()).expect("plain route");
                 assert_eq!(fast.to_string(), plain.to_string(), "{}", path.display());
             }
@@ -2519,6 +2678,98 @@ mod tests {
             total > 0 && fast_count * 10 >= total * 9,
             "{fast_count} of {total}"
         );
+    }
+
+    /// A chain of `Relu`s from graph input `x`, node `i` reading `inputs[i]` and
+    /// writing `outputs[i]`; graph output `last`, initialiser `w` (one float).
+    fn chain(inputs: &[&str], outputs: &[&str], last: &str) -> Vec<u8> {
+        use crate::onnx::proto::{
+            data_type, Dimension, OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor,
+        };
+        let info = |name: &str| ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type: data_type::FLOAT,
+                    shape: Some(TensorShapeProto {
+                        dim: vec![Dimension {
+                            value: Some(DimensionValue::DimValue(1)),
+                            denotation: String::new(),
+                        }],
+                    }),
+                }),
+                ..Default::default()
+            }),
+            doc_string: String::new(),
+        };
+        let node = inputs
+            .iter()
+            .zip(outputs)
+            .map(|(i, o)| NodeProto {
+                input: vec![i.to_string()],
+                output: vec![o.to_string()],
+                op_type: "Relu".into(),
+                ..Default::default()
+            })
+            .collect();
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            graph: Some(GraphProto {
+                node,
+                input: vec![info("x")],
+                output: vec![info(last)],
+                initializer: vec![TensorProto {
+                    name: "w".into(),
+                    dims: vec![1],
+                    data_type: data_type::FLOAT,
+                    float_data: vec![1.0],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    /// Decoding on a second thread (every batch size) reads what decoding on this one
+    /// reads, and refuses what it refuses: inputs read before they are defined, outputs
+    /// defined twice or over a graph input or an initialiser.
+    #[test]
+    fn the_threaded_fast_route_takes_and_refuses_what_the_fast_route_does() {
+        let cases: [(&[&str], &[&str], &str, bool); 7] = [
+            (&["x", "a", "b"], &["a", "b", "c"], "c", true),
+            (&["x", "w", "a"], &["a", "b", "c"], "c", true),
+            (&["a", "x", "b"], &["b", "a", "c"], "c", false),
+            (&["x", "a", "x"], &["a", "b", "a"], "b", false),
+            (&["x", "a", "b"], &["a", "x", "c"], "c", false),
+            (&["x", "a", "b"], &["a", "w", "c"], "c", false),
+            (&["x", "a", "q"], &["a", "b", "c"], "c", false),
+        ];
+        for (inputs, outputs, last, takes) in cases {
+            let bytes = chain(inputs, outputs, last);
+            let single = load_fast_with(&bytes, None, None, usize::MAX, 2).map(|g| g.to_string());
+            assert_eq!(single.is_some(), takes, "{inputs:?} -> {outputs:?}");
+            for batch in 1..4 {
+                let threaded = load_fast_with(&bytes, None, None, 0, batch).map(|g| g.to_string());
+                assert_eq!(
+                    single, threaded,
+                    "{inputs:?} -> {outputs:?}, batches of {batch}"
+                );
+            }
+            // The plain route reads what the fast route reads, and says what is wrong
+            // with the rest.
+            let plain = load_bytes(&bytes);
+            match &single {
+                Some(g) => assert_eq!(&plain.expect("plain").to_string(), g),
+                None if inputs[0] == "a" => assert!(plain.is_ok()),
+                None => assert!(plain.is_err(), "{inputs:?} -> {outputs:?}"),
+            }
+        }
     }
 
     #[test]
