@@ -47,6 +47,10 @@ use graphrw::onnx::proto::{
 };
 use prost::Message;
 
+/// The `graphrw` command's allocator, so that the children time what the command does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Model width: batch 1, 8 tokens, 16 features in 2 heads of 8.
 const SEQ: i64 = 8;
 const EMBED: i64 = 16;

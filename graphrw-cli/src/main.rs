@@ -13,6 +13,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: loading and rewriting a big model makes and frees millions of small
+/// allocations (names, attribute lists, shapes); see README "Scaling".
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Rewrite and run machine-learning computation graphs.
 ///
 /// graphrw reads ONNX models (with their external data) into a graph over a torch-like
