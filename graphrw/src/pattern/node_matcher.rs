@@ -138,25 +138,10 @@ impl<'a> NodeMatcher<'a> {
     pub fn next_match(
         &mut self,
         graph: &Graph,
-        mut skip: impl FnMut(&'static Rule) -> bool,
+        skip: impl FnMut(&'static Rule) -> bool,
     ) -> Option<(&'static Rule, Match)> {
-        while let Some(&rule) = self.candidates.get(self.next) {
-            self.next += 1;
-            if skip(rule) {
-                continue;
-            }
-            self.attempts += 1;
-            let flags = self.options.flags;
-            let scratch = &mut self.scratch;
-            let Ok(m) = matcher::run_in::<false>(rule.pattern, graph, self.node, flags, scratch)
-            else {
-                continue;
-            };
-            if self.options.accepts(graph, &m) {
-                return Some((rule, m));
-            }
-        }
-        None
+        self.next_match_ref(graph, skip)
+            .map(|(rule, m)| (rule, m.clone()))
     }
 
     /// [`NodeMatcher::next_match`] for a caller that only reads the match: it is

@@ -347,7 +347,6 @@ pub(super) unsafe fn scores_softmax_packed(
     assert!(m.len() >= ncols && l.len() >= ncols && alpha.len() >= ncols);
     assert!(kp.len() >= npan * d * MR && qp.len() >= ncols * d && s.len() >= npan * MR * lds);
     let (kptr, qptr, sptr) = (kp.as_ptr(), qp.as_ptr(), s.as_mut_ptr());
-    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
     for cp in 0..ncols / NR {
         let c = cp * NR;
         // SAFETY: columns `c..c + 16` (`<= ncols`) of `m`, `l`, `alpha`; key panel
@@ -371,17 +370,7 @@ pub(super) unsafe fn scores_softmax_packed(
                 x0 = _mm256_max_ps(x0, a);
                 x1 = _mm256_max_ps(x1, b);
             }
-            // A column whose max is still `-inf` takes its exponentials against 0.
-            let u0 = _mm256_blendv_ps(
-                x0,
-                _mm256_setzero_ps(),
-                _mm256_cmp_ps::<_CMP_EQ_OQ>(x0, ninf),
-            );
-            let u1 = _mm256_blendv_ps(
-                x1,
-                _mm256_setzero_ps(),
-                _mm256_cmp_ps::<_CMP_EQ_OQ>(x1, ninf),
-            );
+            let (u0, u1) = (exp_shift(x0), exp_shift(x1));
             let a0 = exp8(_mm256_sub_ps(mo0, u0));
             let a1 = exp8(_mm256_sub_ps(mo1, u1));
             _mm256_storeu_ps(alpha.as_mut_ptr().add(c), a0);
@@ -467,6 +456,20 @@ pub(super) unsafe fn values_packed(
             }
         }
     }
+}
+
+/// The shift a column's exponentials are taken against: its running max, or 0 while
+/// that max is still `-inf` (every score so far masked), so that `e^(s - shift)` is 0
+/// for a masked score instead of `e^(-inf + inf)` = NaN.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn exp_shift(max: __m256) -> __m256 {
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    _mm256_blendv_ps(
+        max,
+        _mm256_setzero_ps(),
+        _mm256_cmp_ps::<_CMP_EQ_OQ>(max, ninf),
+    )
 }
 
 /// `e^x` on 8 lanes, as `2^(x log2 e)`: `x log2 e` splits into an integer `n` (built
@@ -582,7 +585,6 @@ pub(super) unsafe fn softmax_update(
     assert!(w.is_multiple_of(8) && w <= lds && l.len() == w && alpha.len() == w);
     assert!(s.len() >= nk * lds);
     let sp = s.as_mut_ptr();
-    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
     for c in (0..w).step_by(8) {
         // SAFETY: columns `c..c + 8` (`c + 8 <= w <= lds`) of `m`, `l`, `alpha` (length
         // `w`) and of rows `j < nk` of `s` (`nk * lds <= s.len()`).
@@ -601,11 +603,7 @@ pub(super) unsafe fn softmax_update(
                 x0 = _mm256_max_ps(x0, _mm256_loadu_ps(col.add(j * lds)));
             }
             let mx = _mm256_max_ps(x0, x1);
-            let used = _mm256_blendv_ps(
-                mx,
-                _mm256_setzero_ps(),
-                _mm256_cmp_ps::<_CMP_EQ_OQ>(mx, ninf),
-            );
+            let used = exp_shift(mx);
             let a = exp8(_mm256_sub_ps(mo, used));
             _mm256_storeu_ps(alpha.as_mut_ptr().add(c), a);
             _mm256_storeu_ps(m.as_mut_ptr().add(c), mx);
