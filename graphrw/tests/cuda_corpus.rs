@@ -16,23 +16,13 @@ use graphrw::{rules, Graph, Tensor};
 const ATOL: f64 = 1e-4;
 const RTOL: f64 = 1e-3;
 
-const MODELS: [&str; 8] = [
-    "bert_eager",
-    "bert_sdpa",
-    "gpt2_eager",
-    "gpt2_sdpa",
-    "llama_eager",
-    "llama_sdpa",
-    "t5_eager",
-    "bart_sdpa",
-];
+mod onnx_support;
+use onnx_support::{CORPUS, CORPUS_MODELS as MODELS};
 
 fn corpus() -> PathBuf {
     std::env::var_os("GRAPHRW_CORPUS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus"))
-        })
+        .unwrap_or_else(|| PathBuf::from(CORPUS))
 }
 
 fn inputs(set: &Path, count: usize) -> Vec<Tensor> {

@@ -10,18 +10,8 @@ use graphrw::ops::{self, AttrValue};
 use graphrw::{Builder, DType, Graph, Tensor, TensorMeta, Value};
 use prost::Message;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus");
-
-const MODELS: [&str; 8] = [
-    "bert_eager",
-    "bert_sdpa",
-    "gpt2_eager",
-    "gpt2_sdpa",
-    "llama_eager",
-    "llama_sdpa",
-    "t5_eager",
-    "bart_sdpa",
-];
+mod onnx_support;
+use onnx_support::{CORPUS, CORPUS_MODELS as MODELS};
 
 fn input_names(g: &Graph) -> Vec<String> {
     g.inputs()
