@@ -156,6 +156,10 @@ enum Command {
         /// Also run the other stack and print the max difference and the time ratio.
         #[arg(long)]
         compare: bool,
+        /// Print where the best run's time went: time, share and calls per op
+        /// (fused ops under their own names), largest first.
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -202,6 +206,7 @@ fn main() -> ExitCode {
             executors,
             repeat,
             compare,
+            profile,
         } => commands::device::run(
             &model_dir,
             model.as_deref(),
@@ -210,6 +215,7 @@ fn main() -> ExitCode {
                 executors,
                 repeat: repeat as usize,
                 compare,
+                profile,
             },
         ),
     };

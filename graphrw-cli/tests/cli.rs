@@ -358,6 +358,42 @@ fn run_checks_a_model_and_its_optimised_copy_on_the_test_data() {
     assert!(line.contains("no test_data_set_"), "{line}");
 }
 
+/// `run --profile` prints one row per op that ran, the fused attention among them, with
+/// shares of the run that add up to the whole (kernels plus the time outside them).
+#[test]
+fn run_profile_lists_the_time_of_each_op() {
+    let dir = corpus("gpt2_sdpa");
+    let out = ok(&["run", dir.to_str().unwrap(), "--profile", "--repeat", "2"]);
+    let rows: Vec<(&str, f64, f64)> = out
+        .lines()
+        .filter(|l| l.trim_end().ends_with('%') || l.contains("% "))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let pct = f.iter().position(|w| w.ends_with('%'))?;
+            let ms: f64 = f.get(pct.checked_sub(1)?)?.parse().ok()?;
+            let share: f64 = f[pct].trim_end_matches('%').parse().ok()?;
+            Some((f[0], ms, share))
+        })
+        .collect();
+    assert!(
+        rows.iter().any(|r| r.0 == "scaled_dot_product_attention"),
+        "no attention row:\n{out}"
+    );
+    assert!(
+        rows.iter().any(|r| r.0 == "(outside"),
+        "no outside row:\n{out}"
+    );
+    assert!(rows.iter().all(|r| r.1 >= 0.0 && r.2 >= 0.0), "{out}");
+    let total: f64 = rows.iter().map(|r| r.2).sum();
+    assert!(
+        (total - 100.0).abs() < 1.0,
+        "shares add up to {total}:\n{out}"
+    );
+    // Without the flag there is no table.
+    let plain = ok(&["run", dir.to_str().unwrap()]);
+    assert!(!plain.contains("(outside kernels)"), "{plain}");
+}
+
 #[test]
 fn bad_arguments_are_usage_errors() {
     usage_error(&[]);

@@ -1,5 +1,5 @@
 //! `graphrw run MODEL_DIR [--model FILE] [--executors default|reference] [--repeat N]
-//! [--compare]`: run a model on its ONNX test data and compare with the expected outputs.
+//! [--compare] [--profile]`: run a model on its ONNX test data and compare with the expected outputs.
 //!
 //! The fast path is the default: the graph is optimised ([`graphrw::rules::optimize`]:
 //! attention fusion, causal masks, generated kernels) and planned on
@@ -7,6 +7,7 @@
 //! the reference kernels. The stack is chosen in one place ([`executor_stack`]), so
 //! another device's stack slots in beside these two.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -153,6 +154,8 @@ pub struct RunOptions {
     pub repeat: usize,
     /// Also run the other stack and print the max difference between the two.
     pub compare: bool,
+    /// Print the best run's time per op (see [`profile_lines`]).
+    pub profile: bool,
 }
 
 impl Default for RunOptions {
@@ -161,6 +164,7 @@ impl Default for RunOptions {
             executors: Executors::Default,
             repeat: 1,
             compare: false,
+            profile: false,
         }
     }
 }
@@ -203,6 +207,8 @@ struct Timed {
     outputs: Vec<Tensor>,
     best: Duration,
     peak_live_bytes: usize,
+    /// Time and calls per op in the best run.
+    per_op: BTreeMap<&'static str, (Duration, usize)>,
 }
 
 /// Runs `plan` `repeat` times (at least once); the last outputs, the best time and the
@@ -211,9 +217,13 @@ fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize) -> Result<Timed, String>
     let mut best = Duration::MAX;
     let mut peak = 0;
     let mut outputs = Vec::new();
+    let mut per_op = BTreeMap::new();
     for _ in 0..repeat.max(1) {
         let (out, report) = plan.run(inputs).map_err(|e| e.to_string())?;
-        best = best.min(report.total);
+        if report.total < best {
+            best = report.total;
+            per_op = report.per_op;
+        }
         peak = peak.max(report.peak_live_bytes);
         outputs = out;
     }
@@ -221,7 +231,42 @@ fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize) -> Result<Timed, String>
         outputs,
         best,
         peak_live_bytes: peak,
+        per_op,
     })
+}
+
+/// The `--profile` table: one line per op (time in ms, share of the run, calls),
+/// largest time first, then the time spent outside kernels (the interpreter's own
+/// bookkeeping, frees, checks).
+pub fn profile_lines(
+    per_op: &BTreeMap<&'static str, (Duration, usize)>,
+    total: Duration,
+) -> Vec<String> {
+    let mut rows: Vec<(&str, Duration, usize)> =
+        per_op.iter().map(|(op, &(t, n))| (*op, t, n)).collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let total_s = total.as_secs_f64().max(1e-12);
+    let in_kernels: Duration = rows.iter().map(|r| r.1).sum();
+    let mut lines = vec![format!(
+        "  {:<40} {:>10} {:>7} {:>6}",
+        "op", "ms", "share", "calls"
+    )];
+    let mut line = |name: &str, t: Duration, calls: String| {
+        lines.push(format!(
+            "  {name:<40} {:>10.3} {:>6.1}% {calls:>6}",
+            t.as_secs_f64() * 1e3,
+            100.0 * t.as_secs_f64() / total_s
+        ))
+    };
+    for (op, t, n) in rows {
+        line(op, t, n.to_string());
+    }
+    line(
+        "(outside kernels)",
+        total.saturating_sub(in_kernels),
+        String::new(),
+    );
+    lines
 }
 
 /// The largest `|a - b|` over all outputs (NaN against NaN counts as equal; a NaN
@@ -318,6 +363,11 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
             "{}",
             timing_line(&set_name, main.executors, &t, opts.repeat)
         );
+        if opts.profile {
+            for l in profile_lines(&t.per_op, t.best) {
+                println!("{l}");
+            }
+        }
         if let Some(other) = &other {
             let u = timed(&other.plan, &inputs, opts.repeat)
                 .map_err(|e| format!("{set_name} [{}]: {e}", other.executors.label()))?;
