@@ -480,7 +480,7 @@ fn exp_shift(max: __m256) -> __m256 {
 /// (including `-inf`), NaN for NaN.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn exp8(x: __m256) -> __m256 {
+pub(super) fn exp8(x: __m256) -> __m256 {
     // Fitted (relative minimax on [-1/2, 1/2]); the first is close to ln 2 but not it.
     #[allow(clippy::approx_constant)]
     const C: [f32; 5] = [
@@ -533,7 +533,7 @@ fn exp8(x: __m256) -> __m256 {
 /// polynomial's 2e-7 near 0. Tested against f64.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn exp8_shifted(s: __m256, u: __m256) -> __m256 {
+pub(super) fn exp8_shifted(s: __m256, u: __m256) -> __m256 {
     #[allow(clippy::approx_constant)]
     const C: [f32; 5] = [
         0.693_147,

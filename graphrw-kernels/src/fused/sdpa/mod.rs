@@ -64,9 +64,13 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod mask;
 #[cfg(target_arch = "x86_64")]
 mod packed;
+#[cfg(target_arch = "x86_64")]
+mod packed512;
 mod peak;
 mod tile;
 
@@ -164,13 +168,74 @@ pub fn sdpa(
     mask: Option<&Tensor>,
     opts: &SdpaOptions,
 ) -> Result<Tensor, KernelError> {
-    // `GRAPHRW_SDPA_NO_PACK` turns the packed path off (to measure what it brings).
-    let path = if std::env::var_os("GRAPHRW_SDPA_NO_PACK").is_some() {
+    sdpa_with(q, k, v, mask, opts, env_path())
+}
+
+/// The path [`sdpa`] takes: `GRAPHRW_SDPA_NO_PACK` turns the packed path off,
+/// `GRAPHRW_SDPA_NO_AVX512` keeps it on AVX2 where the CPU has AVX-512 (to measure what
+/// each brings).
+fn env_path() -> Path {
+    if std::env::var_os("GRAPHRW_SDPA_NO_PACK").is_some() {
         Path::Unpacked
+    } else if std::env::var_os("GRAPHRW_SDPA_NO_AVX512").is_some() {
+        Path::PackedAvx2
     } else {
         Path::Best
-    };
-    sdpa_with(q, k, v, mask, opts, path)
+    }
+}
+
+/// The implementation of the fused kernel that runs a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SdpaKernel {
+    /// Portable loops (no AVX2+FMA, or `GRAPHRW_SDPA_BASELINE` set).
+    Plain,
+    /// Operands read in place, AVX2+FMA micro-tiles (f64: the loops compiled for
+    /// AVX2+FMA); `GRAPHRW_SDPA_NO_PACK` forces it.
+    Avx2,
+    /// Packed operands, AVX2+FMA `6 x 16` micro-tiles (f32, f16, bf16);
+    /// `GRAPHRW_SDPA_NO_AVX512` forces it where the CPU has AVX-512.
+    PackedAvx2,
+    /// Packed operands, AVX-512 `8 x 48` f32 micro-tiles (f32, f16), on CPUs with
+    /// AVX-512F, BW and BF16.
+    PackedAvx512,
+    /// Packed operands, both products on AVX-512 BF16 dot products (bf16).
+    PackedAvx512Bf16,
+}
+
+/// The implementation [`sdpa`] runs for inputs of `dtype` (with a head size above 0)
+/// on this CPU, with the environment's switches.
+pub fn selected_kernel(dtype: DType) -> SdpaKernel {
+    pick_kernel(dtype, env_path(), 1)
+}
+
+/// The implementation for `dtype` on `path` with head size `d` on this CPU.
+pub(crate) fn pick_kernel(dtype: DType, path: Path, d: usize) -> SdpaKernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // `GRAPHRW_SDPA_BASELINE` forces the baseline build (to measure the difference).
+        let baseline = std::env::var_os("GRAPHRW_SDPA_BASELINE").is_some();
+        if !baseline
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            let f32_compute = dtype != DType::F64;
+            if path != Path::Unpacked && d > 0 && f32_compute {
+                let avx2_only = matches!(path, Path::PackedAvx2 | Path::PackedAvx2Separate);
+                if !avx2_only && avx512::available() {
+                    return if dtype == DType::BF16 {
+                        SdpaKernel::PackedAvx512Bf16
+                    } else {
+                        SdpaKernel::PackedAvx512
+                    };
+                }
+                return SdpaKernel::PackedAvx2;
+            }
+            return SdpaKernel::Avx2;
+        }
+    }
+    let _ = (dtype, path, d);
+    SdpaKernel::Plain
 }
 
 /// [`sdpa`] on the implementation `path` (tests force each).
@@ -318,6 +383,11 @@ pub(crate) enum Path {
     /// the score tile, never fused into it (tests compare the two).
     #[cfg_attr(not(test), allow(dead_code))]
     SeparateSoftmax,
+    /// The packed path on AVX2 even where the CPU has AVX-512.
+    PackedAvx2,
+    /// As `PackedAvx2`, with the softmax step a pass of its own.
+    #[cfg_attr(not(test), allow(dead_code))]
+    PackedAvx2Separate,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -366,10 +436,10 @@ where
         block_k,
         // `GRAPHRW_SDPA_NO_FUSE` keeps the softmax step a pass of its own (to measure
         // what the fusion brings).
-        fuse_softmax: path != Path::SeparateSoftmax
+        fuse_softmax: !matches!(path, Path::SeparateSoftmax | Path::PackedAvx2Separate)
             && std::env::var_os("GRAPHRW_SDPA_NO_FUSE").is_none(),
     };
-    let item = pick_item::<T>(path != Path::Unpacked && dims.d > 0);
+    let item = pick_item::<T>(path, dims.d);
     let head_len = dims.sq * dims.dv;
     // A small problem runs on the calling thread: waking the pool's threads for it
     // costs more than it saves (the corpus models' attention is a few microseconds).
@@ -409,35 +479,37 @@ fn block_sizes() -> (usize, usize) {
     }
 }
 
-/// The work-item function for this CPU: the packed path when `packed` is allowed and
-/// the compute type is f32, else the AVX2+FMA build when the CPU has them.
-fn pick_item<T: Element>(packed: bool) -> ItemFn<T>
+/// The work-item function of [`pick_kernel`]'s choice.
+fn pick_item<T: Element>(path: Path, d: usize) -> ItemFn<T>
 where
     T::Acc: Acc,
 {
     #[cfg(target_arch = "x86_64")]
-    {
-        // `GRAPHRW_SDPA_BASELINE` forces the baseline build (to measure the difference).
-        let baseline = std::env::var_os("GRAPHRW_SDPA_BASELINE").is_some();
-        if !baseline
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            let f32_compute = T::DTYPE != DType::F64;
-            if packed && f32_compute {
-                return |p, s, bh, qb, o| {
-                    // SAFETY: `item_packed` only requires the avx2 and fma target
-                    // features, detected on this CPU just above.
-                    unsafe { item_packed(p, s, bh, qb, o) }
-                };
-            }
+    match pick_kernel(T::DTYPE, path, d) {
+        SdpaKernel::PackedAvx512 | SdpaKernel::PackedAvx512Bf16 => {
+            return |p, s, bh, qb, o| {
+                // SAFETY: `item_packed512` requires AVX2, FMA and the AVX-512 features
+                // of `avx512::available`, all detected by `pick_kernel` before it chose
+                // this kernel.
+                unsafe { item_packed512(p, s, bh, qb, o) }
+            };
+        }
+        SdpaKernel::PackedAvx2 => {
+            return |p, s, bh, qb, o| {
+                // SAFETY: `item_packed` only requires the avx2 and fma target
+                // features, detected by `pick_kernel` before it chose this kernel.
+                unsafe { item_packed(p, s, bh, qb, o) }
+            };
+        }
+        SdpaKernel::Avx2 => {
             return |p, s, bh, qb, o| {
                 // SAFETY: `item_avx2_fma` only requires the avx2 and fma target features,
-                // which were detected on this CPU just above. It pays: see the
-                // measurement in the module docs.
+                // detected by `pick_kernel` before it chose this kernel. It pays: see
+                // the measurement in the module docs.
                 unsafe { item_avx2_fma(p, s, bh, qb, o) }
             };
         }
+        SdpaKernel::Plain => {}
     }
     item_plain::<T>
 }
@@ -454,6 +526,20 @@ unsafe fn item_avx2_fma<T: Element>(
     T::Acc: Acc,
 {
     process_item::<T, true>(prob, scratch, bh, qb, out)
+}
+
+/// The AVX-512 packed work item (`packed512.rs`), compiled with AVX2, FMA and
+/// AVX-512F/BW/BF16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512bf16")]
+unsafe fn item_packed512<T: Element>(
+    prob: &Problem<'_, T>,
+    _scratch: &mut Scratch<T::Acc>,
+    bh: usize,
+    qb: usize,
+    out: &mut [T],
+) {
+    packed512::item(prob, bh, qb, out)
 }
 
 /// The packed work item (`packed.rs`), compiled with AVX2+FMA.

@@ -77,7 +77,7 @@ fn orders() -> (bool, bool) {
 
 /// Rows `range` of a `[.., width]` key or value tensor as f32: borrowed when f32,
 /// else converted into `buf`.
-fn rows_f32<'b, T: Element>(
+pub(super) fn rows_f32<'b, T: Element>(
     direct: Option<&'b [f32]>,
     half: super::tile::HalfSrc<'_>,
     all: &[T],
@@ -105,7 +105,7 @@ fn rows_f32<'b, T: Element>(
 /// Packed keys and values above this many floats (16 MiB) are freed when the thread's
 /// next call starts rather than reused by it (a thread keeps at most one head of a
 /// call's packed keys and values between calls).
-const KEEP_FLOATS: usize = 1 << 22;
+pub(super) const KEEP_FLOATS: usize = 1 << 22;
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<PackScratch> =
@@ -115,7 +115,13 @@ thread_local! {
 /// `dst[(g * w + p) * R + r] = src[(g * R + r) * w + p] * scale` for the `n` rows of
 /// `src` (`[n, w]`): rows in panels of `R`, each panel stored column by column
 /// (`[w][R]`). Rows of a last partial panel past `n` are left as they are.
-fn pack_panels<const R: usize>(src: &[f32], n: usize, w: usize, scale: f32, dst: &mut [f32]) {
+pub(super) fn pack_panels<const R: usize>(
+    src: &[f32],
+    n: usize,
+    w: usize,
+    scale: f32,
+    dst: &mut [f32],
+) {
     for (g, rows) in src[..n * w].chunks(R * w).enumerate() {
         let panel = &mut dst[g * w * R..(g + 1) * w * R];
         let full = rows.len() == R * w;
@@ -294,13 +300,27 @@ fn item_in<T: Element>(
         j0 += nk;
     }
 
-    let masked_fill = match prob.fully_masked {
+    store_rows(prob.fully_masked, o, dvp, l, out, dv);
+}
+
+/// Writes the output rows (`out`: `[rows, dv]`) from the accumulator `o` (rows of
+/// stride `ldo`) divided by the row sums `l`; a row whose sum is 0 (every key masked)
+/// gets `fully_masked`'s fill.
+pub(super) fn store_rows<T: Element>(
+    fully_masked: FullyMaskedRows,
+    o: &[f32],
+    ldo: usize,
+    l: &[f32],
+    out: &mut [T],
+    dv: usize,
+) {
+    let masked_fill = match fully_masked {
         FullyMaskedRows::Zero => T::from_f32(0.0),
         FullyMaskedRows::Nan => T::from_f32(f32::NAN),
     };
     for ((dst, acc), &li) in out
         .chunks_exact_mut(dv)
-        .zip(o.chunks_exact(dvp))
+        .zip(o.chunks_exact(ldo))
         .zip(l.iter())
     {
         if li == 0.0 {
@@ -315,13 +335,13 @@ fn item_in<T: Element>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::{sdpa_with, FullyMaskedRows, Path, SdpaOptions};
+pub(super) mod tests {
+    use super::super::{pick_kernel, sdpa_with, FullyMaskedRows, Path, SdpaKernel, SdpaOptions};
     use crate::cpu::sdpa_reference;
     use crate::{DType, Tensor};
 
     /// Deterministic pseudo-random values in `[lo, hi)` (xorshift).
-    fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+    pub(in super::super) fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..n)
             .map(|_| {
@@ -333,14 +353,21 @@ mod tests {
             .collect()
     }
 
-    fn tensor(dtype: DType, shape: &[usize], seed: u64, lo: f64, hi: f64) -> Tensor {
+    /// A tensor of [`values`].
+    pub(in super::super) fn tensor(
+        dtype: DType,
+        shape: &[usize],
+        seed: u64,
+        lo: f64,
+        hi: f64,
+    ) -> Tensor {
         let n = shape.iter().product();
         Tensor::from_f64_slice(dtype, shape, &values(n, seed, lo, hi)).unwrap()
     }
 
     /// `got` within `(atol x max |want|, rtol)` of `want` element by element, NaN where
     /// `want` is NaN.
-    fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
+    pub(in super::super) fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
         assert_eq!(got.shape(), want.shape(), "{what}: shape");
         let (atol, rtol) = match want.dtype() {
             DType::F32 => (1e-5, 1e-4),
@@ -365,6 +392,44 @@ mod tests {
         }
     }
 
+    /// The test masks: 0 none; 1 bool `[Sq, Skv]`, about a third masked, rows 0 and
+    /// `Sq / 2` fully masked; 2 additive `[B, Hq, Sq, Skv]` with `-inf` and -1e9, row 1
+    /// finite-min (`f32::MIN`) everywhere.
+    pub(in super::super) fn test_mask(
+        kind: u32,
+        dtype: DType,
+        [b, hq, sq, skv]: [usize; 4],
+        seed: u64,
+    ) -> Option<Tensor> {
+        match kind {
+            1 => {
+                let keep: Vec<bool> = values(sq * skv, seed + 3000, 0.0, 1.0)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| x > 0.33 && i / skv != 0 && i / skv != sq / 2)
+                    .collect();
+                Some(Tensor::from_vec(vec![sq, skv], keep).unwrap())
+            }
+            2 => {
+                let shape = [b, hq, sq, skv];
+                let vals: Vec<f64> = values(b * hq * sq * skv, seed + 4000, -3.0, 1.0)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, x)| match i % 7 {
+                        // Row 1 of each head: finite-min everywhere (the
+                        // exporters' mask), uniform weights.
+                        _ if (i / skv) % sq == 1 => f32::MIN as f64,
+                        0 if i % skv != 0 => f64::NEG_INFINITY,
+                        3 => -1e9,
+                        _ => x,
+                    })
+                    .collect();
+                Some(Tensor::from_f64_slice(dtype, &shape, &vals).unwrap())
+            }
+            _ => None,
+        }
+    }
+
     fn has_avx2_fma() -> bool {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
     }
@@ -375,11 +440,17 @@ mod tests {
     /// key/value head), causal, bool masks with fully masked rows, additive masks,
     /// f16 and bf16; the packed path both with the softmax step fused into the score
     /// pass (key blocks with no mask and off the causal diagonal) and as a pass of its
-    /// own.
+    /// own; the best packed path (AVX-512 where the CPU has it: f32 micro-tiles, bf16
+    /// dot products for bf16) and the AVX2 one.
     #[test]
     fn packed_matches_reference_and_unpacked() {
         if !has_avx2_fma() {
+            eprintln!("skipped: the CPU has no AVX2+FMA");
             return;
+        }
+        let avx512 = super::super::avx512::available();
+        if !avx512 {
+            eprintln!("note: no AVX-512 F/BW/BF16: the best packed path is the AVX2 one");
         }
         let mut seed = 1;
         for (sq, skv) in [
@@ -410,36 +481,7 @@ mod tests {
                     let q = tensor(dtype, &[b, hq, sq, d], seed, -2.0, 2.0);
                     let k = tensor(dtype, &[b, hkv, skv, d], seed + 1000, -2.0, 2.0);
                     let v = tensor(dtype, &[b, hkv, skv, dv], seed + 2000, -1.0, 1.0);
-                    // 1: bool [Sq, Skv], about a third masked, rows 0 and Sq / 2
-                    // fully masked; 2: additive [B, Hq, Sq, Skv] with -inf and -1e9, row 1
-                    // finite-min (f32::MIN) everywhere.
-                    let m = match mask {
-                        1 => {
-                            let keep: Vec<bool> = values(sq * skv, seed + 3000, 0.0, 1.0)
-                                .iter()
-                                .enumerate()
-                                .map(|(i, &x)| x > 0.33 && i / skv != 0 && i / skv != sq / 2)
-                                .collect();
-                            Some(Tensor::from_vec(vec![sq, skv], keep).unwrap())
-                        }
-                        2 => {
-                            let shape = [b, hq, sq, skv];
-                            let vals: Vec<f64> = values(b * hq * sq * skv, seed + 4000, -3.0, 1.0)
-                                .into_iter()
-                                .enumerate()
-                                .map(|(i, x)| match i % 7 {
-                                    // Row 1 of each head: finite-min everywhere (the
-                                    // exporters' mask), uniform weights.
-                                    _ if (i / skv) % sq == 1 => f32::MIN as f64,
-                                    0 if i % skv != 0 => f64::NEG_INFINITY,
-                                    3 => -1e9,
-                                    _ => x,
-                                })
-                                .collect();
-                            Some(Tensor::from_f64_slice(dtype, &shape, &vals).unwrap())
-                        }
-                        _ => None,
-                    };
+                    let m = test_mask(mask, dtype, [b, hq, sq, skv], seed);
                     let opts = SdpaOptions {
                         is_causal: causal,
                         scale: None,
@@ -447,6 +489,17 @@ mod tests {
                         fully_masked_rows: FullyMaskedRows::Nan,
                     };
                     let what = format!("{dtype:?} sq {sq} skv {skv} d {d} dv {dv} causal {causal} mask {mask} hq {hq} hkv {hkv}");
+                    let best = pick_kernel(dtype, Path::Best, d);
+                    let want_kernel = match (avx512, dtype) {
+                        (false, _) => SdpaKernel::PackedAvx2,
+                        (true, DType::BF16) => SdpaKernel::PackedAvx512Bf16,
+                        (true, _) => SdpaKernel::PackedAvx512,
+                    };
+                    assert_eq!(best, want_kernel, "{what}");
+                    assert_eq!(
+                        pick_kernel(dtype, Path::PackedAvx2, d),
+                        SdpaKernel::PackedAvx2
+                    );
                     let packed = sdpa_with(&q, &k, &v, m.as_ref(), &opts, Path::Best).unwrap();
                     let unpacked =
                         sdpa_with(&q, &k, &v, m.as_ref(), &opts, Path::Unpacked).unwrap();
@@ -457,6 +510,10 @@ mod tests {
                     assert_close(&packed, &want, &what);
                     assert_close(&packed, &unpacked, &format!("{what} (vs unpacked)"));
                     assert_close(&separate, &want, &format!("{what} (separate softmax)"));
+                    for path in [Path::PackedAvx2, Path::PackedAvx2Separate] {
+                        let got = sdpa_with(&q, &k, &v, m.as_ref(), &opts, path).unwrap();
+                        assert_close(&got, &want, &format!("{what} ({path:?})"));
+                    }
                 }
             }
         }
@@ -480,26 +537,34 @@ mod tests {
             fully_masked_rows: FullyMaskedRows::Zero,
             ..Default::default()
         };
-        let packed = sdpa_with(&q, &k, &v, Some(&m), &opts, Path::Best).unwrap();
         let unpacked = sdpa_with(&q, &k, &v, Some(&m), &opts, Path::Unpacked).unwrap();
-        assert_close(&packed, &unpacked, "causal + mask");
+        for path in [Path::Best, Path::PackedAvx2] {
+            let packed = sdpa_with(&q, &k, &v, Some(&m), &opts, path).unwrap();
+            assert_close(&packed, &unpacked, &format!("causal + mask ({path:?})"));
+        }
     }
 
     /// The per-thread packed keys belong to one call: a second call with other keys
-    /// and values of the same shape (same heads) must not reuse them.
+    /// and values of the same shape (same heads) must not reuse them (each packed
+    /// path, f32 and bf16).
     #[test]
     fn packed_scratch_is_not_reused_across_calls() {
         if !has_avx2_fma() {
             return;
         }
-        let q = tensor(DType::F32, &[1, 2, 40, 16], 1, -1.0, 1.0);
-        let opts = SdpaOptions::default();
-        for seed in [2, 3, 4] {
-            let k = tensor(DType::F32, &[1, 2, 50, 16], seed, -2.0, 2.0);
-            let v = tensor(DType::F32, &[1, 2, 50, 16], seed + 10, -1.0, 1.0);
-            let got = sdpa_with(&q, &k, &v, None, &opts, Path::Best).unwrap();
-            let want = sdpa_reference(&q, &k, &v, None, false, None, false).unwrap();
-            assert_close(&got, &want, &format!("call with seed {seed}"));
+        for dtype in [DType::F32, DType::BF16] {
+            let q = tensor(dtype, &[1, 2, 40, 16], 1, -1.0, 1.0);
+            let opts = SdpaOptions::default();
+            for path in [Path::Best, Path::PackedAvx2] {
+                for seed in [2, 3, 4] {
+                    let k = tensor(dtype, &[1, 2, 50, 16], seed, -2.0, 2.0);
+                    let v = tensor(dtype, &[1, 2, 50, 16], seed + 10, -1.0, 1.0);
+                    let got = sdpa_with(&q, &k, &v, None, &opts, path).unwrap();
+                    let want = sdpa_reference(&q, &k, &v, None, false, None, false).unwrap();
+                    let what = format!("{dtype:?} {path:?} call with seed {seed}");
+                    assert_close(&got, &want, &what);
+                }
+            }
         }
     }
 }
