@@ -320,7 +320,9 @@ fn odd_sizes_scale_and_f64() {
 }
 
 /// Sizes around the register tiles of the AVX2 path (6 rows x 16 columns of the score
-/// and value tiles, 8-column and scalar value tails) and around the key/query blocks.
+/// and value tiles, 8-column and scalar value tails), of the AVX-512 path (8-key panels,
+/// key pairs and odd depths for bf16, 16-column panels in strips of up to 48) and
+/// around the key/query blocks.
 #[test]
 fn micro_tile_boundaries() {
     let base = Case {
@@ -346,6 +348,11 @@ fn micro_tile_boundaries() {
         (63, 129),
         (65, 134),
         (97, 257),
+        // Around the AVX-512 path's 8-key panels and 16/48-column strips.
+        (8, 9),
+        (15, 7),
+        (16, 17),
+        (33, 49),
         // Around 48 rows and 96 keys (earlier blocks, and half the query block).
         (47, 95),
         (48, 96),
@@ -356,12 +363,22 @@ fn micro_tile_boundaries() {
         (97, 96),
         (193, 97),
     ] {
-        for (d, dv) in [(16, 8), (8, 16), (24, 40), (32, 9), (48, 31)] {
+        for (d, dv) in [
+            (16, 8),
+            (8, 16),
+            (24, 40),
+            (32, 9),
+            (48, 31),
+            (3, 49),
+            (33, 64),
+        ] {
             for (dtype, mask, causal) in [
                 (DType::F32, MaskKind::None, true),
                 (DType::F32, MaskKind::Square, false),
                 (DType::F16, MaskKind::Padding, false),
                 (DType::BF16, MaskKind::Additive, false),
+                (DType::BF16, MaskKind::None, true),
+                (DType::BF16, MaskKind::Square, false),
             ] {
                 check(
                     Case {
@@ -613,4 +630,42 @@ fn errors_name_the_shapes() {
         ),
         Err(KernelError::UnsupportedDType { .. })
     ));
+}
+
+/// Where the CPU has AVX-512 F/BW/BF16 (and no switch in the environment says
+/// otherwise), [`sdpa`] runs the AVX-512 packed path, bf16 on its dot products, so the
+/// grids above test it; elsewhere the test says so and returns.
+#[test]
+fn avx512_path_is_selected_where_available() {
+    use graphrw_kernels::fused::sdpa::{selected_kernel, SdpaKernel};
+    let switches = [
+        "GRAPHRW_SDPA_NO_PACK",
+        "GRAPHRW_SDPA_NO_AVX512",
+        "GRAPHRW_SDPA_BASELINE",
+    ];
+    if let Some(s) = switches.iter().find(|s| std::env::var_os(s).is_some()) {
+        eprintln!("skipped: {s} is set");
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx512 = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512bf16");
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if avx512 && avx2 {
+            assert_eq!(selected_kernel(DType::BF16), SdpaKernel::PackedAvx512Bf16);
+            assert_eq!(selected_kernel(DType::F32), SdpaKernel::PackedAvx512);
+            assert_eq!(selected_kernel(DType::F16), SdpaKernel::PackedAvx512);
+            assert_eq!(selected_kernel(DType::F64), SdpaKernel::Avx2);
+            return;
+        }
+        if avx2 {
+            assert_eq!(selected_kernel(DType::BF16), SdpaKernel::PackedAvx2);
+        }
+    }
+    eprintln!(
+        "note: no AVX-512 F/BW/BF16 here: the grids ran {:?}",
+        selected_kernel(DType::BF16)
+    );
 }
