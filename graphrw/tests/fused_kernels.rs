@@ -165,6 +165,39 @@ fn every_kernel_matches_its_decomposition() {
     }
 }
 
+/// Each instruction-set build of the generated kernels' loops (baseline, AVX2+FMA,
+/// AVX-512) against the decompositions, on the ones this CPU has: the process picks one
+/// build, so the others are otherwise never run here. Sizes around the 16-lane vectors.
+#[test]
+fn every_isa_build_matches_the_decomposition() {
+    use graphrw_kernels::elementwise::{with_isa, Isa};
+    let mut ran = Vec::new();
+    for isa in [Isa::Baseline, Isa::Avx2Fma, Isa::Avx512] {
+        let done = with_isa(isa, || {
+            assert_eq!(graphrw_kernels::elementwise::isa(), isa);
+            let mut rng = Lcg(7);
+            for k in builtin::ALL {
+                for dtype in [DType::F32, DType::F16, DType::BF16] {
+                    for (rows, n) in [(1, 1), (2, 15), (3, 17), (2, 33), (4, 1025)] {
+                        check_kernel(k, rows, n, dtype, &mut rng);
+                    }
+                }
+                // The parallel path: chunks on rayon's threads take the caller's build.
+                check_kernel(k, 70, 1031, DType::F32, &mut rng);
+            }
+        });
+        if done.is_some() {
+            ran.push(isa);
+        } else {
+            println!("SKIPPED: {isa:?} build of the generated kernels: not on this CPU");
+        }
+    }
+    assert!(
+        ran.contains(&Isa::Baseline),
+        "the baseline build runs everywhere"
+    );
+}
+
 #[test]
 fn the_plan_names_the_generated_executor() {
     let k = &builtin::rms_norm::KERNEL;

@@ -25,4 +25,4 @@ mod run;
 pub use half::{bf16, f16};
 pub use load::{round_as, Compute, Src};
 pub use plan::Plan;
-pub use run::{isa, run_map, run_rows, Isa, MapKernel, Max, Row, RowKernel, Sum, TILE};
+pub use run::{isa, run_map, run_rows, with_isa, Isa, MapKernel, Max, Row, RowKernel, Sum, TILE};

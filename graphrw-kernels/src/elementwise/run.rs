@@ -111,32 +111,83 @@ pub enum Isa {
     /// x86-64 with AVX2 and FMA: the loops compiled a second time with those target
     /// features (8 f32 lanes, fused multiply-adds in the math polynomials).
     Avx2Fma,
+    /// x86-64 with AVX-512 (F, VL, BW, DQ) besides AVX2 and FMA: the loops compiled a
+    /// third time, 16 f32 lanes (measured in the README's `ort_corpus.py` row).
+    Avx512,
 }
 
-/// The [`Isa`] of this CPU: [`Isa::Avx2Fma`] where it has AVX2 and FMA (detected once and
-/// cached), unless the environment variable `GRAPHRW_FUSED_BASELINE` is set (to measure
-/// the difference); else [`Isa::Baseline`].
+impl Isa {
+    /// Whether this CPU runs code built for `self`.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Baseline => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2Fma.is_available()
+                    && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
+thread_local! {
+    /// [`with_isa`]'s choice for this thread, over [`isa`]'s.
+    static ISA_OVERRIDE: std::cell::Cell<Option<Isa>> = const { std::cell::Cell::new(None) };
+}
+
+/// The [`Isa`] the generated kernels called on this thread run with: [`with_isa`]'s
+/// choice inside it, else the best this CPU has (detected once and cached):
+/// [`Isa::Avx512`], then [`Isa::Avx2Fma`], then [`Isa::Baseline`]. The environment
+/// variable `GRAPHRW_FUSED_NO_AVX512` stops at AVX2, `GRAPHRW_FUSED_BASELINE` at the
+/// baseline (to measure the difference).
 pub fn isa() -> Isa {
     use std::sync::OnceLock;
     static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(detect_isa)
+    ISA_OVERRIDE
+        .with(|o| o.get())
+        .unwrap_or_else(|| *ISA.get_or_init(detect_isa))
 }
 
-#[cfg(target_arch = "x86_64")]
+/// Runs `f` with the generated kernels it calls on this thread built for `isa` (their
+/// parallel chunks included); `None`, without running `f`, where this CPU lacks `isa`.
+/// For tests and measurements that compare the builds in one process.
+pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> Option<R> {
+    if !isa.is_available() {
+        return None;
+    }
+    let before = ISA_OVERRIDE.with(|o| o.replace(Some(isa)));
+    // Restored even if `f` unwinds.
+    struct Restore(Option<Isa>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ISA_OVERRIDE.with(|o| o.set(self.0));
+        }
+    }
+    let _restore = Restore(before);
+    Some(f())
+}
+
 fn detect_isa() -> Isa {
-    if std::env::var_os("GRAPHRW_FUSED_BASELINE").is_none()
-        && std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-    {
+    if std::env::var_os("GRAPHRW_FUSED_BASELINE").is_some() {
+        return Isa::Baseline;
+    }
+    if std::env::var_os("GRAPHRW_FUSED_NO_AVX512").is_none() && Isa::Avx512.is_available() {
+        Isa::Avx512
+    } else if Isa::Avx2Fma.is_available() {
         Isa::Avx2Fma
     } else {
         Isa::Baseline
     }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn detect_isa() -> Isa {
-    Isa::Baseline
 }
 
 /// The body of a generated elementwise kernel (no reductions), run by [`run_map`].
@@ -211,6 +262,17 @@ fn map_chunk_avx2<F: Compute, E: Element, K: MapKernel<F>>(
     map_chunk::<F, E, K, true>(job, start, chunk)
 }
 
+/// [`map_chunk`] compiled for AVX-512 (and AVX2+FMA).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+fn map_chunk_avx512<F: Compute, E: Element, K: MapKernel<F>>(
+    job: &Job<'_, '_, K>,
+    start: usize,
+    chunk: &mut [E],
+) {
+    map_chunk::<F, E, K, true>(job, start, chunk)
+}
+
 /// [`map_chunk`] for `isa`.
 #[inline(always)]
 fn map_chunk_on<F: Compute, E: Element, K: MapKernel<F>>(
@@ -219,6 +281,13 @@ fn map_chunk_on<F: Compute, E: Element, K: MapKernel<F>>(
     start: usize,
     chunk: &mut [E],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: `map_chunk_avx512` only requires the target features it enables, and
+        // `isa()` returns `Avx512` only where `Isa::is_available` detected them all.
+        unsafe { map_chunk_avx512::<F, E, K>(job, start, chunk) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2Fma {
         // SAFETY: `map_chunk_avx2` only requires the avx2 and fma target features, and
@@ -277,6 +346,17 @@ fn rows_chunk_avx2<F: Compute, E: Element, K: RowKernel<F>>(
     rows_chunk::<F, E, K, true>(job, first, chunk)
 }
 
+/// [`rows_chunk`] compiled for AVX-512 (and AVX2+FMA).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+fn rows_chunk_avx512<F: Compute, E: Element, K: RowKernel<F>>(
+    job: &Job<'_, '_, K>,
+    first: usize,
+    chunk: &mut [E],
+) {
+    rows_chunk::<F, E, K, true>(job, first, chunk)
+}
+
 /// [`rows_chunk`] for `isa`.
 #[inline(always)]
 fn rows_chunk_on<F: Compute, E: Element, K: RowKernel<F>>(
@@ -285,6 +365,13 @@ fn rows_chunk_on<F: Compute, E: Element, K: RowKernel<F>>(
     first: usize,
     chunk: &mut [E],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: `rows_chunk_avx512` only requires the target features it enables, and
+        // `isa()` returns `Avx512` only where `Isa::is_available` detected them all.
+        unsafe { rows_chunk_avx512::<F, E, K>(job, first, chunk) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2Fma {
         // SAFETY: `rows_chunk_avx2` only requires the avx2 and fma target features, and
