@@ -211,15 +211,20 @@ struct Timed {
     per_op: BTreeMap<&'static str, (Duration, usize)>,
 }
 
-/// Runs `plan` `repeat` times (at least once); the last outputs, the best time and the
-/// largest peak.
-fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize) -> Result<Timed, String> {
+/// Runs `plan` `repeat` times (at least once; each kernel call timed when `profile`);
+/// the last outputs, the best time, the largest peak and the best run's time per op.
+fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize, profile: bool) -> Result<Timed, String> {
     let mut best = Duration::MAX;
     let mut peak = 0;
     let mut outputs = Vec::new();
     let mut per_op = BTreeMap::new();
     for _ in 0..repeat.max(1) {
-        let (out, report) = plan.run(inputs).map_err(|e| e.to_string())?;
+        let (out, report) = if profile {
+            plan.run_profiled(inputs)
+        } else {
+            plan.run(inputs)
+        }
+        .map_err(|e| e.to_string())?;
         if report.total < best {
             best = report.total;
             per_op = report.per_op;
@@ -357,7 +362,7 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
         if progress {
             eprintln!("running {set_name}…");
         }
-        let t = timed(&main.plan, &inputs, opts.repeat)
+        let t = timed(&main.plan, &inputs, opts.repeat, opts.profile)
             .map_err(|e| format!("{set_name} [{}]: {e}", main.executors.label()))?;
         println!(
             "{}",
@@ -369,7 +374,7 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
             }
         }
         if let Some(other) = &other {
-            let u = timed(&other.plan, &inputs, opts.repeat)
+            let u = timed(&other.plan, &inputs, opts.repeat, false)
                 .map_err(|e| format!("{set_name} [{}]: {e}", other.executors.label()))?;
             println!(
                 "{}",
