@@ -11,6 +11,8 @@ torch's time over graphrw's (above 1: graphrw is faster).
     /tmp/venv-torch/bin/python benches/torch_sdpa_compare.py
     /tmp/venv-torch/bin/python benches/torch_sdpa_compare.py --dtypes bf16 --d 128 --s 2048
     /tmp/venv-torch/bin/python benches/torch_sdpa_compare.py --threads 1 --cpu-time  # shared machine
+    # the AVX2 path of the same build beside the default (AVX-512 where the CPU has it)
+    /tmp/venv-torch/bin/python benches/torch_sdpa_compare.py --also-env GRAPHRW_SDPA_NO_AVX512=1
 
 torch is never needed by the build or CI. Exits with status 2 (and says why) when torch is
 missing. cargo inherits the environment, so set CARGO_TARGET_DIR to reuse a build.
@@ -38,9 +40,9 @@ def torch_time(torch, dtype, d, s, causal, heads, repeat, clock):
     return best * 1e3
 
 
-def graphrw_times(exe, specs, heads, repeat, cpu_time):
+def graphrw_times(exe, specs, heads, repeat, cpu_time, env=None):
     cmd = [exe, "--repeat", str(repeat), "--heads", str(heads)] + (["--cpu-time"] if cpu_time else []) + specs
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     times = {}
     for line in out.splitlines():
         spec, ms, _gflops = line.split()
@@ -64,9 +66,21 @@ def main():
     ap.add_argument("--also", metavar="EXE", default=None,
                     help="another sdpa_time binary (say, an older build) timed in the same rounds; "
                          "its torch / graphrw ratio gets its own column")
+    ap.add_argument("--also-env", metavar="NAME=VALUE", default=None,
+                    help="time this build a second time with NAME=VALUE in its environment (say, "
+                         "GRAPHRW_SDPA_NO_AVX512=1 for the AVX2 path) in the same rounds, as a "
+                         "second column like --also")
     ap.add_argument("--no-build", action="store_true",
                     help="run the sdpa_time binary already in target/release/examples (no cargo)")
     args = ap.parse_args()
+    if args.also and args.also_env:
+        ap.error("give --also or --also-env, not both")
+    also_env = None
+    if args.also_env:
+        name, sep, value = args.also_env.partition("=")
+        if not sep or not name:
+            ap.error("--also-env wants NAME=VALUE")
+        also_env = dict(os.environ, **{name: value})
     if args.cpu_time:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     clock = time.process_time if args.cpu_time else time.perf_counter
@@ -86,6 +100,7 @@ def main():
         subprocess.run(build, cwd=root, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
     exe = os.path.join(target, "release", "examples", "sdpa_time")
+    also_exe = exe if also_env else args.also
 
     shapes = []
     for dtype in args.dtypes.split(","):
@@ -104,17 +119,19 @@ def main():
             theirs[key] = min(theirs[key], torch_time(torch, dt, d, s, c, args.heads, args.repeat, clock))
             got = graphrw_times(exe, [spec], args.heads, args.repeat, args.cpu_time)
             ours[key] = min(ours[key], got[key])
-            if args.also:
-                got = graphrw_times(args.also, [spec], args.heads, args.repeat, args.cpu_time)
+            if also_exe:
+                got = graphrw_times(also_exe, [spec], args.heads, args.repeat, args.cpu_time, also_env)
                 other[key] = min(other[key], got[key])
 
     print(f"\ntorch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
           f"{threads} threads, B=1 H={args.heads}, best of {args.repeat} x {args.rounds} rounds, "
           f"{'CPU' if args.cpu_time else 'wall'} time")
-    also = f"{'torch / --also':>16}" if args.also else ""
+    if also_env:
+        print(f"--also-env: this build with {args.also_env}")
+    also = f"{'torch / --also':>16}" if also_exe else ""
     print(f"{'shape':<26}{'graphrw ms':>12}{'torch ms':>12}{'torch / graphrw':>17}{also}")
     for key in keys:
-        extra = f"{theirs[key] / other[key]:16.2f}" if args.also else ""
+        extra = f"{theirs[key] / other[key]:16.2f}" if also_exe else ""
         print(f"{key:<26}{ours[key]:12.3f}{theirs[key]:12.3f}{theirs[key] / ours[key]:17.2f}{extra}")
 
 
