@@ -53,6 +53,34 @@
 //!   Block sizes re-checked with the fused step (96 x 96 against 96 x 192, 192 x 96,
 //!   48 x 192, 144 x 144 at D 64/128, S=1024): 96 x 96 stays, within the noise of
 //!   96 x 192.
+//! - On x86-64 with AVX-512 F, BW and BF16 (Zen 4, Sapphire Rapids; `avx512::
+//!   available`), the packed path runs on AVX-512 micro-kernels instead (`packed512.rs`,
+//!   `avx512.rs`): `8 x 48` tiles (24 `zmm` accumulators; keys in panels of 8, query
+//!   and value columns in 16-lane vectors, 1 to 3 per tile), the softmax step 16
+//!   columns at a time (`exp16_shifted`: `vscalefps` for `2^n`, 11 operations). f32
+//!   and f16 compute in f32 FMAs. bf16 runs both products on AVX-512 BF16 dot products
+//!   (`vdpbf16ps`: two bf16 products per f32 lane, f32 sums): keys, queries and values
+//!   keep their bf16 bits, packed in pairs along the reduction dimension (keys
+//!   `[Skv/8][D/2][8][2]`, queries `[Bq/16][D/2][16][2]`, values `[Dv/16][Skv/2][16][2]`),
+//!   the scale applied to the f32 scores, the online softmax in f32 and the
+//!   probabilities rounded to bf16 (nearest even) in key pairs for `P V`, as PyTorch's
+//!   CPU kernel does. `GRAPHRW_SDPA_NO_AVX512=1` keeps the AVX2 path
+//!   ([`selected_kernel`] says which runs). Measured on a 2-core Zen 4 (3.7 GHz, shared
+//!   with another engineer's builds), one thread, CPU time, torch 2.15 (its AVX512
+//!   build), `benches/torch_sdpa_compare.py --threads 1 --cpu-time --dtypes f32 --d
+//!   64,128 --s 512,1024,2048,4096 --rounds 2 --also-env GRAPHRW_SDPA_NO_AVX512=1` and
+//!   `--dtypes bf16,f16 --s 1024,2048`, torch's time over ours (the AVX2 path's in the
+//!   same rounds in brackets): f32 not causal 1.16-1.25 (1.11-1.18), causal 1.32-2.05
+//!   (1.27-1.96); bf16 not causal 1.94-2.11 (1.12-1.21), causal 2.31-2.48
+//!   (1.34-1.59); f16 1.62-1.99 / 1.92-2.41 (torch's bf16 and f16 take about its f32
+//!   time). The f32 rate is 102 GFLOP/s at S=1024, 87% of the 117 GFLOP/s a
+//!   register-only FMA loop reaches (the micro-kernels are 88% of the time); bf16 157
+//!   (D=64) to 171 (D=128) GFLOP/s, 1.65-1.7x the AVX2 path, against 234 for
+//!   `vdpbf16ps` alone (the micro-kernels 75-80% of the time, the softmax step 7-12%,
+//!   packing and the rest about 6%). Block sizes re-measured on this path (S=2048, D
+//!   64/128, f32 and bf16, two interleaved runs): 96 x 192, 144 x 144 and 192 x 192
+//!   took 0.3-1% less time than 96 x 96, 192 x 96 and 48 x 96 the same, 96 x 48 1% more:
+//!   96 x 96 stays (shared with the AVX2 path, where it was measured best).
 //! - Unpacked, f16/bf16 key and value tiles are converted to f32 once per tile, in
 //!   bulk (half's slice conversion: F16C for f16).
 //! - Measured (`SDPA_CPU_TIME=1 cargo bench -p graphrw-kernels --bench sdpa`, 2-core
@@ -374,8 +402,8 @@ type ItemFn<T> = fn(&Problem<'_, T>, &mut Scratch<<T as Element>::Acc>, usize, u
 /// has; tests force each one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Path {
-    /// Packed operands on AVX2+FMA for f32/f16/bf16 (`packed.rs`) where the CPU has
-    /// them; else as `Unpacked`.
+    /// Packed operands for f32/f16/bf16 on AVX-512 (`packed512.rs`) or AVX2+FMA
+    /// (`packed.rs`), the best the CPU has; else as `Unpacked`.
     Best,
     /// The operands read in place (the AVX2 micro-tiles where the CPU has them).
     Unpacked,

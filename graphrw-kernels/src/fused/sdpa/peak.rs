@@ -8,7 +8,7 @@ use std::time::Instant;
 const CHAINS: usize = 12;
 
 /// Measures the f32 FMA throughput of `threads` threads running `iters` rounds of
-/// [`CHAINS`] independent 8-lane FMAs each; returns GFLOP/s (2 flops per lane per FMA),
+/// `CHAINS` independent 8-lane FMAs each; returns GFLOP/s (2 flops per lane per FMA),
 /// or `None` without AVX2+FMA (or off x86-64).
 pub fn fma_peak_gflops(threads: usize, iters: usize) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
