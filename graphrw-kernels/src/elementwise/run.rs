@@ -197,7 +197,7 @@ fn detect_isa() -> Isa {
 pub trait MapKernel<F: Compute>: Sync {
     /// Fills `out` (at most [`TILE`] values) with the results for row positions
     /// `j .. j + out.len()` of `row`; `scratch` holds the driver's scratch tiles for the
-    /// loads. With `FMA` the caller is compiled with the `avx2` and `fma` target
+    /// loads (`scratch_tiles` of them, of equal length, none shorter than `out`). With `FMA` the caller is compiled with the `avx2` and `fma` target
     /// features, so fused multiply-adds are cheap ([`Compute::exp_vec`] and its kin).
     fn tile<const FMA: bool>(&self, row: &Row<'_, '_>, j: usize, scratch: &mut [F], out: &mut [F]);
 }
@@ -205,8 +205,9 @@ pub trait MapKernel<F: Compute>: Sync {
 /// The body of a generated row kernel (one with last-dimension reductions), run by
 /// [`run_rows`]; `#[inline(always)]` as for [`MapKernel`].
 pub trait RowKernel<F: Compute>: Sync {
-    /// Fills the whole row `out` for `row`; `scratch` holds the driver's scratch tiles.
-    /// `FMA` as for [`MapKernel::tile`].
+    /// Fills the whole row `out` for `row`; `scratch` holds the driver's scratch tiles
+    /// (`scratch_tiles` of them, of equal length: the row is walked in pieces no longer
+    /// than one). `FMA` as for [`MapKernel::tile`].
     fn row<const FMA: bool>(&self, row: &Row<'_, '_>, scratch: &mut [F], out: &mut [F]);
 }
 
@@ -232,7 +233,10 @@ fn map_chunk<F: Compute, E: Element, K: MapKernel<F>, const FMA: bool>(
         kernel,
     } = *job;
     let inner = plan.inner;
-    let mut scratch = vec![F::ZERO; TILE * scratch_tiles.max(1)];
+    // No tile is longer than a row or the chunk: the scratch tiles are no longer
+    // either (zeroing 4 KiB tiles for 64-wide rows was 5% of a small model's run).
+    let tile = TILE.min(inner).min(chunk.len()).max(1);
+    let mut scratch = vec![F::ZERO; tile * scratch_tiles.max(1)];
     let mut obuf = [F::ZERO; TILE];
     let mut pos = start;
     let end = start + chunk.len();
@@ -313,7 +317,8 @@ fn rows_chunk<F: Compute, E: Element, K: RowKernel<F>, const FMA: bool>(
         kernel,
     } = *job;
     let inner = plan.inner;
-    let mut scratch = vec![F::ZERO; TILE * scratch_tiles.max(1)];
+    // The row kernel walks its row a tile at a time: tiles no longer than the row.
+    let mut scratch = vec![F::ZERO; TILE.min(inner).max(1) * scratch_tiles.max(1)];
     let mut orow = vec![F::ZERO; inner];
     let rows = chunk.len() / inner.max(1);
     for (i, o) in chunk.chunks_mut(inner).enumerate() {
@@ -485,14 +490,21 @@ impl<F: Compute> Sum<F> {
         }
     }
 
-    /// The total.
+    /// The total, added pairwise: the upper half of the lanes onto the lower, then
+    /// again (each step one vector add). In lane order, the 31 dependent scalar adds
+    /// of every row's reduction were most of a layer norm over 64-wide rows.
     #[inline]
     pub fn total(&self) -> F {
-        let mut t = F::ZERO;
-        for &l in &self.lanes {
-            t += l;
+        let mut l = self.lanes;
+        let mut half = LANES / 2;
+        while half > 0 {
+            let (lo, hi) = l.split_at_mut(half);
+            for (a, &b) in lo.iter_mut().zip(&hi[..half]) {
+                *a += b;
+            }
+            half /= 2;
         }
-        t
+        l[0]
     }
 }
 
@@ -528,10 +540,16 @@ impl<F: Compute> Max<F> {
     /// The maximum (negative infinity for an empty row).
     #[inline]
     pub fn total(&self) -> F {
-        let mut t = F::NEG_INFINITY;
-        for &l in &self.lanes {
-            t = t.max_nan(l);
+        // Pairwise, as `Sum::total` (NaN still wins: `max_nan` keeps it either side).
+        let mut l = self.lanes;
+        let mut half = LANES / 2;
+        while half > 0 {
+            let (lo, hi) = l.split_at_mut(half);
+            for (a, &b) in lo.iter_mut().zip(&hi[..half]) {
+                *a = a.max_nan(b);
+            }
+            half /= 2;
         }
-        t
+        l[0]
     }
 }

@@ -230,18 +230,26 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
     });
     let bufs = (0..ntensors).map(|k| {
         let b = format_ident!("b{}", k);
-        quote!(let (#b, __s) = __s.split_at_mut(__rt::TILE);)
+        quote!(let (#b, __s) = __s.split_at_mut(__tile);)
     });
     let cbufs = (0..nrot).map(|k| {
         let c = format_ident!("c{}", k);
-        quote!(let (#c, __s) = __s.split_at_mut(__rt::TILE);)
+        quote!(let (#c, __s) = __s.split_at_mut(__tile);)
     });
     let tbufs = reds.iter().map(|&r| {
         let t = format_ident!("t{}", r);
-        quote!(let (#t, __s) = __s.split_at_mut(__rt::TILE);)
+        quote!(let (#t, __s) = __s.split_at_mut(__tile);)
     });
+    // The driver sizes the scratch tiles to what its rows and chunks need (at most
+    // `TILE` values each): `__tile` values per scratch tile.
     let prologue = quote! {
         #(#scalars_bind)*
+        let __tile = if #scratch_tiles == 0 {
+            __rt::TILE
+        } else {
+            __scratch.len() / #scratch_tiles
+        };
+        let _ = __tile;
         let __s = __scratch;
         #(#bufs)*
         #(#cbufs)*
@@ -340,7 +348,7 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
                 #(#accs)*
                 let mut __j0 = 0;
                 while __j0 < __n {
-                    let __len = __rt::TILE.min(__n - __j0);
+                    let __len = __tile.min(__n - __j0);
                     #ld
                     #(#inner)*
                     __j0 += __len;
@@ -362,7 +370,7 @@ pub fn kernel(dag: &Dag, root: Id, ntensors: usize, nscalars: usize, name: &str)
             quote! {
                 let mut __j0 = 0;
                 while __j0 < __n {
-                    let __len = __rt::TILE.min(__n - __j0);
+                    let __len = __tile.min(__n - __j0);
                     #ld
                     let __o = &mut __out[__j0..__j0 + __len];
                     for __j in 0..__len {
