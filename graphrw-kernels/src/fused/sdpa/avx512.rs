@@ -476,6 +476,66 @@ pub(super) unsafe fn probs_to_pairs(
     }
 }
 
+/// Packs the value rows of keys `j0 .. j0 + n` (`rows`: `[n][dv]` bf16 bits, `j0`
+/// even) into the pair panels `vh` (`[ceil(dv / 16)][skv2][16][2]`): key `j`'s column
+/// `c` goes to `vh[(((c / 16) * skv2 + j / 2) * 16 + c % 16) * 2 + j % 2]`, two keys'
+/// 16 columns interleaved by one `vpermw`. An odd last key's partner elements are
+/// left as they are (the caller's zeros).
+///
+/// # Safety
+/// The CPU must have the features of [`available`].
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub(super) unsafe fn pack_value_pairs(
+    rows: &[u16],
+    n: usize,
+    dv: usize,
+    j0: usize,
+    skv2: usize,
+    vh: &mut [u16],
+) {
+    assert!(j0.is_multiple_of(2) && rows.len() >= n * dv && (j0 + n).div_ceil(2) <= skv2);
+    assert!(vh.len() >= dv.div_ceil(NR) * skv2 * NR * 2);
+    let full = dv / NR * NR;
+    let idx = interleave_index();
+    for jj in 0..n.div_ceil(2) {
+        let (j, pair) = (2 * jj, j0 / 2 + jj);
+        let a = &rows[j * dv..(j + 1) * dv];
+        let b = if j + 1 < n {
+            Some(&rows[(j + 1) * dv..(j + 2) * dv])
+        } else {
+            None
+        };
+        for c in (0..dv).step_by(NR) {
+            let at = ((c / NR) * skv2 + pair) * NR * 2;
+            match b {
+                Some(b) if c < full => {
+                    // SAFETY: columns `c..c + 16 <= full <= dv` of rows `a` and `b`
+                    // (length `dv`) and 32 elements of `vh` at `at` (pair row `pair <
+                    // skv2` of panel `c / 16 < ceil(dv / 16)`): inside the lengths
+                    // checked above.
+                    unsafe {
+                        let lo = _mm256_loadu_si256(a.as_ptr().add(c).cast());
+                        let hi = _mm256_loadu_si256(b.as_ptr().add(c).cast());
+                        let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                        let out = _mm512_permutexvar_epi16(idx, both);
+                        _mm512_storeu_si512(vh.as_mut_ptr().add(at).cast(), out);
+                    }
+                }
+                _ => {
+                    for (t, &x) in a[c..dv.min(c + NR)].iter().enumerate() {
+                        vh[at + 2 * t] = x;
+                    }
+                    if let Some(b) = b {
+                        for (t, &x) in b[c..dv.min(c + NR)].iter().enumerate() {
+                            vh[at + 2 * t + 1] = x;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The packed operands of the values: f32 probabilities `[nk][ldp]` with value panels
 /// `[npan][pstride][16]`, or bf16 probability pairs `[ceil(nk / 2)][ldp][2]` with value
 /// panels `[npan][pstride][16][2]` (`pstride` pairs), as bits. This block's keys start
@@ -1038,6 +1098,38 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// `pack_value_pairs` against the layout written element by element: value widths
+    /// below, at and past 16 columns (a scalar tail), an even and an odd key count (the
+    /// last key's partner left as it was), a block that starts at a later pair.
+    #[test]
+    fn pack_value_pairs_layout() {
+        if skip() {
+            return;
+        }
+        for (n, dv, j0, skv2) in [
+            (1usize, 1usize, 0usize, 1usize),
+            (2, 16, 0, 1),
+            (5, 17, 2, 6),
+            (8, 40, 8, 12),
+            (96, 64, 0, 48),
+        ] {
+            let rows: Vec<u16> = (0..n * dv).map(|i| (i * 7 + 1) as u16).collect();
+            let len = dv.div_ceil(NR) * skv2 * NR * 2;
+            let mut want = vec![0xabcd_u16; len];
+            for j in 0..n {
+                for c in 0..dv {
+                    let jk = j0 + j;
+                    want[(((c / NR) * skv2 + jk / 2) * NR + c % NR) * 2 + jk % 2] =
+                        rows[j * dv + c];
+                }
+            }
+            let mut got = vec![0xabcd_u16; len];
+            // SAFETY: the features were detected above.
+            unsafe { pack_value_pairs(&rows, n, dv, j0, skv2, &mut got) };
+            assert_eq!(got, want, "n {n} dv {dv} j0 {j0} skv2 {skv2}");
         }
     }
 

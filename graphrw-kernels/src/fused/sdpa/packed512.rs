@@ -139,15 +139,10 @@ fn ensure_packed<T: Element>(
                     panel[((p / 2) * MR + j % MR) * 2 + p % 2] = x;
                 }
             }
-            for (jj, row) in v[v_off + j0 * dv..v_off + j1 * dv]
-                .chunks_exact(dv.max(1))
-                .enumerate()
-            {
-                let j = j0 + jj;
-                for (c, &x) in row.iter().enumerate() {
-                    ps.vh[(((c / NR) * skv2 + j / 2) * NR + c % NR) * 2 + j % 2] = x;
-                }
-            }
+            let vrows = &v[v_off + j0 * dv..v_off + j1 * dv];
+            // SAFETY: the caller checked the CPU's AVX-512 features; `j0` is even (a
+            // multiple of 8) and the lengths are asserted inside.
+            unsafe { avx512::pack_value_pairs(vrows, j1 - j0, dv, j0, skv2, &mut ps.vh) };
         }
         None => {
             let krows = rows_f32(
