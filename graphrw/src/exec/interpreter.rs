@@ -239,9 +239,12 @@ impl Plan {
                 }
                 values[s] = Some(t);
             }
-            report.peak_live_bytes = report.peak_live_bytes.max(live);
-            // The pool holds at most what was alive at once.
-            self.pool.raise_limit(report.peak_live_bytes);
+            if live > report.peak_live_bytes {
+                report.peak_live_bytes = live;
+                // The pool holds at most what was alive at once (raised as the peak
+                // grows: its lock is not taken for every node).
+                self.pool.raise_limit(live);
+            }
             for &s in &slots.frees {
                 let owned = std::mem::take(&mut owned_bytes[s]);
                 live -= owned;
