@@ -476,6 +476,70 @@ pub(super) unsafe fn probs_to_pairs(
     }
 }
 
+/// Packs `n` rows (`rows`: `[n][d]` bf16 bits) in panels of `R` rows (8 for the keys,
+/// 16 for the queries), pairs along `d`: row `g R + r`'s elements `2 p2, 2 p2 + 1` go to
+/// `dst[((g * d2 + p2) * R + r) * 2 ..][..2]` (`d2 = ceil(d / 2)`), each 32-bit pair
+/// fetched by a `vpgatherdd` of 16 lanes (`16 / R` pairs of `R` rows). Elements of a
+/// last partial panel past `n`, and an odd `d`'s missing second element, are left as
+/// they are (the caller's zeros).
+///
+/// # Safety
+/// The CPU must have the features of [`available`].
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub(super) unsafe fn pack_row_pairs<const R: usize>(
+    rows: &[u16],
+    n: usize,
+    d: usize,
+    dst: &mut [u16],
+) {
+    const { assert!(R == 8 || R == 16) };
+    let d2 = d.div_ceil(2);
+    let full = d / 2;
+    assert!(rows.len() >= n * d && dst.len() >= n.div_ceil(R) * d2 * R * 2);
+    // Lane `l` reads pair `l / R` (of the step's) of row `l % R`: byte offsets.
+    let per = 16 / R;
+    let offs: [i32; 16] = std::array::from_fn(|l| ((l % R) * d * 2 + (l / R) * 4) as i32);
+    // SAFETY: `offs` is 64 readable bytes.
+    let offsets = unsafe { _mm512_loadu_si512(offs.as_ptr().cast()) };
+    for g in 0..n.div_ceil(R) {
+        let nr = R.min(n - g * R);
+        let base = rows[g * R * d..].as_ptr();
+        let lane_mask = |pairs: usize| {
+            (0..16)
+                .filter(|&l| l % R < nr && l / R < pairs)
+                .fold(0u16, |m, l| m | (1 << l))
+        };
+        let all = lane_mask(per);
+        for p2 in (0..full).step_by(per) {
+            let mask = if p2 + per <= full {
+                all
+            } else {
+                lane_mask(full - p2)
+            };
+            // SAFETY: every lane `l` in `mask` (`l % R < nr`, `p2 + l / R < full`) reads
+            // 4 bytes of row `g R + l % R < n` at elements `2 (p2 + l / R) ..+ 2 <= 2 full
+            // <= d`, inside `rows` (checked
+            // above); the store writes those lanes' pairs at `(g d2 + p2) R + l` (in
+            // pairs), `< (g + 1) d2 R`, inside `dst`.
+            unsafe {
+                let v = _mm512_mask_i32gather_epi32::<1>(
+                    _mm512_setzero_si512(),
+                    mask,
+                    offsets,
+                    base.add(p2 * 2).cast(),
+                );
+                let at = dst.as_mut_ptr().add((g * d2 + p2) * R * 2);
+                _mm512_mask_storeu_epi32(at.cast(), mask, v);
+            }
+        }
+        if d % 2 == 1 {
+            for r in 0..nr {
+                dst[((g * d2 + d2 - 1) * R + r) * 2] = rows[(g * R + r) * d + d - 1];
+            }
+        }
+    }
+}
+
 /// Packs the value rows of keys `j0 .. j0 + n` (`rows`: `[n][dv]` bf16 bits, `j0`
 /// even) into the pair panels `vh` (`[ceil(dv / 16)][skv2][16][2]`): key `j`'s column
 /// `c` goes to `vh[(((c / 16) * skv2 + j / 2) * 16 + c % 16) * 2 + j % 2]`, two keys'
@@ -1098,6 +1162,47 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// `pack_row_pairs` against the layout written element by element, for key
+    /// panels (8 rows) and query panels (16 rows): odd and even depths, one row, full
+    /// and partial last panels; what it must not write keeps its old value.
+    #[test]
+    fn pack_row_pairs_layout() {
+        if skip() {
+            return;
+        }
+        for (n, d) in [
+            (1usize, 1usize),
+            (1, 2),
+            (7, 3),
+            (8, 64),
+            (9, 5),
+            (17, 31),
+            (40, 128),
+        ] {
+            let rows: Vec<u16> = (0..n * d).map(|i| (i * 5 + 3) as u16).collect();
+            let d2 = d.div_ceil(2);
+            fn want_of<const R: usize>(rows: &[u16], n: usize, d: usize) -> Vec<u16> {
+                let d2 = d.div_ceil(2);
+                let mut w = vec![0x1234_u16; n.div_ceil(R) * d2 * R * 2];
+                for i in 0..n {
+                    for p in 0..d {
+                        w[(((i / R) * d2 + p / 2) * R + i % R) * 2 + p % 2] = rows[i * d + p];
+                    }
+                }
+                w
+            }
+            let mut got8 = vec![0x1234_u16; n.div_ceil(8) * d2 * 16];
+            let mut got16 = vec![0x1234_u16; n.div_ceil(16) * d2 * 32];
+            // SAFETY: the features were detected above.
+            unsafe {
+                pack_row_pairs::<8>(&rows, n, d, &mut got8);
+                pack_row_pairs::<16>(&rows, n, d, &mut got16);
+            }
+            assert_eq!(got8, want_of::<8>(&rows, n, d), "R 8 n {n} d {d}");
+            assert_eq!(got16, want_of::<16>(&rows, n, d), "R 16 n {n} d {d}");
         }
     }
 

@@ -129,16 +129,10 @@ fn ensure_packed<T: Element>(
     let (k_off, v_off) = (kvh * skv * d, kvh * skv * dv);
     match bf {
         Some((_, k, v)) => {
-            for (jj, row) in k[k_off + j0 * d..k_off + j1 * d]
-                .chunks_exact(d.max(1))
-                .enumerate()
-            {
-                let j = j0 + jj;
-                let panel = &mut ps.kh[(j / MR) * d2 * MR * 2..(j / MR + 1) * d2 * MR * 2];
-                for (p, &x) in row.iter().enumerate() {
-                    panel[((p / 2) * MR + j % MR) * 2 + p % 2] = x;
-                }
-            }
+            let krows = &k[k_off + j0 * d..k_off + j1 * d];
+            // SAFETY: the caller checked the CPU's AVX-512 features; `j0` is a multiple
+            // of 8 (a panel boundary) and the lengths are asserted inside.
+            unsafe { avx512::pack_row_pairs::<MR>(krows, j1 - j0, d, &mut ps.kh[j0 * d2 * 2..]) };
             let vrows = &v[v_off + j0 * dv..v_off + j1 * dv];
             // SAFETY: the caller checked the CPU's AVX-512 features; `j0` is even (a
             // multiple of 8) and the lengths are asserted inside.
@@ -216,12 +210,9 @@ fn item_in<T: Element>(
     match bf {
         Some((q, _, _)) => {
             reset(qh, bqp * d2 * 2, 0);
-            for (i, row) in q[q_range].chunks_exact(d.max(1)).enumerate() {
-                let panel = &mut qh[(i / NR) * d2 * NR * 2..(i / NR + 1) * d2 * NR * 2];
-                for (p, &x) in row.iter().enumerate() {
-                    panel[((p / 2) * NR + i % NR) * 2 + p % 2] = x;
-                }
-            }
+            // SAFETY: the caller checked the CPU's AVX-512 features; the lengths are
+            // asserted inside.
+            unsafe { avx512::pack_row_pairs::<NR>(&q[q_range], nq, d, qh) };
             if ph.len() < bk * bqp {
                 ph.resize(bk * bqp, 0);
             }
