@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use graphrw_kernels::Tensor;
+use smallvec::SmallVec;
 
 use super::value::RunValue;
 use crate::graph::{Graph, NodeId};
@@ -80,11 +81,23 @@ pub trait Executor: Send + Sync {
         node: &NodeView<'_>,
         inputs: &[&RunValue],
     ) -> Result<Vec<RunValue>, KernelFailure> {
-        let host = inputs
+        // Host values are lent as they are (no clone per operand: a small model's
+        // nodes are dominated by such overheads); device values are copied first.
+        let fetched = inputs
             .iter()
-            .map(|v| v.to_host())
-            .collect::<Result<Vec<_>, _>>()?;
-        let refs: Vec<&Tensor> = host.iter().collect();
+            .map(|v| match v {
+                RunValue::Host(_) => Ok(None),
+                RunValue::Device(d) => d.to_host().map(Some),
+            })
+            .collect::<Result<SmallVec<[Option<Tensor>; 4]>, _>>()?;
+        let refs: SmallVec<[&Tensor; 4]> = inputs
+            .iter()
+            .zip(&fetched)
+            .filter_map(|(v, f)| match v {
+                RunValue::Host(t) => Some(t),
+                RunValue::Device(_) => f.as_ref(),
+            })
+            .collect();
         Ok(self
             .run(node, &refs)?
             .into_iter()
