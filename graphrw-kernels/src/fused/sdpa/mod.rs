@@ -567,7 +567,8 @@ unsafe fn item_packed512<T: Element>(
     qb: usize,
     out: &mut [T],
 ) {
-    packed512::item(prob, bh, qb, out)
+    // SAFETY: the CPU has AVX2, FMA and the AVX-512 features, this function's contract.
+    unsafe { packed512::item(prob, bh, qb, out) }
 }
 
 /// The packed work item (`packed.rs`), compiled with AVX2+FMA.

@@ -69,6 +69,7 @@ thread_local! {
 /// `q`, `k`, `v` as bf16 bits when they are bf16 (the bf16 dot-product path).
 type Bf16Src<'a> = (&'a [u16], &'a [u16], &'a [u16]);
 
+/// The problem's `q`, `k` and `v` as bf16 bits, if they are bf16.
 fn bf16_sources<'a, T: Element>(prob: &Problem<'a, T>) -> Option<Bf16Src<'a>> {
     match (prob.q_half, prob.k_half, prob.v_half) {
         (HalfSrc::BF16(q), HalfSrc::BF16(k), HalfSrc::BF16(v)) => Some((
@@ -82,24 +83,31 @@ fn bf16_sources<'a, T: Element>(prob: &Problem<'a, T>) -> Option<Bf16Src<'a>> {
 
 /// One work item (query rows `qb * Bq ..` of batch-head `bh`, written to `out`) on the
 /// AVX-512 packed path: bf16 dot products when the inputs are bf16, f32 otherwise.
-/// The CPU must have AVX2, FMA and `avx512::available`'s features (the caller checked);
 /// `D` and `Dv` are not 0 and `Skv > 0`.
-pub(super) fn item<T: Element>(prob: &Problem<'_, T>, bh: usize, qb: usize, out: &mut [T]) {
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and the features of `avx512::available`.
+pub(super) unsafe fn item<T: Element>(prob: &Problem<'_, T>, bh: usize, qb: usize, out: &mut [T]) {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut ps) => {
             if ps.head.is_some_and(|h| h.0 != prob.call) && ps.held() > KEEP_FLOATS {
                 *ps = Scratch512::default();
             }
-            item_in(prob, &mut ps, bh, qb, out);
+            // SAFETY: this function's contract.
+            unsafe { item_in(prob, &mut ps, bh, qb, out) };
         }
         // A work item never calls another; the fallback keeps that an allocation.
-        Err(_) => item_in(prob, &mut Scratch512::default(), bh, qb, out),
+        // SAFETY: this function's contract.
+        Err(_) => unsafe { item_in(prob, &mut Scratch512::default(), bh, qb, out) },
     })
 }
 
 /// Packs keys and values of head `kvh` up to key `kend` (rounded up to a panel of 8)
 /// into `ps`, starting over when `ps` holds another head or call.
-fn ensure_packed<T: Element>(
+///
+/// # Safety
+/// The CPU must have the features of `avx512::available`.
+unsafe fn ensure_packed<T: Element>(
     prob: &Problem<'_, T>,
     bf: Option<Bf16Src<'_>>,
     ps: &mut Scratch512,
@@ -130,12 +138,12 @@ fn ensure_packed<T: Element>(
     match bf {
         Some((_, k, v)) => {
             let krows = &k[k_off + j0 * d..k_off + j1 * d];
-            // SAFETY: the caller checked the CPU's AVX-512 features; `j0` is a multiple
-            // of 8 (a panel boundary) and the lengths are asserted inside.
+            // SAFETY: the CPU has the AVX-512 features (this function's contract); `j0` is
+            // a multiple of 8 (a panel boundary) and the lengths are asserted inside.
             unsafe { avx512::pack_row_pairs::<MR>(krows, j1 - j0, d, &mut ps.kh[j0 * d2 * 2..]) };
             let vrows = &v[v_off + j0 * dv..v_off + j1 * dv];
-            // SAFETY: the caller checked the CPU's AVX-512 features; `j0` is even (a
-            // multiple of 8) and the lengths are asserted inside.
+            // SAFETY: the CPU has the AVX-512 features (this function's contract); `j0` is
+            // even (a multiple of 8) and the lengths are asserted inside.
             unsafe { avx512::pack_value_pairs(vrows, j1 - j0, dv, j0, skv2, &mut ps.vh) };
         }
         None => {
@@ -167,7 +175,10 @@ fn ensure_packed<T: Element>(
 }
 
 /// [`item`] with the scratch `ps`.
-fn item_in<T: Element>(
+///
+/// # Safety
+/// As [`item`].
+unsafe fn item_in<T: Element>(
     prob: &Problem<'_, T>,
     ps: &mut Scratch512,
     bh: usize,
@@ -187,7 +198,8 @@ fn item_in<T: Element>(
     let group = hq / hkv;
     let kvh = (bh / hq) * hkv + (bh % hq) / group;
     let kend = if prob.causal { skv.min(i0 + nq) } else { skv };
-    ensure_packed(prob, bf, ps, kvh, kend);
+    // SAFETY: this function's contract.
+    unsafe { ensure_packed(prob, bf, ps, kvh, kend) };
     let scale = prob.scale.to_f64() as f32;
 
     let Scratch512 {
@@ -210,8 +222,8 @@ fn item_in<T: Element>(
     match bf {
         Some((q, _, _)) => {
             reset(qh, bqp * d2 * 2, 0);
-            // SAFETY: the caller checked the CPU's AVX-512 features; the lengths are
-            // asserted inside.
+            // SAFETY: the CPU has the AVX-512 features (this function's contract); the
+            // lengths are asserted inside.
             unsafe { avx512::pack_row_pairs::<NR>(&q[q_range], nq, d, qh) };
             if ph.len() < bk * bqp {
                 ph.resize(bk * bqp, 0);
@@ -261,8 +273,8 @@ fn item_in<T: Element>(
         let on_diagonal = prob.causal && j0 + nk > i0 + 1;
         if prob.fuse_softmax && prob.mask.is_none() && !on_diagonal {
             let p_out = bf.map(|_| &mut ph[..]);
-            // SAFETY: the caller checked the CPU's AVX-512 features; the slices'
-            // lengths are asserted inside.
+            // SAFETY: the CPU has the AVX-512 features (this function's contract); the
+            // slices' lengths are asserted inside.
             unsafe { avx512::scores_softmax(ops, nk, bqp, s, bqp, p_out, m, l, alpha) };
         } else {
             // SAFETY: as above.
@@ -276,11 +288,12 @@ fn item_in<T: Element>(
                     row[..hide].fill(f32::NEG_INFINITY);
                 }
             }
-            // SAFETY: the caller checked AVX2 and FMA; the lengths are asserted inside.
+            // SAFETY: the CPU has AVX2 and FMA (this function's contract); the lengths are
+            // asserted inside.
             unsafe { avx2::softmax_update(s, bqp, nk, m, l, alpha) };
             if bf.is_some() {
-                // SAFETY: the caller checked the CPU's AVX-512 features; the lengths
-                // are asserted inside.
+                // SAFETY: the CPU has the AVX-512 features (this function's contract); the
+                // lengths are asserted inside.
                 unsafe { avx512::probs_to_pairs(nk, bqp, s, bqp, ph) };
             }
         }
@@ -295,8 +308,8 @@ fn item_in<T: Element>(
             },
         };
         let pstride = if bf.is_some() { skv2 } else { skv };
-        // SAFETY: the caller checked the CPU's AVX-512 features; the lengths are
-        // asserted inside.
+        // SAFETY: the CPU has the AVX-512 features (this function's contract); the lengths
+        // are asserted inside.
         unsafe { avx512::values(vops, nk, bqp, bqp, pstride, dvp / NR, alpha, o, dvp) };
         j0 += nk;
     }
