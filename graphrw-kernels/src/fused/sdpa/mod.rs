@@ -581,7 +581,8 @@ unsafe fn item_packed<T: Element>(
     qb: usize,
     out: &mut [T],
 ) {
-    packed::item(prob, bh, qb, out)
+    // SAFETY: the CPU has AVX2 and FMA, this function's contract.
+    unsafe { packed::item(prob, bh, qb, out) }
 }
 
 fn item_plain<T: Element>(

@@ -186,9 +186,12 @@ fn ensure_packed<T: Element>(prob: &Problem<'_, T>, ps: &mut PackScratch, kvh: u
 }
 
 /// One work item (query rows `qb * Bq ..` of batch-head `bh`, written to `out`) on the
-/// packed path. The same steps as `super::process_item`; the CPU must have AVX2 and
-/// FMA (the caller checked), `D` and `Dv` are not 0 and `Skv > 0`.
-pub(super) fn item<T: Element>(prob: &Problem<'_, T>, bh: usize, qb: usize, out: &mut [T]) {
+/// packed path. The same steps as `super::process_item`; `D` and `Dv` are not 0 and
+/// `Skv > 0`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+pub(super) unsafe fn item<T: Element>(prob: &Problem<'_, T>, bh: usize, qb: usize, out: &mut [T]) {
     SCRATCH.with(|cell| {
         // A work item never calls another, so the scratch is never borrowed twice; the
         // fallback keeps that an allocation rather than a panic.
@@ -197,15 +200,20 @@ pub(super) fn item<T: Element>(prob: &Problem<'_, T>, bh: usize, qb: usize, out:
                 if ps.head.0 != prob.call && ps.kp.capacity() + ps.vp.capacity() > KEEP_FLOATS {
                     *ps = PackScratch::default();
                 }
-                item_in(prob, &mut ps, bh, qb, out);
+                // SAFETY: this function's contract.
+                unsafe { item_in(prob, &mut ps, bh, qb, out) };
             }
-            Err(_) => item_in(prob, &mut PackScratch::default(), bh, qb, out),
+            // SAFETY: this function's contract.
+            Err(_) => unsafe { item_in(prob, &mut PackScratch::default(), bh, qb, out) },
         }
     })
 }
 
 /// [`item`] with the scratch `ps`.
-fn item_in<T: Element>(
+///
+/// # Safety
+/// As [`item`].
+unsafe fn item_in<T: Element>(
     prob: &Problem<'_, T>,
     ps: &mut PackScratch,
     bh: usize,
@@ -262,12 +270,12 @@ fn item_in<T: Element>(
             // Nothing to hide in this block: the softmax step runs on each 16-column
             // strip of scores as it is computed (max from the registers, exp while
             // the strip is in L1).
-            // SAFETY: the caller checked AVX2 and FMA; the slices' lengths are
-            // asserted inside.
+            // SAFETY: the CPU has AVX2 and FMA (this function's contract); the slices'
+            // lengths are asserted inside.
             unsafe { avx2::scores_softmax_packed(nk, d, kblock, qp, bqp, s, bqp, m, l, alpha) };
         } else {
-            // SAFETY: the caller checked AVX2 and FMA; the slices' lengths are
-            // asserted inside.
+            // SAFETY: the CPU has AVX2 and FMA (this function's contract); the slices'
+            // lengths are asserted inside.
             unsafe { avx2::scores_packed(npan, d, kblock, qp, bqp, s, bqp, q_outer) };
             if let Some(mask) = prob.mask {
                 apply_mask(mask, bh, i0, nq, j0, nk, s, bqp, |x: T| x.to_f32());
