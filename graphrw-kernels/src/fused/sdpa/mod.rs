@@ -61,26 +61,29 @@
 //!   and f16 compute in f32 FMAs. bf16 runs both products on AVX-512 BF16 dot products
 //!   (`vdpbf16ps`: two bf16 products per f32 lane, f32 sums): keys, queries and values
 //!   keep their bf16 bits, packed in pairs along the reduction dimension (keys
-//!   `[Skv/8][D/2][8][2]`, queries `[Bq/16][D/2][16][2]`, values `[Dv/16][Skv/2][16][2]`),
-//!   the scale applied to the f32 scores, the online softmax in f32 and the
-//!   probabilities rounded to bf16 (nearest even) in key pairs for `P V`, as PyTorch's
-//!   CPU kernel does. `GRAPHRW_SDPA_NO_AVX512=1` keeps the AVX2 path
-//!   ([`selected_kernel`] says which runs). Measured on a 2-core Zen 4 (3.7 GHz, shared
-//!   with another engineer's builds), one thread, CPU time, torch 2.15 (its AVX512
-//!   build), `benches/torch_sdpa_compare.py --threads 1 --cpu-time --dtypes f32 --d
-//!   64,128 --s 512,1024,2048,4096 --rounds 2 --also-env GRAPHRW_SDPA_NO_AVX512=1` and
-//!   `--dtypes bf16,f16 --s 1024,2048`, torch's time over ours (the AVX2 path's in the
-//!   same rounds in brackets): f32 not causal 1.16-1.25 (1.11-1.18), causal 1.32-2.05
-//!   (1.27-1.96); bf16 not causal 1.94-2.11 (1.12-1.21), causal 2.31-2.48
-//!   (1.34-1.59); f16 1.62-1.99 / 1.92-2.41 (torch's bf16 and f16 take about its f32
-//!   time). The f32 rate is 102 GFLOP/s at S=1024, 87% of the 117 GFLOP/s a
-//!   register-only FMA loop reaches (the micro-kernels are 88% of the time); bf16 157
-//!   (D=64) to 171 (D=128) GFLOP/s, 1.65-1.7x the AVX2 path, against 234 for
-//!   `vdpbf16ps` alone (the micro-kernels 75-80% of the time, the softmax step 7-12%,
-//!   packing and the rest about 6%). Block sizes re-measured on this path (S=2048, D
-//!   64/128, f32 and bf16, two interleaved runs): 96 x 192, 144 x 144 and 192 x 192
-//!   took 0.3-1% less time than 96 x 96, 192 x 96 and 48 x 96 the same, 96 x 48 1% more:
-//!   96 x 96 stays (shared with the AVX2 path, where it was measured best).
+//!   `[Skv/8][D/2][8][2]` and queries `[Bq/16][D/2][16][2]` by masked gathers, values
+//!   `[Dv/16][Skv/2][16][2]` by `vpermw`), the scale applied to the f32 scores, the
+//!   online softmax in f32 and the probabilities rounded to bf16 (nearest even) in key
+//!   pairs for `P V`, as PyTorch's CPU kernel does. `GRAPHRW_SDPA_NO_AVX512=1` keeps
+//!   the AVX2 path ([`selected_kernel`] says which runs).
+//!   Measured on a 2-core Zen 4 (3.7 GHz, shared with another engineer's builds), one
+//!   thread, CPU time, against torch 2.15 (its AVX512 build): `benches/
+//!   torch_sdpa_compare.py --threads 1 --cpu-time --dtypes f32 --d 64,128 --s
+//!   512,1024,2048,4096 --rounds 2 --also-env GRAPHRW_SDPA_NO_AVX512=1`, then the same
+//!   with `--dtypes bf16,f16 --s 1024,2048`, the pair run twice. Torch's time over
+//!   ours (the AVX2 path's, timed in the same rounds, in brackets): f32 not causal
+//!   1.15-1.26 (1.09-1.18), D=64 1.21-1.26, D=128 1.15-1.21; causal 1.27-2.08
+//!   (1.22-1.93); bf16 not causal 2.00-2.17 (1.11-1.22), causal 2.38-2.74 (1.31-1.59);
+//!   f16 1.62-1.99 not causal, 1.92-2.42 causal (1.56-1.88, 1.84-2.32). (torch's bf16
+//!   and f16 take about its f32 time.) The f32 rate is 102 GFLOP/s at S=1024, 87% of
+//!   the 117 GFLOP/s a register-only FMA loop reaches on a core (the micro-kernels are
+//!   88% of the time); bf16 163-189 GFLOP/s (D 64-128, S 1024-2048), 1.7-1.8x the
+//!   AVX2 path, against 234 for `vdpbf16ps` alone (micro-kernels 72-80% of the time,
+//!   the softmax step 7-12%, packing and the rest 5-8%). Block sizes re-measured on
+//!   this path (S=2048, D 64/128, f32 and bf16, two interleaved runs): 96 x 192,
+//!   144 x 144 and 192 x 192 took 0.3-1% less time than 96 x 96, 192 x 96 and 48 x 96
+//!   the same, 96 x 48 1% more: 96 x 96 stays (shared with the AVX2 path, where it was
+//!   measured best).
 //! - Unpacked, f16/bf16 key and value tiles are converted to f32 once per tile, in
 //!   bulk (half's slice conversion: F16C for f16).
 //! - Measured (`SDPA_CPU_TIME=1 cargo bench -p graphrw-kernels --bench sdpa`, 2-core
