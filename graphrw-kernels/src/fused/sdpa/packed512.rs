@@ -366,6 +366,7 @@ mod tests {
             (150, 193),
         ] {
             for (d, dv) in [
+                (256, 40),
                 (1, 1),
                 (2, 16),
                 (3, 17),
@@ -426,6 +427,35 @@ mod tests {
                         let got = sdpa_with(&q, &k, &v, m.as_ref(), &opts, path).unwrap();
                         assert_close(&got, &want, &format!("{what} ({path:?})"));
                     }
+                }
+            }
+        }
+    }
+
+    /// A scale of its own, negative and large (the f32 path scales the queries, the bf16
+    /// path its f32 sums), against the reference, f32 and bf16, over several blocks.
+    #[test]
+    fn avx512_explicit_scales() {
+        if skip() {
+            return;
+        }
+        let (sq, skv, d, dv) = (101, 203, 40, 24);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let q = tensor(dtype, &[1, 2, sq, d], 41, -1.0, 1.0);
+            let k = tensor(dtype, &[1, 2, skv, d], 42, -1.0, 1.0);
+            let v = tensor(dtype, &[1, 2, skv, dv], 43, -1.0, 1.0);
+            for scale in [-0.3, 0.9, 3.0] {
+                for causal in [false, true] {
+                    let opts = SdpaOptions {
+                        is_causal: causal,
+                        scale: Some(scale),
+                        ..Default::default()
+                    };
+                    let want =
+                        sdpa_reference(&q, &k, &v, None, causal, Some(scale), false).unwrap();
+                    let got = sdpa_with(&q, &k, &v, None, &opts, Path::Best).unwrap();
+                    let what = format!("{dtype:?} scale {scale} causal {causal}");
+                    assert_close(&got, &want, &what);
                 }
             }
         }
