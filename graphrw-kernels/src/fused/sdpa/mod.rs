@@ -542,6 +542,8 @@ where
         }
         SdpaKernel::Plain => {}
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (path, d);
     item_plain::<T>
 }
 
