@@ -134,6 +134,26 @@ fn parallelism(work: usize) -> gemm::Parallelism {
     }
 }
 
+/// Rows of the bands [`row_split`] gives each thread: a multiple of the 64 rows of
+/// `gemm`'s AVX-512 f32 micro-tile (48 with AVX2), so no band ends on a partial tile.
+const ROW_BAND: usize = 64;
+
+/// Whether a parallel product runs as one band of rows per thread, each band a
+/// sequential `gemm` call, rather than on `gemm`'s own rayon split: where every thread
+/// gets at least two bands' worth of rows (each band packs `b` itself, a small cost
+/// beside its `rows x k x n` products). Measured on a quiet 2-core Zen 4, builds
+/// alternated, 3 rounds (`gemm_rate --repeat 5`, GFLOP/s): `[512, 768] x [768, 768]`
+/// 190-219 -> 222, `x [768, 2304]` 199-215 -> 215-218, the other shapes of the main
+/// model within the noise (210-220 both); MLAS (`ort_matmul_compare.py --threads 2`)
+/// 205-231. The main example's model (`graphrw run --repeat 5`, 4 rounds): 89.7-93.2
+/// -> 85.4-88.3 ms.
+fn row_split(m: usize, k: usize, n: usize) -> bool {
+    let threads = rayon::current_num_threads();
+    threads > 1
+        && m >= 2 * ROW_BAND * threads
+        && matches!(parallelism(m * k * n), gemm::Parallelism::Rayon(_))
+}
+
 macro_rules! impl_gemm {
     ($t:ty, $mm:path, $activate:path) => {
         impl Gemm for $t {
@@ -197,6 +217,50 @@ macro_rules! impl_gemm {
                                 1,
                             );
                         }
+                    }
+                    GemmBackend::Gemm if row_split(m, k, n) => {
+                        // One band of rows per thread, each a sequential product: see
+                        // `row_split`. Bands start on a row of `a` inside it (`i0 < m`
+                        // and `fits` above), so the sub-slices exist.
+                        let band = m
+                            .div_ceil(rayon::current_num_threads())
+                            .next_multiple_of(ROW_BAND);
+                        c[..m * n]
+                            .par_chunks_mut(band * n)
+                            .enumerate()
+                            .for_each(|(i, cc)| {
+                                let i0 = i * band;
+                                let rows = cc.len() / n;
+                                let a = &a[i0 * rsa..];
+                                // SAFETY: the band reads rows `i0..i0 + rows` of `a`
+                                // (inside `a[i0 * rsa..]`, bounded by the assert above
+                                // for all `m` rows), all of `b`, and writes its own rows
+                                // of `c` (`cc`, exclusively borrowed); `dst` is read only
+                                // when `accumulate`.
+                                unsafe {
+                                    gemm::gemm(
+                                        rows,
+                                        n,
+                                        k,
+                                        cc.as_mut_ptr(),
+                                        1,
+                                        n as isize,
+                                        accumulate,
+                                        a.as_ptr(),
+                                        csa as isize,
+                                        rsa as isize,
+                                        b.as_ptr(),
+                                        csb as isize,
+                                        rsb as isize,
+                                        1.0,
+                                        1.0,
+                                        false,
+                                        false,
+                                        false,
+                                        gemm::Parallelism::None,
+                                    );
+                                }
+                            });
                     }
                     GemmBackend::Gemm => {
                         // SAFETY: as above, the assert bounds every element reached
@@ -769,6 +833,39 @@ mod tests {
                     assert!(ok, "{act:?} {name}: f({x}) = {g}, expected {w}");
                 }
             }
+        }
+    }
+
+    /// Products split into one band of rows per thread (`row_split`) equal the
+    /// sequential `matrixmultiply` product: row counts that are not a multiple of the
+    /// band (a short last band), with and without the accumulated bias of the epilogue
+    /// (`epilogue_case` on a split size).
+    #[test]
+    fn row_bands_match_the_sequential_product() {
+        let threads = rayon::current_num_threads();
+        for (m, k, n) in [(389, 70, 53), (2 * ROW_BAND * threads + 1, 9, 130)] {
+            if threads == 1 {
+                println!("SKIPPED: row bands need two threads, this machine has one");
+                return;
+            }
+            assert!(row_split(m, k, n), "{m}x{k}x{n} should be split");
+            let ramp = |len: usize, s: f32| -> Vec<f32> {
+                (0..len)
+                    .map(|i| ((i * 29 % 97) as f32 - 48.0) * s)
+                    .collect()
+            };
+            let a = Tensor::from_vec(vec![m, k], ramp(m * k, 0.01)).expect("a");
+            let b = Tensor::from_vec(vec![k, n], ramp(k * n, 0.02)).expect("b");
+            let got = matmul_with(&a, &b, GemmBackend::Gemm).expect("bands");
+            let want = matmul_with(&a, &b, GemmBackend::MatrixMultiply).expect("plain");
+            let pairs = got.to_f64_vec().into_iter().zip(want.to_f64_vec());
+            for (i, (g, w)) in pairs.enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-4 + 1e-5 * w.abs(),
+                    "{m}x{k}x{n} element {i}: {g} vs {w}"
+                );
+            }
+            epilogue_case(m, k, n);
         }
     }
 
