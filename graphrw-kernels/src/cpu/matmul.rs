@@ -154,6 +154,58 @@ fn row_split(m: usize, k: usize, n: usize) -> bool {
         && matches!(parallelism(m * k * n), gemm::Parallelism::Rayon(_))
 }
 
+/// `c = a @ b` (`c += a @ b` when `accumulate`) on the `gemm` crate, `c` row-major
+/// `s.m x s.n`, `a` and `b` read through the strides of `s`; `one` is the type's 1.
+///
+/// Panics (an internal bug, never input-dependent) when a stride walks outside a slice.
+fn gemm_crate<T: 'static + Copy>(
+    s: Strided,
+    accumulate: bool,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    one: T,
+    parallelism: gemm::Parallelism,
+) {
+    let Strided {
+        m,
+        k,
+        n,
+        rsa,
+        csa,
+        rsb,
+        csb,
+    } = s;
+    assert!(fits(a.len(), m, k, rsa, csa) && fits(b.len(), k, n, rsb, csb) && c.len() >= m * n);
+    // SAFETY: the assert bounds every element reached through the strides inside `a`
+    // and `b` (read) and `c` (written, exclusively borrowed); `gemm` computes
+    // `dst = alpha * dst + beta * lhs @ rhs` and reads `dst` only when `read_dst`
+    // (here: `accumulate`, with `c` initialised by the caller).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            csa as isize,
+            rsa as isize,
+            b.as_ptr(),
+            csb as isize,
+            rsb as isize,
+            one,
+            one,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
 macro_rules! impl_gemm {
     ($t:ty, $mm:path, $activate:path) => {
         impl Gemm for $t {
@@ -229,67 +281,24 @@ macro_rules! impl_gemm {
                             .par_chunks_mut(band * n)
                             .enumerate()
                             .for_each(|(i, cc)| {
-                                let i0 = i * band;
-                                let rows = cc.len() / n;
-                                let a = &a[i0 * rsa..];
-                                // SAFETY: the band reads rows `i0..i0 + rows` of `a`
-                                // (inside `a[i0 * rsa..]`, bounded by the assert above
-                                // for all `m` rows), all of `b`, and writes its own rows
-                                // of `c` (`cc`, exclusively borrowed); `dst` is read only
-                                // when `accumulate`.
-                                unsafe {
-                                    gemm::gemm(
-                                        rows,
-                                        n,
-                                        k,
-                                        cc.as_mut_ptr(),
-                                        1,
-                                        n as isize,
-                                        accumulate,
-                                        a.as_ptr(),
-                                        csa as isize,
-                                        rsa as isize,
-                                        b.as_ptr(),
-                                        csb as isize,
-                                        rsb as isize,
-                                        1.0,
-                                        1.0,
-                                        false,
-                                        false,
-                                        false,
-                                        gemm::Parallelism::None,
-                                    );
-                                }
+                                let rows = Strided {
+                                    m: cc.len() / n,
+                                    ..s
+                                };
+                                let a = &a[i * band * rsa..];
+                                gemm_crate(
+                                    rows,
+                                    accumulate,
+                                    a,
+                                    b,
+                                    cc,
+                                    1.0,
+                                    gemm::Parallelism::None,
+                                );
                             });
                     }
                     GemmBackend::Gemm => {
-                        // SAFETY: as above, the assert bounds every element reached
-                        // through the strides; `gemm` computes
-                        // `dst = alpha * dst + beta * lhs @ rhs` and reads `dst` only when
-                        // `read_dst` (here: `accumulate`, with `c` initialised).
-                        unsafe {
-                            gemm::gemm(
-                                m,
-                                n,
-                                k,
-                                c.as_mut_ptr(),
-                                1,
-                                n as isize,
-                                accumulate,
-                                a.as_ptr(),
-                                csa as isize,
-                                rsa as isize,
-                                b.as_ptr(),
-                                csb as isize,
-                                rsb as isize,
-                                1.0,
-                                1.0,
-                                false,
-                                false,
-                                false,
-                                parallelism(m * k * n),
-                            );
-                        }
+                        gemm_crate(s, accumulate, a, b, c, 1.0, parallelism(m * k * n));
                     }
                 }
             }

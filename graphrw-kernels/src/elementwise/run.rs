@@ -497,16 +497,7 @@ impl<F: Compute> Sum<F> {
     /// of every row's reduction were most of a layer norm over 64-wide rows.
     #[inline]
     pub fn total(&self) -> F {
-        let mut l = self.lanes;
-        let mut half = LANES / 2;
-        while half > 0 {
-            let (lo, hi) = l.split_at_mut(half);
-            for (a, &b) in lo.iter_mut().zip(&hi[..half]) {
-                *a += b;
-            }
-            half /= 2;
-        }
-        l[0]
+        fold_pairwise(self.lanes, |a, b| a + b)
     }
 }
 
@@ -543,15 +534,21 @@ impl<F: Compute> Max<F> {
     #[inline]
     pub fn total(&self) -> F {
         // Pairwise, as `Sum::total` (NaN still wins: `max_nan` keeps it either side).
-        let mut l = self.lanes;
-        let mut half = LANES / 2;
-        while half > 0 {
-            let (lo, hi) = l.split_at_mut(half);
-            for (a, &b) in lo.iter_mut().zip(&hi[..half]) {
-                *a = a.max_nan(b);
-            }
-            half /= 2;
-        }
-        l[0]
+        fold_pairwise(self.lanes, F::max_nan)
     }
+}
+
+/// Folds the lanes with `op` pairwise: the upper half onto the lower, then again, so
+/// each step is one vector operation (see [`Sum::total`]).
+#[inline]
+fn fold_pairwise<F: Copy>(mut lanes: [F; LANES], op: impl Fn(F, F) -> F) -> F {
+    let mut half = LANES / 2;
+    while half > 0 {
+        let (lo, hi) = lanes.split_at_mut(half);
+        for (a, &b) in lo.iter_mut().zip(&hi[..half]) {
+            *a = op(*a, b);
+        }
+        half /= 2;
+    }
+    lanes[0]
 }
