@@ -632,14 +632,36 @@ pub(super) unsafe fn softmax_update(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::tile::softmax_update_generic;
 
     /// Deterministic values in `[-1, 1)`.
-    fn ramp(n: usize, seed: usize) -> Vec<f32> {
+    pub(in super::super) fn ramp(n: usize, seed: usize) -> Vec<f32> {
         (0..n)
             .map(|i| (((i + seed * 7) * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect()
+    }
+
+    /// A running softmax state `(m, l)` over `ncols` columns for the score-pass tests:
+    /// `fresh` as before the first key block (`-inf` maxima, zero sums), else as
+    /// after earlier blocks (finite maxima with every fifth still `-inf`, sums >= 1).
+    pub(in super::super) fn running_state(ncols: usize, fresh: bool) -> (Vec<f32>, Vec<f32>) {
+        if fresh {
+            return (vec![f32::NEG_INFINITY; ncols], vec![0.0; ncols]);
+        }
+        let m = ramp(ncols, 9)
+            .into_iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if i % 5 == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    x * 8.0
+                }
+            })
+            .collect();
+        let l = ramp(ncols, 11).into_iter().map(|x| x + 2.0).collect();
+        (m, l)
     }
 
     /// The AVX2 exp against f64's `exp` (relative error <= 4e-7 over the range a
@@ -779,26 +801,7 @@ mod tests {
                 .map(|x| x * 40.0 / d as f32)
                 .collect();
             for fresh in [true, false] {
-                let m: Vec<f32> = if fresh {
-                    vec![f32::NEG_INFINITY; ncols]
-                } else {
-                    ramp(ncols, 9)
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, x)| {
-                            if i % 5 == 0 {
-                                f32::NEG_INFINITY
-                            } else {
-                                x * 8.0
-                            }
-                        })
-                        .collect()
-                };
-                let l: Vec<f32> = if fresh {
-                    vec![0.0; ncols]
-                } else {
-                    ramp(ncols, 11).into_iter().map(|x| x + 2.0).collect()
-                };
+                let (m, l) = running_state(ncols, fresh);
                 let (mut s1, mut m1, mut l1, mut a1) = (
                     vec![0.0; npan * MR * lds],
                     m.clone(),

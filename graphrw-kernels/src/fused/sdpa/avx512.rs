@@ -893,6 +893,7 @@ fn exp16_shifted(s: __m512, u: __m512) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::super::avx2;
+    use super::super::avx2::tests::{ramp, running_state};
     use super::*;
     use half::bf16;
 
@@ -905,13 +906,6 @@ mod tests {
             eprintln!("skipped: the CPU lacks AVX-512 F/BW/BF16 (or AVX2+FMA)");
         }
         !has
-    }
-
-    /// Deterministic values in `[-1, 1)`.
-    fn ramp(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i + seed * 7) * 7919) % 1000) as f32 / 500.0 - 1.0)
-            .collect()
     }
 
     /// `exp16` gives the AVX2 `exp8`'s results bit for bit (the same operations, 16
@@ -1082,26 +1076,7 @@ mod tests {
                     }
                 };
                 for fresh in [true, false] {
-                    let m: Vec<f32> = if fresh {
-                        vec![f32::NEG_INFINITY; ncols]
-                    } else {
-                        ramp(ncols, 9)
-                            .into_iter()
-                            .enumerate()
-                            .map(|(i, x)| {
-                                if i % 5 == 0 {
-                                    f32::NEG_INFINITY
-                                } else {
-                                    x * 8.0
-                                }
-                            })
-                            .collect()
-                    };
-                    let l: Vec<f32> = if fresh {
-                        vec![0.0; ncols]
-                    } else {
-                        ramp(ncols, 11).into_iter().map(|x| x + 2.0).collect()
-                    };
+                    let (m, l) = running_state(ncols, fresh);
                     let (mut s1, mut m1, mut l1, mut a1) = (
                         vec![0.0; npan * MR * lds],
                         m.clone(),
