@@ -81,8 +81,8 @@ pub trait Executor: Send + Sync {
         node: &NodeView<'_>,
         inputs: &[&RunValue],
     ) -> Result<Vec<RunValue>, KernelFailure> {
-        // Host values are lent as they are (no clone per operand: a small model's
-        // nodes are dominated by such overheads); device values are copied first.
+        // Host values are lent as they are (no clone, which allocates a shape, per
+        // operand); device values are copied to the host first.
         let fetched = inputs
             .iter()
             .map(|v| match v {
