@@ -188,3 +188,169 @@ fn the_node_decomposes_when_no_executor_takes_it() {
         assert!((a - b).abs() <= 2e-5 + 1e-5 * a.abs(), "{a} vs {b}");
     }
 }
+
+/// The attention input projection of GPT-2 (`c_attn`): one product with a `[k, 3k]`
+/// weight, a bias, and a `split` of the result along the last dim into q, k, v, which
+/// feed the rest. With `use_all` false the middle piece is never used.
+fn fused_qkv(dt: DType, rows: usize, k: usize, use_all: bool) -> (Graph, Vec<Tensor>) {
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [2usize, rows, k]));
+    let w = b.constant(ramp(dt, &[k, 3 * k], 1));
+    let bias = b.constant(ramp(dt, &[3 * k], 2));
+    let qkv = x.matmul(w).unwrap().add(bias).unwrap();
+    let parts = qkv.split(&[k as i64, k as i64, k as i64], -1).unwrap();
+    let (q, kk, v) = (parts[0], parts[1], parts[2]);
+    let y = if use_all {
+        q.mul(kk).unwrap().add(v).unwrap()
+    } else {
+        q.add(v).unwrap()
+    };
+    b.output(&[y]).unwrap();
+    (b.finish(), vec![ramp(dt, &[2, rows, k], 7)])
+}
+
+/// For f16/bf16: the fused plan of `build(dt)` drifts from the f64 graph's result no
+/// further than the reference plan does (one rounding per fused node against one per
+/// op: the outputs differ by more than a fixed tolerance, not in accuracy). Returns
+/// the fused plan's count of epilogue nodes.
+fn check_half_against_exact(build: impl Fn(DType) -> (Graph, Vec<Tensor>), dt: DType) -> usize {
+    let (g, inputs) = build(dt);
+    let (g64, inputs64) = build(DType::F64);
+    let (exact, _) = plan(&g64, &reference_stack())
+        .unwrap()
+        .run(&inputs64)
+        .unwrap();
+    let (unfused, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
+    let p = plan(&g, &epilogue_stack()).unwrap();
+    verify(p.graph()).unwrap();
+    let (fused, _) = p.run(&inputs).unwrap();
+    let (ef, eu) = errors(&exact[0], &fused[0], &unfused[0]);
+    assert!(ef <= 1.5 * eu + 1e-3, "{dt}: fused {ef}, unfused {eu}\n{p}");
+    p.assignments().filter(|&(_, e)| e == EPILOGUE_CPU).count()
+}
+
+/// [`check_against_reference`] for f32/f64, [`check_half_against_exact`] for f16/bf16.
+fn check_any(build: impl Fn(DType) -> (Graph, Vec<Tensor>), dt: DType) -> usize {
+    match dt {
+        DType::F16 | DType::BF16 => check_half_against_exact(build, dt),
+        _ => {
+            let (g, inputs) = build(dt);
+            check_against_reference(&g, &epilogue_stack(), &inputs, dt)
+        }
+    }
+}
+
+#[test]
+fn a_split_of_the_product_becomes_one_node_per_piece() {
+    for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for (rows, k) in [(1, 1), (3, 5), (17, 48)] {
+            for use_all in [true, false] {
+                let fused = check_any(|dt| fused_qkv(dt, rows, k, use_all), dt);
+                let (g, _) = fused_qkv(dt, rows, k, use_all);
+                // One node per used piece; the split itself is gone.
+                let want = if use_all { 3 } else { 2 };
+                assert_eq!(fused, want, "{dt} {rows}x{k} use_all={use_all}");
+                let p = plan(&g, &epilogue_stack()).unwrap();
+                assert!(!p.graph().op_counts().contains_key("split"), "{p}");
+            }
+        }
+    }
+}
+
+#[test]
+fn splits_it_must_not_take_are_left_alone() {
+    let dt = DType::F32;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [4usize, 6]));
+    let w = b.constant(ramp(dt, &[6, 4], 1));
+    let bias = b.constant(ramp(dt, &[4], 2));
+    // Along the rows, not the columns: stays a split of one fused product.
+    let rows = x.matmul(w).unwrap().add(bias).unwrap();
+    let by_rows = rows.split(&[1, 3], 0).unwrap();
+    // The product is also a graph output: the whole must exist.
+    let kept = x.matmul(w).unwrap().add(bias).unwrap();
+    let by_cols = kept.split(&[1, 3], -1).unwrap();
+    b.output(&[by_rows[0], by_rows[1], kept, by_cols[0], by_cols[1]])
+        .unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[4, 6], 9)];
+    let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
+    assert_eq!(fused, 2);
+    let p = plan(&g, &epilogue_stack()).unwrap();
+    assert_eq!(p.graph().op_counts().get("split"), Some(&2), "{p}");
+}
+
+/// A pre-norm residual block's two projections: `h = x + (x @ w1 + b1)`, then
+/// `h + (h @ w2 + b2)` with the addends in the other order.
+fn residual_block(dt: DType, rows: usize, k: usize) -> (Graph, Vec<Tensor>) {
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [2usize, rows, k]));
+    let w1 = b.constant(ramp(dt, &[k, k], 1));
+    let b1 = b.constant(ramp(dt, &[k], 2));
+    let w2 = b.constant(ramp(dt, &[k, k], 3));
+    let b2 = b.constant(ramp(dt, &[1, k], 4));
+    let h = x.add(x.matmul(w1).unwrap().add(b1).unwrap()).unwrap();
+    let y = h.matmul(w2).unwrap().add(b2).unwrap().add(h).unwrap();
+    b.output(&[y]).unwrap();
+    (b.finish(), vec![ramp(dt, &[2, rows, k], 7)])
+}
+
+#[test]
+fn a_residual_add_folds_into_the_product() {
+    for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for (rows, k) in [(1, 1), (3, 5), (17, 48)] {
+            let fused = check_any(|dt| residual_block(dt, rows, k), dt);
+            let (g, _) = residual_block(dt, rows, k);
+            assert_eq!(fused, 2, "{dt} {rows}x{k}");
+            let p = plan(&g, &epilogue_stack()).unwrap();
+            // Both adds of a residual are gone (the biases are in the fused nodes).
+            assert!(!p.graph().op_counts().contains_key("add"), "{p}");
+        }
+    }
+}
+
+#[test]
+fn residuals_it_must_not_take_are_left_alone() {
+    let dt = DType::F32;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [4usize, 6]));
+    let w = b.constant(ramp(dt, &[6, 6], 1));
+    let bias = b.constant(ramp(dt, &[6], 2));
+    // After an activation: `relu(p) + x` is not `relu(p + x)`.
+    let activated = x
+        .matmul(w)
+        .unwrap()
+        .add(bias)
+        .unwrap()
+        .relu()
+        .unwrap()
+        .add(x)
+        .unwrap();
+    // An addend that broadcasts (a row vector): not a tensor of the result's shape.
+    let row = b.constant(ramp(dt, &[1, 6], 3));
+    let broadcast = x.matmul(w).unwrap().add(bias).unwrap().add(row).unwrap();
+    b.output(&[activated, broadcast]).unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[4, 6], 9)];
+    let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
+    assert_eq!(fused, 2);
+    let p = plan(&g, &epilogue_stack()).unwrap();
+    assert_eq!(p.graph().op_counts().get("add"), Some(&2), "{p}");
+}
+
+#[test]
+fn column_ranges_and_residuals_decompose_when_no_executor_takes_them() {
+    for (g, inputs) in [
+        fused_qkv(DType::F32, 5, 8, true),
+        residual_block(DType::F32, 5, 8),
+    ] {
+        let fused = plan(&g, &epilogue_stack()).unwrap();
+        let (want, _) = fused.run(&inputs).unwrap();
+        let again = plan(fused.graph(), &reference_stack()).unwrap();
+        assert!(!again.graph().op_counts().contains_key(MATMUL_EPILOGUE.name));
+        let (got, _) = again.run(&inputs).unwrap();
+        for (a, b) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
+            assert!((a - b).abs() <= 2e-5 + 1e-5 * a.abs(), "{a} vs {b}");
+        }
+    }
+}

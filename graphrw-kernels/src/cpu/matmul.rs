@@ -398,7 +398,7 @@ pub fn matmul_with(a: &Tensor, b: &Tensor, backend: GemmBackend) -> Result<Tenso
         )),
         dt => dispatch_float!(dt, "matmul", |T| Ok(Tensor::from_data(
             p.out_shape,
-            float_matmul::<T>(&p.plan, a, b, None, backend)?
+            float_matmul::<T>(&p.plan, a, b, &Epilogue::default(), backend)?
         ))),
     }
 }
@@ -446,11 +446,12 @@ impl Activation {
     }
 }
 
-/// `act(a @ b + bias)` in one kernel: the bias (shape `[N]`, broadcast over rows) is
-/// written into the result first and the GEMM accumulates onto it, then the activation
-/// runs in place over the result in parallel row blocks, so no intermediate tensor is
-/// allocated. Float dtypes only; `bias` must share `a`'s dtype. Shapes follow
+/// `act(a @ b + bias)` in one kernel: without an activation the bias (shape `[N]`,
+/// broadcast over rows) is written into the result first and the GEMM accumulates onto
+/// it; with one, the bias is added in the activation's pass, which runs in place over
+/// the result in parallel row blocks. No intermediate tensor is allocated. Float dtypes only; `bias` must share `a`'s dtype. Shapes follow
 /// [`matmul`]; `b` must have rank 2 or more (the bias runs along its columns).
+/// [`matmul_epilogue_with`] also takes a column range and a residual.
 pub fn matmul_epilogue(
     a: &Tensor,
     b: &Tensor,
@@ -458,22 +459,65 @@ pub fn matmul_epilogue(
     act: Activation,
     backend: GemmBackend,
 ) -> Result<Tensor, KernelError> {
-    let p = shapes(a, b)?;
+    let epilogue = Epilogue {
+        bias,
+        activation: act,
+        ..Epilogue::default()
+    };
+    matmul_epilogue_with(a, b, &epilogue, backend)
+}
+
+/// What [`matmul_epilogue_with`] does around the product `a @ b` (`Default`: nothing,
+/// a plain product).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    /// Added along the columns: shape `[N]` (or `[1, .., N]`) for `N` columns of `b`
+    /// (all of them, even when [`columns`](Self::columns) picks some).
+    pub bias: Option<&'a Tensor>,
+    /// Applied last, elementwise.
+    pub activation: Activation,
+    /// Only the columns `start..end` of `b` (and of `bias`): the product with
+    /// `b[.., start..end]`, read in place. A linear layer whose output is split along
+    /// its last dim (a fused QKV projection) runs as one product per piece, writing
+    /// each piece without a copy.
+    pub columns: Option<(usize, usize)>,
+    /// Added to the product (after the bias, before an activation, so only with
+    /// [`Activation::Identity`]): a tensor of the result's shape and dtype. The
+    /// residual connection after a projection, written into the result before the
+    /// GEMM accumulates onto it instead of added by a pass of its own.
+    pub residual: Option<&'a Tensor>,
+}
+
+/// `act(a @ b[.., columns] + bias[columns] + residual)` in one kernel (see
+/// [`Epilogue`]): the bias and residual are written into the result first and the
+/// GEMM accumulates onto them (before an activation, the bias is added in its pass),
+/// then the activation runs in place. Shapes follow
+/// [`matmul`] with `b` of rank 2 or more; errors, never panics, on a bias that does not
+/// run along `b`'s columns, a column range outside them, a residual of another shape
+/// or dtype, or a residual with an activation.
+pub fn matmul_epilogue_with(
+    a: &Tensor,
+    b: &Tensor,
+    epilogue: &Epilogue<'_>,
+    backend: GemmBackend,
+) -> Result<Tensor, KernelError> {
+    let op = "matmul_epilogue";
+    let mut p = shapes(a, b)?;
     if !p.dtype.is_float() {
         return Err(KernelError::UnsupportedDType {
-            op: "matmul_epilogue",
+            op,
             dtype: p.dtype,
             expected: "f32, f64, f16 or bf16",
         });
     }
-    if let Some(bias) = bias {
-        same_dtype("matmul_epilogue", a, bias)?;
+    if let Some(bias) = epilogue.bias {
+        same_dtype(op, a, bias)?;
         if b.rank() < 2
             || bias.numel() != p.plan.n
             || bias.shape().iter().rev().skip(1).any(|&d| d != 1)
         {
             return Err(KernelError::shape(
-                "matmul_epilogue",
+                op,
                 format!(
                     "bias {:?} does not run along the {} columns of {:?} @ {:?}",
                     bias.shape(),
@@ -484,9 +528,40 @@ pub fn matmul_epilogue(
             ));
         }
     }
-    dispatch_float!(p.dtype, "matmul_epilogue", |T| Ok(Tensor::from_data(
+    if let Some((start, end)) = epilogue.columns {
+        if b.rank() < 2 || start >= end || end > p.plan.n {
+            return Err(KernelError::shape(
+                op,
+                format!(
+                    "columns {start}..{end} are not a range of the {} columns of {:?}",
+                    p.plan.n,
+                    b.shape()
+                ),
+            ));
+        }
+        p.plan.col0 = start;
+        p.plan.n = end - start;
+        if let Some(last) = p.out_shape.last_mut() {
+            *last = end - start;
+        }
+    }
+    if let Some(r) = epilogue.residual {
+        same_dtype(op, a, r)?;
+        if r.shape() != p.out_shape.as_slice() || epilogue.activation != Activation::Identity {
+            return Err(KernelError::shape(
+                op,
+                format!(
+                    "a residual {:?} needs the result's shape {:?} and no activation ({:?})",
+                    r.shape(),
+                    p.out_shape,
+                    epilogue.activation
+                ),
+            ));
+        }
+    }
+    dispatch_float!(p.dtype, op, |T| Ok(Tensor::from_data(
         p.out_shape,
-        float_matmul::<T>(&p.plan, a, b, Some((bias, act)), backend)?
+        float_matmul::<T>(&p.plan, a, b, epilogue, backend)?
     )))
 }
 
@@ -548,6 +623,8 @@ fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
             k,
             n,
             offsets: vec![[0, 0]],
+            ldb: n,
+            col0: 0,
         }
     } else {
         Plan {
@@ -555,6 +632,8 @@ fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
             k,
             n,
             offsets: batch_offsets(&batch, a_batch, b_batch, m * k, k * n),
+            ldb: n,
+            col0: 0,
         }
     };
     let mut out_shape = batch.clone();
@@ -578,6 +657,11 @@ struct Plan {
     n: usize,
     /// Element offsets of each batch entry's `a` and `b` matrices.
     offsets: Vec<[usize; 2]>,
+    /// The row stride of `b`'s matrices: `n`, or more when the product reads only
+    /// some of `b`'s columns ([`Epilogue::columns`]).
+    ldb: usize,
+    /// The first column of `b` the product reads.
+    col0: usize,
 }
 
 /// The element offsets of the `a` and `b` matrices of every entry of `batch`.
@@ -618,12 +702,15 @@ const CONVERT_BLOCK: usize = 1 << 22;
 /// in its storage type) is converted to the compute type [`CONVERT_BLOCK`] elements of
 /// whole rows at a time: each block of `b`'s rows multiplies the matching columns of
 /// `a`, accumulating onto `c` (onto the bias already there when `accumulate`).
+///
+/// `b`'s rows are `ldb` apart, and the product reads `n` columns of each from its
+/// start (a column range of a wider matrix when `ldb > n`).
 fn multiply_by_row_blocks<T: Element>(
     backend: GemmBackend,
     accumulate: bool,
     (m, k, n): (usize, usize, usize),
     a: &[T::Acc],
-    b: &[T],
+    (b, ldb): (&[T], usize),
     c: &mut [T::Acc],
 ) where
     T::Acc: Gemm,
@@ -633,7 +720,9 @@ fn multiply_by_row_blocks<T: Element>(
     for k0 in (0..k).step_by(rows) {
         let k1 = (k0 + rows).min(k);
         block.clear();
-        block.extend(b[k0 * n..k1 * n].iter().map(|v| v.to_acc()));
+        for r in k0..k1 {
+            block.extend(b[r * ldb..r * ldb + n].iter().map(|v| v.to_acc()));
+        }
         let s = Strided {
             m,
             k: k1 - k0,
@@ -647,19 +736,21 @@ fn multiply_by_row_blocks<T: Element>(
     }
 }
 
-/// The float product of every batch entry; with an epilogue, the bias is written first
-/// (and accumulated onto) and the activation applied after.
+/// The float product of every batch entry; with an epilogue, the bias (plus the
+/// residual) is written first and accumulated onto, and the activation applied after
+/// (before an activation, the bias is added in the activation's pass instead).
 fn float_matmul<T: Element>(
     plan: &Plan,
     a: &Tensor,
     b: &Tensor,
-    epilogue: Option<(Option<&Tensor>, Activation)>,
+    epilogue: &Epilogue<'_>,
     backend: GemmBackend,
 ) -> Result<Vec<T>, KernelError>
 where
     T::Acc: Gemm,
 {
     let (m, k, n) = (plan.m, plan.k, plan.n);
+    let (ldb, col0) = (plan.ldb, plan.col0);
     let a = a.acc_cow::<T>();
     // A large f16/bf16 right operand (the weights) is converted a block of rows at a
     // time instead of whole, so a model of f16 weights runs in the weights' memory,
@@ -673,27 +764,51 @@ where
         Some(_) => Cow::Borrowed(&[][..]),
         None => b.acc_cow::<T>(),
     };
-    let bias = match epilogue {
-        Some((Some(bias), _)) => Some(bias.acc_cow::<T>()),
-        _ => None,
-    };
-    let act = epilogue.map_or(Activation::Identity, |(_, act)| act);
-    // Every element is written below: by the bias copy, or by a GEMM that does not read
-    // its destination (`accumulate` false; zeros when `k == 0`).
+    let bias = epilogue.bias.map(|bias| bias.acc_cow::<T>());
+    let bias = bias.as_deref().map(|all| &all[col0..col0 + n]);
+    let residual = epilogue.residual.map(|r| r.acc_cow::<T>());
+    let act = epilogue.activation;
+    // Every element is written below: by the bias or residual copy, or by a GEMM that
+    // does not read its destination (`accumulate` false; zeros when `k == 0`).
     let mut out = crate::cpu::pool::buffer::<T::Acc>(plan.offsets.len() * m * n);
     let small = out.len() < SEQUENTIAL_WORK;
-    if let Some(bias) = &bias {
-        let copy = |rows: &mut [T::Acc]| {
-            rows.chunks_mut(n.max(1))
-                .for_each(|row| row.copy_from_slice(&bias[..row.len()]))
+    // Before an activation (and without a residual) the bias is added in the
+    // activation's pass, each row while it is in cache, rather than written first for
+    // the GEMM to read back: one pass over the result fewer.
+    let bias_after = act != Activation::Identity && residual.is_none() && bias.is_some();
+    let (bias_after, bias) = if bias_after {
+        (bias, None)
+    } else {
+        (None, bias)
+    };
+    let accumulate = bias.is_some() || residual.is_some();
+    if accumulate {
+        // `rows` starts at row `first` of the result (of `n` columns).
+        let fill = |first: usize, rows: &mut [T::Acc]| {
+            for (i, row) in rows.chunks_mut(n.max(1)).enumerate() {
+                match (&residual, bias) {
+                    (Some(r), Some(bias)) => {
+                        let r = &r[(first + i) * n..][..row.len()];
+                        for ((o, &x), &y) in row.iter_mut().zip(r).zip(bias) {
+                            *o = x + y;
+                        }
+                    }
+                    (Some(r), None) => {
+                        row.copy_from_slice(&r[(first + i) * n..][..row.len()]);
+                    }
+                    (None, Some(bias)) => row.copy_from_slice(&bias[..row.len()]),
+                    (None, None) => {}
+                }
+            }
         };
         if small {
-            copy(&mut out);
+            fill(0, &mut out);
         } else {
-            out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS).for_each(copy);
+            out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
+                .enumerate()
+                .for_each(|(c, rows)| fill(c * EPILOGUE_ROWS, rows));
         }
     }
-    let accumulate = bias.is_some();
     if let (Some(src), true) = (b_blocks, m * n > 0) {
         let [oa, ob] = plan.offsets[0];
         multiply_by_row_blocks::<T>(
@@ -701,7 +816,7 @@ where
             accumulate,
             (m, k, n),
             &a[oa..],
-            &src[ob..],
+            (&src[ob + col0..], ldb),
             &mut out,
         );
     } else if m * n > 0 {
@@ -712,10 +827,10 @@ where
                 n,
                 rsa: k,
                 csa: 1,
-                rsb: n,
+                rsb: ldb,
                 csb: 1,
             };
-            T::Acc::gemm_with(backend, accumulate, s, &a[oa..], &b[ob..], c);
+            T::Acc::gemm_with(backend, accumulate, s, &a[oa..], &b[ob + col0..], c);
         };
         let batch = plan.offsets.len();
         if batch > 1 && m * k * n <= SMALL_GEMM && batch * m * k * n >= SEQUENTIAL_WORK {
@@ -731,11 +846,21 @@ where
     if act == Activation::Identity {
         return Ok(out.into_iter().map(T::from_acc).collect());
     }
+    let finish = |rows: &mut [T::Acc]| {
+        if let Some(bias) = bias_after {
+            for row in rows.chunks_mut(n.max(1)) {
+                for (o, &b) in row.iter_mut().zip(bias) {
+                    *o += b;
+                }
+            }
+        }
+        T::Acc::activate(act, rows);
+    };
     if small {
-        T::Acc::activate(act, &mut out);
+        finish(&mut out);
     } else {
         out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
-            .for_each(|rows| T::Acc::activate(act, rows));
+            .for_each(finish);
     }
     Ok(out.into_iter().map(T::from_acc).collect())
 }

@@ -26,7 +26,9 @@ pub use layout::{
     concat, contiguous, expand, permute, reshape, slice, split, squeeze, transpose, tril, triu,
     unsqueeze,
 };
-pub use matmul::{matmul, matmul_epilogue, matmul_with, Activation, GemmBackend};
+pub use matmul::{
+    matmul, matmul_epilogue, matmul_epilogue_with, matmul_with, Activation, Epilogue, GemmBackend,
+};
 pub use norm::{layer_norm, rms_norm};
 pub use pool::{buffer, BufferPool, PoolGuard};
 pub use reduce::{cumsum, log_softmax, reduce, softmax, ReduceOp};

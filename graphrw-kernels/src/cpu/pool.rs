@@ -119,8 +119,8 @@ impl BufferPool {
     }
 
     /// Lets the pool hold up to `bytes` (it never lowers the limit). The interpreter
-    /// passes the peak live bytes of the runs so far, so the pool never holds more than
-    /// one run had alive at once.
+    /// passes twice the peak live bytes of the runs so far, so the pool never holds
+    /// more than two runs' worth of what one had alive at once.
     pub fn raise_limit(&self, bytes: usize) {
         self.lock(|i| i.limit = i.limit.max(bytes));
     }

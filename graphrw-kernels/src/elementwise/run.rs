@@ -403,7 +403,9 @@ pub fn run_map<F: Compute, E: Element, K: MapKernel<F>>(
 ) -> Result<Vec<E>, KernelError> {
     check_srcs(op, plan, srcs)?;
     let n = plan.numel();
-    let mut out = vec![E::default(); n];
+    // Every element is written by the chunks below (a buffer from the plan's pool
+    // when one is installed: no fresh pages to fault in and zero).
+    let mut out = crate::cpu::pool::buffer::<E>(n);
     if n == 0 {
         return Ok(out);
     }
@@ -437,7 +439,8 @@ pub fn run_rows<F: Compute, E: Element, K: RowKernel<F>>(
     check_srcs(op, plan, srcs)?;
     let n = plan.numel();
     let inner = plan.inner;
-    let mut out = vec![E::default(); n];
+    // Every row is written by the chunks below (from the pool, as in `run_map`).
+    let mut out = crate::cpu::pool::buffer::<E>(n);
     if n == 0 {
         return Ok(out);
     }

@@ -160,6 +160,152 @@ fn matmul_epilogue_matches_separate_kernels() {
     }
 }
 
+/// `matmul_epilogue_with`'s column ranges and residual against the separate kernels:
+/// `matmul(a, slice(b)) + slice(bias) + residual`, then the activation.
+#[test]
+fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
+    // (a, b, column range): ranges at the start, middle and end, one column, all of
+    // them, odd widths; a batched `b`; a 1-row product; a parallel one.
+    type Case = (&'static [usize], &'static [usize], (usize, usize));
+    let cases: &[Case] = &[
+        (&[3, 5], &[5, 7], (2, 5)),
+        (&[2, 9, 33], &[33, 48], (0, 16)),
+        (&[2, 9, 33], &[33, 48], (16, 32)),
+        (&[2, 9, 33], &[33, 48], (32, 48)),
+        (&[1, 64, 40], &[40, 96], (95, 96)),
+        (&[1, 64, 40], &[40, 96], (0, 96)),
+        (&[4, 6, 8], &[4, 8, 5], (1, 4)),
+        (&[1, 130], &[130, 67], (3, 66)),
+        // Tall enough for the parallel product (row bands on 2+ threads).
+        (&[300, 64], &[64, 80], (8, 72)),
+    ];
+    let mut rng = Rng::new(23);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for &(sa, sb, (start, end)) in cases {
+            for (act, with_residual) in [
+                (Activation::Identity, false),
+                (Activation::Identity, true),
+                (Activation::Gelu, false),
+            ] {
+                for backend in [GemmBackend::Gemm, GemmBackend::MatrixMultiply] {
+                    let a = rand_tensor(&mut rng, dtype, sa);
+                    let b = rand_tensor(&mut rng, dtype, sb);
+                    let n = sb[sb.len() - 1];
+                    let bias = rand_tensor(&mut rng, dtype, &[n]);
+                    let (s, e) = (start as i64, end as i64);
+                    let part = cpu::slice(&b, -1, s, e, 1).unwrap();
+                    let mut want = cpu::matmul(&a, &part).unwrap();
+                    want = cpu::binary(
+                        BinaryOp::Add,
+                        &want,
+                        &cpu::slice(&bias, -1, s, e, 1).unwrap(),
+                    )
+                    .unwrap();
+                    let residual = rand_tensor(&mut rng, dtype, want.shape());
+                    if with_residual {
+                        want = cpu::binary(BinaryOp::Add, &want, &residual).unwrap();
+                    }
+                    if let Some(op) = unary_of(act) {
+                        want = cpu::unary(op, &want).unwrap();
+                    }
+                    let epilogue = cpu::Epilogue {
+                        bias: Some(&bias),
+                        activation: act,
+                        columns: Some((start, end)),
+                        residual: with_residual.then_some(&residual),
+                    };
+                    let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, backend).unwrap();
+                    let what = format!(
+                        "{dtype} {sa:?} @ {sb:?}[.., {start}..{end}], {act:?}, residual \
+                         {with_residual} on {backend:?}"
+                    );
+                    assert_eq!(got.shape(), want.shape(), "{what}");
+                    assert_eq!(got.dtype(), dtype, "{what}");
+                    let (atol, rtol) = match dtype {
+                        DType::F16 | DType::BF16 => (0.1, 3e-2),
+                        DType::F32 => (1e-5, 1e-5),
+                        _ => (1e-12, 1e-12),
+                    };
+                    for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+                        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}: {g} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A column range of an f16 weight too large to convert at once (it is converted a
+/// block of rows at a time, each row read from the range's first column).
+#[test]
+fn matmul_epilogue_columns_of_a_large_half_weight() {
+    let mut rng = Rng::new(5);
+    let (m, k, n) = (3, 9, 500_000);
+    let a = rand_tensor(&mut rng, DType::F16, &[m, k]);
+    let b = rand_tensor(&mut rng, DType::F16, &[k, n]);
+    let (start, end) = (123_457, 123_457 + 301);
+    let epilogue = cpu::Epilogue {
+        columns: Some((start, end)),
+        ..Default::default()
+    };
+    let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto).unwrap();
+    let part = cpu::slice(&b, -1, start as i64, end as i64, 1).unwrap();
+    let want = cpu::matmul(&a, &part).unwrap();
+    assert_eq!(got.shape(), &[m, end - start]);
+    for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+        assert!((g - w).abs() <= 1e-2 + 1e-2 * w.abs(), "{g} vs {w}");
+    }
+}
+
+#[test]
+fn matmul_epilogue_rejects_bad_columns_and_residuals() {
+    let a = Tensor::zeros(DType::F32, &[2, 3]);
+    let b = Tensor::zeros(DType::F32, &[3, 4]);
+    for columns in [(2, 2), (3, 1), (0, 5)] {
+        let epilogue = cpu::Epilogue {
+            columns: Some(columns),
+            ..Default::default()
+        };
+        let e = cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not a range of the 4 columns"),
+            "{columns:?}: {e}"
+        );
+    }
+    let good = Tensor::zeros(DType::F32, &[2, 4]);
+    let bad_shape = Tensor::zeros(DType::F32, &[2, 3]);
+    let bad_dtype = Tensor::zeros(DType::F64, &[2, 4]);
+    for (residual, act) in [
+        (&bad_shape, Activation::Identity),
+        (&bad_dtype, Activation::Identity),
+        (&good, Activation::Relu),
+    ] {
+        let epilogue = cpu::Epilogue {
+            residual: Some(residual),
+            activation: act,
+            ..Default::default()
+        };
+        assert!(
+            cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto).is_err(),
+            "{:?} {act:?}",
+            residual.shape()
+        );
+    }
+    // With a column range, the residual has the range's width.
+    let x = Tensor::from_vec(vec![1, 1], vec![2.0f32]).unwrap();
+    let w = Tensor::from_vec(vec![1, 3], vec![1.0f32, 10.0, 100.0]).unwrap();
+    let r = Tensor::from_vec(vec![1, 2], vec![0.5f32, 0.25]).unwrap();
+    let epilogue = cpu::Epilogue {
+        columns: Some((1, 3)),
+        residual: Some(&r),
+        ..Default::default()
+    };
+    let got = cpu::matmul_epilogue_with(&x, &w, &epilogue, GemmBackend::Auto).unwrap();
+    assert_eq!(got.as_slice::<f32>().unwrap(), &[20.5, 200.25]);
+}
+
 #[test]
 fn matmul_epilogue_rejects_bad_bias() {
     let a = Tensor::zeros(DType::F32, &[2, 3]);

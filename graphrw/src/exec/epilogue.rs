@@ -2,14 +2,22 @@
 //! a bias along its columns, optionally followed by an activation (`relu`, `gelu` in
 //! either form, `silu`, or the generated `fused.bias_gelu` that already holds the
 //! bias), becomes one [`MATMUL_EPILOGUE`] node, run by
-//! [`graphrw_kernels::cpu::matmul_epilogue`]: the GEMM accumulates onto the bias and
-//! the activation runs in place, so the product is written once and no intermediate is
-//! allocated.
+//! [`graphrw_kernels::cpu::matmul_epilogue_with`]: the GEMM accumulates onto the bias
+//! and the activation runs in place, so the product is written once and no
+//! intermediate is allocated. Two more forms fold into such a node:
+//! - a `split` of its result along the last dim (a fused QKV projection, GPT-2's
+//!   `c_attn`): one node per piece, each the product with a column range of the weight
+//!   read in place (`columns`), so the pieces are written directly instead of copied
+//!   out of the whole;
+//! - an `add` of a tensor of the result's shape when there is no activation (the
+//!   residual connection after an attention or MLP output projection): written into
+//!   the result with the bias before the GEMM accumulates onto both (`residual`),
+//!   instead of a pass of its own over two tensors.
 //!
 //! This is an execution transform (Thunder's), not a rewrite of the user's graph: the
 //! fused node exists only in the plan, so saving or printing the model is unaffected.
-//! The node's decomposition (matmul, add, activation) keeps it runnable by any other
-//! executor and gives its metadata.
+//! The node's decomposition (matmul, add, activation; slices of the weight and bias
+//! for a column range) keeps it runnable by any other executor and gives its metadata.
 
 use std::collections::HashMap;
 
@@ -21,18 +29,21 @@ use super::ExecError;
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::Device;
-use crate::ops::builtin::{ADD, GELU, MATMUL, RELU, SILU};
+use crate::ops::builtin::{ADD, GELU, MATMUL, RELU, SILU, SLICE, SPLIT};
 use crate::ops::{
     Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, OpClass, OpDef, OperandSpec,
     OutputCount,
 };
 use crate::GraphError;
 
-/// `act(a @ b + bias)`: the node the epilogue executor forms. Attribute `activation`
-/// is one of `none`, `relu`, `gelu`, `gelu_tanh`, `silu`.
+/// `act(a @ b[.., columns] + bias[columns] (+ residual))`: the node the epilogue
+/// executor forms. Attribute `activation` is one of `none`, `relu`, `gelu`,
+/// `gelu_tanh`, `silu`; `columns` is empty (all of `b`'s columns) or `[start, end]`;
+/// the optional `residual` (a tensor of the result's shape) comes with activation
+/// `none` only.
 pub static MATMUL_EPILOGUE: OpDef = OpDef {
     name: "fused.matmul_epilogue",
-    doc: "`act(a @ b + bias)` in one kernel (bias along the columns of the product).",
+    doc: "`act(a @ b[.., columns] + bias[columns] (+ residual))` in one kernel (bias along the columns of the product).",
     operands: &[
         OperandSpec {
             name: "a",
@@ -46,12 +57,23 @@ pub static MATMUL_EPILOGUE: OpDef = OpDef {
             name: "bias",
             arity: Arity::Required,
         },
+        OperandSpec {
+            name: "residual",
+            arity: Arity::Optional,
+        },
     ],
-    attrs: &[AttrSpec {
-        name: "activation",
-        kind: AttrKind::Str,
-        default: AttrDefault::Str("none"),
-    }],
+    attrs: &[
+        AttrSpec {
+            name: "activation",
+            kind: AttrKind::Str,
+            default: AttrDefault::Str("none"),
+        },
+        AttrSpec {
+            name: "columns",
+            kind: AttrKind::Ints,
+            default: AttrDefault::Ints(&[]),
+        },
+    ],
     outputs: OutputCount::Fixed(1),
     commutative: false,
     class: OpClass::Other,
@@ -78,7 +100,20 @@ fn parse_activation(name: &str) -> Option<Activation> {
     })
 }
 
-/// The node's decomposition: `matmul`, `add`, then the activation's built-in op.
+/// The column range of the `columns` attribute: `None` for all columns (empty list).
+fn parse_columns(columns: &[i64]) -> Result<Option<(usize, usize)>, String> {
+    match columns {
+        [] => Ok(None),
+        &[start, end] if 0 <= start && start < end => Ok(Some((start as usize, end as usize))),
+        other => Err(format!(
+            "`columns` must be empty or [start, end] with 0 <= start < end, got {other:?}"
+        )),
+    }
+}
+
+/// The node's decomposition: `matmul` (with `slice`s of the weight and bias for a
+/// column range), `add` of the bias (and of the residual), then the activation's
+/// built-in op.
 fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Value>, GraphError> {
     let infer_error = |message: String| GraphError::Infer {
         op: MATMUL_EPILOGUE.name,
@@ -86,14 +121,49 @@ fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Val
         inputs: Vec::new(),
         message,
     };
-    let [a, w, bias] = x else {
-        return Err(infer_error(format!("3 operands expected, got {}", x.len())));
+    let (a, w, bias, residual) = match x {
+        [a, w, bias] => (*a, *w, *bias, None),
+        [a, w, bias, r] => (*a, *w, *bias, Some(*r)),
+        _ => {
+            return Err(infer_error(format!(
+                "3 or 4 operands expected, got {}",
+                x.len()
+            )))
+        }
     };
     let name = attrs.str("activation").map_err(|e| infer_error(e.0))?;
     let act = parse_activation(name)
         .ok_or_else(|| infer_error(format!("unknown activation `{name}`")))?;
-    let y = b.apply(&MATMUL, &[*a, *w], &[])?[0];
-    let y = b.apply(&ADD, &[y, *bias], &[])?[0];
+    let columns =
+        parse_columns(attrs.ints("columns").map_err(|e| infer_error(e.0))?).map_err(infer_error)?;
+    if residual.is_some() && act != Activation::Identity {
+        return Err(infer_error(format!(
+            "a residual comes with activation `none`, not `{name}`"
+        )));
+    }
+    let (w, bias) = match columns {
+        None => (w, bias),
+        Some((start, end)) => {
+            let slice = |v: Value| {
+                b.apply(
+                    &SLICE,
+                    &[v],
+                    &[
+                        ("dim", AttrValue::Int(-1)),
+                        ("start", AttrValue::Int(start as i64)),
+                        ("end", AttrValue::Int(end as i64)),
+                    ],
+                )
+                .map(|out| out[0])
+            };
+            (slice(w)?, slice(bias)?)
+        }
+    };
+    let y = b.apply(&MATMUL, &[a, w], &[])?[0];
+    let mut y = b.apply(&ADD, &[y, bias], &[])?[0];
+    if let Some(r) = residual {
+        y = b.apply(&ADD, &[y, r], &[])?[0];
+    }
     let out = match act {
         Activation::Identity => y,
         Activation::Relu => b.apply(&RELU, &[y], &[])?[0],
@@ -227,7 +297,10 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
             continue;
         };
         let old = Value::new(last, 0);
-        let attrs = vec![AttrValue::Str(chain.activation.to_string())];
+        let attrs = vec![
+            AttrValue::Str(chain.activation.to_string()),
+            AttrValue::Ints(Vec::new()),
+        ];
         let operands: Vec<Value> = chain
             .operands
             .iter()
@@ -256,6 +329,190 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
     Ok(changed)
 }
 
+/// Whether `id` is an epilogue node on the CPU (the only device this executor runs).
+fn cpu_epilogue(g: &Graph, id: NodeId) -> bool {
+    g.node(id).is_some_and(|n| {
+        std::ptr::eq(n.op(), &MATMUL_EPILOGUE)
+            && n.outputs().first().is_some_and(|m| m.device == Device::Cpu)
+    })
+}
+
+/// Whether `id` is a CPU epilogue node with every column and no residual: the form
+/// the chains above make, before [`fold_split`] or [`fold_residual`] touch it.
+fn whole_epilogue(g: &Graph, id: NodeId) -> bool {
+    cpu_epilogue(g, id)
+        && g.node(id).is_some_and(|n| {
+            n.operands().len() == 3 && n.attrs().ints("columns").is_ok_and(|c| c.is_empty())
+        })
+}
+
+/// The pieces of a `split` along the last dim that is the only use of epilogue node
+/// `id`'s result, as column ranges (with the split node), if every piece is non-empty
+/// and the split may move to this executor.
+fn split_of(
+    g: &Graph,
+    id: NodeId,
+    movable: &dyn Fn(NodeId) -> bool,
+) -> Option<(NodeId, Vec<(usize, usize)>)> {
+    let out = Value::new(id, 0);
+    let (user, _) = only_user(g, out)?;
+    let split = g.node(user)?;
+    if !std::ptr::eq(split.op(), &SPLIT) || !movable(user) {
+        return None;
+    }
+    let meta = g.meta(out).ok()?;
+    let dims = meta.shape.as_known()?;
+    let (rank, n) = (dims.len() as i64, *dims.last()?);
+    let dim = split.attrs().int("dim").ok()?;
+    if dim != rank - 1 && dim != -1 {
+        return None;
+    }
+    let mut pieces = Vec::new();
+    let mut start = 0usize;
+    for &size in split.attrs().ints("split_sizes").ok()? {
+        let size = usize::try_from(size).ok().filter(|&s| s > 0)?;
+        pieces.push((start, start + size));
+        start += size;
+    }
+    (start as u64 == n && pieces.len() == split.outputs().len()).then_some((user, pieces))
+}
+
+/// Replaces epilogue node `id` and the `split` of its result by one epilogue node
+/// per used piece, each the product with that column range of the weight.
+fn fold_split(
+    g: &mut Graph,
+    id: NodeId,
+    movable: &dyn Fn(NodeId) -> bool,
+) -> Result<bool, ExecError> {
+    if !whole_epilogue(g, id) {
+        return Ok(false);
+    }
+    let Some((split, pieces)) = split_of(g, id, movable) else {
+        return Ok(false);
+    };
+    let (operands, activation) = {
+        let node = g.node(id).ok_or_else(|| gone(id))?;
+        let act = node
+            .attrs()
+            .str("activation")
+            .map_err(|e| transform_error(e.0))?;
+        (node.operands().to_vec(), act.to_string())
+    };
+    for (i, &(start, end)) in pieces.iter().enumerate() {
+        let old = Value::new(split, i as u32);
+        if g.use_count(old) == 0 && !g.is_output(old) {
+            continue;
+        }
+        let attrs = vec![
+            AttrValue::Str(activation.clone()),
+            AttrValue::Ints(vec![start as i64, end as i64]),
+        ];
+        let piece = g.add_node(&MATMUL_EPILOGUE, operands.clone(), attrs, None)?;
+        replace_checked(g, old, Value::new(piece, 0))?;
+    }
+    g.remove_node(split)?;
+    g.remove_node(id)?;
+    Ok(true)
+}
+
+/// Folds the `add` that is the only use of epilogue node `id`'s result into it as its
+/// residual, when the node has no activation and the other addend has the result's
+/// metadata (no broadcast) and lives on the CPU.
+fn fold_residual(
+    g: &mut Graph,
+    id: NodeId,
+    movable: &dyn Fn(NodeId) -> bool,
+) -> Result<bool, ExecError> {
+    let Some(node) = g.node(id) else {
+        return Ok(false);
+    };
+    if !cpu_epilogue(g, id)
+        || node.operands().len() != 3
+        || node.attrs().str("activation").ok() != Some("none")
+    {
+        return Ok(false);
+    }
+    let out = Value::new(id, 0);
+    let Some((user, slot)) = only_user(g, out) else {
+        return Ok(false);
+    };
+    let Some(add) = g.node(user) else {
+        return Ok(false);
+    };
+    if !std::ptr::eq(add.op(), &ADD) || add.operands().len() != 2 || !movable(user) {
+        return Ok(false);
+    }
+    let residual = add.operands()[1 - slot as usize];
+    let (Ok(rm), Ok(om)) = (g.meta(residual), g.meta(out)) else {
+        return Ok(false);
+    };
+    if residual == out || rm != om || rm.device != Device::Cpu || rm.shape.as_known().is_none() {
+        return Ok(false);
+    }
+    let mut operands = node.operands().to_vec();
+    operands.push(residual);
+    let attrs = node.attr_values().to_vec();
+    let fused = g.add_node(&MATMUL_EPILOGUE, operands, attrs, None)?;
+    replace_checked(g, Value::new(user, 0), Value::new(fused, 0))?;
+    g.remove_node(user)?;
+    g.remove_node(id)?;
+    Ok(true)
+}
+
+/// Points every use of `old` at `new` once their metadata agree; else removes `new`'s
+/// node and fails (an internal error: the fused node must stand for what it replaces).
+fn replace_checked(g: &mut Graph, old: Value, new: Value) -> Result<(), ExecError> {
+    if g.meta(new)? != g.meta(old)? {
+        let message = format!(
+            "the fused node's output became {}, the replaced value's is {}",
+            g.meta(new)?,
+            g.meta(old)?
+        );
+        g.remove_node(new.node)?;
+        return Err(ExecError::Transform {
+            op: MATMUL_EPILOGUE.name,
+            message,
+        });
+    }
+    g.replace_all_uses(old, new)?;
+    Ok(())
+}
+
+fn transform_error(message: String) -> ExecError {
+    ExecError::Transform {
+        op: MATMUL_EPILOGUE.name,
+        message,
+    }
+}
+
+fn gone(id: NodeId) -> ExecError {
+    transform_error(format!("node %{} disappeared", id.index()))
+}
+
+/// Folds splits, then residual adds, into the epilogue nodes of `g` (see the module
+/// doc). Returns whether anything changed.
+fn fold_epilogues(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, ExecError> {
+    let mut changed = false;
+    let epilogues: Vec<NodeId> = g
+        .topo_order()?
+        .into_iter()
+        .filter(|&id| whole_epilogue(g, id))
+        .collect();
+    for &id in &epilogues {
+        changed |= fold_split(g, id, movable)?;
+    }
+    // The pieces of the splits are new nodes: look again.
+    let epilogues: Vec<NodeId> = g
+        .topo_order()?
+        .into_iter()
+        .filter(|&id| cpu_epilogue(g, id))
+        .collect();
+    for id in epilogues {
+        changed |= fold_residual(g, id, movable)?;
+    }
+    Ok(changed)
+}
+
 impl Executor for EpilogueCpu {
     fn name(&self) -> &str {
         EPILOGUE_CPU
@@ -278,6 +535,7 @@ impl Executor for EpilogueCpu {
         if parse_activation(act).is_none() {
             return Err(format!("unknown activation `{act}`"));
         }
+        parse_columns(node.attrs.ints("columns").map_err(|e| e.0)?)?;
         Ok(())
     }
 
@@ -286,20 +544,30 @@ impl Executor for EpilogueCpu {
         graph: &mut Graph,
         movable: &dyn Fn(NodeId) -> bool,
     ) -> Result<bool, ExecError> {
-        fuse_chains(graph, movable)
+        let chains = fuse_chains(graph, movable)?;
+        Ok(fold_epilogues(graph, movable)? || chains)
     }
 
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
         let name = node.attrs.str("activation")?;
-        let act = parse_activation(name).ok_or_else(|| format!("unknown activation `{name}`"))?;
-        let [a, w, bias] = x else {
-            return Err(format!("3 operands expected, got {}", x.len()).into());
+        let activation =
+            parse_activation(name).ok_or_else(|| format!("unknown activation `{name}`"))?;
+        let columns = parse_columns(node.attrs.ints("columns")?)?;
+        let (a, w, bias, residual) = match x {
+            [a, w, bias] => (*a, *w, *bias, None),
+            [a, w, bias, r] => (*a, *w, *bias, Some(*r)),
+            _ => return Err(format!("3 or 4 operands expected, got {}", x.len()).into()),
         };
-        Ok(vec![cpu::matmul_epilogue(
+        let epilogue = cpu::Epilogue {
+            bias: Some(bias),
+            activation,
+            columns,
+            residual,
+        };
+        Ok(vec![cpu::matmul_epilogue_with(
             a,
             w,
-            Some(bias),
-            act,
+            &epilogue,
             GemmBackend::Auto,
         )?])
     }

@@ -241,9 +241,13 @@ impl Plan {
             }
             if live > report.peak_live_bytes {
                 report.peak_live_bytes = live;
-                // The pool holds at most what was alive at once (raised as the peak
-                // grows: its lock is not taken for every node).
-                self.pool.raise_limit(live);
+                // The pool holds at most twice what was alive at once (raised as the
+                // peak grows: its lock is not taken for every node). Once the peak,
+                // not twice, it dropped the oldest buffers, often the large ones a
+                // later node needed: on the main example's model the QKV and MLP
+                // products (4.5 and 6 MiB) were allocated and zeroed afresh every
+                // run; at twice the peak no buffer of a warm run is new.
+                self.pool.raise_limit(2 * live);
             }
             for &s in &slots.frees {
                 let owned = std::mem::take(&mut owned_bytes[s]);
@@ -438,8 +442,8 @@ mod tests {
                 "the two inputs give different outputs"
             );
             assert!(
-                p.pool.held_bytes() <= r3.peak_live_bytes,
-                "the pool holds no more than a run had alive"
+                p.pool.held_bytes() <= 2 * r3.peak_live_bytes,
+                "the pool holds no more than twice what a run had alive"
             );
         }
     }
