@@ -339,10 +339,11 @@ fn residuals_it_must_not_take_are_left_alone() {
 }
 
 #[test]
-fn column_ranges_and_residuals_decompose_when_no_executor_takes_them() {
+fn column_ranges_heads_and_residuals_decompose_when_no_executor_takes_them() {
     for (g, inputs) in [
         fused_qkv(DType::F32, 5, 8, true),
         residual_block(DType::F32, 5, 8),
+        qkv_heads(DType::F32, 5, 2, 4),
     ] {
         let fused = plan(&g, &epilogue_stack()).unwrap();
         let (want, _) = fused.run(&inputs).unwrap();
@@ -353,4 +354,108 @@ fn column_ranges_and_residuals_decompose_when_no_executor_takes_them() {
             assert!((a - b).abs() <= 2e-5 + 1e-5 * a.abs(), "{a} vs {b}");
         }
     }
+}
+
+/// GPT-2's attention inputs: the fused QKV projection split into q, k, v, each
+/// reshaped to `[B, S, H, D]` and swapped to `[B, H, S, D]` (q and v by `transpose`,
+/// k by `permute`, as the dynamo exporter writes them), then `softmax(q kᵀ) v`.
+fn qkv_heads(dt: DType, rows: usize, heads: usize, d: usize) -> (Graph, Vec<Tensor>) {
+    let k = heads * d;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [2usize, rows, k]));
+    let w = b.constant(ramp(dt, &[k, 3 * k], 1));
+    let bias = b.constant(ramp(dt, &[3 * k], 2));
+    let qkv = x.matmul(w).unwrap().add(bias).unwrap();
+    let parts = qkv.split(&[k as i64, k as i64, k as i64], -1).unwrap();
+    let split = [2, rows as i64, heads as i64, d as i64];
+    let q = parts[0].reshape(&split).unwrap().transpose(1, 2).unwrap();
+    let kk = parts[1]
+        .reshape(&split)
+        .unwrap()
+        .permute(&[0, 2, 1, 3])
+        .unwrap();
+    let v = parts[2].reshape(&split).unwrap().transpose(2, 1).unwrap();
+    let p = q
+        .matmul(kk.transpose(-2, -1).unwrap())
+        .unwrap()
+        .mul(0.1)
+        .unwrap()
+        .softmax(-1)
+        .unwrap();
+    let y = p.matmul(v).unwrap();
+    b.output(&[y]).unwrap();
+    (b.finish(), vec![ramp(dt, &[2, rows, k], 7)])
+}
+
+#[test]
+fn head_splits_fold_into_the_pieces() {
+    for dt in [DType::F32, DType::F64] {
+        for (rows, heads, d) in [(1, 1, 1), (5, 2, 3), (17, 4, 16)] {
+            let (g, inputs) = qkv_heads(dt, rows, heads, d);
+            let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
+            assert_eq!(fused, 3, "{dt} {rows} rows, {heads}x{d}");
+            let p = plan(&g, &epilogue_stack()).unwrap();
+            let counts = p.graph().op_counts();
+            for gone in ["split", "reshape", "permute"] {
+                assert!(!counts.contains_key(gone), "{gone} left\n{p}");
+            }
+            // Only the kᵀ of the scores is left of the transposes.
+            assert_eq!(counts.get("transpose"), Some(&1), "{p}");
+        }
+    }
+    // f16/bf16 keep the head split as the graph has it (a product per head would
+    // convert the weight whole for each piece) and still agree.
+    for dt in [DType::F16, DType::BF16] {
+        let fused = check_any(|dt| qkv_heads(dt, 17, 4, 16), dt);
+        assert_eq!(fused, 3, "{dt}");
+        let (g, _) = qkv_heads(dt, 17, 4, 16);
+        let p = plan(&g, &epilogue_stack()).unwrap();
+        assert_eq!(p.graph().op_counts().get("reshape"), Some(&3), "{p}");
+    }
+}
+
+#[test]
+fn reshapes_that_are_not_head_splits_are_left_alone() {
+    let dt = DType::F32;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [2usize, 6, 8]));
+    let w = b.constant(ramp(dt, &[8, 8], 1));
+    let bias = b.constant(ramp(dt, &[8], 2));
+    // Split into heads but not swapped: stays `[B, S, H, D]`.
+    let unswapped = x
+        .matmul(w)
+        .unwrap()
+        .add(bias)
+        .unwrap()
+        .reshape(&[2, 6, 2, 4])
+        .unwrap()
+        .relu()
+        .unwrap();
+    // Swapped, but the wrong dims (B and S).
+    let wrong = x
+        .matmul(w)
+        .unwrap()
+        .add(bias)
+        .unwrap()
+        .reshape(&[2, 6, 2, 4])
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    // Not a head split: rows merged.
+    let merged = x
+        .matmul(w)
+        .unwrap()
+        .add(bias)
+        .unwrap()
+        .reshape(&[12, 2, 4])
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    b.output(&[unswapped, wrong, merged]).unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[2, 6, 8], 9)];
+    let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
+    assert_eq!(fused, 3);
+    let p = plan(&g, &epilogue_stack()).unwrap();
+    assert_eq!(p.graph().op_counts().get("reshape"), Some(&3), "{p}");
 }

@@ -486,6 +486,13 @@ pub struct Epilogue<'a> {
     /// residual connection after a projection, written into the result before the
     /// GEMM accumulates onto it instead of added by a pass of its own.
     pub residual: Option<&'a Tensor>,
+    /// Write the result head-major: for `a` of shape `[.., S, K]` and `N` columns
+    /// (after [`columns`](Self::columns)), the result is `[.., H, S, N / H]`, the
+    /// layout `reshape(., [.., S, H, N / H]).transpose(-3, -2)` gives, which attention
+    /// reads its queries, keys and values in. Each head is its own product with `N / H`
+    /// columns of `b`, written in place: no transpose is copied. `b` must be a matrix
+    /// (rank 2), `H` must divide `N`, and there is no residual.
+    pub heads: Option<usize>,
 }
 
 /// `act(a @ b[.., columns] + bias[columns] + residual)` in one kernel (see
@@ -559,6 +566,30 @@ pub fn matmul_epilogue_with(
             ));
         }
     }
+    if let Some(heads) = epilogue.heads {
+        let n = p.plan.n;
+        if heads == 0
+            || !n.is_multiple_of(heads)
+            || b.rank() != 2
+            || a.rank() < 2
+            || epilogue.residual.is_some()
+        {
+            return Err(KernelError::shape(
+                op,
+                format!(
+                    "{heads} heads of the {n} columns of {:?} @ {:?} (needs a matrix `b`, \
+                     `a` of rank 2 or more, heads dividing the columns, no residual)",
+                    a.shape(),
+                    b.shape()
+                ),
+            ));
+        }
+        let rows = a.shape()[a.rank() - 2];
+        p.plan.heads = Some((heads, rows));
+        let lead = a.rank() - 2;
+        p.out_shape.truncate(lead);
+        p.out_shape.extend([heads, rows, n / heads]);
+    }
     dispatch_float!(p.dtype, op, |T| Ok(Tensor::from_data(
         p.out_shape,
         float_matmul::<T>(&p.plan, a, b, epilogue, backend)?
@@ -625,6 +656,7 @@ fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
             offsets: vec![[0, 0]],
             ldb: n,
             col0: 0,
+            heads: None,
         }
     } else {
         Plan {
@@ -634,6 +666,7 @@ fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
             offsets: batch_offsets(&batch, a_batch, b_batch, m * k, k * n),
             ldb: n,
             col0: 0,
+            heads: None,
         }
     };
     let mut out_shape = batch.clone();
@@ -662,6 +695,9 @@ struct Plan {
     ldb: usize,
     /// The first column of `b` the product reads.
     col0: usize,
+    /// `(heads, rows)` when the result is written head-major ([`Epilogue::heads`]):
+    /// `rows` rows of `a` per batch entry.
+    heads: Option<(usize, usize)>,
 }
 
 /// The element offsets of the `a` and `b` matrices of every entry of `batch`.
@@ -736,6 +772,62 @@ fn multiply_by_row_blocks<T: Element>(
     }
 }
 
+/// `a`, `b` and the bias of a product, in the compute type.
+type Operands<'s, F> = (&'s [F], &'s [F], Option<&'s [F]>);
+
+/// The product written head-major into `out` (`[B, H, rows, D]`, see
+/// [`Epilogue::heads`]): one product per batch entry and head, each `rows x k` by the
+/// head's `D` columns of `b` (read in place), onto its bias block, activated in place.
+/// The `B H` blocks run in parallel when there are threads and work for them.
+fn by_heads<T: Element>(
+    plan: &Plan,
+    (heads, rows): (usize, usize),
+    backend: GemmBackend,
+    operands: Operands<'_, T::Acc>,
+    act: Activation,
+    out: &mut [T::Acc],
+) where
+    T::Acc: Gemm,
+{
+    let (a, b, bias) = operands;
+    let (k, n, ldb, col0) = (plan.k, plan.n, plan.ldb, plan.col0);
+    let d = n / heads;
+    if out.is_empty() || d == 0 {
+        return;
+    }
+    let block = |i: usize, c: &mut [T::Acc]| {
+        let (entry, h) = (i / heads, i % heads);
+        if let Some(bias) = bias {
+            for row in c.chunks_mut(d) {
+                row.copy_from_slice(&bias[h * d..(h + 1) * d]);
+            }
+        }
+        let s = Strided {
+            m: rows,
+            k,
+            n: d,
+            rsa: k,
+            csa: 1,
+            rsb: ldb,
+            csb: 1,
+        };
+        let a = &a[entry * rows * k..];
+        T::Acc::gemm_with(backend, bias.is_some(), s, a, &b[col0 + h * d..], c);
+        if act != Activation::Identity {
+            T::Acc::activate(act, c);
+        }
+    };
+    if rayon::current_num_threads() > 1 && out.len() * k >= SEQUENTIAL_WORK * 4 {
+        out.par_chunks_mut(rows * d)
+            .enumerate()
+            .for_each(|(i, c)| block(i, c));
+    } else {
+        out.chunks_mut(rows * d)
+            .enumerate()
+            .for_each(|(i, c)| block(i, c));
+    }
+}
+
 /// The float product of every batch entry; with an epilogue, the bias (plus the
 /// residual) is written first and accumulated onto, and the activation applied after
 /// (before an activation, the bias is added in the activation's pass instead).
@@ -756,6 +848,7 @@ where
     // time instead of whole, so a model of f16 weights runs in the weights' memory,
     // not twice it again in f32.
     let b_blocks = (T::DTYPE != <T::Acc as Element>::DTYPE
+        && plan.heads.is_none()
         && plan.offsets.len() == 1
         && k > 1
         && k * n > CONVERT_BLOCK)
@@ -771,6 +864,10 @@ where
     // Every element is written below: by the bias or residual copy, or by a GEMM that
     // does not read its destination (`accumulate` false; zeros when `k == 0`).
     let mut out = crate::cpu::pool::buffer::<T::Acc>(plan.offsets.len() * m * n);
+    if let Some((heads, rows)) = plan.heads {
+        by_heads::<T>(plan, (heads, rows), backend, (&a, &b, bias), act, &mut out);
+        return Ok(out.into_iter().map(T::from_acc).collect());
+    }
     let small = out.len() < SEQUENTIAL_WORK;
     // Before an activation (and without a residual) the bias is added in the
     // activation's pass, each row while it is in cache, rather than written first for

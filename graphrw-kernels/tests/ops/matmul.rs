@@ -213,6 +213,7 @@ fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
                         activation: act,
                         columns: Some((start, end)),
                         residual: with_residual.then_some(&residual),
+                        heads: None,
                     };
                     let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, backend).unwrap();
                     let what = format!(
@@ -304,6 +305,88 @@ fn matmul_epilogue_rejects_bad_columns_and_residuals() {
     };
     let got = cpu::matmul_epilogue_with(&x, &w, &epilogue, GemmBackend::Auto).unwrap();
     assert_eq!(got.as_slice::<f32>().unwrap(), &[20.5, 200.25]);
+}
+
+/// `Epilogue::heads` against the separate kernels: the product (of a column range),
+/// plus bias, activated, reshaped to `[.., S, H, D]` and transposed to `[.., H, S, D]`.
+#[test]
+fn matmul_epilogue_heads_match_reshape_and_transpose() {
+    // (a, b, columns, heads): one head, many, a batch of entries, a column range of a
+    // fused QKV weight, rows not a multiple of any tile, a rank-2 `a`.
+    type Case = (
+        &'static [usize],
+        &'static [usize],
+        Option<(usize, usize)>,
+        usize,
+    );
+    let cases: &[Case] = &[
+        (&[1, 5, 8], &[8, 12], None, 1),
+        (&[1, 5, 8], &[8, 12], None, 3),
+        (&[2, 7, 16], &[16, 24], None, 4),
+        (&[2, 33, 24], &[24, 72], Some((24, 48)), 3),
+        (&[1, 130, 64], &[64, 192], Some((128, 192)), 4),
+        (&[9, 20], &[20, 10], None, 5),
+    ];
+    let mut rng = Rng::new(31);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for &(sa, sb, columns, heads) in cases {
+            for act in [Activation::Identity, Activation::GeluTanh] {
+                let a = rand_tensor(&mut rng, dtype, sa);
+                let b = rand_tensor(&mut rng, dtype, sb);
+                let bias = rand_tensor(&mut rng, dtype, &[sb[1]]);
+                let (start, end) = columns.unwrap_or((0, sb[1]));
+                let (s, e) = (start as i64, end as i64);
+                let mut want = cpu::matmul(&a, &cpu::slice(&b, -1, s, e, 1).unwrap()).unwrap();
+                want = cpu::binary(
+                    BinaryOp::Add,
+                    &want,
+                    &cpu::slice(&bias, -1, s, e, 1).unwrap(),
+                )
+                .unwrap();
+                if let Some(op) = unary_of(act) {
+                    want = cpu::unary(op, &want).unwrap();
+                }
+                let r = want.rank();
+                let mut split: Vec<i64> = want.shape()[..r - 1].iter().map(|&d| d as i64).collect();
+                split.extend([heads as i64, ((end - start) / heads) as i64]);
+                let want = cpu::transpose(&cpu::reshape(&want, &split).unwrap(), -3, -2).unwrap();
+                let epilogue = cpu::Epilogue {
+                    bias: Some(&bias),
+                    activation: act,
+                    columns,
+                    heads: Some(heads),
+                    ..Default::default()
+                };
+                let what = format!("{dtype} {sa:?} @ {sb:?} {columns:?}, {heads} heads, {act:?}");
+                let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(got.shape(), want.shape(), "{what}");
+                let (atol, rtol) = match dtype {
+                    DType::F16 | DType::BF16 => (0.1, 3e-2),
+                    DType::F32 => (1e-5, 1e-5),
+                    _ => (1e-12, 1e-12),
+                };
+                for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+                    assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}: {g} vs {w}");
+                }
+            }
+        }
+    }
+    // Bad head counts and a residual are errors.
+    let a = Tensor::zeros(DType::F32, &[1, 3, 4]);
+    let b = Tensor::zeros(DType::F32, &[4, 6]);
+    let r = Tensor::zeros(DType::F32, &[1, 3, 6]);
+    for (heads, residual) in [(0, None), (4, None), (2, Some(&r))] {
+        let epilogue = cpu::Epilogue {
+            heads: Some(heads),
+            residual,
+            ..Default::default()
+        };
+        assert!(
+            cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto).is_err(),
+            "{heads} heads"
+        );
+    }
 }
 
 #[test]

@@ -9,6 +9,10 @@
 //!   `c_attn`): one node per piece, each the product with a column range of the weight
 //!   read in place (`columns`), so the pieces are written directly instead of copied
 //!   out of the whole;
+//! - a `reshape` of its result to `[.., S, H, D]` and the swap of `S` and `H`
+//!   (`transpose`/`permute`) that gives attention its heads: one node that writes each
+//!   head's product in place, head-major (`heads`), instead of a product and a
+//!   transposing copy (f32/f64);
 //! - an `add` of a tensor of the result's shape when there is no activation (the
 //!   residual connection after an attention or MLP output projection): written into
 //!   the result with the bias before the GEMM accumulates onto both (`residual`),
@@ -29,7 +33,7 @@ use super::ExecError;
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::Device;
-use crate::ops::builtin::{ADD, GELU, MATMUL, RELU, SILU, SLICE, SPLIT};
+use crate::ops::builtin::{ADD, GELU, MATMUL, RELU, RESHAPE, SILU, SLICE, SPLIT, TRANSPOSE};
 use crate::ops::{
     Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, OpClass, OpDef, OperandSpec,
     OutputCount,
@@ -40,7 +44,9 @@ use crate::GraphError;
 /// executor forms. Attribute `activation` is one of `none`, `relu`, `gelu`,
 /// `gelu_tanh`, `silu`; `columns` is empty (all of `b`'s columns) or `[start, end]`;
 /// the optional `residual` (a tensor of the result's shape) comes with activation
-/// `none` only.
+/// `none` only; `heads` > 0 writes the result head-major, `[.., H, S, N / H]` for `a`
+/// of `[.., S, K]` (what `reshape` to `[.., S, H, N / H]` and `transpose(-3, -2)`
+/// give).
 pub static MATMUL_EPILOGUE: OpDef = OpDef {
     name: "fused.matmul_epilogue",
     doc: "`act(a @ b[.., columns] + bias[columns] (+ residual))` in one kernel (bias along the columns of the product).",
@@ -72,6 +78,11 @@ pub static MATMUL_EPILOGUE: OpDef = OpDef {
             name: "columns",
             kind: AttrKind::Ints,
             default: AttrDefault::Ints(&[]),
+        },
+        AttrSpec {
+            name: "heads",
+            kind: AttrKind::Int,
+            default: AttrDefault::Int(0),
         },
     ],
     outputs: OutputCount::Fixed(1),
@@ -179,7 +190,34 @@ fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Val
         )?[0],
         Activation::Silu => b.apply(&SILU, &[y], &[])?[0],
     };
-    Ok(vec![out])
+    let heads = attrs.int("heads").map_err(|e| infer_error(e.0))?;
+    if heads <= 0 {
+        return Ok(vec![out]);
+    }
+    // `[.., S, N]` -> `[.., S, H, N / H]` -> `[.., H, S, N / H]`.
+    let meta = b.var(out).meta()?;
+    let dims = meta
+        .shape
+        .as_known()
+        .ok_or_else(|| infer_error(format!("heads need a known shape, the product is {meta}")))?;
+    let (&n, lead) = dims
+        .split_last()
+        .ok_or_else(|| infer_error("heads need a product of rank 2 or more".into()))?;
+    let n = n as i64;
+    if lead.is_empty() || n % heads != 0 {
+        return Err(infer_error(format!(
+            "{heads} heads of a product of shape {dims:?}"
+        )));
+    }
+    let mut split: Vec<i64> = lead.iter().map(|&d| d as i64).collect();
+    split.extend([heads, n / heads]);
+    let y = b.apply(&RESHAPE, &[out], &[("shape", AttrValue::Ints(split))])?[0];
+    let y = b.apply(
+        &TRANSPOSE,
+        &[y],
+        &[("dim0", AttrValue::Int(-3)), ("dim1", AttrValue::Int(-2))],
+    )?[0];
+    Ok(vec![y])
 }
 
 /// The single user of `v` (not a graph output), if it has exactly one use.
@@ -300,6 +338,7 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
         let attrs = vec![
             AttrValue::Str(chain.activation.to_string()),
             AttrValue::Ints(Vec::new()),
+            AttrValue::Int(0),
         ];
         let operands: Vec<Value> = chain
             .operands
@@ -342,7 +381,9 @@ fn cpu_epilogue(g: &Graph, id: NodeId) -> bool {
 fn whole_epilogue(g: &Graph, id: NodeId) -> bool {
     cpu_epilogue(g, id)
         && g.node(id).is_some_and(|n| {
-            n.operands().len() == 3 && n.attrs().ints("columns").is_ok_and(|c| c.is_empty())
+            n.operands().len() == 3
+                && n.attrs().ints("columns").is_ok_and(|c| c.is_empty())
+                && n.attrs().int("heads") == Ok(0)
         })
 }
 
@@ -406,6 +447,7 @@ fn fold_split(
         let attrs = vec![
             AttrValue::Str(activation.clone()),
             AttrValue::Ints(vec![start as i64, end as i64]),
+            AttrValue::Int(0),
         ];
         let piece = g.add_node(&MATMUL_EPILOGUE, operands.clone(), attrs, None)?;
         replace_checked(g, old, Value::new(piece, 0))?;
@@ -429,6 +471,7 @@ fn fold_residual(
     if !cpu_epilogue(g, id)
         || node.operands().len() != 3
         || node.attrs().str("activation").ok() != Some("none")
+        || node.attrs().int("heads") != Ok(0)
     {
         return Ok(false);
     }
@@ -455,6 +498,108 @@ fn fold_residual(
     let fused = g.add_node(&MATMUL_EPILOGUE, operands, attrs, None)?;
     replace_checked(g, Value::new(user, 0), Value::new(fused, 0))?;
     g.remove_node(user)?;
+    g.remove_node(id)?;
+    Ok(true)
+}
+
+/// The head count of a `reshape` of epilogue node `id`'s result from `[.., S, N]` to
+/// `[.., S, H, N / H]` followed by a swap of its `S` and `H` dims (`transpose` or
+/// `permute`), each the only use of the one before: `(H, the swap node)`.
+fn heads_of(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<(i64, NodeId)> {
+    let out = Value::new(id, 0);
+    let dims = g.meta(out).ok()?.shape.as_known()?.to_vec();
+    let (reshape, _) = only_user(g, out)?;
+    let rnode = g.node(reshape)?;
+    if !std::ptr::eq(rnode.op(), &RESHAPE) || !movable(reshape) {
+        return None;
+    }
+    let split = g
+        .meta(Value::new(reshape, 0))
+        .ok()?
+        .shape
+        .as_known()?
+        .to_vec();
+    let r = dims.len();
+    if r < 2 || split.len() != r + 1 || split[..r - 1] != dims[..r - 1] {
+        return None;
+    }
+    let (heads, d) = (split[r - 1], split[r]);
+    if heads == 0 || heads * d != dims[r - 1] {
+        return None;
+    }
+    let (swap, _) = only_user(g, Value::new(reshape, 0))?;
+    let snode = g.node(swap)?;
+    if !movable(swap) {
+        return None;
+    }
+    let rank = (r + 1) as i64;
+    let norm = |d: i64| if d < 0 { d + rank } else { d };
+    let (s_dim, h_dim) = (rank - 3, rank - 2);
+    let swaps = match snode.op_name() {
+        "transpose" => {
+            let (a, b) = (
+                norm(snode.attrs().int("dim0").ok()?),
+                norm(snode.attrs().int("dim1").ok()?),
+            );
+            (a, b) == (s_dim, h_dim) || (a, b) == (h_dim, s_dim)
+        }
+        "permute" => {
+            let dims = snode.attrs().ints("dims").ok()?;
+            dims.len() == r + 1
+                && dims.iter().enumerate().all(|(i, &p)| {
+                    let i = i as i64;
+                    let want = if i == s_dim {
+                        h_dim
+                    } else if i == h_dim {
+                        s_dim
+                    } else {
+                        i
+                    };
+                    norm(p) == want
+                })
+        }
+        _ => false,
+    };
+    swaps.then_some((heads as i64, swap))
+}
+
+/// Folds the head split after epilogue node `id` (see [`heads_of`]) into it: one node
+/// that writes the result head-major. f32 and f64 only (the products read `b` in
+/// place; an f16/bf16 weight would be converted whole for each node).
+fn fold_heads(
+    g: &mut Graph,
+    id: NodeId,
+    movable: &dyn Fn(NodeId) -> bool,
+) -> Result<bool, ExecError> {
+    let Some(node) = g.node(id) else {
+        return Ok(false);
+    };
+    let f32_or_f64 = node
+        .outputs()
+        .first()
+        .is_some_and(|m| matches!(m.dtype, crate::meta::DType::F32 | crate::meta::DType::F64));
+    if !cpu_epilogue(g, id)
+        || !f32_or_f64
+        || node.operands().len() != 3
+        || node.attrs().int("heads") != Ok(0)
+    {
+        return Ok(false);
+    }
+    let Some((heads, swap)) = heads_of(g, id, movable) else {
+        return Ok(false);
+    };
+    let operands = node.operands().to_vec();
+    let mut attrs = node.attr_values().to_vec();
+    if let Some(h) = attrs.get_mut(2) {
+        *h = AttrValue::Int(heads);
+    }
+    let reshape = only_user(g, Value::new(id, 0)).map(|(r, _)| r);
+    let fused = g.add_node(&MATMUL_EPILOGUE, operands, attrs, None)?;
+    replace_checked(g, Value::new(swap, 0), Value::new(fused, 0))?;
+    g.remove_node(swap)?;
+    if let Some(reshape) = reshape {
+        g.remove_node(reshape)?;
+    }
     g.remove_node(id)?;
     Ok(true)
 }
@@ -489,8 +634,8 @@ fn gone(id: NodeId) -> ExecError {
     transform_error(format!("node %{} disappeared", id.index()))
 }
 
-/// Folds splits, then residual adds, into the epilogue nodes of `g` (see the module
-/// doc). Returns whether anything changed.
+/// Folds splits, then head splits or residual adds, into the epilogue nodes of `g`
+/// (see the module doc). Returns whether anything changed.
 fn fold_epilogues(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, ExecError> {
     let mut changed = false;
     let epilogues: Vec<NodeId> = g
@@ -508,7 +653,9 @@ fn fold_epilogues(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<boo
         .filter(|&id| cpu_epilogue(g, id))
         .collect();
     for id in epilogues {
-        changed |= fold_residual(g, id, movable)?;
+        // A node whose result goes to attention heads, or one whose result gets a
+        // residual added (never both: the residual keeps the result's layout).
+        changed |= fold_heads(g, id, movable)? || fold_residual(g, id, movable)?;
     }
     Ok(changed)
 }
@@ -558,11 +705,13 @@ impl Executor for EpilogueCpu {
             [a, w, bias, r] => (*a, *w, *bias, Some(*r)),
             _ => return Err(format!("3 or 4 operands expected, got {}", x.len()).into()),
         };
+        let heads = node.attrs.int("heads")?;
         let epilogue = cpu::Epilogue {
             bias: Some(bias),
             activation,
             columns,
             residual,
+            heads: (heads > 0).then_some(heads as usize),
         };
         Ok(vec![cpu::matmul_epilogue_with(
             a,
