@@ -176,16 +176,23 @@ fn chains_it_must_not_take_are_left_alone() {
 
 #[test]
 fn the_node_decomposes_when_no_executor_takes_it() {
-    // The plan's fused node, planned again on the reference stack alone, runs through
-    // its decomposition with the same result.
-    let (g, inputs) = mlp(DType::F32, 5, 8, 12, "tanh");
-    let fused = plan(&g, &epilogue_stack()).unwrap();
-    let (want, _) = fused.run(&inputs).unwrap();
-    let again = plan(fused.graph(), &reference_stack()).unwrap();
-    assert!(!again.graph().op_counts().contains_key(MATMUL_EPILOGUE.name));
-    let (got, _) = again.run(&inputs).unwrap();
-    for (a, b) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
-        assert!((a - b).abs() <= 2e-5 + 1e-5 * a.abs(), "{a} vs {b}");
+    // The plan's fused nodes (plain chains, column ranges, residuals, heads), planned
+    // again on the reference stack alone, run through their decomposition with the
+    // same result.
+    for (g, inputs) in [
+        mlp(DType::F32, 5, 8, 12, "tanh"),
+        fused_qkv(DType::F32, 5, 8, true),
+        residual_block(DType::F32, 5, 8),
+        qkv_heads(DType::F32, 5, 2, 4),
+    ] {
+        let fused = plan(&g, &epilogue_stack()).unwrap();
+        let (want, _) = fused.run(&inputs).unwrap();
+        let again = plan(fused.graph(), &reference_stack()).unwrap();
+        assert!(!again.graph().op_counts().contains_key(MATMUL_EPILOGUE.name));
+        let (got, _) = again.run(&inputs).unwrap();
+        for (a, b) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
+            assert!((a - b).abs() <= 2e-5 + 1e-5 * a.abs(), "{a} vs {b}");
+        }
     }
 }
 
@@ -257,6 +264,17 @@ fn a_split_of_the_product_becomes_one_node_per_piece() {
     }
 }
 
+/// `g` (f32) planned on the epilogue stack agrees with the reference stack, with
+/// `fused` epilogue nodes and `count` nodes of op `kept` left as they were.
+fn check_left_alone(g: &Graph, inputs: &[Tensor], fused: usize, (kept, count): (&str, usize)) {
+    assert_eq!(
+        check_against_reference(g, &epilogue_stack(), inputs, DType::F32),
+        fused
+    );
+    let p = plan(g, &epilogue_stack()).unwrap();
+    assert_eq!(p.graph().op_counts().get(kept), Some(&count), "{p}");
+}
+
 #[test]
 fn splits_it_must_not_take_are_left_alone() {
     let dt = DType::F32;
@@ -272,12 +290,8 @@ fn splits_it_must_not_take_are_left_alone() {
     let by_cols = kept.split(&[1, 3], -1).unwrap();
     b.output(&[by_rows[0], by_rows[1], kept, by_cols[0], by_cols[1]])
         .unwrap();
-    let g = b.finish();
     let inputs = vec![ramp(dt, &[4, 6], 9)];
-    let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
-    assert_eq!(fused, 2);
-    let p = plan(&g, &epilogue_stack()).unwrap();
-    assert_eq!(p.graph().op_counts().get("split"), Some(&2), "{p}");
+    check_left_alone(&b.finish(), &inputs, 2, ("split", 2));
 }
 
 /// A pre-norm residual block's two projections: `h = x + (x @ w1 + b1)`, then
@@ -330,30 +344,8 @@ fn residuals_it_must_not_take_are_left_alone() {
     let row = b.constant(ramp(dt, &[1, 6], 3));
     let broadcast = x.matmul(w).unwrap().add(bias).unwrap().add(row).unwrap();
     b.output(&[activated, broadcast]).unwrap();
-    let g = b.finish();
     let inputs = vec![ramp(dt, &[4, 6], 9)];
-    let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
-    assert_eq!(fused, 2);
-    let p = plan(&g, &epilogue_stack()).unwrap();
-    assert_eq!(p.graph().op_counts().get("add"), Some(&2), "{p}");
-}
-
-#[test]
-fn column_ranges_heads_and_residuals_decompose_when_no_executor_takes_them() {
-    for (g, inputs) in [
-        fused_qkv(DType::F32, 5, 8, true),
-        residual_block(DType::F32, 5, 8),
-        qkv_heads(DType::F32, 5, 2, 4),
-    ] {
-        let fused = plan(&g, &epilogue_stack()).unwrap();
-        let (want, _) = fused.run(&inputs).unwrap();
-        let again = plan(fused.graph(), &reference_stack()).unwrap();
-        assert!(!again.graph().op_counts().contains_key(MATMUL_EPILOGUE.name));
-        let (got, _) = again.run(&inputs).unwrap();
-        for (a, b) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
-            assert!((a - b).abs() <= 2e-5 + 1e-5 * a.abs(), "{a} vs {b}");
-        }
-    }
+    check_left_alone(&b.finish(), &inputs, 2, ("add", 2));
 }
 
 /// GPT-2's attention inputs: the fused QKV projection split into q, k, v, each
@@ -452,10 +444,6 @@ fn reshapes_that_are_not_head_splits_are_left_alone() {
         .transpose(0, 1)
         .unwrap();
     b.output(&[unswapped, wrong, merged]).unwrap();
-    let g = b.finish();
     let inputs = vec![ramp(dt, &[2, 6, 8], 9)];
-    let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
-    assert_eq!(fused, 3);
-    let p = plan(&g, &epilogue_stack()).unwrap();
-    assert_eq!(p.graph().op_counts().get("reshape"), Some(&3), "{p}");
+    check_left_alone(&b.finish(), &inputs, 3, ("reshape", 3));
 }

@@ -109,6 +109,22 @@ fn unary_of(act: Activation) -> Option<UnaryOp> {
     }
 }
 
+/// A fused epilogue's result `got` against the separate kernels' `want`: same shape and
+/// dtype, values within the dtype's tolerance (the fused kernel rounds once, the
+/// separate ones after each op).
+fn assert_fused_close(got: &Tensor, want: &Tensor, dtype: DType, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}");
+    assert_eq!(got.dtype(), dtype, "{what}");
+    let (atol, rtol) = match dtype {
+        DType::F16 | DType::BF16 => (0.1, 3e-2),
+        DType::F32 => (1e-5, 1e-5),
+        _ => (1e-12, 1e-12),
+    };
+    for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}: {g} vs {w}");
+    }
+}
+
 #[test]
 fn matmul_epilogue_matches_separate_kernels() {
     let cases: &[(&[usize], &[usize])] = &[
@@ -143,17 +159,7 @@ fn matmul_epilogue_matches_separate_kernels() {
                         want = cpu::unary(op, &want).unwrap();
                     }
                     let what = format!("{dtype} {sa:?} @ {sb:?} + bias, {act:?} on {backend:?}");
-                    assert_eq!(got.shape(), want.shape(), "{what}");
-                    assert_eq!(got.dtype(), dtype, "{what}");
-                    let (atol, rtol) = match dtype {
-                        // The fused kernel rounds once, the separate ones after each op.
-                        DType::F16 | DType::BF16 => (0.1, 3e-2),
-                        DType::F32 => (1e-5, 1e-5),
-                        _ => (1e-12, 1e-12),
-                    };
-                    for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
-                        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}: {g} vs {w}");
-                    }
+                    assert_fused_close(&got, &want, dtype, &what);
                 }
             }
         }
@@ -220,16 +226,7 @@ fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
                         "{dtype} {sa:?} @ {sb:?}[.., {start}..{end}], {act:?}, residual \
                          {with_residual} on {backend:?}"
                     );
-                    assert_eq!(got.shape(), want.shape(), "{what}");
-                    assert_eq!(got.dtype(), dtype, "{what}");
-                    let (atol, rtol) = match dtype {
-                        DType::F16 | DType::BF16 => (0.1, 3e-2),
-                        DType::F32 => (1e-5, 1e-5),
-                        _ => (1e-12, 1e-12),
-                    };
-                    for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
-                        assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}: {g} vs {w}");
-                    }
+                    assert_fused_close(&got, &want, dtype, &what);
                 }
             }
         }
@@ -360,15 +357,7 @@ fn matmul_epilogue_heads_match_reshape_and_transpose() {
                 let what = format!("{dtype} {sa:?} @ {sb:?} {columns:?}, {heads} heads, {act:?}");
                 let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
-                assert_eq!(got.shape(), want.shape(), "{what}");
-                let (atol, rtol) = match dtype {
-                    DType::F16 | DType::BF16 => (0.1, 3e-2),
-                    DType::F32 => (1e-5, 1e-5),
-                    _ => (1e-12, 1e-12),
-                };
-                for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
-                    assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}: {g} vs {w}");
-                }
+                assert_fused_close(&got, &want, dtype, &what);
             }
         }
     }
