@@ -433,6 +433,18 @@ fn reshapes_that_are_not_head_splits_are_left_alone() {
         .unwrap()
         .transpose(0, 1)
         .unwrap();
+    // A head split of a product with a batch of weights (`[2, 8, 8]`): the kernel
+    // writes heads for a weight matrix only.
+    let batched_w = b.constant(ramp(dt, &[2, 8, 8], 3));
+    let batched = x
+        .matmul(batched_w)
+        .unwrap()
+        .add(bias)
+        .unwrap()
+        .reshape(&[2, 6, 2, 4])
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap();
     // Not a head split: rows merged.
     let merged = x
         .matmul(w)
@@ -443,7 +455,33 @@ fn reshapes_that_are_not_head_splits_are_left_alone() {
         .unwrap()
         .transpose(0, 1)
         .unwrap();
-    b.output(&[unswapped, wrong, merged]).unwrap();
+    b.output(&[unswapped, wrong, batched, merged]).unwrap();
     let inputs = vec![ramp(dt, &[2, 6, 8], 9)];
-    check_left_alone(&b.finish(), &inputs, 3, ("reshape", 3));
+    check_left_alone(&b.finish(), &inputs, 4, ("reshape", 4));
+}
+
+#[test]
+fn a_node_the_kernel_refuses_runs_through_its_decomposition() {
+    // A hand-made node with heads over a batch of weights: the executor's check turns
+    // it down, and the plan runs its decomposition instead of failing at run time.
+    let dt = DType::F32;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [2usize, 6, 8]));
+    let w = b.constant(ramp(dt, &[2, 8, 8], 1));
+    let bias = b.constant(ramp(dt, &[8], 2));
+    let y = b
+        .apply(
+            &MATMUL_EPILOGUE,
+            &[x.value(), w.value(), bias.value()],
+            &[("heads", graphrw::ops::AttrValue::Int(2))],
+        )
+        .unwrap()[0];
+    b.output(&[b.var(y)]).unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[2, 6, 8], 9)];
+    // Its product and bias fuse again, as a plain epilogue; the head split runs as
+    // the decomposition's reshape and transpose.
+    check_left_alone(&g, &inputs, 1, ("reshape", 1));
+    let p = plan(&g, &epilogue_stack()).unwrap();
+    assert_eq!(p.graph().op_counts().get("transpose"), Some(&1), "{p}");
 }

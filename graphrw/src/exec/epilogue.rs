@@ -565,7 +565,8 @@ fn heads_of(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<(
 
 /// Folds the head split after epilogue node `id` (see [`heads_of`]) into it: one node
 /// that writes the result head-major. f32 and f64 only (the products read `b` in
-/// place; an f16/bf16 weight would be converted whole for each node).
+/// place; an f16/bf16 weight would be converted whole for each node), and a weight
+/// matrix only (rank 2, as the kernel requires).
 fn fold_heads(
     g: &mut Graph,
     id: NodeId,
@@ -578,8 +579,15 @@ fn fold_heads(
         .outputs()
         .first()
         .is_some_and(|m| matches!(m.dtype, crate::meta::DType::F32 | crate::meta::DType::F64));
+    // The kernel writes heads for a weight matrix only (no batch of weights).
+    let weight_matrix = node
+        .operands()
+        .get(1)
+        .and_then(|&w| g.meta(w).ok())
+        .is_some_and(|m| m.rank() == 2);
     if !cpu_epilogue(g, id)
         || !f32_or_f64
+        || !weight_matrix
         || node.operands().len() != 3
         || node.attrs().int("heads") != Ok(0)
     {
@@ -683,6 +691,15 @@ impl Executor for EpilogueCpu {
             return Err(format!("unknown activation `{act}`"));
         }
         parse_columns(node.attrs.ints("columns").map_err(|e| e.0)?)?;
+        // What the kernel refuses is left to the node's decomposition.
+        let residual = node.inputs.len() > 3;
+        if residual && act != "none" {
+            return Err(format!("a residual with activation `{act}`"));
+        }
+        let heads = node.attrs.int("heads").map_err(|e| e.0)?;
+        if heads > 0 && (residual || node.inputs[0].rank() < 2 || node.inputs[1].rank() != 2) {
+            return Err("heads need a weight matrix, `a` of rank 2 or more and no residual".into());
+        }
         Ok(())
     }
 
