@@ -112,6 +112,18 @@ pub(crate) struct Strided {
     pub csb: usize,
 }
 
+impl Strided {
+    /// Panics (an internal bug, never input-dependent) unless every element the
+    /// strides reach lies inside `a` and `b`, and `c` holds the `m x n` result.
+    fn assert_fits<T>(&self, a: &[T], b: &[T], c: &[T]) {
+        assert!(
+            fits(a.len(), self.m, self.k, self.rsa, self.csa)
+                && fits(b.len(), self.k, self.n, self.rsb, self.csb)
+                && c.len() >= self.m * self.n
+        );
+    }
+}
+
 /// Checks that the strided `rows x cols` view fits in `len` elements.
 fn fits(len: usize, rows: usize, cols: usize, rs: usize, cs: usize) -> bool {
     rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
@@ -176,7 +188,7 @@ fn gemm_crate<T: 'static + Copy>(
         rsb,
         csb,
     } = s;
-    assert!(fits(a.len(), m, k, rsa, csa) && fits(b.len(), k, n, rsb, csb) && c.len() >= m * n);
+    s.assert_fits(a, b, c);
     // SAFETY: the assert bounds every element reached through the strides inside `a`
     // and `b` (read) and `c` (written, exclusively borrowed); `gemm` computes
     // `dst = alpha * dst + beta * lhs @ rhs` and reads `dst` only when `read_dst`
@@ -230,11 +242,7 @@ macro_rules! impl_gemm {
                     rsb,
                     csb,
                 } = s;
-                assert!(
-                    fits(a.len(), m, k, rsa, csa)
-                        && fits(b.len(), k, n, rsb, csb)
-                        && c.len() >= m * n
-                );
+                s.assert_fits(a, b, c);
                 if m == 0 || n == 0 {
                     return;
                 }
@@ -872,8 +880,7 @@ where
     // Before an activation (and without a residual) the bias is added in the
     // activation's pass, each row while it is in cache, rather than written first for
     // the GEMM to read back: one pass over the result fewer.
-    let bias_after = act != Activation::Identity && residual.is_none() && bias.is_some();
-    let (bias_after, bias) = if bias_after {
+    let (bias_after, bias) = if act != Activation::Identity && residual.is_none() {
         (bias, None)
     } else {
         (None, bias)

@@ -376,15 +376,20 @@ fn cpu_epilogue(g: &Graph, id: NodeId) -> bool {
     })
 }
 
-/// Whether `id` is a CPU epilogue node with every column and no residual: the form
-/// the chains above make, before [`fold_split`] or [`fold_residual`] touch it.
-fn whole_epilogue(g: &Graph, id: NodeId) -> bool {
+/// Whether `id` is a CPU epilogue node with no residual that writes its result in
+/// the product's layout (no heads): what [`fold_heads`] and [`fold_residual`] take.
+fn bare_epilogue(g: &Graph, id: NodeId) -> bool {
     cpu_epilogue(g, id)
-        && g.node(id).is_some_and(|n| {
-            n.operands().len() == 3
-                && n.attrs().ints("columns").is_ok_and(|c| c.is_empty())
-                && n.attrs().int("heads") == Ok(0)
-        })
+        && g.node(id)
+            .is_some_and(|n| n.operands().len() == 3 && n.attrs().int("heads") == Ok(0))
+}
+
+/// Whether `id` is a bare epilogue node over every column: the form the chains above
+/// make, before any fold touches it (what [`fold_split`] takes).
+fn whole_epilogue(g: &Graph, id: NodeId) -> bool {
+    bare_epilogue(g, id)
+        && g.node(id)
+            .is_some_and(|n| n.attrs().ints("columns").is_ok_and(|c| c.is_empty()))
 }
 
 /// The pieces of a `split` along the last dim that is the only use of epilogue node
@@ -468,11 +473,7 @@ fn fold_residual(
     let Some(node) = g.node(id) else {
         return Ok(false);
     };
-    if !cpu_epilogue(g, id)
-        || node.operands().len() != 3
-        || node.attrs().str("activation").ok() != Some("none")
-        || node.attrs().int("heads") != Ok(0)
-    {
+    if !bare_epilogue(g, id) || node.attrs().str("activation").ok() != Some("none") {
         return Ok(false);
     }
     let out = Value::new(id, 0);
@@ -585,12 +586,7 @@ fn fold_heads(
         .get(1)
         .and_then(|&w| g.meta(w).ok())
         .is_some_and(|m| m.rank() == 2);
-    if !cpu_epilogue(g, id)
-        || !f32_or_f64
-        || !weight_matrix
-        || node.operands().len() != 3
-        || node.attrs().int("heads") != Ok(0)
-    {
+    if !bare_epilogue(g, id) || !f32_or_f64 || !weight_matrix {
         return Ok(false);
     }
     let Some((heads, swap)) = heads_of(g, id, movable) else {

@@ -642,6 +642,45 @@ pub(super) mod tests {
             .collect()
     }
 
+    /// Whether a fused softmax step's value `y` agrees with the separate step's `x`.
+    fn close(x: f32, y: f32) -> bool {
+        x == y || (x - y).abs() <= 1e-6 * x.abs().max(1.0)
+    }
+
+    /// The probability tiles `(separate, fused)` agree over `nk` keys by `ncols`
+    /// columns, rows `lds` apart.
+    pub(in super::super) fn assert_probs_close(
+        what: &str,
+        (s1, s2): (&[f32], &[f32]),
+        (nk, ncols, lds): (usize, usize, usize),
+    ) {
+        for j in 0..nk {
+            for c in 0..ncols {
+                let (x, y) = (s1[j * lds + c], s2[j * lds + c]);
+                assert!(close(x, y), "{what}: p[{j}][{c}] {y} vs {x}");
+            }
+        }
+    }
+
+    /// The running state `m`, `l` and `alpha` (each a `(separate, fused)` pair) agree
+    /// over `ncols` columns.
+    pub(in super::super) fn assert_state_close(
+        what: &str,
+        state: [(&[f32], &[f32]); 3],
+        ncols: usize,
+    ) {
+        for ((x, y), name) in state.into_iter().zip(["m", "l", "alpha"]) {
+            for c in 0..ncols {
+                assert!(
+                    close(x[c], y[c]),
+                    "{what}: {name}[{c}] {} vs {}",
+                    y[c],
+                    x[c]
+                );
+            }
+        }
+    }
+
     /// A running softmax state `(m, l)` over `ncols` columns for the score-pass tests:
     /// `fresh` as before the first key block (`-inf` maxima, zero sums), else as
     /// after earlier blocks (finite maxima with every fifth still `-inf`, sums >= 1).
@@ -818,23 +857,8 @@ pub(super) mod tests {
                     );
                 }
                 let what = format!("nk {nk} d {d} ncols {ncols} lds {lds} fresh {fresh}");
-                let close = |x: f32, y: f32| x == y || (x - y).abs() <= 1e-6 * x.abs().max(1.0);
-                for j in 0..nk {
-                    for c in 0..ncols {
-                        let (x, y) = (s1[j * lds + c], s2[j * lds + c]);
-                        assert!(close(x, y), "{what}: p[{j}][{c}] {y} vs {x}");
-                    }
-                }
-                for c in 0..ncols {
-                    assert!(close(m1[c], m2[c]), "{what}: m[{c}] {} vs {}", m2[c], m1[c]);
-                    assert!(close(l1[c], l2[c]), "{what}: l[{c}] {} vs {}", l2[c], l1[c]);
-                    assert!(
-                        close(a1[c], a2[c]),
-                        "{what}: alpha[{c}] {} vs {}",
-                        a2[c],
-                        a1[c]
-                    );
-                }
+                assert_probs_close(&what, (&s1, &s2), (nk, ncols, lds));
+                assert_state_close(&what, [(&m1, &m2), (&l1, &l2), (&a1, &a2)], ncols);
             }
         }
     }

@@ -893,7 +893,7 @@ fn exp16_shifted(s: __m512, u: __m512) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::super::avx2;
-    use super::super::avx2::tests::{ramp, running_state};
+    use super::super::avx2::tests::{assert_probs_close, assert_state_close, ramp, running_state};
     use super::*;
     use half::bf16;
 
@@ -1107,7 +1107,6 @@ mod tests {
                     }
                     let what =
                         format!("nk {nk} d {d} ncols {ncols} lds {lds} bf16 {bf} fresh {fresh}");
-                    let close = |x: f32, y: f32| x == y || (x - y).abs() <= 1e-6 * x.abs().max(1.0);
                     if bf {
                         for (i, (&x, &y)) in p1.iter().zip(&p2).enumerate() {
                             let (x, y) = (bf16::from_bits(x).to_f32(), bf16::from_bits(y).to_f32());
@@ -1118,23 +1117,9 @@ mod tests {
                             );
                         }
                     } else {
-                        for j in 0..nk {
-                            for c in 0..ncols {
-                                let (x, y) = (s1[j * lds + c], s2[j * lds + c]);
-                                assert!(close(x, y), "{what}: p[{j}][{c}] {y} vs {x}");
-                            }
-                        }
+                        assert_probs_close(&what, (&s1, &s2), (nk, ncols, lds));
                     }
-                    for c in 0..ncols {
-                        assert!(close(m1[c], m2[c]), "{what}: m[{c}] {} vs {}", m2[c], m1[c]);
-                        assert!(close(l1[c], l2[c]), "{what}: l[{c}] {} vs {}", l2[c], l1[c]);
-                        assert!(
-                            close(a1[c], a2[c]),
-                            "{what}: alpha[{c}] {} vs {}",
-                            a2[c],
-                            a1[c]
-                        );
-                    }
+                    assert_state_close(&what, [(&m1, &m2), (&l1, &l2), (&a1, &a2)], ncols);
                 }
             }
         }

@@ -373,6 +373,22 @@ pub(super) mod tests {
         Tensor::from_f64_slice(dtype, shape, &values(n, seed, lo, hi)).unwrap()
     }
 
+    /// The grid tests' operands: `q` `[b, hq, sq, d]` and `k` in `[-2, 2)`, `v`
+    /// `[b, hkv, skv, dv]` in `[-1, 1)`, and mask kind `mask` (see [`test_mask`]), all
+    /// drawn from `seed`.
+    pub(in super::super) fn grid_inputs(
+        dtype: DType,
+        seed: u64,
+        [b, hq, hkv]: [usize; 3],
+        [sq, skv, d, dv]: [usize; 4],
+        mask: u32,
+    ) -> (Tensor, Tensor, Tensor, Option<Tensor>) {
+        let q = tensor(dtype, &[b, hq, sq, d], seed, -2.0, 2.0);
+        let k = tensor(dtype, &[b, hkv, skv, d], seed + 1000, -2.0, 2.0);
+        let v = tensor(dtype, &[b, hkv, skv, dv], seed + 2000, -1.0, 1.0);
+        (q, k, v, test_mask(mask, dtype, [b, hq, sq, skv], seed))
+    }
+
     /// `got` within `(atol x max |want|, rtol)` of `want` element by element, NaN where
     /// `want` is NaN.
     pub(in super::super) fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
@@ -486,10 +502,8 @@ pub(super) mod tests {
                 ] {
                     seed += 1;
                     let (b, hq, hkv) = if seed % 2 == 0 { (1, 4, 2) } else { (2, 2, 2) };
-                    let q = tensor(dtype, &[b, hq, sq, d], seed, -2.0, 2.0);
-                    let k = tensor(dtype, &[b, hkv, skv, d], seed + 1000, -2.0, 2.0);
-                    let v = tensor(dtype, &[b, hkv, skv, dv], seed + 2000, -1.0, 1.0);
-                    let m = test_mask(mask, dtype, [b, hq, sq, skv], seed);
+                    let (q, k, v, m) =
+                        grid_inputs(dtype, seed, [b, hq, hkv], [sq, skv, d, dv], mask);
                     let opts = SdpaOptions {
                         is_causal: causal,
                         scale: None,

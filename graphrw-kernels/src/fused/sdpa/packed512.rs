@@ -318,7 +318,7 @@ unsafe fn item_in<T: Element>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::packed::tests::{assert_close, tensor, test_mask};
+    use super::super::packed::tests::{assert_close, grid_inputs, tensor};
     use super::super::{
         avx512, pick_kernel, sdpa_with, FullyMaskedRows, Path, SdpaKernel, SdpaOptions,
     };
@@ -388,10 +388,8 @@ mod tests {
                 ] {
                     seed += 1;
                     let (b, hq, hkv) = if seed % 2 == 0 { (1, 4, 2) } else { (2, 1, 1) };
-                    let q = tensor(dtype, &[b, hq, sq, d], seed, -2.0, 2.0);
-                    let k = tensor(dtype, &[b, hkv, skv, d], seed + 1000, -2.0, 2.0);
-                    let v = tensor(dtype, &[b, hkv, skv, dv], seed + 2000, -1.0, 1.0);
-                    let m = test_mask(mask, dtype, [b, hq, sq, skv], seed);
+                    let (q, k, v, m) =
+                        grid_inputs(dtype, seed, [b, hq, hkv], [sq, skv, d, dv], mask);
                     let zero = seed % 3 == 0;
                     let opts = SdpaOptions {
                         is_causal: causal,
