@@ -230,3 +230,35 @@ fn a_file_truncated_under_the_map_is_an_error_when_streamed() {
     let e = range.write_to(&mut out).expect_err("the file shrank");
     assert!(e.to_string().contains("changed under the map"), "{e}");
 }
+
+#[test]
+fn small_ranges_are_copied_and_streamed_exactly() {
+    // At, just under and just over the size copied through memory, at an odd offset.
+    use graphrw_kernels::mapped::SMALL_RANGE;
+    for n in [
+        1usize,
+        7,
+        SMALL_RANGE as usize / 4,
+        SMALL_RANGE as usize / 4 + 1,
+    ] {
+        let values: Vec<f32> = (0..n).map(|i| (i % 251) as f32 * 0.5 - 9.0).collect();
+        let path = f32_file(&format!("small-{n}"), 20, &values, 3);
+        let file = MappedFile::open(&path).expect("map");
+        let t = Tensor::from_mapped(&file, 20, DType::F32, &[n]).expect("tensor");
+        let range = t.file_range().expect("mapped");
+        let want = t.to_raw_bytes();
+
+        let mut streamed = b"head".to_vec();
+        range.write_to(&mut streamed).expect("stream");
+        assert!(streamed[4..] == want[..], "{n}: streamed bytes differ");
+
+        let out_path = tmp(&format!("small-out-{n}"));
+        let mut out = File::create(&out_path).expect("create out");
+        out.write_all(b"head").expect("head");
+        range.copy_to(&mut out).expect("copy");
+        assert_eq!(out.stream_position().expect("pos"), 4 + range.len, "{n}");
+        drop(out);
+        let copied = std::fs::read(&out_path).expect("read out");
+        assert!(copied[4..] == want[..], "{n}: copied bytes differ");
+    }
+}

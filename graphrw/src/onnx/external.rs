@@ -212,7 +212,17 @@ impl Staged {
         ))
     }
 
+    /// Renames the staged file onto `path`. A file already there is removed first:
+    /// renaming over it makes ext4 (`auto_da_alloc`) write the new file's data back
+    /// before the rename returns, 0.1-0.3 ms that were a tenth of optimising a 1 k-node
+    /// model. Readers still never see a half-written model under `path`: they see the
+    /// old file, none, or the whole new one (neither way is made durable: nothing here
+    /// calls `fsync`).
     fn commit(mut self) -> Result<(), OnnxError> {
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_file()) {
+            // A failure here (permissions, say) shows in the rename's error.
+            let _ = std::fs::remove_file(&self.path);
+        }
         std::fs::rename(&self.tmp, &self.path).map_err(|e| OnnxError::io(&self.path, e))?;
         self.done = true;
         Ok(())
