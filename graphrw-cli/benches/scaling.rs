@@ -6,6 +6,8 @@
 //! cargo bench -p graphrw-cli --bench scaling -- --sizes 1000,64000 # chosen sizes
 //! cargo bench -p graphrw-cli --bench scaling -- --fanout-layers 0  # no fan-out graph
 //! cargo bench -p graphrw-cli --bench scaling -- --best-of 15       # each size's best of 15 children
+//! cargo bench -p graphrw-cli --bench scaling -- --no-prepare       # rule trees built at first use,
+//!                                                                  # not while the model loads
 //! cargo bench -p graphrw-cli --bench scaling -- --keep             # keep the models (to profile
 //!                                                                  # one: `scaling --child MODEL`)
 //! ```
@@ -72,7 +74,8 @@ fn main() {
             eprintln!("--child needs a model path");
             std::process::exit(2);
         };
-        std::process::exit(child(Path::new(model)));
+        let prepare = !args.iter().any(|a| a == "--no-prepare");
+        std::process::exit(child(Path::new(model), prepare));
     }
     let mut sizes: Vec<usize> = vec![1_000, 4_000, 16_000, 64_000, 256_000, 1_000_000];
     let mut fanout_blocks = 50_000;
@@ -91,6 +94,7 @@ fn main() {
                 fanout_blocks = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
             }
             "--keep" => keep = true,
+            "--no-prepare" => PREPARE.store(false, std::sync::atomic::Ordering::Relaxed),
             "--best-of" => best_of = it.next().and_then(|s| s.parse().ok()).unwrap_or(1),
             // `cargo bench` passes `--bench`; a filter or other flags are ignored.
             _ => {}
@@ -160,7 +164,12 @@ fn main() {
 /// Runs the child on `path` once: its result fields (see below) and its stderr.
 fn run_child(label: &str, path: &Path) -> Option<(Vec<f64>, String)> {
     let exe = std::env::current_exe().ok()?;
-    let out = match Command::new(exe).arg("--child").arg(path).output() {
+    let mut command = Command::new(exe);
+    command.arg("--child").arg(path);
+    if !PREPARE.load(std::sync::atomic::Ordering::Relaxed) {
+        command.arg("--no-prepare");
+    }
+    let out = match command.output() {
         Ok(out) => out,
         Err(e) => {
             eprintln!("cannot run the child: {e}");
@@ -233,10 +242,18 @@ fn measure(
     Some((nodes as usize, per(total)))
 }
 
-/// The child: what `graphrw optimize MODEL -o OUT` does, timed per stage.
-fn child(model: &Path) -> i32 {
+/// Whether the children build the passes' decision trees while the model loads, as
+/// `graphrw optimize` does (`--no-prepare`: at their first use, to see what that saves).
+static PREPARE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// The child: what `graphrw optimize MODEL -o OUT` does, timed per stage (`prepare`:
+/// with [`graphrw::rules::prepare`] on a second thread during the load, as `optimize`).
+fn child(model: &Path, prepare: bool) -> i32 {
     let run = || -> Result<String, Box<dyn std::error::Error>> {
         let t = Instant::now();
+        if prepare {
+            std::thread::spawn(graphrw::rules::prepare);
+        }
         let mut graph = graphrw::onnx::load(model)?;
         let load = t.elapsed().as_secs_f64();
         let load_peak = peak_kib();

@@ -21,8 +21,14 @@ use super::CmdResult;
 /// ([`rules::optimize`]: attention fusion, causal masks, generated fused kernels); the
 /// result is written with `save`'s weight layout.
 pub fn run(model: &Path, output: &Path, names: &[String], save: &SaveOptions) -> CmdResult {
+    let whole_pipeline = names.is_empty() || names == ["all"];
+    if whole_pipeline {
+        // The passes' decision trees are built on a second thread while the model
+        // loads (see `rules::prepare`).
+        std::thread::spawn(rules::prepare);
+    }
     let mut graph = super::load(model)?;
-    if names.is_empty() || names == ["all"] {
+    if whole_pipeline {
         let done = rules::optimize(&mut graph)?;
         for r in done.attention.iter().chain([&done.kernels]) {
             print!("{r}");

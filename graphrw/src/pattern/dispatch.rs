@@ -335,6 +335,15 @@ impl Dispatch {
         &self.rules
     }
 
+    /// Builds every anchor op's decision tree now rather than at its first use (what
+    /// [`crate::rules::prepare`] does ahead of a pass, off the pass's thread). A tree
+    /// another thread is building is waited for, never built twice.
+    pub fn build_trees(&self) {
+        for tree in self.trees.iter().flatten() {
+            tree.get(&self.ids);
+        }
+    }
+
     /// The rules that may match with their anchor at node `id`, in the order they are
     /// tried, written to `out` (cleared first). With `ignore_literals`, literal
     /// attributes are not checked.

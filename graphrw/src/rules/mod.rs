@@ -10,7 +10,7 @@ mod pipeline;
 pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
 pub use kernels::Kernels;
-pub use pipeline::{optimize, OptimizeError, Optimized};
+pub use pipeline::{optimize, prepare, OptimizeError, Optimized};
 
 use crate::rewrite::{Report, RewriteError, Rewriter};
 use crate::Graph;
@@ -19,11 +19,15 @@ use crate::Graph;
 /// the transposes the fusion introduces, after which grouped kv heads are recognised on
 /// the fused nodes). Returns the reports of the two passes.
 pub fn fuse_attention(graph: &mut Graph) -> Result<Vec<Report>, RewriteError> {
+    let [canonicalise, fuse] = ATTENTION_PASSES;
     Ok(vec![
-        Rewriter::new(&[&CANONICAL]).run(graph)?,
-        Rewriter::new(&[&CANONICAL, &ATTENTION]).run(graph)?,
+        Rewriter::new(canonicalise).run(graph)?,
+        Rewriter::new(fuse).run(graph)?,
     ])
 }
+
+/// The rule sets of [`fuse_attention`]'s two passes (also what [`prepare`] builds).
+const ATTENTION_PASSES: [&[&crate::RuleSet]; 2] = [&[&CANONICAL], &[&CANONICAL, &ATTENTION]];
 
 /// The named rule sets the command line offers (`--rules NAME`).
 pub fn rule_set(name: &str) -> Option<&'static crate::RuleSet> {

@@ -8,6 +8,7 @@ use std::fmt;
 use thiserror::Error;
 
 use super::causal::{mark_causal, CausalReport};
+use crate::pattern::dispatch::Dispatch;
 use crate::rewrite::{Report, RewriteError};
 use crate::{Graph, GraphError};
 
@@ -82,6 +83,28 @@ pub fn optimize(graph: &mut Graph) -> Result<Optimized, OptimizeError> {
         kernels,
         fused_nodes,
     })
+}
+
+/// Builds now what [`optimize`]'s passes otherwise build at their first use in this
+/// process: the merged decision trees of each pass's rules (`Dispatch::for_sets`,
+/// cached for the life of the process), reading the rules' static tables in. Never
+/// needed for correctness. `graphrw optimize` runs it on a second thread while the
+/// model loads, so the passes find their trees built; a pass that gets to a tree first
+/// builds it itself, and a tree being built is waited for, never built twice.
+///
+/// ```
+/// graphrw::rules::prepare();
+/// ```
+pub fn prepare() {
+    let kernels = crate::generated::builtin_rules();
+    let dispatches: Vec<_> = super::ATTENTION_PASSES
+        .into_iter()
+        .chain([&kernels[..]])
+        .map(Dispatch::for_sets)
+        .collect();
+    for dispatch in dispatches {
+        dispatch.build_trees();
+    }
 }
 
 impl Optimized {
