@@ -84,8 +84,29 @@ impl LazyTree {
             nodes: Vec::new(),
             switched,
         };
-        let all = (0..self.needs.len() as u32).collect();
-        build(ids, &mut tree.nodes, &self.needs, all, 0, switched);
+        // Each need's operand ops as sorted ids, so that building compares two bytes
+        // rather than op names.
+        let keyed: Vec<Keyed> = self
+            .needs
+            .iter()
+            .map(|n| Keyed {
+                operand_ops: n
+                    .operand_ops
+                    .iter()
+                    .map(|ops| {
+                        ops.as_ref().map(|ops| {
+                            let mut ids: Vec<OpId> = ops.iter().map(|&o| ids.by_name(o)).collect();
+                            ids.sort_unstable();
+                            ids.dedup();
+                            ids
+                        })
+                    })
+                    .collect(),
+                entry: &n.entry,
+            })
+            .collect();
+        let all = (0..keyed.len() as u32).collect();
+        build(&mut tree.nodes, &keyed, all, 0, switched);
         tree
     }
 }
@@ -688,13 +709,18 @@ fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
     }
 }
 
+/// A [`Need`] with its operand ops as sorted ids, what [`build`] switches on.
+struct Keyed<'a> {
+    operand_ops: Vec<Option<Vec<OpId>>>,
+    entry: &'a Entry,
+}
+
 /// Builds the subtree of the needs `sel` (indices into `all`) switching from operand
 /// `pos`; returns its index. Subtrees share `all` and take lists of indices, so a need
 /// is copied once, into the leaves it reaches.
 fn build(
-    ids: &OpIds,
     nodes: &mut Vec<TreeNode>,
-    all: &[Need],
+    all: &[Keyed<'_>],
     sel: Vec<u32>,
     pos: usize,
     switched: usize,
@@ -706,7 +732,7 @@ fn build(
             .get(pos)
             .and_then(Option::as_deref)
     };
-    let mut names: Vec<&'static str> = sel
+    let mut names: Vec<OpId> = sel
         .iter()
         .filter_map(|&i| need_at(i))
         .flatten()
@@ -716,7 +742,7 @@ fn build(
     names.dedup();
     if pos < switched && !sel.is_empty() && names.is_empty() {
         // Nothing to switch on here: try the next position.
-        return build(ids, nodes, all, sel, pos + 1, switched);
+        return build(nodes, all, sel, pos + 1, switched);
     }
     if pos >= switched || sel.is_empty() {
         let mut entries: Vec<Entry> = sel.iter().map(|&i| all[i as usize].entry.clone()).collect();
@@ -731,18 +757,15 @@ fn build(
         .copied()
         .filter(|&i| need_at(i).is_none())
         .collect();
-    let default = build(ids, nodes, all, default_sel, pos + 1, switched);
+    let default = build(nodes, all, default_sel, pos + 1, switched);
     let mut branches = Vec::with_capacity(names.len());
-    for name in names {
+    for id in names {
         let sub: Vec<u32> = sel
             .iter()
             .copied()
-            .filter(|&i| need_at(i).is_none_or(|ops| ops.contains(&name)))
+            .filter(|&i| need_at(i).is_none_or(|ops| ops.binary_search(&id).is_ok()))
             .collect();
-        branches.push((
-            ids.by_name(name),
-            build(ids, nodes, all, sub, pos + 1, switched),
-        ));
+        branches.push((id, build(nodes, all, sub, pos + 1, switched)));
     }
     nodes[at as usize] = TreeNode::Switch {
         pos,
