@@ -251,6 +251,21 @@ impl Tensor {
         }
     }
 
+    /// A weak handle on this tensor's storage (see [`crate::cpu::PackedWeight`]).
+    pub(crate) fn storage_handle(&self) -> std::sync::Weak<Storage> {
+        Arc::downgrade(&self.storage)
+    }
+
+    /// The address of this tensor's storage (its identity while it lives).
+    pub(crate) fn storage_ptr(&self) -> *const Storage {
+        Arc::as_ptr(&self.storage)
+    }
+
+    /// Where this tensor's window starts in its storage, in elements.
+    pub(crate) fn storage_offset(&self) -> usize {
+        self.offset
+    }
+
     /// The bytes of the file this tensor's elements are mapped from (just this
     /// tensor's window of the storage), or `None` for elements held in memory.
     pub fn file_range(&self) -> Option<FileRange> {

@@ -12,7 +12,7 @@ use graphrw::exec::{
 use graphrw::{verify, Builder, DType, Graph, Tensor, TensorMeta};
 
 fn epilogue_stack() -> Vec<Arc<dyn Executor>> {
-    vec![Arc::new(EpilogueCpu), Arc::new(ReferenceCpu)]
+    vec![Arc::new(EpilogueCpu::default()), Arc::new(ReferenceCpu)]
 }
 
 fn ramp(dt: DType, shape: &[usize], seed: usize) -> Tensor {
@@ -484,4 +484,33 @@ fn a_node_the_kernel_refuses_runs_through_its_decomposition() {
     check_left_alone(&g, &inputs, 1, ("reshape", 1));
     let p = plan(&g, &epilogue_stack()).unwrap();
     assert_eq!(p.graph().op_counts().get("transpose"), Some(&1), "{p}");
+}
+
+/// f32 weights are packed at their first run (where the CPU has the packed GEMM) and
+/// reused by the next: both runs agree with the reference stack, through the plain,
+/// residual-free MLP chains and the head-split QKV pieces (heads of 32 columns).
+#[test]
+fn packed_weights_give_the_reference_results_run_after_run() {
+    for (g, inputs) in [
+        qkv_heads(DType::F32, 40, 2, 32),
+        mlp(DType::F32, 30, 64, 96, "tanh"),
+    ] {
+        let (want, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
+        let epilogue = Arc::new(EpilogueCpu::default());
+        let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
+        let p = plan(&g, &stack).unwrap();
+        for run in 0..2 {
+            let (got, _) = p.run(&inputs).unwrap();
+            for (a, b) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
+                assert!(
+                    (a - b).abs() <= 1e-4 + 1e-5 * a.abs(),
+                    "run {run}: {a} vs {b}\n{p}"
+                );
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                assert!(epilogue.packed_bytes() > 0, "nothing was packed\n{p}");
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 
 use crate::broadcast::{broadcast_shapes, broadcast_strides, Odometer};
 use crate::cpu::util::{prod, same_dtype};
+use crate::cpu::PackedWeight;
 use crate::macros::dispatch_float;
 use crate::{DType, Element, IntElement, KernelError, Real, Tensor};
 
@@ -98,6 +99,51 @@ pub(crate) trait Gemm: Real {
 
     /// Applies `act` to every element of `xs` in place.
     fn activate(act: Activation, xs: &mut [Self]);
+
+    /// `c (+)= a @ w` for `m` rows of `a` (row stride `w`'s depth) on the packed-weight
+    /// GEMM, the result laid out by `layout` (`(ldc, block, block_stride)`, see
+    /// `sgemm512::Layout`). False, having done nothing, where it does not run (every
+    /// type but f32, or shapes it refuses).
+    fn gemm_packed(
+        _w: &PackedWeight,
+        _m: usize,
+        _a: &[Self],
+        _c: &mut [Self],
+        _layout: (usize, usize, usize),
+        _accumulate: bool,
+    ) -> bool {
+        false
+    }
+}
+
+/// [`Gemm::gemm_packed`] for f32.
+#[cfg(target_arch = "x86_64")]
+fn gemm_packed_f32(
+    w: &PackedWeight,
+    m: usize,
+    a: &[f32],
+    c: &mut [f32],
+    (ldc, block, block_stride): (usize, usize, usize),
+    accumulate: bool,
+) -> bool {
+    let layout = crate::cpu::sgemm512::Layout {
+        ldc,
+        block,
+        block_stride,
+    };
+    crate::cpu::sgemm512::gemm(m, a, w.packed.k(), &w.packed, c, layout, accumulate).is_ok()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn gemm_packed_f32(
+    _: &PackedWeight,
+    _: usize,
+    _: &[f32],
+    _: &mut [f32],
+    _: (usize, usize, usize),
+    _: bool,
+) -> bool {
+    false
 }
 
 /// The sizes and operand strides of one strided product (`c` is row-major `m x n`).
@@ -219,11 +265,23 @@ fn gemm_crate<T: 'static + Copy>(
 }
 
 macro_rules! impl_gemm {
-    ($t:ty, $mm:path, $activate:path) => {
+    ($t:ty, $mm:path, $activate:path $(, $packed:path)?) => {
         impl Gemm for $t {
             fn activate(act: Activation, xs: &mut [Self]) {
                 $activate(act, xs)
             }
+            $(
+                fn gemm_packed(
+                    w: &PackedWeight,
+                    m: usize,
+                    a: &[Self],
+                    c: &mut [Self],
+                    layout: (usize, usize, usize),
+                    accumulate: bool,
+                ) -> bool {
+                    $packed(w, m, a, c, layout, accumulate)
+                }
+            )?
 
             fn gemm_with(
                 backend: GemmBackend,
@@ -314,7 +372,7 @@ macro_rules! impl_gemm {
     };
 }
 
-impl_gemm!(f32, matrixmultiply::sgemm, activate_f32);
+impl_gemm!(f32, matrixmultiply::sgemm, activate_f32, gemm_packed_f32);
 impl_gemm!(f64, matrixmultiply::dgemm, activate_scalar::<f64>);
 
 /// [`Activation::apply`] over a slice, one scalar call per element.
@@ -501,6 +559,11 @@ pub struct Epilogue<'a> {
     /// columns of `b`, written in place: no transpose is copied. `b` must be a matrix
     /// (rank 2), `H` must divide `N`, and there is no residual.
     pub heads: Option<usize>,
+    /// The weight `b` (with [`columns`](Self::columns)) packed beforehand
+    /// ([`PackedWeight::new`]): an f32 product then runs on the packed-weight GEMM,
+    /// which does not pack `b` again. Ignored where it does not pack this `b` and
+    /// these columns ([`PackedWeight::packs`]), or for a batch of weights.
+    pub packed: Option<&'a PackedWeight>,
 }
 
 /// `act(a @ b[.., columns] + bias[columns] + residual)` in one kernel (see
@@ -792,7 +855,7 @@ fn by_heads<T: Element>(
     (heads, rows): (usize, usize),
     backend: GemmBackend,
     operands: Operands<'_, T::Acc>,
-    act: Activation,
+    (act, packed): (Activation, Option<&PackedWeight>),
     out: &mut [T::Acc],
 ) where
     T::Acc: Gemm,
@@ -802,6 +865,34 @@ fn by_heads<T: Element>(
     let d = n / heads;
     if out.is_empty() || d == 0 {
         return;
+    }
+    let fill_bias = |entry: &mut [T::Acc], bias: &[T::Acc]| {
+        for (h, block) in entry.chunks_mut(rows * d).enumerate() {
+            for row in block.chunks_mut(d) {
+                row.copy_from_slice(&bias[h * d..(h + 1) * d]);
+            }
+        }
+    };
+    // With the weight packed: one product per batch entry, written head by head
+    // (column blocks of `d`), where the packed GEMM takes blocks of that width.
+    if let Some(w) = packed {
+        let mut done = true;
+        for (entry, c) in out.chunks_mut(heads * rows * d).enumerate() {
+            if let Some(bias) = bias {
+                fill_bias(c, bias);
+            }
+            let a = &a[entry * rows * k..];
+            if !T::Acc::gemm_packed(w, rows, a, c, (d, d, rows * d), bias.is_some()) {
+                done = false;
+                break;
+            }
+        }
+        if done {
+            if act != Activation::Identity {
+                T::Acc::activate(act, out);
+            }
+            return;
+        }
     }
     let block = |i: usize, c: &mut [T::Acc]| {
         let (entry, h) = (i / heads, i % heads);
@@ -851,6 +942,12 @@ where
 {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let (ldb, col0) = (plan.ldb, plan.col0);
+    // One weight matrix, packed beforehand for these columns: the packed-weight GEMM.
+    let packed = epilogue.packed.filter(|w| {
+        T::DTYPE == DType::F32
+            && matches!(plan.offsets[..], [[_, 0]])
+            && w.packs(b, epilogue.columns)
+    });
     let a = a.acc_cow::<T>();
     // A large f16/bf16 right operand (the weights) is converted a block of rows at a
     // time instead of whole, so a model of f16 weights runs in the weights' memory,
@@ -873,7 +970,14 @@ where
     // does not read its destination (`accumulate` false; zeros when `k == 0`).
     let mut out = crate::cpu::pool::buffer::<T::Acc>(plan.offsets.len() * m * n);
     if let Some((heads, rows)) = plan.heads {
-        by_heads::<T>(plan, (heads, rows), backend, (&a, &b, bias), act, &mut out);
+        by_heads::<T>(
+            plan,
+            (heads, rows),
+            backend,
+            (&a, &b, bias),
+            (act, packed),
+            &mut out,
+        );
         return Ok(out.into_iter().map(T::from_acc).collect());
     }
     let small = out.len() < SEQUENTIAL_WORK;
@@ -925,6 +1029,11 @@ where
         );
     } else if m * n > 0 {
         let one = |c: &mut [T::Acc], &[oa, ob]: &[usize; 2]| {
+            if let Some(w) = packed {
+                if T::Acc::gemm_packed(w, m, &a[oa..], c, (n, n.max(1), 0), accumulate) {
+                    return;
+                }
+            }
             let s = Strided {
                 m,
                 k,

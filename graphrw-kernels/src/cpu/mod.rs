@@ -11,8 +11,11 @@ mod indexing;
 mod layout;
 pub(crate) mod matmul;
 mod norm;
+mod packed_weight;
 pub mod pool;
 mod reduce;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod sgemm512;
 pub(crate) mod util;
 
 pub use attention_ref::sdpa_reference;
@@ -30,5 +33,6 @@ pub use matmul::{
     matmul, matmul_epilogue, matmul_epilogue_with, matmul_with, Activation, Epilogue, GemmBackend,
 };
 pub use norm::{layer_norm, rms_norm};
+pub use packed_weight::PackedWeight;
 pub use pool::{buffer, BufferPool, PoolGuard};
 pub use reduce::{cumsum, log_softmax, reduce, softmax, ReduceOp};

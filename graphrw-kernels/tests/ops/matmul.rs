@@ -113,11 +113,19 @@ fn unary_of(act: Activation) -> Option<UnaryOp> {
 /// dtype, values within the dtype's tolerance (the fused kernel rounds once, the
 /// separate ones after each op).
 fn assert_fused_close(got: &Tensor, want: &Tensor, dtype: DType, what: &str) {
+    assert_fused_close_at_depth(got, want, dtype, 0, what);
+}
+
+/// [`assert_fused_close`] for products of depth `k`: f32 within the larger of its fixed
+/// tolerance and the `2 k ε` bound of two summation orders (the backends block the
+/// depth differently).
+fn assert_fused_close_at_depth(got: &Tensor, want: &Tensor, dtype: DType, k: usize, what: &str) {
     assert_eq!(got.shape(), want.shape(), "{what}");
     assert_eq!(got.dtype(), dtype, "{what}");
+    let depth = 2.0 * k as f64 * f32::EPSILON as f64;
     let (atol, rtol) = match dtype {
         DType::F16 | DType::BF16 => (0.1, 3e-2),
-        DType::F32 => (1e-5, 1e-5),
+        DType::F32 => (depth.max(1e-5), depth.max(1e-5)),
         _ => (1e-12, 1e-12),
     };
     for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
@@ -184,6 +192,8 @@ fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
         (&[1, 130], &[130, 67], (3, 66)),
         // Tall enough for the parallel product (row bands on 2+ threads).
         (&[300, 64], &[64, 80], (8, 72)),
+        // Deeper than the packed GEMM's depth block, a ragged last panel and row tile.
+        (&[100, 800], &[800, 450], (5, 430)),
     ];
     let mut rng = Rng::new(23);
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
@@ -220,13 +230,30 @@ fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
                         columns: Some((start, end)),
                         residual: with_residual.then_some(&residual),
                         heads: None,
+                        packed: None,
                     };
                     let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, backend).unwrap();
                     let what = format!(
                         "{dtype} {sa:?} @ {sb:?}[.., {start}..{end}], {act:?}, residual \
                          {with_residual} on {backend:?}"
                     );
-                    assert_fused_close(&got, &want, dtype, &what);
+                    assert_fused_close_at_depth(&got, &want, dtype, sb[0], &what);
+                    // The same with the weight packed beforehand (f32 matrices, where
+                    // the CPU has the packed GEMM).
+                    if let Some(w) = cpu::PackedWeight::new(&b, Some((start, end))) {
+                        let packed = cpu::Epilogue {
+                            packed: Some(&w),
+                            ..epilogue
+                        };
+                        let got = cpu::matmul_epilogue_with(&a, &b, &packed, backend).unwrap();
+                        assert_fused_close_at_depth(
+                            &got,
+                            &want,
+                            dtype,
+                            sb[0],
+                            &format!("{what}, packed"),
+                        );
+                    }
                 }
             }
         }
@@ -323,6 +350,9 @@ fn matmul_epilogue_heads_match_reshape_and_transpose() {
         (&[2, 33, 24], &[24, 72], Some((24, 48)), 3),
         (&[1, 130, 64], &[64, 192], Some((128, 192)), 4),
         (&[9, 20], &[20, 10], None, 5),
+        // Heads of 32 and 64 columns: the packed GEMM's column blocks.
+        (&[1, 50, 48], &[48, 96], None, 3),
+        (&[2, 37, 40], &[40, 192], Some((64, 192)), 2),
     ];
     let mut rng = Rng::new(31);
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
@@ -358,6 +388,21 @@ fn matmul_epilogue_heads_match_reshape_and_transpose() {
                 let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_fused_close(&got, &want, dtype, &what);
+                if let Some(w) = cpu::PackedWeight::new(&b, columns) {
+                    let packed = cpu::Epilogue {
+                        packed: Some(&w),
+                        ..epilogue
+                    };
+                    let got = cpu::matmul_epilogue_with(&a, &b, &packed, GemmBackend::Auto)
+                        .unwrap_or_else(|e| panic!("{what}, packed: {e}"));
+                    assert_fused_close_at_depth(
+                        &got,
+                        &want,
+                        dtype,
+                        sb[0],
+                        &format!("{what}, packed"),
+                    );
+                }
             }
         }
     }

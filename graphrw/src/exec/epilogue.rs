@@ -24,6 +24,7 @@
 //! for a column range) keeps it runnable by any other executor and gives its metadata.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use graphrw_kernels::cpu::{self, Activation, GemmBackend};
 use graphrw_kernels::Tensor;
@@ -96,8 +97,69 @@ pub static MATMUL_EPILOGUE: OpDef = OpDef {
 pub const EPILOGUE_CPU: &str = "cpu-matmul-epilogue";
 
 /// Forms and runs [`MATMUL_EPILOGUE`] nodes on the CPU.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct EpilogueCpu;
+///
+/// It keeps the f32 weight matrices it runs packed for the AVX-512 GEMM
+/// ([`cpu::PackedWeight`], which does not pack them again on every call): each is packed
+/// at its first run and reused by the runs after, up to [`PACKED_LIMIT`] bytes in all.
+/// Weights mapped from an external data file are left unpacked, so a model whose
+/// weights live outside its `.onnx` (every large one) runs in the weights' memory plus
+/// its activations. A packed copy whose weight was dropped is dropped at the next
+/// packing. `GRAPHRW_NO_PACKED_WEIGHTS=1` turns packing off (to compare, say).
+#[derive(Debug, Default)]
+pub struct EpilogueCpu {
+    packed: Mutex<Vec<Arc<cpu::PackedWeight>>>,
+}
+
+/// The most bytes of packed weights an [`EpilogueCpu`] keeps (past it, weights are
+/// packed by the GEMM on every call, as before).
+pub const PACKED_LIMIT: usize = 1 << 30;
+
+impl EpilogueCpu {
+    /// Bytes of packed weights held now (0 where none were packed).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed
+            .lock()
+            .map_or(0, |c| c.iter().map(|p| p.nbytes()).sum())
+    }
+
+    /// The packing of `columns` of weight `w`: kept from an earlier run, made now, or
+    /// `None` where none is made (see the type's docs).
+    fn packed(
+        &self,
+        w: &Tensor,
+        columns: Option<(usize, usize)>,
+    ) -> Option<Arc<cpu::PackedWeight>> {
+        let [k, n_all] = w.shape() else {
+            return None;
+        };
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *OFF
+            .get_or_init(|| std::env::var_os("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1"))
+        {
+            return None;
+        }
+        if w.dtype() != graphrw_kernels::DType::F32
+            || w.file_range().is_some_and(|r| !r.file.holds_model())
+        {
+            return None;
+        }
+        let mut cache = self.packed.lock().ok()?;
+        if let Some(p) = cache.iter().find(|p| p.packs(w, columns)) {
+            return Some(Arc::clone(p));
+        }
+        // Panels of 32 columns, zero-padded: what a packing would take.
+        let (start, end) = columns.unwrap_or((0, *n_all));
+        let bytes = end.saturating_sub(start).div_ceil(32) * 32 * k * 4;
+        cache.retain(|p| !p.is_orphan());
+        let held: usize = cache.iter().map(|p| p.nbytes()).sum();
+        if held + bytes > PACKED_LIMIT {
+            return None;
+        }
+        let p = Arc::new(cpu::PackedWeight::new(w, columns)?);
+        cache.push(Arc::clone(&p));
+        Some(p)
+    }
+}
 
 /// The activation named by the `activation` attribute.
 fn parse_activation(name: &str) -> Option<Activation> {
@@ -719,12 +781,14 @@ impl Executor for EpilogueCpu {
             _ => return Err(format!("3 or 4 operands expected, got {}", x.len()).into()),
         };
         let heads = node.attrs.int("heads")?;
+        let packed = self.packed(w, columns);
         let epilogue = cpu::Epilogue {
             bias: Some(bias),
             activation,
             columns,
             residual,
             heads: (heads > 0).then_some(heads as usize),
+            packed: packed.as_deref(),
         };
         Ok(vec![cpu::matmul_epilogue_with(
             a,

@@ -38,7 +38,7 @@ use graphrw_kernels::Tensor;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
-pub use epilogue::{EpilogueCpu, EPILOGUE_CPU, MATMUL_EPILOGUE};
+pub use epilogue::{EpilogueCpu, EPILOGUE_CPU, MATMUL_EPILOGUE, PACKED_LIMIT};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
 pub(crate) use generated::after_generated;
@@ -107,8 +107,10 @@ pub fn reference_stack() -> Vec<Arc<dyn Executor>> {
 /// executor (groups of elementwise nodes left to the reference kernels run as one node
 /// each), then the reference kernels.
 pub fn default_stack() -> Vec<Arc<dyn Executor>> {
-    let mut stack: Vec<Arc<dyn Executor>> =
-        vec![Arc::new(EpilogueCpu), Arc::new(generated_executor())];
+    let mut stack: Vec<Arc<dyn Executor>> = vec![
+        Arc::new(EpilogueCpu::default()),
+        Arc::new(generated_executor()),
+    ];
     stack.extend(generated::after_generated());
     stack
 }
