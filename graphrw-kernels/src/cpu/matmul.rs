@@ -562,7 +562,8 @@ pub struct Epilogue<'a> {
     /// The weight `b` (with [`columns`](Self::columns)) packed beforehand
     /// ([`PackedWeight::new`]): an f32 product then runs on the packed-weight GEMM,
     /// which does not pack `b` again. Ignored where it does not pack this `b` and
-    /// these columns ([`PackedWeight::packs`]), or for a batch of weights.
+    /// these columns ([`PackedWeight::packs`]), for a batch of weights, and for
+    /// products of fewer than [`PackedWeight::MIN_ROWS`] rows.
     pub packed: Option<&'a PackedWeight>,
 }
 
@@ -945,6 +946,7 @@ where
     // One weight matrix, packed beforehand for these columns: the packed-weight GEMM.
     let packed = epilogue.packed.filter(|w| {
         T::DTYPE == DType::F32
+            && m >= PackedWeight::MIN_ROWS
             && matches!(plan.offsets[..], [[_, 0]])
             && w.packs(b, epilogue.columns)
     });

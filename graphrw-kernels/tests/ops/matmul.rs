@@ -351,8 +351,8 @@ fn matmul_epilogue_heads_match_reshape_and_transpose() {
         (&[1, 130, 64], &[64, 192], Some((128, 192)), 4),
         (&[9, 20], &[20, 10], None, 5),
         // Heads of 32 and 64 columns: the packed GEMM's column blocks.
-        (&[1, 50, 48], &[48, 96], None, 3),
-        (&[2, 37, 40], &[40, 192], Some((64, 192)), 2),
+        (&[1, 70, 48], &[48, 96], None, 3),
+        (&[2, 67, 40], &[40, 192], Some((64, 192)), 2),
     ];
     let mut rng = Rng::new(31);
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {

@@ -122,16 +122,22 @@ impl EpilogueCpu {
             .map_or(0, |c| c.iter().map(|p| p.nbytes()).sum())
     }
 
-    /// The packing of `columns` of weight `w`: kept from an earlier run, made now, or
-    /// `None` where none is made (see the type's docs).
+    /// The packing of `columns` of weight `w` for a product with `a`: kept from an
+    /// earlier run, made now, or `None` where none is made (see the type's docs, and
+    /// [`cpu::PackedWeight::MIN_ROWS`]).
     fn packed(
         &self,
+        a: &Tensor,
         w: &Tensor,
         columns: Option<(usize, usize)>,
     ) -> Option<Arc<cpu::PackedWeight>> {
         let [k, n_all] = w.shape() else {
             return None;
         };
+        // A product of few rows runs on the `gemm` crate whatever is packed.
+        if a.numel() / (*k).max(1) < cpu::PackedWeight::MIN_ROWS {
+            return None;
+        }
         static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         if *OFF
             .get_or_init(|| std::env::var_os("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1"))
@@ -781,7 +787,7 @@ impl Executor for EpilogueCpu {
             _ => return Err(format!("3 or 4 operands expected, got {}", x.len()).into()),
         };
         let heads = node.attrs.int("heads")?;
-        let packed = self.packed(w, columns);
+        let packed = self.packed(a, w, columns);
         let epilogue = cpu::Epilogue {
             bias: Some(bias),
             activation,
