@@ -6,7 +6,11 @@
 //! a scrambled order keeps the use lists exact.
 
 use graphrw::exec::run_reference;
+
 use graphrw::{rules, verify, Builder, DType, Graph, NodeId, Tensor, TensorMeta, Value};
+
+mod values;
+use values::f32s;
 
 /// For every node, the operand slots of live nodes that read it, counted from the
 /// operand lists alone.
@@ -38,14 +42,6 @@ fn assert_uses_match_operands(g: &Graph) {
             );
         }
     }
-}
-
-fn f32s(shape: &[usize], seed: usize) -> Tensor {
-    let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n)
-        .map(|i| (((i + seed) * 7919 % 97) as f32 - 48.0) / 96.0)
-        .collect();
-    Tensor::from_vec(shape.to_vec(), data).expect("tensor")
 }
 
 /// `layers` transformer layers (batch 2, 4 tokens, 8 features) in which every

@@ -7,13 +7,8 @@
 use graphrw::exec::run_reference;
 use graphrw::{rules, Builder, DType, Graph, Tensor, TensorMeta};
 
-fn f32s(shape: &[usize], seed: usize) -> Tensor {
-    let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n)
-        .map(|i| (((i + seed) * 7919 % 97) as f32 - 48.0) / 96.0)
-        .collect();
-    Tensor::from_vec(shape.to_vec(), data).expect("tensor")
-}
+mod values;
+use values::f32s;
 
 /// `layers` pre-norm layers (batch 2, 4 tokens, 8 features): LayerNorm, single-head
 /// causal attention spelled with a mask, tanh-GELU MLP.

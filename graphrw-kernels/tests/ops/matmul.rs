@@ -133,6 +133,28 @@ fn assert_fused_close_at_depth(got: &Tensor, want: &Tensor, dtype: DType, k: usi
     }
 }
 
+/// The product of `epilogue` again with the weight packed beforehand, against `want`
+/// (f32 matrices, where the CPU has the packed GEMM; nothing otherwise).
+fn check_packed(
+    (a, b): (&Tensor, &Tensor),
+    epilogue: cpu::Epilogue<'_>,
+    backend: GemmBackend,
+    want: &Tensor,
+    what: &str,
+) {
+    let Some(w) = cpu::PackedWeight::new(b, epilogue.columns) else {
+        return;
+    };
+    let packed = cpu::Epilogue {
+        packed: Some(&w),
+        ..epilogue
+    };
+    let got = cpu::matmul_epilogue_with(a, b, &packed, backend)
+        .unwrap_or_else(|e| panic!("{what}, packed: {e}"));
+    let what = format!("{what}, packed");
+    assert_fused_close_at_depth(&got, want, b.dtype(), b.shape()[0], &what);
+}
+
 #[test]
 fn matmul_epilogue_matches_separate_kernels() {
     let cases: &[(&[usize], &[usize])] = &[
@@ -238,22 +260,7 @@ fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
                          {with_residual} on {backend:?}"
                     );
                     assert_fused_close_at_depth(&got, &want, dtype, sb[0], &what);
-                    // The same with the weight packed beforehand (f32 matrices, where
-                    // the CPU has the packed GEMM).
-                    if let Some(w) = cpu::PackedWeight::new(&b, Some((start, end))) {
-                        let packed = cpu::Epilogue {
-                            packed: Some(&w),
-                            ..epilogue
-                        };
-                        let got = cpu::matmul_epilogue_with(&a, &b, &packed, backend).unwrap();
-                        assert_fused_close_at_depth(
-                            &got,
-                            &want,
-                            dtype,
-                            sb[0],
-                            &format!("{what}, packed"),
-                        );
-                    }
+                    check_packed((&a, &b), epilogue, backend, &want, &what);
                 }
             }
         }
@@ -388,21 +395,7 @@ fn matmul_epilogue_heads_match_reshape_and_transpose() {
                 let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_fused_close(&got, &want, dtype, &what);
-                if let Some(w) = cpu::PackedWeight::new(&b, columns) {
-                    let packed = cpu::Epilogue {
-                        packed: Some(&w),
-                        ..epilogue
-                    };
-                    let got = cpu::matmul_epilogue_with(&a, &b, &packed, GemmBackend::Auto)
-                        .unwrap_or_else(|e| panic!("{what}, packed: {e}"));
-                    assert_fused_close_at_depth(
-                        &got,
-                        &want,
-                        dtype,
-                        sb[0],
-                        &format!("{what}, packed"),
-                    );
-                }
+                check_packed((&a, &b), epilogue, GemmBackend::Auto, &want, &what);
             }
         }
     }

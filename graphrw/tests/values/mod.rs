@@ -1,0 +1,12 @@
+//! Deterministic test tensors shared by the integration tests that build models.
+
+use graphrw::Tensor;
+
+/// An f32 tensor of `shape` with values in `[-0.5, 0.5]`, a fixed pattern per `seed`.
+pub fn f32s(shape: &[usize], seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n)
+        .map(|i| (((i + seed) * 7919 % 97) as f32 - 48.0) / 96.0)
+        .collect();
+    Tensor::from_vec(shape.to_vec(), data).expect("tensor")
+}
