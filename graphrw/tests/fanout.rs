@@ -7,10 +7,10 @@
 
 use graphrw::exec::run_reference;
 
-use graphrw::{rules, verify, Builder, DType, Graph, NodeId, Tensor, TensorMeta, Value};
+use graphrw::{rules, verify, Builder, DType, Graph, NodeId, TensorMeta, Value};
 
 mod values;
-use values::f32s;
+use values::{causal_mask, f32s};
 
 /// For every node, the operand slots of live nodes that read it, counted from the
 /// operand lists alone.
@@ -58,16 +58,7 @@ fn shared_transformer(layers: usize) -> Graph {
     let w1 = g.constant(f32s(&[8, 16], 6));
     let b1 = g.constant(f32s(&[16], 7));
     let w2 = g.constant(f32s(&[16, 8], 8));
-    let mask: Vec<f32> = (0..16)
-        .map(|i| {
-            if i % 4 > i / 4 {
-                f32::NEG_INFINITY
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let mask = g.constant(Tensor::from_vec(vec![4, 4], mask).expect("mask"));
+    let mask = g.constant(causal_mask(4));
     let scale = g.scalar(0.35355339, DType::F32);
     let zero = g.scalar(0.0, DType::F32);
     let sqrt2 = g.scalar(std::f64::consts::SQRT_2, DType::F32);

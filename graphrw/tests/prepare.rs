@@ -5,26 +5,17 @@
 //! with the same outputs.
 
 use graphrw::exec::run_reference;
-use graphrw::{rules, Builder, DType, Graph, Tensor, TensorMeta};
+use graphrw::{rules, Builder, DType, Graph, TensorMeta};
 
 mod values;
-use values::f32s;
+use values::{causal_mask, f32s};
 
 /// `layers` pre-norm layers (batch 2, 4 tokens, 8 features): LayerNorm, single-head
 /// causal attention spelled with a mask, tanh-GELU MLP.
 fn layers(layers: usize) -> Graph {
     let g = Builder::new();
     let mut h = g.input("x", TensorMeta::new(DType::F32, [2usize, 4, 8]));
-    let mask: Vec<f32> = (0..16)
-        .map(|i| {
-            if i % 4 > i / 4 {
-                f32::NEG_INFINITY
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let mask = g.constant(Tensor::from_vec(vec![4, 4], mask).expect("mask"));
+    let mask = g.constant(causal_mask(4));
     for l in 0..layers {
         let w = |shape: &[usize], s: usize| g.constant(f32s(shape, 10 * l + s));
         let n = h

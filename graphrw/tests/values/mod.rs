@@ -10,3 +10,18 @@ pub fn f32s(shape: &[usize], seed: usize) -> Tensor {
         .collect();
     Tensor::from_vec(shape.to_vec(), data).expect("tensor")
 }
+
+/// The additive causal mask of `s` tokens, `[s, s]`: 0 on and below the diagonal,
+/// -inf above.
+pub fn causal_mask(s: usize) -> Tensor {
+    let mask: Vec<f32> = (0..s * s)
+        .map(|i| {
+            if i % s > i / s {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Tensor::from_vec(vec![s, s], mask).expect("mask")
+}
