@@ -33,8 +33,10 @@ use graphrw::{
     onnx, rules, verify, Builder, DType, Graph, NodeId, RuleSet, Shape, Tensor, TensorMeta, Var,
 };
 
-/// Runs of each configuration; the best time is reported.
-const REPEATS: usize = 3;
+/// Runs of each configuration; the best time is reported. The first run of a plan also
+/// packs its weights (as onnxruntime does when it creates a session), so a few more
+/// runs than that.
+const REPEATS: usize = 5;
 
 /// A small deterministic generator for weights and inputs (xorshift64*).
 struct Rng(u64);
