@@ -867,20 +867,15 @@ fn by_heads<T: Element>(
     if out.is_empty() || d == 0 {
         return;
     }
-    let fill_bias = |entry: &mut [T::Acc], bias: &[T::Acc]| {
-        for (h, block) in entry.chunks_mut(rows * d).enumerate() {
-            for row in block.chunks_mut(d) {
-                row.copy_from_slice(&bias[h * d..(h + 1) * d]);
-            }
-        }
-    };
     // With the weight packed: one product per batch entry, written head by head
     // (column blocks of `d`), where the packed GEMM takes blocks of that width.
     if let Some(w) = packed {
         let mut done = true;
         for (entry, c) in out.chunks_mut(heads * rows * d).enumerate() {
             if let Some(bias) = bias {
-                fill_bias(c, bias);
+                for (h, block) in c.chunks_mut(rows * d).enumerate() {
+                    head_bias(block, bias, h, d);
+                }
             }
             let a = &a[entry * rows * k..];
             if !T::Acc::gemm_packed(w, rows, a, c, (d, d, rows * d), bias.is_some()) {
@@ -898,9 +893,7 @@ fn by_heads<T: Element>(
     let block = |i: usize, c: &mut [T::Acc]| {
         let (entry, h) = (i / heads, i % heads);
         if let Some(bias) = bias {
-            for row in c.chunks_mut(d) {
-                row.copy_from_slice(&bias[h * d..(h + 1) * d]);
-            }
+            head_bias(c, bias, h, d);
         }
         let s = Strided {
             m: rows,
@@ -925,6 +918,14 @@ fn by_heads<T: Element>(
         out.chunks_mut(rows * d)
             .enumerate()
             .for_each(|(i, c)| block(i, c));
+    }
+}
+
+/// Writes head `h`'s `d` values of `bias` into every row of its result block `c`, for
+/// the product to accumulate onto.
+fn head_bias<T: Copy>(c: &mut [T], bias: &[T], h: usize, d: usize) {
+    for row in c.chunks_mut(d) {
+        row.copy_from_slice(&bias[h * d..(h + 1) * d]);
     }
 }
 

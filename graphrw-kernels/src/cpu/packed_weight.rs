@@ -13,6 +13,11 @@ use crate::{DType, Tensor};
 
 #[cfg(target_arch = "x86_64")]
 type Packed = super::sgemm512::PackedB;
+/// Columns per packed panel.
+#[cfg(target_arch = "x86_64")]
+const PANEL: usize = super::sgemm512::NR;
+#[cfg(not(target_arch = "x86_64"))]
+const PANEL: usize = 32;
 /// No packed GEMM off x86-64: [`PackedWeight::new`] gives `None`.
 #[cfg(not(target_arch = "x86_64"))]
 type Packed = std::convert::Infallible;
@@ -55,6 +60,12 @@ impl PackedWeight {
             columns: (start, end),
             packed,
         })
+    }
+
+    /// Bytes [`PackedWeight::new`] would hold for `n` columns of depth `k` (panels of
+    /// 32 columns, the last zero-padded), to check a budget before packing.
+    pub fn size_for(k: usize, n: usize) -> usize {
+        n.div_ceil(PANEL) * PANEL * k * std::mem::size_of::<f32>()
     }
 
     /// True when this packs columns `columns` (all when `None`) of `b` itself: the same
@@ -128,6 +139,7 @@ mod tests {
         assert!(!w.packs(&same_values, Some((32, 96))), "another tensor");
         assert!(!w.is_orphan());
         assert_eq!(w.nbytes(), 64 * 64 * 4);
+        assert_eq!(w.nbytes(), PackedWeight::size_for(64, 64));
         drop(b);
         assert!(w.is_orphan(), "the weight was dropped");
     }

@@ -153,9 +153,8 @@ impl EpilogueCpu {
         if let Some(p) = cache.iter().find(|p| p.packs(w, columns)) {
             return Some(Arc::clone(p));
         }
-        // Panels of 32 columns, zero-padded: what a packing would take.
         let (start, end) = columns.unwrap_or((0, *n_all));
-        let bytes = end.saturating_sub(start).div_ceil(32) * 32 * k * 4;
+        let bytes = cpu::PackedWeight::size_for(*k, end.saturating_sub(start));
         cache.retain(|p| !p.is_orphan());
         let held: usize = cache.iter().map(|p| p.nbytes()).sum();
         if held + bytes > PACKED_LIMIT {
