@@ -9,7 +9,7 @@ use graphrw::exec::{
     default_stack, plan, reference_stack, EpilogueCpu, Executor, ReferenceCpu, EPILOGUE_CPU,
     MATMUL_EPILOGUE,
 };
-use graphrw::{verify, Builder, DType, Graph, Tensor, TensorMeta};
+use graphrw::{verify, Builder, DType, Dim, Graph, Shape, Tensor, TensorMeta, Var};
 
 fn epilogue_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(EpilogueCpu::default()), Arc::new(ReferenceCpu)]
@@ -25,6 +25,34 @@ fn ramp(dt: DType, shape: &[usize], seed: usize) -> Tensor {
         .unwrap()
         .to_f64_vec();
     Tensor::from_f64_slice(dt, shape, &vals).unwrap()
+}
+
+/// The operands of a projection: input `x` of `shape` and a constant weight `[k, n]`
+/// (`k` the input's last dim) and bias `[n]` (ramps of seeds 1 and 2).
+#[derive(Clone, Copy)]
+struct Projection<'b> {
+    x: Var<'b>,
+    w: Var<'b>,
+    bias: Var<'b>,
+}
+
+impl<'b> Projection<'b> {
+    fn new(b: &'b Builder, dt: DType, shape: &[usize], n: usize) -> Projection<'b> {
+        let k = shape[shape.len() - 1];
+        Projection {
+            x: b.input(
+                "x",
+                TensorMeta::new(dt, shape.iter().map(|&d| Dim::from(d)).collect::<Shape>()),
+            ),
+            w: b.constant(ramp(dt, &[k, n], 1)),
+            bias: b.constant(ramp(dt, &[n], 2)),
+        }
+    }
+
+    /// `x @ w + bias`, a new product at each call.
+    fn out(&self) -> Var<'b> {
+        self.x.matmul(self.w).unwrap().add(self.bias).unwrap()
+    }
 }
 
 /// The largest difference from `exact` of each of `a` and `b`.
@@ -201,10 +229,7 @@ fn the_node_decomposes_when_no_executor_takes_it() {
 /// feed the rest. With `use_all` false the middle piece is never used.
 fn fused_qkv(dt: DType, rows: usize, k: usize, use_all: bool) -> (Graph, Vec<Tensor>) {
     let b = Builder::new();
-    let x = b.input("x", TensorMeta::new(dt, [2usize, rows, k]));
-    let w = b.constant(ramp(dt, &[k, 3 * k], 1));
-    let bias = b.constant(ramp(dt, &[3 * k], 2));
-    let qkv = x.matmul(w).unwrap().add(bias).unwrap();
+    let qkv = Projection::new(&b, dt, &[2, rows, k], 3 * k).out();
     let parts = qkv.split(&[k as i64, k as i64, k as i64], -1).unwrap();
     let (q, kk, v) = (parts[0], parts[1], parts[2]);
     let y = if use_all {
@@ -279,14 +304,11 @@ fn check_left_alone(g: &Graph, inputs: &[Tensor], fused: usize, (kept, count): (
 fn splits_it_must_not_take_are_left_alone() {
     let dt = DType::F32;
     let b = Builder::new();
-    let x = b.input("x", TensorMeta::new(dt, [4usize, 6]));
-    let w = b.constant(ramp(dt, &[6, 4], 1));
-    let bias = b.constant(ramp(dt, &[4], 2));
+    let p = Projection::new(&b, dt, &[4, 6], 4);
     // Along the rows, not the columns: stays a split of one fused product.
-    let rows = x.matmul(w).unwrap().add(bias).unwrap();
-    let by_rows = rows.split(&[1, 3], 0).unwrap();
+    let by_rows = p.out().split(&[1, 3], 0).unwrap();
     // The product is also a graph output: the whole must exist.
-    let kept = x.matmul(w).unwrap().add(bias).unwrap();
+    let kept = p.out();
     let by_cols = kept.split(&[1, 3], -1).unwrap();
     b.output(&[by_rows[0], by_rows[1], kept, by_cols[0], by_cols[1]])
         .unwrap();
@@ -327,22 +349,12 @@ fn a_residual_add_folds_into_the_product() {
 fn residuals_it_must_not_take_are_left_alone() {
     let dt = DType::F32;
     let b = Builder::new();
-    let x = b.input("x", TensorMeta::new(dt, [4usize, 6]));
-    let w = b.constant(ramp(dt, &[6, 6], 1));
-    let bias = b.constant(ramp(dt, &[6], 2));
+    let p = Projection::new(&b, dt, &[4, 6], 6);
     // After an activation: `relu(p) + x` is not `relu(p + x)`.
-    let activated = x
-        .matmul(w)
-        .unwrap()
-        .add(bias)
-        .unwrap()
-        .relu()
-        .unwrap()
-        .add(x)
-        .unwrap();
+    let activated = p.out().relu().unwrap().add(p.x).unwrap();
     // An addend that broadcasts (a row vector): not a tensor of the result's shape.
     let row = b.constant(ramp(dt, &[1, 6], 3));
-    let broadcast = x.matmul(w).unwrap().add(bias).unwrap().add(row).unwrap();
+    let broadcast = p.out().add(row).unwrap();
     b.output(&[activated, broadcast]).unwrap();
     let inputs = vec![ramp(dt, &[4, 6], 9)];
     check_left_alone(&b.finish(), &inputs, 2, ("add", 2));
@@ -354,10 +366,7 @@ fn residuals_it_must_not_take_are_left_alone() {
 fn qkv_heads(dt: DType, rows: usize, heads: usize, d: usize) -> (Graph, Vec<Tensor>) {
     let k = heads * d;
     let b = Builder::new();
-    let x = b.input("x", TensorMeta::new(dt, [2usize, rows, k]));
-    let w = b.constant(ramp(dt, &[k, 3 * k], 1));
-    let bias = b.constant(ramp(dt, &[3 * k], 2));
-    let qkv = x.matmul(w).unwrap().add(bias).unwrap();
+    let qkv = Projection::new(&b, dt, &[2, rows, k], 3 * k).out();
     let parts = qkv.split(&[k as i64, k as i64, k as i64], -1).unwrap();
     let split = [2, rows as i64, heads as i64, d as i64];
     let q = parts[0].reshape(&split).unwrap().transpose(1, 2).unwrap();
@@ -410,25 +419,13 @@ fn head_splits_fold_into_the_pieces() {
 fn reshapes_that_are_not_head_splits_are_left_alone() {
     let dt = DType::F32;
     let b = Builder::new();
-    let x = b.input("x", TensorMeta::new(dt, [2usize, 6, 8]));
-    let w = b.constant(ramp(dt, &[8, 8], 1));
-    let bias = b.constant(ramp(dt, &[8], 2));
+    let p = Projection::new(&b, dt, &[2, 6, 8], 8);
+    let (x, bias) = (p.x, p.bias);
     // Split into heads but not swapped: stays `[B, S, H, D]`.
-    let unswapped = x
-        .matmul(w)
-        .unwrap()
-        .add(bias)
-        .unwrap()
-        .reshape(&[2, 6, 2, 4])
-        .unwrap()
-        .relu()
-        .unwrap();
+    let unswapped = p.out().reshape(&[2, 6, 2, 4]).unwrap().relu().unwrap();
     // Swapped, but the wrong dims (B and S).
-    let wrong = x
-        .matmul(w)
-        .unwrap()
-        .add(bias)
-        .unwrap()
+    let wrong = p
+        .out()
         .reshape(&[2, 6, 2, 4])
         .unwrap()
         .transpose(0, 1)
@@ -446,11 +443,8 @@ fn reshapes_that_are_not_head_splits_are_left_alone() {
         .transpose(1, 2)
         .unwrap();
     // Not a head split: rows merged.
-    let merged = x
-        .matmul(w)
-        .unwrap()
-        .add(bias)
-        .unwrap()
+    let merged = p
+        .out()
         .reshape(&[12, 2, 4])
         .unwrap()
         .transpose(0, 1)
