@@ -21,6 +21,7 @@
 //! reads the model or says what is wrong with it. So the fast route never decides an
 //! error message, and never reads a model differently from the plain route.
 
+use super::name_key::NameKey;
 use foldhash::HashMap as FastMap;
 use prost::Message;
 
@@ -360,7 +361,7 @@ pub(crate) const ABSENT: u32 = u32::MAX;
 /// node is read. Numbering as the nodes are decoded takes the value-name hash map off
 /// the importer's hands: it reads a node's operands by number from a vector.
 pub(crate) struct Numbering<'a> {
-    map: FastMap<&'a str, u32>,
+    map: FastMap<NameKey<'a>, u32>,
     next: u32,
 }
 
@@ -375,7 +376,7 @@ impl<'a> Numbering<'a> {
         let predefined = predefined.into_iter();
         n.map.reserve(predefined.size_hint().0 + more);
         for name in predefined {
-            if let std::collections::hash_map::Entry::Vacant(e) = n.map.entry(name) {
+            if let std::collections::hash_map::Entry::Vacant(e) = n.map.entry(NameKey(name)) {
                 e.insert(n.next);
                 n.next += 1;
             }
@@ -390,7 +391,7 @@ impl<'a> Numbering<'a> {
 
     /// The number of `name`, if it is defined.
     pub(crate) fn get(&self, name: &str) -> Option<u32> {
-        self.map.get(name).copied()
+        self.map.get(&NameKey(name)).copied()
     }
 
     /// The number of an operand name: [`ABSENT`] for `""`; refused when undefined
@@ -408,7 +409,7 @@ impl<'a> Numbering<'a> {
         if name.is_empty() {
             return Ok(ABSENT);
         }
-        match self.map.entry(name) {
+        match self.map.entry(NameKey(name)) {
             std::collections::hash_map::Entry::Occupied(_) => Err(Refused),
             std::collections::hash_map::Entry::Vacant(e) => {
                 let n = self.next;

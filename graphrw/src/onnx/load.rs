@@ -46,6 +46,7 @@ use std::sync::Arc;
 
 use graphrw_kernels::MappedFile;
 
+use super::name_key::NameKey;
 use foldhash::HashMap as FastMap;
 use prost::Message;
 
@@ -488,7 +489,7 @@ struct Importer<'m> {
     /// `(offset, len)` in `file`.
     raw: FastMap<&'m str, (usize, usize)>,
     /// The table rows that load each `(op_type, domain)` at this opset, found once.
-    rows: FastMap<(&'m str, &'m str), Rc<[&'static OpMap]>>,
+    rows: FastMap<(NameKey<'m>, NameKey<'m>), Rc<[&'static OpMap]>>,
     /// Initialisers read as constant inputs (shapes, axes) without becoming constants,
     /// decoded once: an export shares one shape tensor between every layer's Reshape.
     read_consts: FastMap<&'m str, Tensor>,
@@ -1368,7 +1369,7 @@ impl<'m> Importer<'m> {
         let opset = self.opset;
         let rows = Rc::clone(
             self.rows
-                .entry((op_type, domain))
+                .entry((NameKey(op_type), NameKey(domain)))
                 .or_insert_with(|| table::loading(op_type, domain, opset).collect()),
         );
         if let Some(&first) = rows.first() {

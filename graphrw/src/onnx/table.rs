@@ -23,6 +23,7 @@
 //! names the few hand-written steps a table-driven op still takes.
 
 use super::load::MAX_OPSET;
+use super::name_key::same_bytes;
 use crate::ops::builtin as v;
 use crate::ops::OpDef;
 
@@ -555,9 +556,11 @@ pub(crate) fn loading<'a>(
     })
 }
 
-/// The row that writes vocabulary op `op`.
+/// The row that writes vocabulary op `op` (names compared in line: this runs once a
+/// saved node).
 pub(crate) fn saving(op: &str) -> Option<&'static OpMap> {
-    OPS.iter().find(|r| r.op.name == op && r.dir != Dir::Load)
+    OPS.iter()
+        .find(|r| same_bytes(r.op.name.as_bytes(), op.as_bytes()) && r.dir != Dir::Load)
 }
 
 #[cfg(test)]
