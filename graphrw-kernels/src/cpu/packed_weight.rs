@@ -42,14 +42,15 @@ impl PackedWeight {
     /// Packs columns `columns` (all when `None`) of `b`, an f32 matrix `[K, N]`. `None`
     /// where the packed GEMM does not run or does not win: a CPU without AVX-512F, off
     /// x86-64, another dtype or rank, a column range outside `b`, no elements, or a
-    /// product deeper than twice its width (measured slower than the `gemm` crate).
+    /// product deeper than eight times its width (measured slower than the `gemm`
+    /// crate: 0.98x at 32 times, 0.88x at 64 times).
     pub fn new(b: &Tensor, columns: Option<(usize, usize)>) -> Option<PackedWeight> {
         let &[k, n_all] = b.shape() else {
             return None;
         };
         let (start, end) = columns.unwrap_or((0, n_all));
         let n = end.checked_sub(start)?;
-        if b.dtype() != DType::F32 || end > n_all || k == 0 || n == 0 || k > 2 * n {
+        if b.dtype() != DType::F32 || end > n_all || k == 0 || n == 0 || k > 8 * n {
             return None;
         }
         let packed = pack(b, k, n, n_all, start)?;
@@ -156,8 +157,12 @@ mod tests {
             "no columns"
         );
         assert!(
-            PackedWeight::new(&matrix(200, 90, 3), None).is_none(),
-            "deeper than 2n"
+            PackedWeight::new(&matrix(800, 90, 3), None).is_none(),
+            "deeper than 8n"
+        );
+        assert!(
+            PackedWeight::new(&matrix(700, 90, 3), None).is_some(),
+            "as deep as 8n"
         );
         let f64s = Tensor::from_vec(vec![4, 4], vec![1.0f64; 16]).expect("tensor");
         assert!(PackedWeight::new(&f64s, None).is_none(), "f64");

@@ -15,9 +15,11 @@
 //! attention reads): see [`Layout`].
 //!
 //! Measured against the `gemm` crate at 2 threads on a 2-core Zen 4, weight packed
-//! beforehand (GFLOP/s, 3 rounds): `512 x 768 x 768` 216-222 against 204-210,
-//! `512 x 768 x 3072` 212-217 against 203-205, but `512 x 3072 x 768` 192-202 against
-//! 200-213: deep products stay on the `gemm` crate ([`super::PackedWeight::new`]).
+//! beforehand (GFLOP/s, through `matmul_epilogue_with`, best of 30, 2 rounds):
+//! `512 x 768 x 768` 227 against 221, `512 x 768 x 3072` 225 against 214,
+//! `512 x 3072 x 768` 222 against 218, `512 x 1024 x 1024` 215 against 210 (195 before
+//! rows 4 KiB apart were copied, see [`aliases`]). Products deeper than eight times
+//! their width stay on the `gemm` crate ([`super::PackedWeight::new`]).
 
 use std::arch::x86_64::*;
 
@@ -189,10 +191,17 @@ pub(crate) fn gemm(
     if threads == 1 || work < 1 << 20 {
         run((0, m), (0, panels));
     } else if m >= threads * 2 * MR {
-        let chunk = m.div_ceil(threads).div_ceil(MR) * MR;
-        (0..m.div_ceil(chunk))
-            .into_par_iter()
-            .for_each(|t| run((t * chunk, m.min((t + 1) * chunk)), (0, panels)));
+        // Each thread an equal run of the micro-tiles, in row-major order.
+        let tiles = m.div_ceil(MR);
+        (0..threads).into_par_iter().for_each(|t| {
+            let share = (
+                tiles * panels * t / threads,
+                tiles * panels * (t + 1) / threads,
+            );
+            for (tiles, cols) in tile_rectangles(share, panels) {
+                run((tiles.0 * MR, m.min(tiles.1 * MR)), cols);
+            }
+        });
     } else {
         let chunk = panels.div_ceil(threads);
         (0..panels.div_ceil(chunk))
@@ -201,6 +210,46 @@ pub(crate) fn gemm(
     }
     Ok(())
 }
+
+/// The micro-tiles `units.0..units.1` of a result of `panels` panels, numbered in
+/// row-major order (tile row `u / panels`, panel `u % panels`), as at most three
+/// rectangles `(tile rows, panels)`: the end of a first tile row, whole tile rows, the
+/// start of a last one. Splitting the result this way gives each thread the same
+/// number of micro-tiles: split by whole tile rows, 512 rows (43 tiles of 12) left
+/// one of two threads a tile row more than the other, 2% of the product's time.
+fn tile_rectangles(
+    units: (usize, usize),
+    panels: usize,
+) -> impl Iterator<Item = ((usize, usize), (usize, usize))> {
+    let (first_row, first_col) = (units.0 / panels, units.0 % panels);
+    let (end_row, end_col) = (units.1 / panels, units.1 % panels);
+    let rects = if first_row == end_row {
+        [
+            ((first_row, first_row + 1), (first_col, end_col)),
+            EMPTY,
+            EMPTY,
+        ]
+    } else {
+        // The whole rows start after the first row when the run starts inside it.
+        let whole_from = first_row + usize::from(first_col > 0);
+        [
+            ((first_row, first_row + 1), (first_col, panels)),
+            ((whole_from, end_row), (0, panels)),
+            ((end_row, end_row + 1), (0, end_col)),
+        ]
+    };
+    let starts_inside = first_col > 0 || first_row == end_row;
+    rects
+        .into_iter()
+        .enumerate()
+        // The first rectangle only when the run starts inside a row (else the whole
+        // rows hold it); none with no rows or no panels.
+        .filter(move |&(i, (r, c))| (i > 0 || starts_inside) && r.0 < r.1 && c.0 < c.1)
+        .map(|(_, rect)| rect)
+}
+
+/// No rectangle.
+const EMPTY: ((usize, usize), (usize, usize)) = ((0, 0), (0, 0));
 
 /// The result's base pointer, shared by the tasks of one call (each writes its own
 /// elements).
@@ -224,7 +273,9 @@ fn for_each_element(m: usize, n: usize, layout: Layout, c: &mut [f32], f: impl F
 }
 
 /// Rows `rows.0..rows.1` and weight panels `cols.0..cols.1` of the product. The left
-/// operand is read in place (as MLAS does): a micro-tile broadcasts from its 12 rows.
+/// operand is read in place (as MLAS does): a micro-tile broadcasts from its 12 rows;
+/// but where its row stride is a multiple of 4 KiB ([`aliases`]), each block of rows
+/// is first copied at a padded stride ([`A_COPY`]).
 ///
 /// # Safety
 /// AVX-512F; `a` holds the rows at stride `lda` (`k` each); `c` addresses, through
@@ -242,10 +293,25 @@ unsafe fn block(
     accumulate: bool,
 ) {
     let (k, n) = (b.k, b.n);
+    let mut copy = aliases(lda).then(|| A_COPY.take());
     for pc in (0..k).step_by(KC) {
         let kc = KC.min(k - pc);
         for ic in (rows.0..rows.1).step_by(MC) {
             let mc = MC.min(rows.1 - ic);
+            // The block's rows: in place, or copied at stride `kc + COPY_PAD`.
+            let (block_a, block_lda): (&[f32], usize) = match copy.as_mut() {
+                Some(buf) => {
+                    let ld = kc + COPY_PAD;
+                    if buf.len() < mc * ld {
+                        buf.resize(mc * ld, 0.0);
+                    }
+                    for (i, row) in buf[..mc * ld].chunks_exact_mut(ld).enumerate() {
+                        row[..kc].copy_from_slice(&a[(ic + i) * lda + pc..][..kc]);
+                    }
+                    (&buf[..], ld)
+                }
+                None => (&a[ic * lda + pc..], lda),
+            };
             for q in cols.0..cols.1 {
                 let j0 = q * NR;
                 let w = NR.min(n - j0);
@@ -253,14 +319,15 @@ unsafe fn block(
                 let bp = b.data[(q * k + pc) * NR..].as_ptr();
                 for ir in (0..mc).step_by(MR) {
                     let h = MR.min(mc - ir);
-                    // SAFETY: rows `ic + ir..+h` of `a` hold depths `pc..pc + kc`; the
-                    // packed panel holds `kc` depths of `NR` floats from `bp`; the tile's
-                    // `h` rows and `w` columns are result elements of this task (caller).
+                    // SAFETY: rows `ir..ir + h` of the block hold `kc` depths at stride
+                    // `block_lda`; the packed panel holds `kc` depths of `NR` floats
+                    // from `bp`; the tile's `h` rows and `w` columns are result elements
+                    // of this task (caller).
                     unsafe {
                         micro(
                             kc,
-                            a.as_ptr().add((ic + ir) * lda + pc),
-                            lda,
+                            block_a.as_ptr().add(ir * block_lda),
+                            block_lda,
                             bp,
                             c.0.add(col + (ic + ir) * layout.ldc),
                             layout.ldc,
@@ -273,6 +340,28 @@ unsafe fn block(
             }
         }
     }
+    if let Some(buf) = copy {
+        A_COPY.set(buf);
+    }
+}
+
+thread_local! {
+    /// Each thread's copy of a block of the left operand (at most [`MC`] rows of
+    /// `KC + COPY_PAD` floats, 1.5 MiB), kept for its next product.
+    static A_COPY: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Padding of a copied row (64 bytes): rows of `kc + COPY_PAD` floats do not share
+/// their 4 KiB offset.
+const COPY_PAD: usize = 16;
+
+/// Whether rows `lda` floats apart all fall at the same offset of a 4 KiB page. The
+/// 12 rows a micro-tile broadcasts from then map to the same L1 sets, more than the
+/// cache has ways: the rows evict each other at every step, and a product of depth
+/// 3072 or 4096 ran 8% slower (202 against 222 GFLOP/s at depth 3088). Such rows are
+/// copied first, at a padded stride.
+fn aliases(lda: usize) -> bool {
+    (lda * std::mem::size_of::<f32>()).is_multiple_of(4096)
 }
 
 /// One `MR x NR` tile: `c (+)= a @ bp` over `kc` depths for the `h` rows of `a` at
@@ -368,6 +457,35 @@ mod tests {
     }
 
     #[test]
+    fn tile_rectangles_cover_each_run_once() {
+        for panels in [1, 2, 5, 24] {
+            for tiles in [1, 2, 3, 43] {
+                let units = tiles * panels;
+                for threads in 1..=5 {
+                    let mut seen = vec![0u8; units];
+                    for t in 0..threads {
+                        let share = (units * t / threads, units * (t + 1) / threads);
+                        let mut count = 0;
+                        for ((r0, r1), (c0, c1)) in tile_rectangles(share, panels) {
+                            assert!(r0 < r1 && r1 <= tiles && c0 < c1 && c1 <= panels);
+                            for r in r0..r1 {
+                                for c in c0..c1 {
+                                    let u = r * panels + c;
+                                    assert!((share.0..share.1).contains(&u));
+                                    seen[u] += 1;
+                                    count += 1;
+                                }
+                            }
+                        }
+                        assert_eq!(count, share.1 - share.0);
+                    }
+                    assert!(seen.iter().all(|&s| s == 1), "{tiles}x{panels}, {threads}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn matches_the_reference_on_odd_shapes() {
         if !available() {
             return;
@@ -391,6 +509,37 @@ mod tests {
                     (*x as f64 - y).abs() <= 1e-4 * (1.0 + y.abs()),
                     "{m}x{k}x{n}: {x} vs {y}"
                 );
+            }
+        }
+    }
+
+    /// Rows 4 KiB apart (copied at a padded stride first), more rows than a row block,
+    /// several depth blocks, and thread counts whose shares end inside a tile row.
+    #[test]
+    fn aliased_rows_and_uneven_thread_shares_match_the_reference() {
+        if !available() {
+            return;
+        }
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool");
+            for (m, k, n) in [(500, 1024, 40), (61, 2048, 70), (130, 1000, 96)] {
+                assert_eq!(aliases(k), k % 1024 == 0);
+                let a = values(m * k, 5);
+                let b = values(k * n, 6);
+                let packed = PackedB::pack(&b, k, n, n, 0);
+                let mut c = vec![f32::NAN; m * n];
+                pool.install(|| gemm(m, &a, k, &packed, &mut c, Layout::rows(n), false))
+                    .expect("gemm");
+                let want = reference(m, k, n, &a, &b);
+                for (i, (x, y)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*x as f64 - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                        "{m}x{k}x{n} at {threads} threads, element {i}: {x} vs {y}"
+                    );
+                }
             }
         }
     }
