@@ -100,20 +100,31 @@ pub(crate) trait Gemm: Real {
     /// Applies `act` to every element of `xs` in place.
     fn activate(act: Activation, xs: &mut [Self]);
 
-    /// `c (+)= a @ w` for `m` rows of `a` (row stride `w`'s depth) on the packed-weight
-    /// GEMM, the result laid out by `layout` (`(ldc, block, block_stride)`, see
-    /// `sgemm512::Layout`). False, having done nothing, where it does not run (every
-    /// type but f32, or shapes it refuses).
+    /// `c = a @ w + bias (+ c)` ([`TileStore`]) for `m` rows of `a` (row stride
+    /// `w`'s depth) on the packed-weight GEMM, the result laid out by `layout`
+    /// (`(ldc, block, block_stride)`, see `sgemm512::Layout`). False, having done
+    /// nothing, where it does not run (every type but f32, or shapes it refuses).
     fn gemm_packed(
         _w: &PackedWeight,
         _m: usize,
         _a: &[Self],
         _c: &mut [Self],
         _layout: (usize, usize, usize),
-        _accumulate: bool,
+        _store: TileStore<'_, Self>,
     ) -> bool {
         false
     }
+}
+
+/// What the packed-weight GEMM does as it stores each tile of its result: add the
+/// product to what the result holds (a residual written first), and add a bias per
+/// column (no pass of its own: the tile is in registers).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TileStore<'a, T> {
+    /// `c += ..` instead of `c = ..`.
+    pub(crate) accumulate: bool,
+    /// A value per column of the product.
+    pub(crate) bias: Option<&'a [T]>,
 }
 
 /// [`Gemm::gemm_packed`] for f32.
@@ -124,14 +135,19 @@ fn gemm_packed_f32(
     a: &[f32],
     c: &mut [f32],
     (ldc, block, block_stride): (usize, usize, usize),
-    accumulate: bool,
+    store: TileStore<'_, f32>,
 ) -> bool {
-    let layout = crate::cpu::sgemm512::Layout {
+    use crate::cpu::sgemm512::{gemm, Layout, Store};
+    let layout = Layout {
         ldc,
         block,
         block_stride,
     };
-    crate::cpu::sgemm512::gemm(m, a, w.packed.k(), &w.packed, c, layout, accumulate).is_ok()
+    let store = Store {
+        accumulate: store.accumulate,
+        bias: store.bias,
+    };
+    gemm(m, a, w.packed.k(), &w.packed, c, layout, store).is_ok()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -141,7 +157,7 @@ fn gemm_packed_f32(
     _: &[f32],
     _: &mut [f32],
     _: (usize, usize, usize),
-    _: bool,
+    _: TileStore<'_, f32>,
 ) -> bool {
     false
 }
@@ -277,9 +293,9 @@ macro_rules! impl_gemm {
                     a: &[Self],
                     c: &mut [Self],
                     layout: (usize, usize, usize),
-                    accumulate: bool,
+                    store: TileStore<'_, Self>,
                 ) -> bool {
-                    $packed(w, m, a, c, layout, accumulate)
+                    $packed(w, m, a, c, layout, store)
                 }
             )?
 
@@ -869,20 +885,19 @@ fn by_heads<T: Element>(
     }
     // With the weight packed: one product per batch entry, written head by head
     // (column blocks of `d`), where the packed GEMM takes blocks of that width.
+    // The bias is added as each tile is stored; the activation follows.
     if let Some(w) = packed {
-        let mut done = true;
-        for (entry, c) in out.chunks_mut(heads * rows * d).enumerate() {
-            if let Some(bias) = bias {
-                for (h, block) in c.chunks_mut(rows * d).enumerate() {
-                    head_bias(block, bias, h, d);
-                }
-            }
-            let a = &a[entry * rows * k..];
-            if !T::Acc::gemm_packed(w, rows, a, c, (d, d, rows * d), bias.is_some()) {
-                done = false;
-                break;
-            }
-        }
+        let store = TileStore {
+            accumulate: false,
+            bias,
+        };
+        let done = out
+            .chunks_mut(heads * rows * d)
+            .enumerate()
+            .all(|(entry, c)| {
+                let a = &a[entry * rows * k..];
+                T::Acc::gemm_packed(w, rows, a, c, (d, d, rows * d), store)
+            });
         if done {
             if act != Activation::Identity {
                 T::Acc::activate(act, out);
@@ -984,6 +999,21 @@ where
         return Ok(out.into_iter().map(T::from_acc).collect());
     }
     let small = out.len() < SEQUENTIAL_WORK;
+    // With the weight packed and no residual, the bias is added as each tile of the
+    // result is stored (no pass of its own); the activation follows.
+    if let (Some(w), None) = (packed, &residual) {
+        let store = TileStore {
+            accumulate: false,
+            bias,
+        };
+        let oa = plan.offsets[0][0];
+        if T::Acc::gemm_packed(w, m, &a[oa..], &mut out, (n, n.max(1), 0), store) {
+            if act != Activation::Identity {
+                activate_rows::<T>(act, None, n, small, &mut out);
+            }
+            return Ok(out.into_iter().map(T::from_acc).collect());
+        }
+    }
     // Before an activation (and without a residual) the bias is added in the
     // activation's pass, each row while it is in cache, rather than written first for
     // the GEMM to read back: one pass over the result fewer.
@@ -1033,7 +1063,12 @@ where
     } else if m * n > 0 {
         let one = |c: &mut [T::Acc], &[oa, ob]: &[usize; 2]| {
             if let Some(w) = packed {
-                if T::Acc::gemm_packed(w, m, &a[oa..], c, (n, n.max(1), 0), accumulate) {
+                // The bias and residual are in `c` already; the activation follows.
+                let store = TileStore {
+                    accumulate,
+                    bias: None,
+                };
+                if T::Acc::gemm_packed(w, m, &a[oa..], c, (n, n.max(1), 0), store) {
                     return;
                 }
             }
@@ -1059,11 +1094,25 @@ where
                 .for_each(|(c, o)| one(c, o));
         }
     }
-    if act == Activation::Identity {
-        return Ok(out.into_iter().map(T::from_acc).collect());
+    if act != Activation::Identity {
+        activate_rows::<T>(act, bias_after, n, small, &mut out);
     }
+    Ok(out.into_iter().map(T::from_acc).collect())
+}
+
+/// `out = act(out + bias)` for a result of rows of `n` (`small`: on this thread),
+/// [`EPILOGUE_ROWS`] rows at a time, each block while it is in cache.
+fn activate_rows<T: Element>(
+    act: Activation,
+    bias: Option<&[T::Acc]>,
+    n: usize,
+    small: bool,
+    out: &mut [T::Acc],
+) where
+    T::Acc: Gemm,
+{
     let finish = |rows: &mut [T::Acc]| {
-        if let Some(bias) = bias_after {
+        if let Some(bias) = bias {
             for row in rows.chunks_mut(n.max(1)) {
                 for (o, &b) in row.iter_mut().zip(bias) {
                     *o += b;
@@ -1073,12 +1122,11 @@ where
         T::Acc::activate(act, rows);
     };
     if small {
-        finish(&mut out);
+        finish(out);
     } else {
         out.par_chunks_mut(n.max(1) * EPILOGUE_ROWS)
             .for_each(finish);
     }
-    Ok(out.into_iter().map(T::from_acc).collect())
 }
 
 fn int_matmul<T: IntElement>(plan: &Plan, a: &Tensor, b: &Tensor) -> Vec<T> {

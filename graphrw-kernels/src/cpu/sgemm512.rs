@@ -126,9 +126,20 @@ impl Layout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GemmShapeError(pub(crate) String);
 
-/// `c (+)= a @ b` for `a` of `m` rows (row stride `lda`, `b.k()` columns) and packed
-/// `b`, the result laid out by `layout`; with `accumulate`, the product is added to
-/// what `c` holds (a bias or residual written first), otherwise it overwrites it.
+/// What [`gemm`] does as it stores each micro-tile of the result.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Store<'a> {
+    /// Add the product to what `c` holds (a residual written first) instead of
+    /// overwriting it.
+    pub(crate) accumulate: bool,
+    /// Added to each row, as the first depth block's tiles are stored (instead of
+    /// written into the result beforehand): a value per column of the product
+    /// (`b.n()` or more).
+    pub(crate) bias: Option<&'a [f32]>,
+}
+
+/// `c = a @ b + bias (+ c)` ([`Store`]) for `a` of `m` rows (row stride `lda`,
+/// `b.k()` columns) and packed `b`, the result laid out by `layout`.
 ///
 /// Refused when the CPU lacks AVX-512F, when a slice is too short, or when the layout's
 /// blocks are neither the whole width nor a multiple of [`NR`].
@@ -139,7 +150,7 @@ pub(crate) fn gemm(
     b: &PackedB,
     c: &mut [f32],
     layout: Layout,
-    accumulate: bool,
+    store: Store<'_>,
 ) -> Result<(), GemmShapeError> {
     let (k, n) = (b.k, b.n);
     if !available() {
@@ -165,6 +176,9 @@ pub(crate) fn gemm(
     {
         return Err(GemmShapeError("the result's blocks or rows overlap".into()));
     }
+    if store.bias.is_some_and(|bias| bias.len() < n) {
+        return Err(GemmShapeError(format!("a bias of fewer than {n} values")));
+    }
     if layout.extent(m, n) > c.len() {
         return Err(GemmShapeError(format!(
             "c has {} elements, the result spans {}",
@@ -173,8 +187,12 @@ pub(crate) fn gemm(
         )));
     }
     if k == 0 {
-        if !accumulate {
-            for_each_element(m, n, layout, c, |x| *x = 0.0);
+        // The product is zeros: what is left is the bias, column by column.
+        for j in 0..n {
+            let add = store.bias.map_or(0.0, |bias| bias[j]);
+            for_each_element(m, (j, j + 1), layout, c, |x| {
+                *x = if store.accumulate { *x + add } else { add };
+            });
         }
         return Ok(());
     }
@@ -186,7 +204,7 @@ pub(crate) fn gemm(
         // SAFETY: the checks above keep every element the tasks address inside `c`
         // (`layout.extent`) and inside `a` and `b`; tasks write disjoint rows or
         // disjoint panels of the result, and `c` stays borrowed for the whole call.
-        unsafe { block(a, lda, b, rows, cols, c, layout, accumulate) }
+        unsafe { block(a, lda, b, rows, cols, c, layout, store) }
     };
     if threads == 1 || work < 1 << 20 {
         run((0, m), (0, panels));
@@ -261,13 +279,19 @@ unsafe impl Send for SharedOut {}
 // SAFETY: as above.
 unsafe impl Sync for SharedOut {}
 
-/// Applies `f` to each result element (the `k = 0` product).
-fn for_each_element(m: usize, n: usize, layout: Layout, c: &mut [f32], f: impl Fn(&mut f32)) {
-    for j0 in (0..n).step_by(layout.block) {
-        let w = layout.block.min(n - j0);
-        let base = (j0 / layout.block) * layout.block_stride;
+/// Applies `f` to each result element of columns `cols.0..cols.1` (the `k = 0`
+/// product).
+fn for_each_element(
+    m: usize,
+    cols: (usize, usize),
+    layout: Layout,
+    c: &mut [f32],
+    f: impl Fn(&mut f32),
+) {
+    for j in cols.0..cols.1 {
+        let at = (j / layout.block) * layout.block_stride + j % layout.block;
         for i in 0..m {
-            c[base + i * layout.ldc..][..w].iter_mut().for_each(&f);
+            f(&mut c[at + i * layout.ldc]);
         }
     }
 }
@@ -290,7 +314,7 @@ unsafe fn block(
     cols: (usize, usize),
     c: SharedOut,
     layout: Layout,
-    accumulate: bool,
+    store: Store<'_>,
 ) {
     let (k, n) = (b.k, b.n);
     let mut copy = aliases(lda).then(|| A_COPY.take());
@@ -317,23 +341,28 @@ unsafe fn block(
                 let w = NR.min(n - j0);
                 let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
                 let bp = b.data[(q * k + pc) * NR..].as_ptr();
+                // The bias is added in the first depth block, onto the product alone.
+                let bias = match store.bias {
+                    Some(bias) if pc == 0 => bias[j0..].as_ptr(),
+                    _ => std::ptr::null(),
+                };
                 for ir in (0..mc).step_by(MR) {
                     let h = MR.min(mc - ir);
+                    let tile = c.0.wrapping_add(col + (ic + ir) * layout.ldc);
                     // SAFETY: rows `ir..ir + h` of the block hold `kc` depths at stride
                     // `block_lda`; the packed panel holds `kc` depths of `NR` floats
-                    // from `bp`; the tile's `h` rows and `w` columns are result elements
+                    // from `bp`; `bias`, when not null, `w` values (`gemm` checked its
+                    // length); the tile's `h` rows and `w` columns are result elements
                     // of this task (caller).
                     unsafe {
                         micro(
                             kc,
-                            block_a.as_ptr().add(ir * block_lda),
-                            block_lda,
+                            (block_a.as_ptr().add(ir * block_lda), block_lda),
                             bp,
-                            c.0.add(col + (ic + ir) * layout.ldc),
-                            layout.ldc,
-                            h,
-                            w,
-                            accumulate || pc > 0,
+                            bias,
+                            (tile, layout.ldc),
+                            (h, w),
+                            store.accumulate || pc > 0,
                         );
                     }
                 }
@@ -364,25 +393,23 @@ fn aliases(lda: usize) -> bool {
     (lda * std::mem::size_of::<f32>()).is_multiple_of(4096)
 }
 
-/// One `MR x NR` tile: `c (+)= a @ bp` over `kc` depths for the `h` rows of `a` at
-/// stride `lda` (rows past `h` repeat the last, and are not stored), storing `w`
-/// columns at row stride `ldc`.
+/// One `MR x NR` tile: `c (+)= a @ bp (+ bias)` over `kc` depths for the `h` rows of
+/// `a` at stride `lda` (rows past `h` repeat the last, and are not stored), storing
+/// `w` columns at row stride `ldc`; `bias` (`w` values) is added unless null.
 ///
 /// # Safety
-/// AVX-512F; `a` readable for `h` rows of `kc` floats at stride `lda`, `bp` for `NR kc`;
+/// AVX-512F; `a` readable for `h` rows of `kc` floats at stride `lda`, `bp` for `NR kc`,
+/// `bias` (when not null) for `w` floats;
 /// `c` readable (with `accumulate`) and writable for `1 <= h <= MR` rows of `w <= NR`
 /// floats at stride `ldc`.
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn micro(
     kc: usize,
-    a: *const f32,
-    lda: usize,
+    (a, lda): (*const f32, usize),
     bp: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    h: usize,
-    w: usize,
+    bias: *const f32,
+    (c, ldc): (*mut f32, usize),
+    (h, w): (usize, usize),
     accumulate: bool,
 ) {
     // SAFETY: row `min(r, h - 1) < h` of the caller's rows.
@@ -415,6 +442,15 @@ unsafe fn micro(
         ((1u32 << cols) - 1) as __mmask16
     };
     let masks = [mask(0), mask(1)];
+    if !bias.is_null() {
+        for (v, &m) in masks.iter().enumerate() {
+            // SAFETY: `bias` holds the tile's `w` values; lanes past `w` are masked.
+            let add = unsafe { _mm512_maskz_loadu_ps(m, bias.add(16 * v)) };
+            for accr in acc.iter_mut().take(h) {
+                accr[v] = _mm512_add_ps(accr[v], add);
+            }
+        }
+    }
     for (r, accr) in acc.iter().enumerate().take(h) {
         for (v, &m) in masks.iter().enumerate() {
             if m == 0 {
@@ -502,7 +538,7 @@ mod tests {
             let b = values(k * n, 2);
             let packed = PackedB::pack(&b, k, n, n, 0);
             let mut c = vec![f32::NAN; m * n];
-            gemm(m, &a, k, &packed, &mut c, Layout::rows(n), false).expect("gemm");
+            gemm(m, &a, k, &packed, &mut c, Layout::rows(n), Store::default()).expect("gemm");
             let want = reference(m, k, n, &a, &b);
             for (x, y) in c.iter().zip(&want) {
                 assert!(
@@ -531,7 +567,7 @@ mod tests {
                 let b = values(k * n, 6);
                 let packed = PackedB::pack(&b, k, n, n, 0);
                 let mut c = vec![f32::NAN; m * n];
-                pool.install(|| gemm(m, &a, k, &packed, &mut c, Layout::rows(n), false))
+                pool.install(|| gemm(m, &a, k, &packed, &mut c, Layout::rows(n), Store::default()))
                     .expect("gemm");
                 let want = reference(m, k, n, &a, &b);
                 for (i, (x, y)) in c.iter().zip(&want).enumerate() {
@@ -542,6 +578,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    const ACCUMULATE: Store<'static> = Store {
+        accumulate: true,
+        bias: None,
+    };
+
+    /// The bias added as tiles are stored: one and two depth blocks, no depth at all,
+    /// ragged tiles, row-major and head-major results, onto the product or onto what
+    /// the result holds.
+    #[test]
+    fn stores_tiles_with_a_bias() {
+        if !available() {
+            return;
+        }
+        let shapes = [
+            (13, 7, 45, 45),
+            (100, 800, 70, 70),
+            (30, 0, 33, 33),
+            (29, 64, 128, 64),
+        ];
+        for accumulate in [false, true] {
+            for (m, k, n, block) in shapes {
+                let a = values(m * k, 7);
+                let b = values(k * n, 8);
+                let bias = values(n, 9);
+                let packed = PackedB::pack(&b, k, n, n, 0);
+                let layout = Layout {
+                    ldc: block,
+                    block,
+                    block_stride: m * block,
+                };
+                let mut c = vec![0.25f32; m * n];
+                let store = Store {
+                    accumulate,
+                    bias: Some(&bias),
+                };
+                gemm(m, &a, k, &packed, &mut c, layout, store).expect("gemm");
+                let want = reference(m, k, n, &a, &b);
+                let before = if accumulate { 0.25 } else { 0.0 };
+                for i in 0..m {
+                    for j in 0..n {
+                        let got = c[(j / block) * m * block + i * block + j % block] as f64;
+                        let y = want[i * n + j] + bias[j] as f64 + before;
+                        assert!(
+                            (got - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                            "{m}x{k}x{n}, accumulate {accumulate} ({i}, {j}): {got} vs {y}"
+                        );
+                    }
+                }
+            }
+        }
+        // A bias shorter than the product's columns is refused.
+        let packed = PackedB::pack(&values(40, 1), 4, 10, 10, 0);
+        let short = Store {
+            bias: Some(&[0.0; 9]),
+            ..Store::default()
+        };
+        let mut c = vec![0.0; 20];
+        assert!(gemm(
+            2,
+            &values(8, 2),
+            4,
+            &packed,
+            &mut c,
+            Layout::rows(10),
+            short
+        )
+        .is_err());
     }
 
     #[test]
@@ -561,7 +666,7 @@ mod tests {
             block: d,
             block_stride: m * d,
         };
-        gemm(m, &a, k, &packed, &mut c, layout, true).expect("gemm");
+        gemm(m, &a, k, &packed, &mut c, layout, ACCUMULATE).expect("gemm");
         let part: Vec<f32> = (0..k)
             .flat_map(|p| b[p * n_all + col0..p * n_all + col0 + 2 * d].to_vec())
             .collect();
@@ -582,6 +687,6 @@ mod tests {
             block: 48,
             block_stride: m * 48,
         };
-        assert!(gemm(m, &a, k, &packed, &mut c, bad, false).is_err());
+        assert!(gemm(m, &a, k, &packed, &mut c, bad, Store::default()).is_err());
     }
 }
