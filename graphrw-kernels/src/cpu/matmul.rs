@@ -100,7 +100,7 @@ pub(crate) trait Gemm: Real {
     /// Applies `act` to every element of `xs` in place.
     fn activate(act: Activation, xs: &mut [Self]);
 
-    /// `c = a @ w + bias (+ c)` ([`TileStore`]) for `m` rows of `a` (row stride
+    /// `c = a @ w + bias + residual (+ c)` ([`TileStore`]) for `m` rows of `a` (row stride
     /// `w`'s depth) on the packed-weight GEMM, the result laid out by `layout`
     /// (`(ldc, block, block_stride)`, see `sgemm512::Layout`). False, having done
     /// nothing, where it does not run (every type but f32, or shapes it refuses).
@@ -117,14 +117,16 @@ pub(crate) trait Gemm: Real {
 }
 
 /// What the packed-weight GEMM does as it stores each tile of its result: add the
-/// product to what the result holds (a residual written first), and add a bias per
-/// column (no pass of its own: the tile is in registers).
+/// product to what the result holds, and add a bias per column and a residual (no
+/// pass of their own: the tile is in registers).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TileStore<'a, T> {
     /// `c += ..` instead of `c = ..`.
     pub(crate) accumulate: bool,
     /// A value per column of the product.
     pub(crate) bias: Option<&'a [T]>,
+    /// A tensor laid out as the result (not with `accumulate`).
+    pub(crate) residual: Option<&'a [T]>,
 }
 
 /// [`Gemm::gemm_packed`] for f32.
@@ -146,6 +148,7 @@ fn gemm_packed_f32(
     let store = Store {
         accumulate: store.accumulate,
         bias: store.bias,
+        residual: store.residual,
     };
     gemm(m, a, w.packed.k(), &w.packed, c, layout, store).is_ok()
 }
@@ -890,6 +893,7 @@ fn by_heads<T: Element>(
         let store = TileStore {
             accumulate: false,
             bias,
+            residual: None,
         };
         let done = out
             .chunks_mut(heads * rows * d)
@@ -999,12 +1003,13 @@ where
         return Ok(out.into_iter().map(T::from_acc).collect());
     }
     let small = out.len() < SEQUENTIAL_WORK;
-    // With the weight packed and no residual, the bias is added as each tile of the
-    // result is stored (no pass of its own); the activation follows.
-    if let (Some(w), None) = (packed, &residual) {
+    // With the weight packed, the bias and residual are added as each tile of the
+    // result is stored (no pass of their own); an activation follows.
+    if let Some(w) = packed {
         let store = TileStore {
             accumulate: false,
             bias,
+            residual: residual.as_deref(),
         };
         let oa = plan.offsets[0][0];
         if T::Acc::gemm_packed(w, m, &a[oa..], &mut out, (n, n.max(1), 0), store) {
@@ -1067,6 +1072,7 @@ where
                 let store = TileStore {
                     accumulate,
                     bias: None,
+                    residual: None,
                 };
                 if T::Acc::gemm_packed(w, m, &a[oa..], c, (n, n.max(1), 0), store) {
                     return;

@@ -136,9 +136,12 @@ pub(crate) struct Store<'a> {
     /// written into the result beforehand): a value per column of the product
     /// (`b.n()` or more).
     pub(crate) bias: Option<&'a [f32]>,
+    /// Added as the first depth block's tiles are stored: a tensor laid out as the
+    /// result (a residual connection), not with `accumulate`.
+    pub(crate) residual: Option<&'a [f32]>,
 }
 
-/// `c = a @ b + bias (+ c)` ([`Store`]) for `a` of `m` rows (row stride `lda`,
+/// `c = a @ b + bias + residual (+ c)` ([`Store`]) for `a` of `m` rows (row stride `lda`,
 /// `b.k()` columns) and packed `b`, the result laid out by `layout`.
 ///
 /// Refused when the CPU lacks AVX-512F, when a slice is too short, or when the layout's
@@ -179,20 +182,38 @@ pub(crate) fn gemm(
     if store.bias.is_some_and(|bias| bias.len() < n) {
         return Err(GemmShapeError(format!("a bias of fewer than {n} values")));
     }
-    if layout.extent(m, n) > c.len() {
+    let extent = layout.extent(m, n);
+    if extent > c.len() {
         return Err(GemmShapeError(format!(
-            "c has {} elements, the result spans {}",
+            "c has {} elements, the result spans {extent}",
             c.len(),
-            layout.extent(m, n)
         )));
     }
+    match store.residual {
+        Some(_) if store.accumulate => {
+            return Err(GemmShapeError("a residual and accumulate both".into()));
+        }
+        Some(r) if r.len() < extent => {
+            return Err(GemmShapeError(format!(
+                "the residual has {} elements, the result spans {extent}",
+                r.len()
+            )));
+        }
+        _ => {}
+    }
     if k == 0 {
-        // The product is zeros: what is left is the bias, column by column.
+        // The product is zeros: what is left is the bias and residual.
         for j in 0..n {
             let add = store.bias.map_or(0.0, |bias| bias[j]);
-            for_each_element(m, (j, j + 1), layout, c, |x| {
-                *x = if store.accumulate { *x + add } else { add };
-            });
+            let at = (j / layout.block) * layout.block_stride + j % layout.block;
+            for i in (0..m).map(|i| at + i * layout.ldc) {
+                let base = match store.residual {
+                    Some(r) => r[i],
+                    None if store.accumulate => c[i],
+                    None => 0.0,
+                };
+                c[i] = base + add;
+            }
         }
         return Ok(());
     }
@@ -279,23 +300,6 @@ unsafe impl Send for SharedOut {}
 // SAFETY: as above.
 unsafe impl Sync for SharedOut {}
 
-/// Applies `f` to each result element of columns `cols.0..cols.1` (the `k = 0`
-/// product).
-fn for_each_element(
-    m: usize,
-    cols: (usize, usize),
-    layout: Layout,
-    c: &mut [f32],
-    f: impl Fn(&mut f32),
-) {
-    for j in cols.0..cols.1 {
-        let at = (j / layout.block) * layout.block_stride + j % layout.block;
-        for i in 0..m {
-            f(&mut c[at + i * layout.ldc]);
-        }
-    }
-}
-
 /// Rows `rows.0..rows.1` and weight panels `cols.0..cols.1` of the product. The left
 /// operand is read in place (as MLAS does): a micro-tile broadcasts from its 12 rows;
 /// but where its row stride is a multiple of 4 KiB ([`aliases`]), each block of rows
@@ -348,21 +352,29 @@ unsafe fn block(
                 };
                 for ir in (0..mc).step_by(MR) {
                     let h = MR.min(mc - ir);
-                    let tile = c.0.wrapping_add(col + (ic + ir) * layout.ldc);
+                    let at = col + (ic + ir) * layout.ldc;
+                    let tile = c.0.wrapping_add(at);
+                    // What the product is added to: the tile itself after the first
+                    // depth block (or with `accumulate`), else the residual's tile.
+                    let add_from: *const f32 = match store.residual {
+                        _ if pc > 0 || store.accumulate => tile,
+                        Some(r) => r[at..].as_ptr(),
+                        None => std::ptr::null(),
+                    };
                     // SAFETY: rows `ir..ir + h` of the block hold `kc` depths at stride
                     // `block_lda`; the packed panel holds `kc` depths of `NR` floats
                     // from `bp`; `bias`, when not null, `w` values (`gemm` checked its
                     // length); the tile's `h` rows and `w` columns are result elements
-                    // of this task (caller).
+                    // of this task (caller), and, in the residual, at the same offsets
+                    // (`gemm` checked its extent).
                     unsafe {
                         micro(
                             kc,
                             (block_a.as_ptr().add(ir * block_lda), block_lda),
                             bp,
-                            bias,
+                            (bias, add_from),
                             (tile, layout.ldc),
                             (h, w),
-                            store.accumulate || pc > 0,
                         );
                     }
                 }
@@ -393,32 +405,32 @@ fn aliases(lda: usize) -> bool {
     (lda * std::mem::size_of::<f32>()).is_multiple_of(4096)
 }
 
-/// One `MR x NR` tile: `c (+)= a @ bp (+ bias)` over `kc` depths for the `h` rows of
-/// `a` at stride `lda` (rows past `h` repeat the last, and are not stored), storing
-/// `w` columns at row stride `ldc`; `bias` (`w` values) is added unless null.
+/// One `MR x NR` tile: `c = a @ bp + bias + add_from` over `kc` depths for the `h`
+/// rows of `a` at stride `lda` (rows past `h` repeat the last, and are not stored),
+/// storing `w` columns at row stride `ldc`; `bias` (`w` values) and `add_from` (a tile
+/// laid out as `c`'s, which may be `c` itself) are added unless null.
 ///
 /// # Safety
 /// AVX-512F; `a` readable for `h` rows of `kc` floats at stride `lda`, `bp` for `NR kc`,
-/// `bias` (when not null) for `w` floats;
-/// `c` readable (with `accumulate`) and writable for `1 <= h <= MR` rows of `w <= NR`
+/// `bias` (when not null) for `w` floats, `add_from` (when not null) for `h` rows of
+/// `w` floats at stride `ldc`; `c` writable for `1 <= h <= MR` rows of `w <= NR`
 /// floats at stride `ldc`.
 #[target_feature(enable = "avx512f")]
 unsafe fn micro(
     kc: usize,
     (a, lda): (*const f32, usize),
     bp: *const f32,
-    bias: *const f32,
+    (bias, add_from): (*const f32, *const f32),
     (c, ldc): (*mut f32, usize),
     (h, w): (usize, usize),
-    accumulate: bool,
 ) {
     // SAFETY: row `min(r, h - 1) < h` of the caller's rows.
     let row: [*const f32; MR] = std::array::from_fn(|r| unsafe { a.add(r.min(h - 1) * lda) });
-    if accumulate {
+    if !add_from.is_null() {
         for r in 0..h {
             // SAFETY: a prefetch reads nothing; the addresses are the tile's rows.
             unsafe {
-                let at = c.add(r * ldc) as *const i8;
+                let at = add_from.add(r * ldc) as *const i8;
                 _mm_prefetch::<_MM_HINT_T0>(at);
                 _mm_prefetch::<_MM_HINT_T0>(at.add(64));
             }
@@ -459,12 +471,12 @@ unsafe fn micro(
             // SAFETY: row `r < h`, columns `16 v..` under mask `m` (`< w`): inside
             // the tile the caller gave.
             unsafe {
-                let at = c.add(r * ldc + 16 * v);
                 let mut x = accr[v];
-                if accumulate {
-                    x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, at));
+                if !add_from.is_null() {
+                    let from = add_from.add(r * ldc + 16 * v);
+                    x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, from));
                 }
-                _mm512_mask_storeu_ps(at, m, x);
+                _mm512_mask_storeu_ps(c.add(r * ldc + 16 * v), m, x);
             }
         }
     }
@@ -583,13 +595,14 @@ mod tests {
     const ACCUMULATE: Store<'static> = Store {
         accumulate: true,
         bias: None,
+        residual: None,
     };
 
-    /// The bias added as tiles are stored: one and two depth blocks, no depth at all,
-    /// ragged tiles, row-major and head-major results, onto the product or onto what
-    /// the result holds.
+    /// The bias and a residual added as tiles are stored: one and two depth blocks, no
+    /// depth at all, ragged tiles, row-major and head-major results, onto the product,
+    /// onto what the result holds, or onto a residual.
     #[test]
-    fn stores_tiles_with_a_bias() {
+    fn stores_tiles_with_a_bias_and_residual() {
         if !available() {
             return;
         }
@@ -599,7 +612,7 @@ mod tests {
             (30, 0, 33, 33),
             (29, 64, 128, 64),
         ];
-        for accumulate in [false, true] {
+        for (accumulate, with_residual) in [(false, false), (true, false), (false, true)] {
             for (m, k, n, block) in shapes {
                 let a = values(m * k, 7);
                 let b = values(k * n, 8);
@@ -611,20 +624,28 @@ mod tests {
                     block_stride: m * block,
                 };
                 let mut c = vec![0.25f32; m * n];
+                let residual = values(m * n, 10);
                 let store = Store {
                     accumulate,
                     bias: Some(&bias),
+                    residual: with_residual.then_some(&residual[..]),
                 };
                 gemm(m, &a, k, &packed, &mut c, layout, store).expect("gemm");
                 let want = reference(m, k, n, &a, &b);
-                let before = if accumulate { 0.25 } else { 0.0 };
                 for i in 0..m {
                     for j in 0..n {
-                        let got = c[(j / block) * m * block + i * block + j % block] as f64;
+                        let at = (j / block) * m * block + i * block + j % block;
+                        let before = match (accumulate, with_residual) {
+                            (true, _) => 0.25,
+                            (_, true) => residual[at] as f64,
+                            _ => 0.0,
+                        };
+                        let got = c[at] as f64;
                         let y = want[i * n + j] + bias[j] as f64 + before;
                         assert!(
                             (got - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                            "{m}x{k}x{n}, accumulate {accumulate} ({i}, {j}): {got} vs {y}"
+                            "{m}x{k}x{n}, accumulate {accumulate}, residual {with_residual} \
+                             ({i}, {j}): {got} vs {y}"
                         );
                     }
                 }
