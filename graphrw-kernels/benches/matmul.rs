@@ -1,14 +1,18 @@
 //! The two GEMM backends side by side in one run, on the shapes of the main example's
 //! GPT-style model (hidden 768, sequence 512) and on small products (where the backend
 //! choice of `GemmBackend::Auto` is made), plus the fused bias + GELU epilogue against
-//! the product followed by separate `add` and `gelu` kernels.
+//! the product followed by separate `add` and `gelu` kernels, and (`packed_weight`) the
+//! AVX-512 GEMM on a weight packed beforehand against the `gemm` crate, which packs it
+//! on every call, on the model's projections and on widths whose rows lie 4 KiB apart
+//! (`cargo bench -p graphrw-kernels --bench matmul -- packed_weight`).
 //!
 //! Run with `cargo bench -p graphrw-kernels --bench matmul`. Every benchmark sets
 //! `Throughput::Elements(2 m k n)`, so criterion's "Gelem/s" is GFLOP/s; compare the
 //! `gemm` and `matrixmultiply` lines of one shape (measured in the same run).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use graphrw_kernels::cpu::{self, Activation, BinaryOp, GemmBackend, UnaryOp};
+use graphrw_kernels::cpu::UnaryOp;
+use graphrw_kernels::cpu::{self, Activation, BinaryOp, Epilogue, GemmBackend, PackedWeight};
 use graphrw_kernels::{DType, Tensor};
 
 fn ramp(shape: &[usize], seed: usize) -> Tensor {
@@ -89,5 +93,42 @@ fn epilogue(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, backends, epilogue);
+/// The packed-weight GEMM (`Epilogue::packed`) against the `gemm` crate on the same
+/// product, bias included: each shape's two lines come from one run. Nothing to compare
+/// on a CPU without AVX-512F (no weight is packed there).
+fn packed_weight(c: &mut Criterion) {
+    let shapes = [
+        (512, 768, 768),
+        (512, 768, 3072),
+        (512, 3072, 768),
+        (512, 1024, 1024),
+        (512, 4096, 1024),
+    ];
+    let mut g = c.benchmark_group("packed_weight");
+    g.sample_size(20);
+    for (m, k, n) in shapes {
+        let (a, w, bias) = (ramp(&[m, k], 1), ramp(&[k, n], 2), ramp(&[n], 3));
+        let Some(packed) = PackedWeight::new(&w, None) else {
+            continue;
+        };
+        g.throughput(Throughput::Elements((2 * m * k * n) as u64));
+        let label = format!("{m}x{k}x{n}");
+        for (side, packed) in [("packed", Some(&packed)), ("gemm_crate", None)] {
+            let epilogue = Epilogue {
+                bias: Some(&bias),
+                packed,
+                ..Epilogue::default()
+            };
+            g.bench_function(BenchmarkId::new(&label, side), |bch| {
+                bch.iter(|| {
+                    cpu::matmul_epilogue_with(black_box(&a), &w, &epilogue, GemmBackend::Gemm)
+                        .expect("matmul_epilogue")
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, backends, epilogue, packed_weight);
 criterion_main!(benches);
