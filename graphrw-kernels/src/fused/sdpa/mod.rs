@@ -135,7 +135,17 @@ pub const BLOCK_Q: usize = 96;
 /// S=2048 85-93 -> 94-95. 32 rows measured within 2% of 48 (better on AVX-512, a
 /// partial value micro-tile on AVX2), 16 rows worse for bf16. Without a causal mask
 /// every block is full and 96 stays (the same runs: within the noise of 32 and 48).
+/// The AVX-512 kernels take [`BLOCK_Q_CAUSAL_AVX512`] instead.
 pub const BLOCK_Q_CAUSAL: usize = 48;
+/// [`BLOCK_Q_CAUSAL`] for the AVX-512 kernels (whose score micro-tiles are 8 query
+/// rows, so 32 leaves none partial). Measured (`sdpa_time --heads 12 --repeat 20`, wall time,
+/// both threads, three interleaved runs on a 2-core Zen 4) against 48: f32 D=64 S=512
+/// 167-175 -> 171-178 GFLOP/s (better in two runs of three), D=128 S=512 173-176 ->
+/// 177-184, bf16 D=64 S=512 264-272 -> 269-279; one run each at larger sizes: f32 D=64
+/// S=1024 184-186 -> 188, S=2048 195 -> 200, D=128 S=1024 187 -> 198, S=4096 210 ->
+/// 210, bf16 D=128 S=2048 355 -> 358, f16 D=64 S=1024 174 -> 177. 16 rows was better
+/// still for f32 but 12% worse for bf16.
+pub const BLOCK_Q_CAUSAL_AVX512: usize = 32;
 /// Keys per tile: a multiple of the 6 key rows of the score micro-tile (see
 /// [`BLOCK_Q`] for the measurement). The `[Bk, Bq]` score tile is 36 KiB (f32).
 pub const BLOCK_K: usize = 96;
@@ -451,7 +461,11 @@ where
     }
     // Every row is written by its work item (a value, or the fully-masked fill).
     let mut out = crate::cpu::pool::buffer::<T>(n_out);
-    let (block_q, block_k) = block_sizes(opts.is_causal);
+    let avx512 = matches!(
+        pick_kernel(T::DTYPE, path, dims.d),
+        SdpaKernel::PackedAvx512 | SdpaKernel::PackedAvx512Bf16
+    );
+    let (block_q, block_k) = block_sizes(opts.is_causal, avx512);
     let prob = Problem {
         dims: *dims,
         q: q.as_slice::<T>()?,
@@ -507,9 +521,10 @@ where
     Ok(out)
 }
 
-/// The block sizes: the constants ([`BLOCK_Q_CAUSAL`] query rows when causal), or
-/// `GRAPHRW_SDPA_BLOCKS=bq,bk` (for tuning).
-fn block_sizes(causal: bool) -> (usize, usize) {
+/// The block sizes: the constants ([`BLOCK_Q_CAUSAL`] query rows when causal,
+/// [`BLOCK_Q_CAUSAL_AVX512`] on the AVX-512 kernels), or `GRAPHRW_SDPA_BLOCKS=bq,bk`
+/// (for tuning).
+fn block_sizes(causal: bool, avx512: bool) -> (usize, usize) {
     let env = std::env::var("GRAPHRW_SDPA_BLOCKS").ok();
     let parsed = env.as_deref().and_then(|s| {
         let (a, b) = s.split_once(',')?;
@@ -517,6 +532,7 @@ fn block_sizes(causal: bool) -> (usize, usize) {
     });
     match parsed {
         Some((bq, bk)) if bq > 0 && bk > 0 => (bq, bk),
+        _ if causal && avx512 => (BLOCK_Q_CAUSAL_AVX512, BLOCK_K),
         _ if causal => (BLOCK_Q_CAUSAL, BLOCK_K),
         _ => (BLOCK_Q, BLOCK_K),
     }
