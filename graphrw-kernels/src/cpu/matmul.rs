@@ -119,13 +119,17 @@ pub(crate) trait Gemm: Real {
 /// What the packed-weight GEMM does as it stores each tile of its result: add the
 /// product to what the result holds, and add a bias per column and a residual (no
 /// pass of their own: the tile is in registers).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct TileStore<'a, T> {
-    /// `c += ..` instead of `c = ..`.
+    /// Add the product to what `c` holds (a residual written first) instead of
+    /// overwriting it.
     pub(crate) accumulate: bool,
-    /// A value per column of the product.
+    /// Added to each row, as the first depth block's tiles are stored (instead of
+    /// written into the result beforehand): a value per column of the product (its
+    /// column count or more).
     pub(crate) bias: Option<&'a [T]>,
-    /// A tensor laid out as the result (not with `accumulate`).
+    /// Added as the first depth block's tiles are stored: a tensor laid out as the
+    /// result (a residual connection), not with `accumulate`.
     pub(crate) residual: Option<&'a [T]>,
 }
 
@@ -139,16 +143,11 @@ fn gemm_packed_f32(
     (ldc, block, block_stride): (usize, usize, usize),
     store: TileStore<'_, f32>,
 ) -> bool {
-    use crate::cpu::sgemm512::{gemm, Layout, Store};
+    use crate::cpu::sgemm512::{gemm, Layout};
     let layout = Layout {
         ldc,
         block,
         block_stride,
-    };
-    let store = Store {
-        accumulate: store.accumulate,
-        bias: store.bias,
-        residual: store.residual,
     };
     gemm(m, a, w.packed.k(), &w.packed, c, layout, store).is_ok()
 }
@@ -1004,7 +1003,8 @@ where
     }
     let small = out.len() < SEQUENTIAL_WORK;
     // With the weight packed, the bias and residual are added as each tile of the
-    // result is stored (no pass of their own); an activation follows.
+    // result is stored (no pass of their own); an activation follows. Where the packed
+    // GEMM refuses (it does not on shapes checked above), the plain route below runs.
     if let Some(w) = packed {
         let store = TileStore {
             accumulate: false,
@@ -1067,17 +1067,6 @@ where
         );
     } else if m * n > 0 {
         let one = |c: &mut [T::Acc], &[oa, ob]: &[usize; 2]| {
-            if let Some(w) = packed {
-                // The bias and residual are in `c` already; the activation follows.
-                let store = TileStore {
-                    accumulate,
-                    bias: None,
-                    residual: None,
-                };
-                if T::Acc::gemm_packed(w, m, &a[oa..], c, (n, n.max(1), 0), store) {
-                    return;
-                }
-            }
             let s = Strided {
                 m,
                 k,

@@ -25,6 +25,8 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
+use super::matmul::TileStore;
+
 /// Rows per micro-tile.
 pub(crate) const MR: usize = 12;
 /// Columns per micro-tile and per packed weight panel (two 16-lane vectors).
@@ -126,22 +128,7 @@ impl Layout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GemmShapeError(pub(crate) String);
 
-/// What [`gemm`] does as it stores each micro-tile of the result.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Store<'a> {
-    /// Add the product to what `c` holds (a residual written first) instead of
-    /// overwriting it.
-    pub(crate) accumulate: bool,
-    /// Added to each row, as the first depth block's tiles are stored (instead of
-    /// written into the result beforehand): a value per column of the product
-    /// (`b.n()` or more).
-    pub(crate) bias: Option<&'a [f32]>,
-    /// Added as the first depth block's tiles are stored: a tensor laid out as the
-    /// result (a residual connection), not with `accumulate`.
-    pub(crate) residual: Option<&'a [f32]>,
-}
-
-/// `c = a @ b + bias + residual (+ c)` ([`Store`]) for `a` of `m` rows (row stride `lda`,
+/// `c = a @ b + bias + residual (+ c)` ([`TileStore`]) for `a` of `m` rows (row stride `lda`,
 /// `b.k()` columns) and packed `b`, the result laid out by `layout`.
 ///
 /// Refused when the CPU lacks AVX-512F, when a slice is too short, or when the layout's
@@ -153,7 +140,7 @@ pub(crate) fn gemm(
     b: &PackedB,
     c: &mut [f32],
     layout: Layout,
-    store: Store<'_>,
+    store: TileStore<'_, f32>,
 ) -> Result<(), GemmShapeError> {
     let (k, n) = (b.k, b.n);
     if !available() {
@@ -318,7 +305,7 @@ unsafe fn block(
     cols: (usize, usize),
     c: SharedOut,
     layout: Layout,
-    store: Store<'_>,
+    store: TileStore<'_, f32>,
 ) {
     let (k, n) = (b.k, b.n);
     let mut copy = aliases(lda).then(|| A_COPY.take());
@@ -550,7 +537,16 @@ mod tests {
             let b = values(k * n, 2);
             let packed = PackedB::pack(&b, k, n, n, 0);
             let mut c = vec![f32::NAN; m * n];
-            gemm(m, &a, k, &packed, &mut c, Layout::rows(n), Store::default()).expect("gemm");
+            gemm(
+                m,
+                &a,
+                k,
+                &packed,
+                &mut c,
+                Layout::rows(n),
+                TileStore::default(),
+            )
+            .expect("gemm");
             let want = reference(m, k, n, &a, &b);
             for (x, y) in c.iter().zip(&want) {
                 assert!(
@@ -579,8 +575,18 @@ mod tests {
                 let b = values(k * n, 6);
                 let packed = PackedB::pack(&b, k, n, n, 0);
                 let mut c = vec![f32::NAN; m * n];
-                pool.install(|| gemm(m, &a, k, &packed, &mut c, Layout::rows(n), Store::default()))
-                    .expect("gemm");
+                pool.install(|| {
+                    gemm(
+                        m,
+                        &a,
+                        k,
+                        &packed,
+                        &mut c,
+                        Layout::rows(n),
+                        TileStore::default(),
+                    )
+                })
+                .expect("gemm");
                 let want = reference(m, k, n, &a, &b);
                 for (i, (x, y)) in c.iter().zip(&want).enumerate() {
                     assert!(
@@ -592,7 +598,7 @@ mod tests {
         }
     }
 
-    const ACCUMULATE: Store<'static> = Store {
+    const ACCUMULATE: TileStore<'static, f32> = TileStore {
         accumulate: true,
         bias: None,
         residual: None,
@@ -625,7 +631,7 @@ mod tests {
                 };
                 let mut c = vec![0.25f32; m * n];
                 let residual = values(m * n, 10);
-                let store = Store {
+                let store = TileStore {
                     accumulate,
                     bias: Some(&bias),
                     residual: with_residual.then_some(&residual[..]),
@@ -651,23 +657,30 @@ mod tests {
                 }
             }
         }
-        // A bias shorter than the product's columns is refused.
+        // A bias shorter than the product's columns, a residual shorter than the
+        // result, or a residual with `accumulate`, is refused.
         let packed = PackedB::pack(&values(40, 1), 4, 10, 10, 0);
-        let short = Store {
-            bias: Some(&[0.0; 9]),
-            ..Store::default()
-        };
         let mut c = vec![0.0; 20];
-        assert!(gemm(
-            2,
-            &values(8, 2),
-            4,
-            &packed,
-            &mut c,
-            Layout::rows(10),
-            short
-        )
-        .is_err());
+        let full = [0.0; 20];
+        let refused = [
+            TileStore {
+                bias: Some(&[0.0; 9]),
+                ..TileStore::default()
+            },
+            TileStore {
+                residual: Some(&[0.0; 19]),
+                ..TileStore::default()
+            },
+            TileStore {
+                residual: Some(&full),
+                accumulate: true,
+                ..TileStore::default()
+            },
+        ];
+        for store in refused {
+            let a = values(8, 2);
+            assert!(gemm(2, &a, 4, &packed, &mut c, Layout::rows(10), store).is_err());
+        }
     }
 
     #[test]
@@ -708,6 +721,6 @@ mod tests {
             block: 48,
             block_stride: m * 48,
         };
-        assert!(gemm(m, &a, k, &packed, &mut c, bad, Store::default()).is_err());
+        assert!(gemm(m, &a, k, &packed, &mut c, bad, TileStore::default()).is_err());
     }
 }
