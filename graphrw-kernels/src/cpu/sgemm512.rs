@@ -193,13 +193,13 @@ pub(crate) fn gemm(
         for j in 0..n {
             let add = store.bias.map_or(0.0, |bias| bias[j]);
             let at = (j / layout.block) * layout.block_stride + j % layout.block;
-            for i in (0..m).map(|i| at + i * layout.ldc) {
+            for e in (0..m).map(|i| at + i * layout.ldc) {
                 let base = match store.residual {
-                    Some(r) => r[i],
-                    None if store.accumulate => c[i],
+                    Some(r) => r[e],
+                    None if store.accumulate => c[e],
                     None => 0.0,
                 };
-                c[i] = base + add;
+                c[e] = base + add;
             }
         }
         return Ok(());
@@ -210,8 +210,9 @@ pub(crate) fn gemm(
     let c = SharedOut(c.as_mut_ptr());
     let run = |rows: (usize, usize), cols: (usize, usize)| {
         // SAFETY: the checks above keep every element the tasks address inside `c`
-        // (`layout.extent`) and inside `a` and `b`; tasks write disjoint rows or
-        // disjoint panels of the result, and `c` stays borrowed for the whole call.
+        // (`layout.extent`), the residual, `a` and `b`; tasks write disjoint
+        // rectangles of micro-tiles (`tile_rectangles`, or disjoint panels), and `c`
+        // stays borrowed for the whole call.
         unsafe { block(a, lda, b, rows, cols, c, layout, store) }
     };
     if threads == 1 || work < 1 << 20 {
