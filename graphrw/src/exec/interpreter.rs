@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 use graphrw_kernels::Tensor;
 
 use crate::graph::{Graph, NodeId, Value};
-use crate::meta::{Dim, TensorMeta};
+use crate::meta::TensorMeta;
 use crate::printer::{node_line, Names};
 
-use super::plan::{view, Plan};
+use super::bind::{needs_binding, Bindings, BoundNode};
+use super::plan::{view, view as ex_view, Plan};
 use super::value::RunValue;
 use super::ExecError;
 
@@ -81,6 +82,9 @@ struct StepSlots {
     frees: Vec<usize>,
     /// For graph inputs: the index of the caller's tensor.
     input: Option<usize>,
+    /// True when the node reads symbols bound at run time (its kernel is shown a bound
+    /// copy of its attributes and metadata).
+    symbolic: bool,
 }
 
 /// The [`Schedule`] of `steps` over `g`.
@@ -133,11 +137,16 @@ pub(crate) fn schedule(
                 })
             })
             .collect();
+        let symbolic = match ex_view(g, id) {
+            Ok(v) => needs_binding(&v),
+            Err(_) => false,
+        };
         out.steps.push(StepSlots {
             operands,
             outputs,
             frees,
             input: input_index.get(&id).copied(),
+            symbolic,
         });
     }
     out.outputs = g.outputs().iter().map(|v| slot.get(v).copied()).collect();
@@ -164,7 +173,7 @@ impl Plan {
         profile: bool,
     ) -> Result<(Vec<Tensor>, RunReport), ExecError> {
         let start = Instant::now();
-        self.check_inputs(inputs)?;
+        let mut bindings = self.check_inputs(inputs)?;
         // Kernels called on this thread draw their large outputs from the plan's pool,
         // which gets each intermediate back after its last use.
         let _pool = self.pool.install();
@@ -208,8 +217,20 @@ impl Plan {
                         })
                         .collect::<Result<_, _>>()?;
                     let nv = view(g, id)?;
+                    let bound = match slots.symbolic {
+                        true => Some(BoundNode::new(&nv, &bindings).map_err(|message| {
+                            ExecError::Kernel {
+                                node: self.line(id),
+                                executor: "interpreter".into(),
+                                message,
+                            }
+                        })?),
+                        false => None,
+                    };
+                    let bound_view = bound.as_ref().map(|b| b.view(&nv));
+                    let nv = bound_view.as_ref().unwrap_or(&nv);
                     let t0 = profile.then(Instant::now);
-                    let outs = self.executors[e].run_values(&nv, &args).map_err(|err| {
+                    let outs = self.executors[e].run_values(nv, &args).map_err(|err| {
                         ExecError::Kernel {
                             node: self.line(id),
                             executor: self.executors[e].name().to_string(),
@@ -221,7 +242,7 @@ impl Plan {
                         entry.0 += t0.elapsed();
                         entry.1 += 1;
                     }
-                    self.check_outputs(id, &outs)?;
+                    self.check_outputs(id, &outs, &mut bindings)?;
                     outs
                 }
             };
@@ -285,7 +306,8 @@ impl Plan {
         node_line(&self.graph, &Names::new(&self.graph), id)
     }
 
-    fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), ExecError> {
+    /// Checks the inputs against the graph's and binds the symbols of their shapes.
+    fn check_inputs(&self, inputs: &[Tensor]) -> Result<Bindings, ExecError> {
         let g = &self.graph;
         if inputs.len() != g.inputs().len() {
             return Err(ExecError::Input {
@@ -297,7 +319,7 @@ impl Plan {
                 ),
             });
         }
-        let mut symbols: HashMap<&str, usize> = HashMap::new();
+        let mut bindings = Bindings::default();
         for (&id, t) in g.inputs().iter().zip(inputs) {
             let node = g.try_node(id)?;
             let name = node.name().unwrap_or("?").to_string();
@@ -313,32 +335,21 @@ impl Plan {
                     t.dtype()
                 )));
             }
-            if t.rank() != meta.rank() {
-                return Err(bad(format!("expected {meta}, got shape {:?}", t.shape())));
-            }
-            for (d, &n) in meta.shape.dims().iter().zip(t.shape()) {
-                match d {
-                    Dim::Known(k) if *k as usize != n => {
-                        return Err(bad(format!("expected {meta}, got shape {:?}", t.shape())))
-                    }
-                    Dim::Sym(s) => {
-                        if let Some(&prev) = symbols.get(s.as_ref()) {
-                            if prev != n {
-                                return Err(bad(format!(
-                                    "dim `{s}` is {n} here but {prev} in an earlier input"
-                                )));
-                            }
-                        }
-                        symbols.insert(s, n);
-                    }
-                    _ => {}
-                }
-            }
+            bindings
+                .bind_shape(meta, t.shape(), &|| format!("expected {meta}"))
+                .map_err(bad)?;
         }
-        Ok(())
+        Ok(bindings)
     }
 
-    fn check_outputs(&self, id: NodeId, outs: &[RunValue]) -> Result<(), ExecError> {
+    /// Checks a kernel's results against the node's metadata, binding the symbols that
+    /// first appear there (data-dependent sizes).
+    fn check_outputs(
+        &self,
+        id: NodeId,
+        outs: &[RunValue],
+        bindings: &mut Bindings,
+    ) -> Result<(), ExecError> {
         let node = self.graph.try_node(id)?;
         let fail = |message: String| ExecError::Kernel {
             node: self.line(id),
@@ -353,12 +364,21 @@ impl Plan {
             )));
         }
         for (t, m) in outs.iter().zip(node.outputs()) {
-            let shape_ok = t.shape().len() == m.rank()
-                && m.shape
-                    .dims()
-                    .iter()
-                    .zip(t.shape())
-                    .all(|(d, &n)| d.known().is_none_or(|k| k as usize == n));
+            let shape_ok = match m.shape.is_symbolic() {
+                false => {
+                    t.shape().len() == m.rank()
+                        && m.shape
+                            .dims()
+                            .iter()
+                            .zip(t.shape())
+                            .all(|(d, &n)| d.known().is_none_or(|k| k as usize == n))
+                }
+                true => {
+                    let what = || format!("kernel returned {:?}", t.shape());
+                    bindings.bind_shape(m, t.shape(), &what).map_err(fail)?;
+                    true
+                }
+            };
             if t.dtype() != m.dtype || !shape_ok {
                 return Err(fail(format!(
                     "kernel returned {} {:?}, expected {m}",

@@ -18,6 +18,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bind;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod epilogue;

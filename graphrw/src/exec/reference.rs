@@ -164,6 +164,15 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
             float("value")?,
             a.dtype("dtype").map_err(attr_err)?,
         )?,
+        "sym_ints" => {
+            let v = ints("values")?.to_vec();
+            let shape = if a.bool("scalar").map_err(attr_err)? {
+                vec![]
+            } else {
+                vec![v.len()]
+            };
+            Tensor::from_vec(shape, v)?
+        }
         "zeros" => cpu::full(ints("size")?, 0.0, a.dtype("dtype").map_err(attr_err)?)?,
         "ones" => cpu::full(ints("size")?, 1.0, a.dtype("dtype").map_err(attr_err)?)?,
         other => return Err(format!("the reference executor has no kernel for `{other}`").into()),

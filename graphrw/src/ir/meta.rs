@@ -7,13 +7,21 @@ use smallvec::SmallVec;
 
 pub use graphrw_kernels::DType;
 
-/// One dimension of a shape: a known size or a named symbol (`batch`, `seq`).
+pub use super::sym::{EvalError, Factor, Sign, SymExpr};
+
+/// One dimension of a shape: a known size, a named symbol (`batch`, `seq`), or an
+/// expression over symbols (`past + seq`, `batch*12`, `seq // 2`).
+///
+/// Always in its simplest form ([`Dim::from_expr`]): an expression that is a constant is
+/// `Known`, one that is a single symbol is `Sym`, so equal dims compare equal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dim {
     /// A size known when the graph is built.
     Known(u64),
     /// A size known only at run time, named so that equal names are equal sizes.
     Sym(Arc<str>),
+    /// A size computed from symbols (canonical, never a constant or a lone symbol).
+    Expr(Arc<SymExpr>),
 }
 
 impl Dim {
@@ -26,13 +34,53 @@ impl Dim {
     pub fn known(&self) -> Option<u64> {
         match self {
             Dim::Known(n) => Some(*n),
-            Dim::Sym(_) => None,
+            _ => None,
         }
     }
 
     /// True when this dim is known to be 1.
     pub fn is_one(&self) -> bool {
         matches!(self, Dim::Known(1))
+    }
+
+    /// True when the dim is a symbol or an expression.
+    pub fn is_symbolic(&self) -> bool {
+        !matches!(self, Dim::Known(_))
+    }
+
+    /// The dim as an expression.
+    pub fn to_expr(&self) -> SymExpr {
+        match self {
+            Dim::Known(n) => SymExpr::int(i64::try_from(*n).unwrap_or(i64::MAX)),
+            Dim::Sym(s) => SymExpr::sym_arc(s.clone()),
+            Dim::Expr(e) => (**e).clone(),
+        }
+    }
+
+    /// The dim an expression stands for, in simplest form; `None` for a negative
+    /// constant (no size).
+    pub fn from_expr(e: SymExpr) -> Option<Dim> {
+        if let Some(n) = e.as_const() {
+            return u64::try_from(n).ok().map(Dim::Known);
+        }
+        if let Some(s) = e.as_sym() {
+            return Some(Dim::Sym(s.clone()));
+        }
+        Some(Dim::Expr(Arc::new(e)))
+    }
+
+    /// The size under a binding of the symbols.
+    pub fn eval(&self, env: &dyn Fn(&str) -> Option<i64>) -> Result<u64, EvalError> {
+        match self {
+            Dim::Known(n) => Ok(*n),
+            Dim::Sym(s) => env(s)
+                .and_then(|v| u64::try_from(v).ok())
+                .ok_or_else(|| EvalError::Unbound(s.clone())),
+            Dim::Expr(e) => {
+                let v = e.eval(env)?;
+                u64::try_from(v).map_err(|_| EvalError::Negative(v))
+            }
+        }
     }
 }
 
@@ -59,6 +107,7 @@ impl fmt::Display for Dim {
         match self {
             Dim::Known(n) => write!(f, "{n}"),
             Dim::Sym(s) => f.write_str(s),
+            Dim::Expr(e) => write!(f, "{e}"),
         }
     }
 }
@@ -101,6 +150,29 @@ impl Shape {
         self.0
             .iter()
             .try_fold(1u64, |acc, d| d.known().map(|n| acc.saturating_mul(n)))
+    }
+
+    /// The number of elements as an expression (`None` on overflow).
+    pub fn numel_expr(&self) -> Option<SymExpr> {
+        self.0
+            .iter()
+            .try_fold(SymExpr::int(1), |acc, d| acc.mul(&d.to_expr()))
+    }
+
+    /// True when some dim is symbolic.
+    pub fn is_symbolic(&self) -> bool {
+        self.0.iter().any(Dim::is_symbolic)
+    }
+
+    /// The sizes under a binding of the symbols.
+    pub fn eval(&self, env: &dyn Fn(&str) -> Option<i64>) -> Result<Vec<usize>, EvalError> {
+        self.0
+            .iter()
+            .map(|d| {
+                let n = d.eval(env)?;
+                usize::try_from(n).map_err(|_| EvalError::Overflow)
+            })
+            .collect()
     }
 
     /// Resolves a possibly negative axis against this rank.

@@ -1,6 +1,6 @@
 //! The IR, in one room: the [`graph`] (nodes on petgraph, use lists, values), tensor
 //! [`meta`]data, the op vocabulary ([`ops`]), the [`builder`] that reads like model code,
-//! the [`printer`], Graphviz export ([`dot`]), the [`verify`]er, and the [`foreign`]
+//! symbolic integers ([`sym`]) for dims known at run time, the [`printer`], Graphviz export ([`dot`]), the [`verify`]er, and the [`foreign`]
 //! records of opaque (unmodelled ONNX) nodes.
 //!
 //! Everything else in the crate builds on these modules and they depend on nothing
@@ -16,4 +16,5 @@ pub mod meta;
 pub(crate) mod op_index;
 pub mod ops;
 pub mod printer;
+pub mod sym;
 pub mod verify;

@@ -58,11 +58,13 @@ use super::table::{self, Absent, Arg, Held, HeldValues, OnnxKind, OpMap, Quirk};
 use super::tensor_pb::{dtype_from_onnx, tensor_from_proto, MAX_DIM};
 use super::OnnxError;
 use crate::graph::{normalize_attrs, normalize_attrs_taking, Foreign, Graph, NodeId, Value};
-use crate::meta::{normalize_axis, DType, Dim, Shape, TensorMeta};
+use crate::meta::{normalize_axis, DType, Dim, Shape, SymExpr, TensorMeta};
 use crate::ops::{self, AttrKind, AttrValue, OpDef};
 use crate::GraphError;
 use crate::Tensor;
 use smallvec::{smallvec, SmallVec};
+
+mod shape_fold;
 
 /// The oldest default-domain opset the importer reads. Each op is read with its meaning
 /// at the model's opset (Softmax before 13 flattens to 2-D, axes are attributes before
@@ -1176,7 +1178,12 @@ impl<'m> Importer<'m> {
             return self.opaque(at);
         }
         let mark = self.made.len();
-        match self.map_node(at) {
+        let mapped = match self.fold_shape(at) {
+            Ok(Some(outs)) => Ok(outs),
+            Ok(None) => self.map_node(at),
+            Err(e) => Err(e),
+        };
+        match mapped {
             Ok(outs) => {
                 self.made.clear();
                 let named = at
@@ -1487,8 +1494,12 @@ impl<'m> Importer<'m> {
             "ConstantOfShape" => {
                 at.only_attrs(&["value"])?;
                 let size = self
-                    .const_ints(at, 0, "shape")?
+                    .shape_arg(at, 0, "shape")?
                     .ok_or_else(|| at.err("input 0 (shape) is required"))?;
+                if let Some(c) = size.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+                    limit_ints(at, "shape", &c)?;
+                }
+                let size = AttrValue::sym_ints(size);
                 let (dtype, value) = match at.attr("value") {
                     Some(a) => {
                         let t =
@@ -1503,7 +1514,7 @@ impl<'m> Importer<'m> {
                     None => (DType::F32, 0.0),
                 };
                 let attrs = [
-                    ("size", AttrValue::Ints(size)),
+                    ("size", size),
                     ("value", AttrValue::Float(value)),
                     ("dtype", AttrValue::DType(dtype)),
                 ];
@@ -1511,22 +1522,37 @@ impl<'m> Importer<'m> {
             }
             "Range" => {
                 at.only_attrs(&[])?;
-                let mut bounds = [0.0f64; 3];
+                let mut bounds = [AttrValue::Float(0.0), AttrValue::Null, AttrValue::Null];
                 let mut dtype = DType::I64;
                 for (i, what) in ["start", "limit", "delta"].into_iter().enumerate() {
-                    let t = self
-                        .const_input(at, i, what)?
-                        .ok_or_else(|| at.err(format!("input {i} ({what}) is required")))?;
-                    if t.numel() != 1 {
-                        return Err(at.err(format!("{what} must be a scalar")));
+                    match self.const_input(at, i, what) {
+                        Ok(Some(t)) => {
+                            if t.numel() != 1 {
+                                return Err(at.err(format!("{what} must be a scalar")));
+                            }
+                            dtype = t.dtype();
+                            bounds[i] =
+                                AttrValue::Float(t.to_f64_vec().first().copied().unwrap_or(0.0));
+                        }
+                        Ok(None) => {
+                            return Err(at.err(format!("input {i} ({what}) is required")))
+                        }
+                        // A bound computed from shapes (`arange(seq)`).
+                        Err(e) => match self.shape_arg(at, i, what)?.as_deref() {
+                            Some([b]) => bounds[i] = AttrValue::sym_int(b.clone()),
+                            _ => return Err(e),
+                        },
                     }
-                    dtype = t.dtype();
-                    bounds[i] = t.to_f64_vec().first().copied().unwrap_or(0.0);
                 }
+                let [start, end, step] = bounds;
+                let float = |v: AttrValue| match v {
+                    AttrValue::Int(n) => AttrValue::Float(n as f64),
+                    v => v,
+                };
                 let attrs = [
-                    ("start", AttrValue::Float(bounds[0])),
-                    ("end", AttrValue::Float(bounds[1])),
-                    ("step", AttrValue::Float(bounds[2])),
+                    ("start", float(start)),
+                    ("end", float(end)),
+                    ("step", float(step)),
                     ("dtype", AttrValue::DType(dtype)),
                 ];
                 Ok(smallvec![self.op1(at, "arange", &[], &attrs)?])
@@ -1847,17 +1873,17 @@ impl<'m> Importer<'m> {
         let allowzero = at.int("allowzero", 0)? != 0;
         let x = self.req(at, 0)?;
         let mut shape = self
-            .const_ints(at, 1, "shape")?
+            .shape_arg(at, 1, "shape")?
             .ok_or_else(|| at.err("input 1 (shape) is required"))?;
+        if let Some(c) = shape.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+            limit_ints(at, "shape", &c)?;
+        }
         if !allowzero {
             let meta = self.meta(x)?;
             for (i, d) in shape.iter_mut().enumerate() {
-                if *d == 0 {
+                if d.as_const() == Some(0) {
                     *d = match meta.shape.dims().get(i) {
-                        Some(Dim::Known(n)) => *n as i64,
-                        Some(Dim::Sym(s)) => {
-                            return Err(at.err(format!("shape entry {i} is 0 (copy the input's dim), but that dim is symbolic (`{s}`)")))
-                        }
+                        Some(dim) => dim.to_expr(),
                         None => return Err(at.err(format!("shape entry {i} is 0 (copy the input's dim), but the input {} has no dim {i}", meta.shape))),
                     };
                 }
@@ -1867,7 +1893,7 @@ impl<'m> Importer<'m> {
             at,
             "reshape",
             &[x],
-            &[("shape", AttrValue::Ints(shape))],
+            &[("shape", AttrValue::sym_ints(shape))],
         )?])
     }
 
@@ -1886,15 +1912,16 @@ impl<'m> Importer<'m> {
             let n = starts.len();
             let axes = at.ints("axes")?.unwrap_or_else(|| (0..n as i64).collect());
             limit_ints(at, "axes", &axes)?;
-            (starts, ends, axes, vec![1; n])
+            let sym = |v: Vec<i64>| v.into_iter().map(SymExpr::int).collect::<Vec<_>>();
+            (sym(starts), sym(ends), axes, vec![1; n])
         } else {
             at.only_attrs(&[])?;
             at.inputs_between(3, 5)?;
             let starts = self
-                .const_ints_unlimited(at, 1, "starts")?
+                .shape_arg(at, 1, "starts")?
                 .ok_or_else(|| at.err("input 1 (starts) is required"))?;
             let ends = self
-                .const_ints_unlimited(at, 2, "ends")?
+                .shape_arg(at, 2, "ends")?
                 .ok_or_else(|| at.err("input 2 (ends) is required"))?;
             let n = starts.len();
             let axes = self
@@ -1931,7 +1958,26 @@ impl<'m> Importer<'m> {
                     steps[k]
                 )));
             }
-            let (mut start, mut end) = (starts[k], ends[k]);
+            let (start, end) = match (starts[k].as_const(), ends[k].as_const()) {
+                (Some(s), Some(e)) => (s, e),
+                _ => {
+                    // A bound known only at run time (`x[:, :seq]`): taken as in range
+                    // (`slice`'s inference says so; the run checks it).
+                    let sym = |e: &SymExpr| match e.as_const() {
+                        Some(c) => int_attr(c),
+                        None => AttrValue::Sym(e.clone()),
+                    };
+                    let attrs = [
+                        ("dim", int_attr(axis as i64)),
+                        ("start", sym(&starts[k])),
+                        ("end", sym(&ends[k])),
+                        ("step", int_attr(steps[k])),
+                    ];
+                    v = self.op1(at, "slice", &[v], &attrs)?;
+                    continue;
+                }
+            };
+            let (mut start, mut end) = (start, end);
             match self.meta(v)?.shape.dims()[axis] {
                 Dim::Known(len) => {
                     let len = len as i64;
@@ -1939,7 +1985,7 @@ impl<'m> Importer<'m> {
                     start = clamp(start);
                     end = clamp(end).max(start);
                 }
-                Dim::Sym(_) => {
+                Dim::Sym(_) | Dim::Expr(_) => {
                     let lim = MAX_DIM as i64;
                     start = start.clamp(-lim, lim);
                     end = if end >= lim { i64::MAX } else { end.max(-lim) };
@@ -2267,30 +2313,36 @@ impl<'m> Importer<'m> {
         at.inputs_between(2, 2)?;
         let x = self.req(at, 0)?;
         let shape = self
-            .const_ints(at, 1, "shape")?
+            .shape_arg(at, 1, "shape")?
             .ok_or_else(|| at.err("input 1 (shape) is required"))?;
+        if let Some(c) = shape.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+            limit_ints(at, "shape", &c)?;
+        }
         let meta = self.meta(x)?;
         let r = meta.rank();
         let out_rank = r.max(shape.len());
         let mut size = Vec::with_capacity(out_rank);
-        // ONNX broadcasts both ways: a 1 in `shape` keeps the input's dim (-1).
+        let shown = || AttrValue::sym_ints(shape.clone());
+        // ONNX broadcasts both ways: a 1 in `shape` keeps the input's dim (-1), and so
+        // does an entry equal to the input's dim.
         for i in 0..out_rank {
-            let s = (i + shape.len()).checked_sub(out_rank).map(|j| shape[j]);
-            let has_input_dim = i + r >= out_rank;
-            size.push(match s {
-                None => -1,
-                Some(1) if has_input_dim => -1,
-                Some(s) if s < 0 => {
-                    return Err(at.err(format!("shape {shape:?} has a negative size {s}")))
+            let s = (i + shape.len()).checked_sub(out_rank).map(|j| &shape[j]);
+            let input_dim = (i + r >= out_rank).then(|| &meta.shape.dims()[i + r - out_rank]);
+            size.push(match (s, input_dim) {
+                (None, _) => SymExpr::int(-1),
+                (Some(s), Some(_)) if s.as_const() == Some(1) => SymExpr::int(-1),
+                (Some(s), Some(d)) if d.to_expr() == *s => SymExpr::int(-1),
+                (Some(s), _) if s.sign() == crate::meta::Sign::Negative => {
+                    return Err(at.err(format!("shape {} has a negative size {s}", shown())))
                 }
-                Some(s) => s,
+                (Some(s), _) => s.clone(),
             });
         }
         Ok(smallvec![self.op1(
             at,
             "expand",
             &[x],
-            &[("size", AttrValue::Ints(size))],
+            &[("size", AttrValue::sym_ints(size))],
         )?])
     }
 

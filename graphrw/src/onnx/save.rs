@@ -70,12 +70,14 @@ use super::tensor_pb::{dtype_to_onnx, tensor_to_proto};
 use super::OnnxError;
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
-use crate::meta::{normalize_axis, DType, Dim, TensorMeta};
+use crate::meta::{normalize_axis, DType, Dim, SymExpr, TensorMeta};
 use crate::ops::{AttrValue, InferError};
 #[cfg(debug_assertions)]
 use crate::printer::Names;
 use crate::verify::Gate;
 use crate::Tensor;
+
+mod shapes;
 
 /// The IR version written (10: what current onnxruntime reads).
 pub const IR_VERSION: i64 = 10;
@@ -389,6 +391,8 @@ struct Exporter<'g> {
     /// The graph's constants, by index into `inits`, whose `raw_data` is left empty
     /// until the writer decides where their bytes go.
     payloads: Vec<(usize, Tensor)>,
+    /// Symbols and symbolic lists written as shape arithmetic so far.
+    shapes: shapes::ShapeCache,
 }
 
 fn a_int(name: &str, i: i64) -> Attr<'_> {
@@ -425,6 +429,7 @@ fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
             value: Some(match d {
                 Dim::Known(n) => DimensionValue::DimValue(*n as i64),
                 Dim::Sym(s) => DimensionValue::DimParam(s.to_string()),
+                Dim::Expr(e) => DimensionValue::DimParam(e.to_string()),
             }),
             denotation: String::new(),
         })
@@ -664,6 +669,7 @@ impl<'g> Exporter<'g> {
             pinned: Vec::new(),
             value_infos: Vec::new(),
             payloads: Vec::new(),
+            shapes: shapes::ShapeCache::default(),
         }
     }
 
@@ -1026,6 +1032,71 @@ impl<'g> Exporter<'g> {
                 let mut perm: Vec<i64> = (0..r as i64).collect();
                 perm.swap(d0, d1);
                 self.push("Transpose", &ins, &outs, &[a_ints("perm", perm)]);
+            }
+            "reshape" if attrs.get("shape").is_some_and(AttrValue::is_symbolic) => {
+                let shape = attrs.sym_ints("shape").map_err(|e| self.bad(e))?;
+                let s = self.sym_list(&shape)?;
+                self.push("Reshape", &[ins[0], s], &outs, &[]);
+            }
+            "expand" if attrs.get("size").is_some_and(AttrValue::is_symbolic) => {
+                let size: Vec<SymExpr> = attrs
+                    .sym_ints("size")
+                    .map_err(|e| self.bad(e))?
+                    .iter()
+                    .map(|d| if d.as_const() == Some(-1) { SymExpr::int(1) } else { d.clone() })
+                    .collect();
+                let s = self.sym_list(&size)?;
+                self.push("Expand", &[ins[0], s], &outs, &[]);
+            }
+            "slice" if ["start", "end"].iter().any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic)) => {
+                let mut i: Names8 = smallvec![ins[0]];
+                for what in ["start", "end", "dim", "step"] {
+                    let v = attrs.sym_int(what).map_err(|e| self.bad(e))?;
+                    i.push(self.sym_list(&[v])?);
+                }
+                self.push("Slice", &i, &outs, &[]);
+            }
+            "arange" if ["start", "end", "step"].iter().any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic)) => {
+                let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
+                let mut i = Names8::new();
+                for what in ["start", "end", "step"] {
+                    let v = attrs.sym_int(what).map_err(|e| self.bad(e))?;
+                    i.push(self.sym_scalar(&v)?);
+                }
+                if dtype == DType::I64 {
+                    self.push("Range", &i, &outs, &[]);
+                } else {
+                    let r = self.tmp("range");
+                    self.push("Range", &i, &[r], &[]);
+                    self.push("Cast", &[r], &outs, &[a_int("to", dtype_to_onnx(dtype) as i64)]);
+                }
+            }
+            "full" | "zeros" | "ones" if attrs.get("size").is_some_and(AttrValue::is_symbolic) => {
+                let size = attrs.sym_ints("size").map_err(|e| self.bad(e))?;
+                let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
+                let value = match node.op_name() {
+                    "full" => attrs.float("value").map_err(|e| self.bad(e))?,
+                    "zeros" => 0.0,
+                    _ => 1.0,
+                };
+                let s = self.sym_list(&size)?;
+                let v = tensor_to_proto("value", &Tensor::full(dtype, &[1], value));
+                self.push(
+                    "ConstantOfShape",
+                    &[s],
+                    &outs,
+                    &[Attr::Tensor("value", Box::new(v))],
+                );
+            }
+            "sym_ints" => {
+                let values = attrs.sym_ints("values").map_err(|e| self.bad(e))?;
+                let v = self.sym_list(&values)?;
+                if attrs.bool("scalar").map_err(|e| self.bad(e))? {
+                    let empty = self.init_ints("scalar_shape", &[])?;
+                    self.push("Reshape", &[v, empty], &outs, &[]);
+                } else {
+                    self.push("Identity", &[v], &outs, &[]);
+                }
             }
             "reshape" => {
                 let shape = attrs.ints("shape").map_err(|e| self.bad(e))?;

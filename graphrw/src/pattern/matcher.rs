@@ -681,7 +681,8 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     }
                     AttrValue::Str(x) => Bound::Str(x.clone()),
                     AttrValue::DType(x) => Bound::DType(*x),
-                    AttrValue::Null => return false,
+                    // A value known only at run time binds no parameter.
+                    AttrValue::Null | AttrValue::Sym(_) | AttrValue::Dims(_) => return false,
                 };
                 self.bind(*slot, bound)
             }

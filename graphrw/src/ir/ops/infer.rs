@@ -4,9 +4,13 @@
 //! and returns the metadata of every output, or an [`InferError`] saying what is
 //! wrong in terms of shapes and dims; the caller adds which node and op.
 //!
-//! Symbolic dims: a symbol broadcasts against 1 and against itself; against a known
-//! size other than 1 it takes that size; two different symbols are assumed equal
-//! (the left one is kept), as exporters often name one size twice.
+//! Symbolic dims: a symbolic dim broadcasts against 1 and against itself; against a
+//! known size other than 1 it takes that size; two different plain symbols are assumed
+//! equal (the left one is kept), as exporters often name one size twice; an expression
+//! against a different symbolic dim (`seq` against `past + seq`) is an error that names
+//! both. Sizes computed from symbols (reshape targets, concatenations, slices) are
+//! expressions ([`crate::meta::SymExpr`]); a size no expression can say is a fresh
+//! symbol, bound from the tensor when the plan runs.
 
 use std::sync::Arc;
 
@@ -16,7 +20,8 @@ use graphrw_kernels::Tensor;
 
 use super::{Attrs, InferError};
 use crate::infer_bail;
-use crate::meta::{normalize_axis, DType, Dim, Dims, Shape, TensorMeta};
+use crate::meta::{normalize_axis, DType, Dim, Dims, Shape, Sign, SymExpr, TensorMeta};
+use crate::ops::AttrValue;
 
 type Out = Result<Vec<TensorMeta>, InferError>;
 
@@ -80,8 +85,10 @@ fn broadcast_dim(a: &Dim, b: &Dim) -> Option<Dim> {
         (Dim::Known(1), _) => b.clone(),
         (_, Dim::Known(1)) => a.clone(),
         (Dim::Known(_), Dim::Known(_)) => return None,
-        (Dim::Known(_), Dim::Sym(_)) => a.clone(),
-        (Dim::Sym(_), _) => b.known().map(Dim::Known).unwrap_or_else(|| a.clone()),
+        (Dim::Known(_), _) => a.clone(),
+        (_, Dim::Known(_)) => b.clone(),
+        (Dim::Sym(_), Dim::Sym(_)) => a.clone(),
+        _ => return None,
     })
 }
 
@@ -235,11 +242,26 @@ pub fn masked_fill(x: &[&TensorMeta], _: &Attrs) -> Out {
 }
 
 fn sizes(a: &Attrs, name: &str) -> Result<Shape, InferError> {
-    let v = a.ints(name)?;
-    if let Some(bad) = v.iter().find(|&&d| d < 0) {
-        infer_bail!("`{name}` has a negative size {bad}");
+    let v = a.sym_ints(name)?;
+    v.iter()
+        .map(|e| match Dim::from_expr(e.clone()) {
+            Some(d) if !matches!(e.sign(), Sign::Negative) => Ok(d),
+            _ => Err(InferError(format!("`{name}` has a negative size {e}"))),
+        })
+        .collect()
+}
+
+/// `sym_ints(values, scalar)`: the dims in `values` as an i64 tensor, 1-D or (with
+/// `scalar`) a scalar of the one value.
+pub fn sym_ints(_: &[&TensorMeta], a: &Attrs) -> Out {
+    let n = a.sym_ints("values")?.len();
+    if a.bool("scalar")? {
+        if n != 1 {
+            infer_bail!("a scalar `sym_ints` holds one value, found {n}");
+        }
+        return cpu(DType::I64, Shape::default());
     }
-    Ok(Shape(v.iter().map(|&d| Dim::Known(d as u64)).collect()))
+    cpu(DType::I64, Shape(smallvec![Dim::Known(n as u64)]))
 }
 
 /// `full`/`zeros`/`ones`.
@@ -249,12 +271,42 @@ pub fn full(_: &[&TensorMeta], a: &Attrs) -> Out {
 
 /// `arange(start, end, step)`.
 pub fn arange(_: &[&TensorMeta], a: &Attrs) -> Out {
+    let symbolic = ["start", "end", "step"]
+        .iter()
+        .any(|n| a.get(n).is_some_and(AttrValue::is_symbolic));
+    if symbolic {
+        return arange_symbolic(a);
+    }
     let (start, end, step) = (a.float("start")?, a.float("end")?, a.float("step")?);
     if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
         infer_bail!("arange needs finite bounds and a non-zero step, got ({start}, {end}, {step})");
     }
     let n = ((end - start) / step).ceil().max(0.0) as u64;
     cpu(a.dtype("dtype")?, Shape(smallvec![Dim::Known(n)]))
+}
+
+/// `arange` whose bounds are known only at run time: integral bounds, a constant step.
+fn arange_symbolic(a: &Attrs) -> Out {
+    let (start, end, step) = (a.sym_int("start")?, a.sym_int("end")?, a.sym_int("step")?);
+    let Some(k) = step.as_const().filter(|&k| k != 0) else {
+        infer_bail!("arange with symbolic bounds needs a constant non-zero step, found {step}");
+    };
+    let span = if k > 0 { end.sub(&start) } else { start.sub(&end) };
+    let k = k.unsigned_abs() as i64;
+    let n = span
+        .and_then(|s| s.add(&SymExpr::int(k - 1)))
+        .and_then(|s| s.div_floor(&SymExpr::int(k)));
+    let Some(n) = n else {
+        infer_bail!("arange({start}, {end}, {step}): the length overflows");
+    };
+    let n = match n.sign() {
+        Sign::Negative => SymExpr::int(0),
+        _ => n,
+    };
+    let Some(d) = Dim::from_expr(n) else {
+        infer_bail!("arange({start}, {end}, {step}) has a negative length");
+    };
+    cpu(a.dtype("dtype")?, Shape(smallvec![d]))
 }
 
 /// `matmul` with torch's rules: 1-D operands are promoted and the added dim removed;
@@ -378,8 +430,12 @@ pub fn permute(x: &[&TensorMeta], a: &Attrs) -> Out {
     one(x[0].dtype, Shape(out), x[0])
 }
 
-/// `reshape(shape)`: at most one -1, inferred from the element count.
+/// `reshape(shape)`: at most one -1, inferred from the element count; entries may be
+/// symbolic.
 pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
+    if let Some(AttrValue::Dims(_)) = a.get("shape") {
+        return reshape_symbolic(x, a);
+    }
     let target = a.ints("shape")?;
     let mut infer_at = None;
     let mut known: u64 = 1;
@@ -410,16 +466,70 @@ pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
                 );
             }
         }
-        (None, Some(i)) => {
-            out[i] = Dim::Sym(Arc::from(format!("{}/{known}", x[0].shape)));
-        }
+        (None, Some(i)) => out[i] = inferred_dim(&x[0].shape, &SymExpr::int(known as i64))?,
         (None, None) => {}
+    }
+    one(x[0].dtype, Shape(out), x[0])
+}
+
+/// The `-1` of a reshape of `shape` whose other entries multiply to `rest`: the exact
+/// quotient where there is one, a floor division by a constant, else a fresh symbol
+/// (bound from the tensor at run time).
+fn inferred_dim(shape: &Shape, rest: &SymExpr) -> Result<Dim, InferError> {
+    if rest.as_const() == Some(0) {
+        infer_bail!("cannot reshape {shape} to a shape with a 0 and a -1");
+    }
+    let quotient = shape.numel_expr().and_then(|n| n.div_floor(rest));
+    Ok(quotient
+        .and_then(Dim::from_expr)
+        .unwrap_or_else(|| Dim::Sym(Arc::from(format!("{shape}/{rest}")))))
+}
+
+fn reshape_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let target = a.sym_ints("shape")?;
+    let mut infer_at = None;
+    let mut rest = SymExpr::int(1);
+    let mut out = Dims::with_capacity(target.len());
+    for (i, e) in target.iter().enumerate() {
+        if e.as_const() == Some(-1) {
+            if infer_at.replace(i).is_some() {
+                infer_bail!("reshape target {} has more than one -1", AttrValue::Dims(target.to_vec()));
+            }
+            out.push(Dim::Known(1));
+            continue;
+        }
+        let Some(d) = Dim::from_expr(e.clone()).filter(|_| e.sign() != Sign::Negative)
+        else {
+            infer_bail!("reshape target {} has a negative size {e}", AttrValue::Dims(target.to_vec()));
+        };
+        rest = match rest.mul(e) {
+            Some(r) => r,
+            None => infer_bail!("reshape target {} overflows", AttrValue::Dims(target.to_vec())),
+        };
+        out.push(d);
+    }
+    match infer_at {
+        Some(i) => out[i] = inferred_dim(&x[0].shape, &rest)?,
+        None => {
+            if let Some(n) = x[0].shape.numel_expr() {
+                if n.equals(&rest) == Some(false) {
+                    infer_bail!(
+                        "cannot reshape {} ({n} elements) to {} ({rest} elements)",
+                        x[0].shape,
+                        AttrValue::Dims(target.to_vec())
+                    );
+                }
+            }
+        }
     }
     one(x[0].dtype, Shape(out), x[0])
 }
 
 /// `expand(size)`: -1 keeps a dim; the input broadcasts to the result.
 pub fn expand(x: &[&TensorMeta], a: &Attrs) -> Out {
+    if let Some(AttrValue::Dims(_)) = a.get("size") {
+        return expand_symbolic(x, a);
+    }
     let size = a.ints("size")?;
     let s = &x[0].shape;
     if size.len() < s.rank() {
@@ -438,6 +548,38 @@ pub fn expand(x: &[&TensorMeta], a: &Attrs) -> Out {
             }
             (d, _) => Dim::Known(d as u64),
         });
+    }
+    one(x[0].dtype, Shape(out), x[0])
+}
+
+fn expand_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
+    let size = a.sym_ints("size")?;
+    let s = &x[0].shape;
+    let shown = || AttrValue::Dims(size.to_vec());
+    if size.len() < s.rank() {
+        infer_bail!("expand to {} has fewer dims than the input {s}", shown());
+    }
+    let lead = size.len() - s.rank();
+    let mut out = Dims::with_capacity(size.len());
+    for (i, e) in size.iter().enumerate() {
+        let src = (i >= lead).then(|| &s.0[i - lead]);
+        if e.as_const() == Some(-1) {
+            match src {
+                Some(src) => out.push(src.clone()),
+                None => infer_bail!("expand: -1 is not allowed for a new leading dim ({})", shown()),
+            }
+            continue;
+        }
+        let Some(d) = Dim::from_expr(e.clone()).filter(|_| e.sign() != Sign::Negative)
+        else {
+            infer_bail!("expand: negative size {e}");
+        };
+        if let Some(src) = src {
+            if !src.is_one() && broadcast_dim(src, &d).is_none() {
+                infer_bail!("cannot expand {s} to {}: dim {i} is {src}, not 1", shown());
+            }
+        }
+        out.push(d);
     }
     one(x[0].dtype, Shape(out), x[0])
 }
@@ -486,7 +628,7 @@ pub fn concat(x: &[&TensorMeta], a: &Attrs) -> Out {
     };
     let r = first.rank();
     let d = axis(a.int("dim")?, r, "concat dim")?;
-    let mut total: Option<u64> = Some(0);
+    let mut total = Some(SymExpr::int(0));
     for (i, t) in x.iter().enumerate() {
         if t.dtype != first.dtype || t.rank() != r {
             infer_bail!(
@@ -503,18 +645,12 @@ pub fn concat(x: &[&TensorMeta], a: &Attrs) -> Out {
                 );
             }
         }
-        total = match (total, t.shape.0[d].known()) {
-            (Some(a), Some(b)) => match a.checked_add(b) {
-                Some(sum) => Some(sum),
-                None => infer_bail!("concat along dim {d} overflows: {a} + {b}"),
-            },
-            _ => None,
-        };
+        total = total.and_then(|sum| sum.add(&t.shape.0[d].to_expr()));
     }
     let mut s = first.shape.clone();
-    s.0[d] = match total {
-        Some(n) => Dim::Known(n),
-        None => Dim::Sym(Arc::from("concat")),
+    s.0[d] = match total.and_then(Dim::from_expr) {
+        Some(n) => n,
+        None => infer_bail!("concat along dim {d} overflows"),
     };
     one(first.dtype, s, first)
 }
@@ -555,6 +691,12 @@ pub fn split(x: &[&TensorMeta], a: &Attrs) -> Out {
 /// `slice(dim, start, end, step)` with python's clamping.
 pub fn slice(x: &[&TensorMeta], a: &Attrs) -> Out {
     let d = axis(a.int("dim")?, x[0].rank(), "slice dim")?;
+    if ["start", "end"]
+        .iter()
+        .any(|n| a.get(n).is_some_and(AttrValue::is_symbolic))
+    {
+        return slice_symbolic(x, a, d);
+    }
     let (start, end, step) = (a.int("start")?, a.int("end")?, a.int("step")?);
     if step < 1 {
         infer_bail!("slice step must be >= 1, found {step}");
@@ -562,11 +704,44 @@ pub fn slice(x: &[&TensorMeta], a: &Attrs) -> Out {
     let mut s = x[0].shape.clone();
     s.0[d] = match s.0[d].known() {
         Some(n) => Dim::Known(slice_len(n as i64, start, end, step)),
-        None if start >= 0 && end >= start && end != i64::MAX => {
-            Dim::Known(((end - start) as u64).div_ceil(step as u64))
-        }
-        None => Dim::Sym(Arc::from(format!("{}[{start}:{end}:{step}]", s.0[d]))),
+        None => return slice_symbolic(x, a, d),
     };
+    one(x[0].dtype, s, x[0])
+}
+
+/// A slice whose bounds are known only at run time. A symbolic bound is taken to be in
+/// range (`x[:seq]` of a table of 512 rows is `seq` rows, not `min(seq, 512)`); the
+/// interpreter checks every result against its metadata, so a bound out of range at
+/// run time is an error there, not a wrong size.
+fn slice_symbolic(x: &[&TensorMeta], a: &Attrs, d: usize) -> Out {
+    let step = a.int("step")?;
+    if step < 1 {
+        infer_bail!("slice step must be >= 1, found {step}");
+    }
+    let n = x[0].shape.0[d].to_expr();
+    let bound = |name: &str| -> Result<SymExpr, InferError> {
+        let e = a.sym_int(name)?;
+        Ok(match e.as_const() {
+            Some(c) if c < 0 => n.add(&e).unwrap_or(e),
+            Some(c) if x[0].shape.0[d].known().is_some_and(|k| c as u64 >= k) => n.clone(),
+            Some(i64::MAX) => n.clone(),
+            _ => e,
+        })
+    };
+    let (start, end) = (bound("start")?, bound("end")?);
+    let len = end
+        .sub(&start)
+        .and_then(|l| l.add(&SymExpr::int(step - 1)))
+        .and_then(|l| l.div_floor(&SymExpr::int(step)));
+    let Some(len) = len else {
+        infer_bail!("slice [{start}:{end}:{step}] overflows");
+    };
+    let len = match len.sign() {
+        Sign::Negative => SymExpr::int(0),
+        _ => len,
+    };
+    let mut s = x[0].shape.clone();
+    s.0[d] = Dim::from_expr(len).unwrap_or(Dim::Known(0));
     one(x[0].dtype, s, x[0])
 }
 

@@ -38,7 +38,7 @@ pub mod infer;
 use std::fmt;
 
 use crate::builder::Builder;
-use crate::meta::{DType, TensorMeta};
+use crate::meta::{DType, EvalError, SymExpr, TensorMeta};
 use crate::{GraphError, Value};
 
 pub use builtin::BUILTIN;
@@ -159,9 +159,52 @@ pub enum AttrValue {
     Str(String),
     /// A dtype.
     DType(DType),
+    /// An int (or integral float) known only at run time: `seq`, `past + seq`.
+    Sym(SymExpr),
+    /// An int list some of whose entries are known only at run time
+    /// (`reshape(x, [batch, seq, 12, 64])`).
+    Dims(Vec<SymExpr>),
 }
 
 impl AttrValue {
+    /// An int list that is `Ints` where every entry is known, else `Dims`.
+    pub fn sym_ints(v: Vec<SymExpr>) -> AttrValue {
+        match v.iter().map(SymExpr::as_const).collect::<Option<Vec<i64>>>() {
+            Some(ints) => AttrValue::Ints(ints),
+            None => AttrValue::Dims(v),
+        }
+    }
+
+    /// An int that is `Int` where known, else `Sym`.
+    pub fn sym_int(v: SymExpr) -> AttrValue {
+        match v.as_const() {
+            Some(n) => AttrValue::Int(n),
+            None => AttrValue::Sym(v),
+        }
+    }
+
+    /// True when the value depends on symbols bound at run time.
+    pub fn is_symbolic(&self) -> bool {
+        matches!(self, AttrValue::Sym(_) | AttrValue::Dims(_))
+    }
+
+    /// This value with its symbols bound: `Sym` becomes `Int` (or `Float` where the
+    /// attribute is a float), `Dims` becomes `Ints`. Other values are returned as they are.
+    pub fn bind(
+        &self,
+        kind: AttrKind,
+        env: &dyn Fn(&str) -> Option<i64>,
+    ) -> Result<AttrValue, EvalError> {
+        Ok(match self {
+            AttrValue::Sym(e) if kind == AttrKind::Float => AttrValue::Float(e.eval(env)? as f64),
+            AttrValue::Sym(e) => AttrValue::Int(e.eval(env)?),
+            AttrValue::Dims(v) => {
+                AttrValue::Ints(v.iter().map(|e| e.eval(env)).collect::<Result<_, _>>()?)
+            }
+            v => v.clone(),
+        })
+    }
+
     /// True when this value may be stored in an attribute of `spec`.
     pub fn fits(&self, spec: &AttrSpec) -> bool {
         match self {
@@ -172,6 +215,8 @@ impl AttrValue {
             AttrValue::Ints(_) => spec.kind == AttrKind::Ints,
             AttrValue::Str(_) => spec.kind == AttrKind::Str,
             AttrValue::DType(_) => spec.kind == AttrKind::DType,
+            AttrValue::Sym(_) => matches!(spec.kind, AttrKind::Int | AttrKind::Float),
+            AttrValue::Dims(_) => spec.kind == AttrKind::Ints,
         }
     }
 
@@ -185,6 +230,8 @@ impl AttrValue {
             AttrValue::Ints(_) => "int list",
             AttrValue::Str(_) => "string",
             AttrValue::DType(_) => "dtype",
+            AttrValue::Sym(_) => "symbolic int",
+            AttrValue::Dims(_) => "symbolic int list",
         }
     }
 }
@@ -199,6 +246,17 @@ impl fmt::Display for AttrValue {
             AttrValue::Ints(v) => write!(f, "{v:?}"),
             AttrValue::Str(v) => write!(f, "{v:?}"),
             AttrValue::DType(v) => write!(f, "{v}"),
+            AttrValue::Sym(v) => write!(f, "{v}"),
+            AttrValue::Dims(v) => {
+                f.write_str("[")?;
+                for (i, e) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                f.write_str("]")
+            }
         }
     }
 }
@@ -265,6 +323,28 @@ impl<'a> Attrs<'a> {
         match self.get(name) {
             Some(AttrValue::Ints(v)) => Ok(v),
             other => Err(attr_kind_error(name, "int list", other)),
+        }
+    }
+
+    /// Attribute `name` as an int list whose entries may be symbolic (`Ints` or `Dims`).
+    pub fn sym_ints(&self, name: &str) -> Result<std::borrow::Cow<'a, [SymExpr]>, InferError> {
+        match self.get(name) {
+            Some(AttrValue::Ints(v)) => Ok(v.iter().map(|&n| SymExpr::int(n)).collect()),
+            Some(AttrValue::Dims(v)) => Ok(std::borrow::Cow::Borrowed(v)),
+            other => Err(attr_kind_error(name, "int list", other)),
+        }
+    }
+
+    /// Attribute `name` as an int that may be symbolic (`Int`, an integral `Float`, or
+    /// `Sym`).
+    pub fn sym_int(&self, name: &str) -> Result<SymExpr, InferError> {
+        match self.get(name) {
+            Some(AttrValue::Int(v)) => Ok(SymExpr::int(*v)),
+            Some(AttrValue::Float(v)) if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+                Ok(SymExpr::int(*v as i64))
+            }
+            Some(AttrValue::Sym(e)) => Ok(e.clone()),
+            other => Err(attr_kind_error(name, "int", other)),
         }
     }
 

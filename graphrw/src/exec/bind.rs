@@ -1,0 +1,146 @@
+//! Symbol binding at run time: one plan runs at every shape.
+//!
+//! A graph with symbolic dims (`batch`, `seq`, `past + seq`) is planned once. When it
+//! runs, the symbols are bound from the inputs' shapes ([`Bindings::bind_shape`]); a
+//! symbol that only a data-dependent op can size (`NonZero`, a reshape no expression
+//! can say) is bound from that op's result the first time it appears. Before a node
+//! whose metadata or attributes read symbols runs, its view is made concrete
+//! ([`BoundNode`]): `reshape(x, [batch, seq, 12, 64])` reaches the kernel as
+//! `reshape(x, [3, 11, 12, 64])`. Kernels never see a symbol. Nothing is cached per
+//! binding.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::meta::{Dim, Shape, TensorMeta};
+use crate::ops::AttrValue;
+
+use super::executor::NodeView;
+
+/// The values of the symbols for one run.
+#[derive(Debug, Default)]
+pub(crate) struct Bindings {
+    values: HashMap<Arc<str>, i64>,
+}
+
+impl Bindings {
+    /// The value of `name`, when bound.
+    pub(crate) fn get(&self, name: &str) -> Option<i64> {
+        self.values.get(name).copied()
+    }
+
+    /// Binds the plain symbols of `meta` from the tensor shape `actual` and checks every
+    /// dim that can be evaluated. `what` names the value in errors.
+    pub(crate) fn bind_shape(
+        &mut self,
+        meta: &TensorMeta,
+        actual: &[usize],
+        what: &dyn Fn() -> String,
+    ) -> Result<(), String> {
+        if actual.len() != meta.rank() {
+            return Err(format!("{}: expected {meta}, got shape {actual:?}", what()));
+        }
+        // Plain symbols first, so that expressions over them can be checked after.
+        for (d, &n) in meta.shape.dims().iter().zip(actual) {
+            if let Dim::Sym(s) = d {
+                let n = n as i64;
+                match self.values.get(s) {
+                    Some(&prev) if prev != n => {
+                        return Err(format!(
+                            "{}: symbol `{s}` is {n} here but was bound to {prev} earlier",
+                            what()
+                        ))
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.values.insert(s.clone(), n);
+                    }
+                }
+            }
+        }
+        for (i, (d, &n)) in meta.shape.dims().iter().zip(actual).enumerate() {
+            match d.eval(&|s| self.get(s)) {
+                Ok(want) if want as usize != n => {
+                    return Err(format!(
+                        "{}: dim {i} is {n}, but {meta} says {d} = {want}",
+                        what()
+                    ))
+                }
+                // An expression over a symbol no value has bound yet is checked later,
+                // by the node that reads it.
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `meta` with every dim that evaluates made known.
+    pub(crate) fn meta(&self, meta: &TensorMeta) -> TensorMeta {
+        if !meta.shape.is_symbolic() {
+            return meta.clone();
+        }
+        let dims = meta
+            .shape
+            .dims()
+            .iter()
+            .map(|d| match d.eval(&|s| self.get(s)) {
+                Ok(n) => Dim::Known(n),
+                Err(_) => d.clone(),
+            })
+            .collect();
+        TensorMeta {
+            dtype: meta.dtype,
+            shape: Shape(dims),
+            device: meta.device,
+        }
+    }
+}
+
+/// True when running `view` needs a binding: a symbolic attribute, or a symbolic dim in
+/// the metadata of an operand or output.
+pub(crate) fn needs_binding(view: &NodeView<'_>) -> bool {
+    view.attrs.iter().any(|(_, v)| v.is_symbolic())
+        || view.inputs.iter().any(|m| m.shape.is_symbolic())
+        || view.outputs.iter().any(|m| m.shape.is_symbolic())
+}
+
+/// A node's attributes and metadata with the symbols of one run bound: what the kernel
+/// is shown in place of the symbolic node.
+pub(crate) struct BoundNode {
+    attrs: Vec<AttrValue>,
+    inputs: Vec<TensorMeta>,
+    outputs: Vec<TensorMeta>,
+}
+
+impl BoundNode {
+    /// Binds `view`'s attributes and metadata; an attribute that reads an unbound
+    /// symbol or overflows is an error naming it.
+    pub(crate) fn new(view: &NodeView<'_>, b: &Bindings) -> Result<BoundNode, String> {
+        let specs = view.op.attrs;
+        let attrs = view
+            .attrs
+            .iter()
+            .zip(specs)
+            .map(|((name, v), spec)| {
+                v.bind(spec.kind, &|s| b.get(s))
+                    .map_err(|e| format!("attribute `{name}` = {v}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(BoundNode {
+            attrs,
+            inputs: view.inputs.iter().map(|m| b.meta(m)).collect(),
+            outputs: view.outputs.iter().map(|m| b.meta(m)).collect(),
+        })
+    }
+
+    /// The view a kernel sees.
+    pub(crate) fn view<'a>(&'a self, of: &NodeView<'a>) -> NodeView<'a> {
+        NodeView {
+            op: of.op,
+            attrs: crate::ops::Attrs::new(of.op.attrs, &self.attrs),
+            inputs: self.inputs.iter().collect(),
+            outputs: &self.outputs,
+            name: of.name,
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Symbolic attributes written as ONNX shape arithmetic.
+//!
+//! A node such as `reshape(x, [batch, seq, 12, 64])` has no static shape tensor to
+//! write. Each symbol is read where the graph first has it as a whole dim (a graph
+//! input's `batch` is `Gather(Shape(input_ids), [0])`), expressions become `Add`,
+//! `Mul`, `Div`, `Min` and `Max` of those, and a list is one `Concat`: the standard
+//! ops onnxruntime runs at every shape. Each symbol and each list is written once per
+//! model.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{Exporter, Name};
+use crate::graph::Value;
+use crate::meta::{Dim, Factor, SymExpr};
+use crate::onnx::OnnxError;
+
+/// What has been written of symbols and lists, so each is written once.
+#[derive(Default)]
+pub(super) struct ShapeCache {
+    /// Where each symbol first appears as a whole dim: (value, axis).
+    sources: Option<HashMap<Arc<str>, (Value, usize)>>,
+    /// The `[1]` int64 value of each expression written.
+    exprs: HashMap<SymExpr, Name>,
+    /// The 1-D value of each list written.
+    lists: HashMap<Vec<SymExpr>, Name>,
+}
+
+impl Exporter<'_> {
+    /// Where each symbol of the graph is first a whole dim: the graph inputs first,
+    /// then the nodes' outputs in order (data-dependent sizes).
+    fn symbol_sources(&self) -> HashMap<Arc<str>, (Value, usize)> {
+        let mut out = HashMap::new();
+        let mut note = |v: Value, shape: &[Dim]| {
+            for (axis, d) in shape.iter().enumerate() {
+                if let Dim::Sym(s) = d {
+                    out.entry(s.clone()).or_insert((v, axis));
+                }
+            }
+        };
+        for &id in self.graph.inputs() {
+            if let Some(n) = self.graph.node(id) {
+                note(Value::from(id), n.outputs()[0].shape.dims());
+            }
+        }
+        for &id in &self.order {
+            if let Some(n) = self.graph.node(id) {
+                for (o, m) in n.outputs().iter().enumerate() {
+                    note(Value::new(id, o as u32), m.shape.dims());
+                }
+            }
+        }
+        out
+    }
+
+    /// The 1-D int64 value `[size of symbol]`.
+    fn symbol(&mut self, s: &Arc<str>) -> Result<Name, OnnxError> {
+        let key = SymExpr::sym_arc(s.clone());
+        if let Some(&n) = self.shapes.exprs.get(&key) {
+            return Ok(n);
+        }
+        if self.shapes.sources.is_none() {
+            self.shapes.sources = Some(self.symbol_sources());
+        }
+        let source = self.shapes.sources.as_ref().and_then(|m| m.get(s)).copied();
+        let Some((v, axis)) = source else {
+            return Err(self.err(format!(
+                "symbol `{s}` is no dim of any graph input or node output, so its size cannot be read at run time"
+            )));
+        };
+        let of = self.name_of(v)?;
+        let shape = self.tmp("shape");
+        self.push("Shape", &[of], &[shape], &[]);
+        let index = self.init_ints("axis", &[axis as i64])?;
+        let dim = self.tmp(s);
+        self.push("Gather", &[shape, index], &[dim], &[super::a_int("axis", 0)]);
+        self.shapes.exprs.insert(key, dim);
+        Ok(dim)
+    }
+
+    /// The 1-D int64 value `[e]`.
+    pub(super) fn sym_expr(&mut self, e: &SymExpr) -> Result<Name, OnnxError> {
+        if let Some(&n) = self.shapes.exprs.get(e) {
+            return Ok(n);
+        }
+        if let Some(c) = e.as_const() {
+            return self.init_ints("dim", &[c]);
+        }
+        if let Some(s) = e.as_sym() {
+            return self.symbol(&s.clone());
+        }
+        let mut sum: Option<Name> = None;
+        let terms: Vec<(i64, Vec<Factor<'_>>)> = e.terms().collect();
+        for (coeff, factors) in terms {
+            let mut product: Option<Name> = None;
+            for f in factors {
+                let v = match f {
+                    Factor::Sym(s) => self.symbol(&s.clone())?,
+                    Factor::FloorDiv(x, d) => {
+                        // ONNX integer division truncates; dims are never negative.
+                        let x = self.sym_expr(&x.clone())?;
+                        let d = self.init_ints("divisor", &[d])?;
+                        self.binary("Div", x, d)
+                    }
+                    Factor::Min(a, b) | Factor::Max(a, b) => {
+                        let op = if matches!(f, Factor::Min(..)) { "Min" } else { "Max" };
+                        let (a, b) = (a.clone(), b.clone());
+                        let a = self.sym_expr(&a)?;
+                        let b = self.sym_expr(&b)?;
+                        self.binary(op, a, b)
+                    }
+                };
+                product = Some(match product {
+                    None => v,
+                    Some(p) => self.binary("Mul", p, v),
+                });
+            }
+            let term = match product {
+                None => self.init_ints("dim", &[coeff])?,
+                Some(p) if coeff == 1 => p,
+                Some(p) => {
+                    let c = self.init_ints("coeff", &[coeff])?;
+                    self.binary("Mul", p, c)
+                }
+            };
+            sum = Some(match sum {
+                None => term,
+                Some(s) => self.binary("Add", s, term),
+            });
+        }
+        let v = match sum {
+            Some(v) => v,
+            None => self.init_ints("dim", &[0])?,
+        };
+        self.shapes.exprs.insert(e.clone(), v);
+        Ok(v)
+    }
+
+    /// The 1-D int64 value holding `values`.
+    pub(super) fn sym_list(&mut self, values: &[SymExpr]) -> Result<Name, OnnxError> {
+        if let Some(&n) = self.shapes.lists.get(values) {
+            return Ok(n);
+        }
+        if let Some(c) = values.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+            return self.init_ints("shape", &c);
+        }
+        let parts = values
+            .iter()
+            .map(|e| self.sym_expr(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self.tmp("shape");
+        self.push("Concat", &parts, &[out], &[super::a_int("axis", 0)]);
+        self.shapes.lists.insert(values.to_vec(), out);
+        Ok(out)
+    }
+
+    /// The int64 scalar value `e`.
+    pub(super) fn sym_scalar(&mut self, e: &SymExpr) -> Result<Name, OnnxError> {
+        if let Some(c) = e.as_const() {
+            return Ok(self.init_i64("scalar", c));
+        }
+        let v = self.sym_expr(e)?;
+        let empty = self.init_ints("scalar_shape", &[])?;
+        let out = self.tmp("scalar");
+        self.push("Reshape", &[v, empty], &[out], &[]);
+        Ok(out)
+    }
+
+    fn binary(&mut self, op: &str, a: Name, b: Name) -> Name {
+        let out = self.tmp(&op.to_ascii_lowercase());
+        self.push(op, &[a, b], &[out], &[]);
+        out
+    }
+}
