@@ -357,7 +357,7 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
         return None;
     }
     let unode = g.node(user)?;
-    let bias = *unode.operands().get(1 - slot as usize)?;
+    let bias = *unode.operands().get(1usize.checked_sub(slot as usize)?)?;
     match unode.op_name() {
         "add" if unode.operands().len() == 2 && is_column_bias(g, product, bias) => {}
         // The generated bias + GELU (erf form) holds the bias itself: `x` is operand 0.
