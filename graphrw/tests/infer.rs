@@ -4,6 +4,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
 use graphrw::ops::{self, AttrValue, OpClass};
+use graphrw::meta::SymExpr;
 use graphrw::{Builder, DType, Dim, Graph, GraphError, Shape, TensorMeta, Value};
 
 fn f32s(dims: &[u64]) -> TensorMeta {
@@ -93,6 +94,140 @@ fn symbolic_dims_broadcast() {
     assert_eq!(ok1("add", &[s.clone(), one], &[]), s);
     let known = f32s(&[3, 4]);
     assert_eq!(ok1("add", &[s, known.clone()], &[]), known);
+}
+
+fn sym(dims: &[&str]) -> TensorMeta {
+    TensorMeta::new(
+        DType::F32,
+        dims.iter()
+            .map(|d| match d.parse::<u64>() {
+                Ok(n) => Dim::Known(n),
+                Err(_) => Dim::sym(d),
+            })
+            .collect::<Shape>(),
+    )
+}
+
+fn e(name: &str) -> SymExpr {
+    SymExpr::sym(name)
+}
+
+/// Decoder steps exported by dynamo: `reshape(x, [-1, 1, 4, 16])` of `[batch, 1, 64]` is
+/// `[batch, 1, 4, 16]`, not a fresh symbol, so the query's batch is the key's.
+#[test]
+fn reshape_infers_the_minus_one_as_an_expression() {
+    let out = ok1(
+        "reshape",
+        &[sym(&["batch", "1", "64"])],
+        &[("shape", AttrValue::Ints(vec![-1, 1, 4, 16]))],
+    );
+    assert_eq!(out, sym(&["batch", "1", "4", "16"]));
+    let heads = ok1(
+        "reshape",
+        &[sym(&["batch", "seq", "768"])],
+        &[(
+            "shape",
+            AttrValue::Dims(vec![e("batch"), e("seq"), SymExpr::int(12), SymExpr::int(-1)]),
+        )],
+    );
+    assert_eq!(heads, sym(&["batch", "seq", "12", "64"]));
+    let merged = ok1(
+        "reshape",
+        &[sym(&["batch", "12", "seq", "64"])],
+        &[("shape", AttrValue::Ints(vec![-1, 64]))],
+    );
+    assert_eq!(merged.shape.dims()[0].to_string(), "batch*seq*12");
+    assert!(err(
+        "reshape",
+        &[sym(&["batch", "seq", "768"])],
+        &[("shape", AttrValue::Dims(vec![e("batch"), e("seq"), SymExpr::int(700)]))],
+    )
+    .contains("cannot reshape"));
+}
+
+#[test]
+fn concat_of_a_cache_and_new_keys_is_their_sum() {
+    let out = ok1(
+        "concat",
+        &[sym(&["batch", "4", "past", "16"]), sym(&["batch", "4", "1", "16"])],
+        &[("dim", AttrValue::Int(2))],
+    );
+    assert_eq!(out.shape.dims()[2].to_string(), "past + 1");
+    let chunk = ok1(
+        "concat",
+        &[sym(&["batch", "4", "past", "16"]), sym(&["batch", "4", "seq", "16"])],
+        &[("dim", AttrValue::Int(2))],
+    );
+    let total = e("past").add(&e("seq")).expect("sum");
+    assert_eq!(chunk.shape.dims()[2], Dim::from_expr(total).expect("a dim"));
+}
+
+#[test]
+fn a_symbol_broadcasts_against_one_and_an_expression_against_another_dim_is_an_error() {
+    let scores = sym(&["batch", "4", "seq", "16"]);
+    assert_eq!(ok1("add", &[scores.clone(), sym(&["batch", "1", "1", "16"])], &[]), scores);
+    let kv = ok1(
+        "concat",
+        &[sym(&["batch", "past"]), sym(&["batch", "seq"])],
+        &[("dim", AttrValue::Int(1))],
+    );
+    let msg = err("add", &[sym(&["batch", "seq"]), kv], &[]);
+    assert!(msg.contains("seq") && msg.contains("past + seq"), "{msg}");
+}
+
+#[test]
+fn symbolic_sources_slices_and_expands() {
+    let full = ok1(
+        "full",
+        &[],
+        &[
+            ("size", AttrValue::Dims(vec![e("seq"), e("seq")])),
+            ("value", AttrValue::Float(0.0)),
+        ],
+    );
+    assert_eq!(full, sym(&["seq", "seq"]));
+    let range = ok1(
+        "arange",
+        &[],
+        &[("end", AttrValue::Sym(e("seq"))), ("dtype", AttrValue::DType(DType::I64))],
+    );
+    assert_eq!(range.shape.dims(), &[Dim::sym("seq")]);
+    let table = f32s(&[512, 64]);
+    let rows = ok1(
+        "slice",
+        &[table],
+        &[
+            ("dim", AttrValue::Int(0)),
+            ("start", AttrValue::Int(0)),
+            ("end", AttrValue::Sym(e("seq"))),
+        ],
+    );
+    assert_eq!(rows, sym(&["seq", "64"]));
+    let last = ok1(
+        "slice",
+        &[sym(&["seq", "64"])],
+        &[
+            ("dim", AttrValue::Int(0)),
+            ("start", AttrValue::Int(-1)),
+            ("end", AttrValue::Int(i64::MAX)),
+        ],
+    );
+    assert_eq!(last, sym(&["1", "64"]));
+    let wide = ok1(
+        "expand",
+        &[sym(&["batch", "1", "1", "seq"])],
+        &[("size", AttrValue::Dims(vec![e("batch"), SymExpr::int(1), e("seq"), e("seq")]))],
+    );
+    assert_eq!(wide, sym(&["batch", "1", "seq", "seq"]));
+    assert!(err(
+        "full",
+        &[],
+        &[
+            ("size", AttrValue::Dims(vec![e("seq").neg().expect("neg")])),
+            ("value", AttrValue::Float(0.0)),
+        ],
+    )
+    .contains("negative"));
 }
 
 #[test]

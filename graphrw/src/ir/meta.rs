@@ -57,11 +57,14 @@ impl Dim {
         }
     }
 
-    /// The dim an expression stands for, in simplest form; `None` for a negative
-    /// constant (no size).
+    /// The dim an expression stands for, in simplest form; `None` for an expression
+    /// that is negative for every binding (no size).
     pub fn from_expr(e: SymExpr) -> Option<Dim> {
         if let Some(n) = e.as_const() {
             return u64::try_from(n).ok().map(Dim::Known);
+        }
+        if matches!(e.sign(), Sign::Negative | Sign::NonPositive) {
+            return None;
         }
         if let Some(s) = e.as_sym() {
             return Some(Dim::Sym(s.clone()));

@@ -1654,7 +1654,26 @@ impl<'m> Importer<'m> {
             .map(|s| s.kind)
             .ok_or_else(|| at.err(format!("`{}` has no attribute `{}`", def.name, a.ours)))?;
         let input = a.place.input_at(self.opset);
+        // An int input computed from shapes (`Trilu`'s `k` of a cache's length) is a
+        // symbolic attribute.
+        let symbolic = match (input, a.kind) {
+            (Some(i), OnnxKind::Int | OnnxKind::Ints) => match self.const_ints(at, i, a.onnx) {
+                Ok(_) => None,
+                Err(e) => match self.shape_arg(at, i, a.onnx) {
+                    Ok(Some(v)) => Some(v),
+                    _ => return Err(e),
+                },
+            },
+            _ => None,
+        };
         let given = match (input, a.kind) {
+            _ if symbolic.is_some() => match (symbolic, a.kind) {
+                (Some(v), OnnxKind::Int) if v.len() == 1 => {
+                    Some(AttrValue::sym_int(v.into_iter().next().unwrap_or_default()))
+                }
+                (Some(v), OnnxKind::Ints) => Some(AttrValue::sym_ints(v)),
+                _ => return Err(at.err(format!("{} input must hold one value", a.onnx))),
+            },
             (Some(i), OnnxKind::Int) => match self.const_ints(at, i, a.onnx)? {
                 None => None,
                 Some(v) if v.len() == 1 => Some(AttrValue::Int(v[0])),

@@ -245,10 +245,15 @@ fn sizes(a: &Attrs, name: &str) -> Result<Shape, InferError> {
     let v = a.sym_ints(name)?;
     v.iter()
         .map(|e| match Dim::from_expr(e.clone()) {
-            Some(d) if !matches!(e.sign(), Sign::Negative) => Ok(d),
+            Some(d) if !negative(e) => Ok(d),
             _ => Err(InferError(format!("`{name}` has a negative size {e}"))),
         })
         .collect()
+}
+
+/// True when `e` is below zero for every binding but the all-zero one (no size).
+fn negative(e: &SymExpr) -> bool {
+    matches!(e.sign(), Sign::Negative | Sign::NonPositive) && e.as_const() != Some(0)
 }
 
 /// `sym_ints(values, scalar)`: the dims in `values` as an i64 tensor, 1-D or (with
@@ -498,7 +503,7 @@ fn reshape_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
             out.push(Dim::Known(1));
             continue;
         }
-        let Some(d) = Dim::from_expr(e.clone()).filter(|_| e.sign() != Sign::Negative)
+        let Some(d) = Dim::from_expr(e.clone()).filter(|_| !negative(e))
         else {
             infer_bail!("reshape target {} has a negative size {e}", AttrValue::Dims(target.to_vec()));
         };
@@ -570,7 +575,7 @@ fn expand_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
             }
             continue;
         }
-        let Some(d) = Dim::from_expr(e.clone()).filter(|_| e.sign() != Sign::Negative)
+        let Some(d) = Dim::from_expr(e.clone()).filter(|_| !negative(e))
         else {
             infer_bail!("expand: negative size {e}");
         };
