@@ -333,7 +333,7 @@ fn inputs_that_do_not_fit_are_rejected_before_running() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("input y") && e.contains("dim `n` is 2 here but 3"),
+        e.contains("input y") && e.contains("symbol `n` is 2 here but was bound to 3"),
         "{e}"
     );
     let e = p

@@ -236,6 +236,8 @@ fn every_differentiable_op_is_checked_here() {
         "cross_entropy_backward",
         // An ONNX op graphrw does not model: no meaning, so no gradient.
         "opaque",
+        // Sizes known at run time: integers, no gradient.
+        "sym_ints",
     ];
     // `where` is spelled `where_` in Rust: "where".
     let source = include_str!("grad_ops.rs");

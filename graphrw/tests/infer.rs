@@ -146,6 +146,28 @@ fn reshape_infers_the_minus_one_as_an_expression() {
 }
 
 #[test]
+fn sym_ints_is_an_i64_list_or_scalar() {
+    let list = ok1(
+        "sym_ints",
+        &[],
+        &[("values", AttrValue::Dims(vec![e("batch"), e("seq").scale(12).expect("12 seq")]))],
+    );
+    assert_eq!(list, meta(DType::I64, &[2]));
+    let scalar = ok1(
+        "sym_ints",
+        &[],
+        &[("values", AttrValue::Dims(vec![e("seq")])), ("scalar", AttrValue::Bool(true))],
+    );
+    assert_eq!(scalar, meta(DType::I64, &[]));
+    assert!(err(
+        "sym_ints",
+        &[],
+        &[("values", AttrValue::Ints(vec![1, 2])), ("scalar", AttrValue::Bool(true))],
+    )
+    .contains("one value"));
+}
+
+#[test]
 fn concat_of_a_cache_and_new_keys_is_their_sum() {
     let out = ok1(
         "concat",

