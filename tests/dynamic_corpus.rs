@@ -112,6 +112,7 @@ fn dynamic_exports_import_with_no_opaque_op_and_symbolic_inputs() {
         let (name, g) = (short(&dir), load(&dir));
         let opaque: Vec<String> = g
             .topo_order()
+            .expect("acyclic")
             .into_iter()
             .filter_map(|id| g.node(id))
             .filter(|n| n.op_name() == "opaque")
