@@ -454,8 +454,13 @@ pub(super) mod tests {
         }
     }
 
+    /// Whether the CPU has AVX2+FMA (the packed paths' least); prints the skip where not.
     fn has_avx2_fma() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        let has = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if !has {
+            println!("SKIPPED: the packed SDPA paths need AVX2 and FMA");
+        }
+        has
     }
 
     /// The packed path against the reference and against the unpacked path: sizes 1,
@@ -469,12 +474,11 @@ pub(super) mod tests {
     #[test]
     fn packed_matches_reference_and_unpacked() {
         if !has_avx2_fma() {
-            eprintln!("skipped: the CPU has no AVX2+FMA");
             return;
         }
         let avx512 = super::super::avx512::available();
         if !avx512 {
-            eprintln!("note: no AVX-512 F/BW/BF16: the best packed path is the AVX2 one");
+            println!("SKIPPED: the AVX-512 packed SDPA paths need AVX-512 F, BW and BF16 (tested the AVX2 one as the best)");
         }
         let mut seed = 1;
         for (sq, skv) in [
