@@ -225,7 +225,8 @@ mod tests {
         assert!(max_abs_diff_tensor(&a, &b).is_err());
         assert!(check_close_tensor(&a, &b, Tol::scaled(1.0)).is_err());
         assert_eq!(max_abs_diff_tensor(&a, &a), Ok(0.0));
-        assert!(max_abs_diff_tensors(&[a.clone()], &[a.clone(), a.clone()]).is_err());
-        assert_eq!(max_abs_diff_tensors(&[a.clone()], &[a]), Ok(0.0));
+        assert!(max_abs_diff_tensors(std::slice::from_ref(&a), &[a.clone(), a.clone()]).is_err());
+        let one = std::slice::from_ref(&a);
+        assert_eq!(max_abs_diff_tensors(one, one), Ok(0.0));
     }
 }

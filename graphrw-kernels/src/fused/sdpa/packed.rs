@@ -454,11 +454,16 @@ pub(super) mod tests {
         }
     }
 
-    /// Whether the CPU has AVX2+FMA (the packed paths' least); prints the skip where not.
+    /// Whether the packed paths run: the CPU has AVX2+FMA (their least) and
+    /// `GRAPHRW_SDPA_BASELINE` does not force the portable loops (which the integration
+    /// tests then test); prints the skip where not.
     fn has_avx2_fma() -> bool {
         let has = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
         if !has {
             println!("SKIPPED: the packed SDPA paths need AVX2 and FMA");
+        } else if std::env::var_os("GRAPHRW_SDPA_BASELINE").is_some() {
+            println!("SKIPPED: the packed SDPA paths need GRAPHRW_SDPA_BASELINE unset");
+            return false;
         }
         has
     }
