@@ -70,7 +70,7 @@ fn llama_corpus_attention_reads_unrepeated_kv_heads() {
             .run(&inputs(&dir))
             .expect("run")
             .0;
-        assert_close_tensor(&got[0], &want, Tol::new(1e-4, 1e-3), &model);
+        assert_close_tensor(&got[0], &want, Tol::new(1e-4, 1e-3), model);
     }
 }
 

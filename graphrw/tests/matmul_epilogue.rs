@@ -477,7 +477,8 @@ fn packing_here() -> bool {
     let gemm = std::arch::is_x86_feature_detected!("avx512f");
     #[cfg(not(target_arch = "x86_64"))]
     let gemm = false;
-    gemm && !std::env::var_os("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1")
+    let off = std::env::var_os("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1");
+    gemm && !off
 }
 
 /// f32 weights are packed at their first run (where the CPU has the packed GEMM) and
@@ -544,7 +545,7 @@ fn no_packed_weights_switch_turns_packing_off() {
 /// here; the test above packs the same MLP's weights at 2 x 40).
 #[test]
 fn weights_of_products_with_few_rows_are_not_packed() {
-    assert!(2 * 20 < graphrw_kernels::cpu::PackedWeight::MIN_ROWS);
+    const _: () = assert!(2 * 20 < graphrw_kernels::cpu::PackedWeight::MIN_ROWS);
     let (g, inputs) = mlp(DType::F32, 20, 64, 96, "tanh");
     let (want, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
     let epilogue = Arc::new(EpilogueCpu::default());
