@@ -231,12 +231,10 @@ fn run(
     best.ok_or_else(|| "no run".into())
 }
 
+/// The largest `|a - b|` over all outputs; infinite where one side has a NaN or an
+/// infinity the other lacks, or the shapes differ (a NaN difference is not hidden).
 fn max_diff(a: &[Tensor], b: &[Tensor]) -> f64 {
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| x.to_f64_vec().into_iter().zip(y.to_f64_vec()))
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f64, f64::max)
+    graphrw::kernels::testing::compare::max_abs_diff_tensors(a, b).unwrap_or(f64::INFINITY)
 }
 
 /// Writes `t` as a `.npy` file (bf16 as f32, which numpy lacks).

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use graphrw::exec::{default_stack, plan, run_reference, FUSED_CPU};
 use graphrw::{onnx, rules, verify, Tensor};
+use graphrw_kernels::testing::compare::{check_close_tensor, Tol};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
@@ -43,16 +44,9 @@ fn inputs(dir: &Path) -> Vec<Tensor> {
     v
 }
 
-fn max_err(a: &Tensor, b: &Tensor) -> (f64, bool) {
-    let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
-    let mut worst = 0.0f64;
-    let mut ok = a.shape() == b.shape();
-    for (p, q) in x.iter().zip(&y) {
-        let e = (p - q).abs();
-        worst = worst.max(e);
-        ok &= e <= 1e-4 + 1e-3 * q.abs();
-    }
-    (worst, ok)
+/// `a` against the reference `b` within `1e-4 + 1e-3 |b|`: the mismatch, if any.
+fn mismatch(a: &Tensor, b: &Tensor) -> Option<String> {
+    check_close_tensor(a, b, Tol::new(1e-4, 1e-3)).err()
 }
 
 #[test]
@@ -113,22 +107,16 @@ fn every_attention_site_of_the_corpus_is_fused_and_outputs_match() {
             .unwrap()
             .1;
         let got = run_reference(&g, &inputs(&dir)).unwrap_or_else(|e| panic!("{model}: {e}"));
-        let (err, ok) = max_err(&got[0], &expected);
-        if !ok {
-            failures.push(format!(
-                "{model}: max error {err:e} after fusion (decomposed attention)"
-            ));
+        if let Some(e) = mismatch(&got[0], &expected) {
+            failures.push(format!("{model}: {e} after fusion (decomposed attention)"));
         }
         // The same graph with the fused CPU kernel claiming every attention node.
         let p = plan(&g, &default_stack()).unwrap();
         let claimed = p.assignments().filter(|(_, e)| *e == FUSED_CPU).count();
         assert_eq!(claimed, sites, "{model}: fused kernel runs every site\n{p}");
         let got = p.run(&inputs(&dir)).unwrap().0;
-        let (err, ok) = max_err(&got[0], &expected);
-        if !ok {
-            failures.push(format!(
-                "{model}: max error {err:e} after fusion (fused kernel)"
-            ));
+        if let Some(e) = mismatch(&got[0], &expected) {
+            failures.push(format!("{model}: {e} after fusion (fused kernel)"));
         }
     }
     println!("{}", causal.join("\n"));

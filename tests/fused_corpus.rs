@@ -11,6 +11,7 @@ use graphrw::exec::{generated_executor, GENERATED_CPU};
 use graphrw::exec::{plan, Executor, FusedCpu, ReferenceCpu};
 use graphrw::generated::fuse_kernels;
 use graphrw::{onnx, rules, verify, Tensor};
+use graphrw_kernels::testing::compare::{check_close_tensor, Tol};
 
 const MODELS: [&str; 8] = [
     "bert_eager",
@@ -102,19 +103,8 @@ fn fused_kernels_fire_on_the_corpus_and_outputs_match() {
         let (_, want) =
             onnx::read_tensor_pb(dir.join("test_data_set_0/output_0.pb")).expect("output");
         let got = out.remove(0);
-        assert_eq!(got.shape(), want.shape(), "{model}");
-        for (i, (g, w)) in got
-            .to_f64_vec()
-            .into_iter()
-            .zip(want.to_f64_vec())
-            .enumerate()
-        {
-            if (g - w).abs() > 1e-4 + 1e-3 * w.abs() {
-                failures.push(format!(
-                    "{model}: element {i} is {g}, onnxruntime gives {w}"
-                ));
-                break;
-            }
+        if let Err(e) = check_close_tensor(&got, &want, Tol::new(1e-4, 1e-3)) {
+            failures.push(format!("{model}: {e} (the reference is onnxruntime's)"));
         }
     }
     println!("fused nodes over the corpus: {total:?}");

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use graphrw::exec::{default_stack, plan, run_reference};
 use graphrw::{onnx, rules, verify, Builder, DType, Graph, Tensor, TensorMeta, Var};
+use graphrw_kernels::testing::compare::{assert_close_tensor, Tol};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
@@ -69,13 +70,7 @@ fn llama_corpus_attention_reads_unrepeated_kv_heads() {
             .run(&inputs(&dir))
             .expect("run")
             .0;
-        let worst = got[0]
-            .to_f64_vec()
-            .iter()
-            .zip(want.to_f64_vec())
-            .map(|(a, b)| (a - b).abs() - 1e-3 * b.abs())
-            .fold(0.0f64, f64::max);
-        assert!(worst <= 1e-4, "{model}: beyond tolerance by {worst:e}");
+        assert_close_tensor(&got[0], &want, Tol::new(1e-4, 1e-3), model);
     }
 }
 
@@ -157,15 +152,11 @@ fn planted_repeat_kv_becomes_enable_gqa() {
                     .0,
             ),
         ] {
-            let worst = got[0]
-                .to_f64_vec()
-                .iter()
-                .zip(want[0].to_f64_vec())
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f64, f64::max);
-            assert!(
-                worst <= 1e-5,
-                "masked {masked}, {what}: differs by {worst:e}"
+            assert_close_tensor(
+                &got[0],
+                &want[0],
+                Tol::new(1e-5, 0.0),
+                &format!("masked {masked}, {what}"),
             );
         }
     }

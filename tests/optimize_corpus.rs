@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use graphrw::exec::GENERATED_CPU;
 use graphrw::exec::{default_stack, plan, reference_stack, EPILOGUE_CPU, FUSED_CPU};
 use graphrw::{onnx, rules, verify, Tensor};
+use graphrw_kernels::testing::compare::{check_close_tensor, Tol};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
@@ -37,23 +38,6 @@ fn inputs(dir: &Path) -> Vec<Tensor> {
         .take_while(|p| p.exists())
         .map(|p| onnx::read_tensor_pb(&p).expect("input").1)
         .collect()
-}
-
-/// The largest excess over the tolerance (<= 0 when within it).
-fn excess(got: &Tensor, want: &Tensor) -> f64 {
-    assert_eq!(got.shape(), want.shape());
-    got.to_f64_vec()
-        .iter()
-        .zip(want.to_f64_vec())
-        .map(|(g, w)| {
-            let d = (g - w).abs();
-            if d.is_nan() {
-                f64::INFINITY
-            } else {
-                d - (1e-4 + 1e-3 * w.abs())
-            }
-        })
-        .fold(f64::NEG_INFINITY, f64::max)
 }
 
 #[test]
@@ -139,9 +123,8 @@ fn the_default_pipeline_on_every_corpus_model() {
                 .run(&x)
                 .unwrap_or_else(|e| panic!("{model} ({what}): {e}"))
                 .0;
-            let e = excess(&got[0], &want);
-            if e > 0.0 {
-                failures.push(format!("{model} ({what}): beyond tolerance by {e:e}"));
+            if let Err(e) = check_close_tensor(&got[0], &want, Tol::new(1e-4, 1e-3)) {
+                failures.push(format!("{model} ({what}): {e}"));
             }
         }
     }

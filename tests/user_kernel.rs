@@ -13,6 +13,7 @@ use graphrw::grad::{grad_with, Cotangents, GradRegistry};
 use graphrw::onnx::{load_bytes, to_bytes};
 use graphrw::Kernels;
 use graphrw::{fused_kernel, Builder, DType, Graph, Tensor, TensorMeta, Value};
+use graphrw_kernels::testing::compare;
 
 fused_kernel! {
     /// A gated activation: `x * sigmoid(gate * beta)` (`gate` broadcast along rows).
@@ -82,16 +83,7 @@ fn run(p: &Plan, x: &[Tensor]) -> Vec<Tensor> {
 }
 
 fn assert_close(what: &str, got: &[Tensor], want: &[Tensor], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: output count");
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g.shape(), w.shape(), "{what}: output {k} shape");
-        for (i, (a, b)) in g.to_f64_vec().into_iter().zip(w.to_f64_vec()).enumerate() {
-            assert!(
-                (a - b).abs() <= tol * (1.0 + b.abs()),
-                "{what}: output {k} element {i} is {a}, expected {b}"
-            );
-        }
-    }
+    compare::assert_close_tensors(got, want, compare::Tol::scaled(tol), what);
 }
 
 /// The ops of `p`'s graph that `executor` runs, with their count.

@@ -394,6 +394,101 @@ fn run_profile_lists_the_time_of_each_op() {
     assert!(!plain.contains("(outside kernels)"), "{plain}");
 }
 
+/// The op names of `run --profile`'s table (the first word of each row with a share).
+fn profile_ops(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.split_whitespace().any(|w| w.ends_with('%')))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// `run --executors reference` runs the graph as loaded on the reference kernels: its
+/// timing line names the reference stack, its outputs are within tolerance, and its
+/// profile shows the ops as loaded (no fused attention, which the default stack runs).
+#[test]
+fn run_executors_reference_runs_the_graph_as_loaded() {
+    let dir = corpus("gpt2_sdpa");
+    let out = ok(&[
+        "run",
+        dir.to_str().unwrap(),
+        "--executors",
+        "reference",
+        "--profile",
+    ]);
+    assert!(out.contains("[reference]: best of 1"), "{out}");
+    assert!(!out.contains("[default]"), "{out}");
+    assert!(out.contains("all outputs within tolerance"), "{out}");
+    let ops = profile_ops(&out);
+    assert!(ops.iter().any(|op| op == "matmul"), "no matmul row:\n{out}");
+    assert!(
+        !ops.iter().any(|op| op == "scaled_dot_product_attention"),
+        "the reference stack ran fused attention:\n{out}"
+    );
+    let fast = ok(&["run", dir.to_str().unwrap(), "--profile"]);
+    assert!(
+        profile_ops(&fast)
+            .iter()
+            .any(|op| op == "scaled_dot_product_attention"),
+        "the default stack did not fuse attention:\n{fast}"
+    );
+}
+
+/// The difference `run --compare` prints for one test data set: `max |a - b| X`.
+fn compared(out: &str, first: &str, second: &str) -> f64 {
+    let key = format!("max |{first} - {second}| ");
+    let line = out
+        .lines()
+        .find(|l| l.contains(&key))
+        .unwrap_or_else(|| panic!("no `{key}` line:\n{out}"));
+    let rest = &line[line.find(&key).expect("found") + key.len()..];
+    let number = rest.split([',', ' ']).next().unwrap_or_default();
+    number
+        .parse()
+        .unwrap_or_else(|_| panic!("`{number}` is not a number in {line}"))
+}
+
+/// `run --compare` runs both stacks (the chosen one first) and prints each one's timing
+/// line, their max difference (small and finite: both run the same model) and the
+/// time ratio.
+#[test]
+fn run_compare_runs_both_stacks_and_prints_their_difference() {
+    let dir = corpus("gpt2_sdpa");
+    for (first, second) in [("default", "reference"), ("reference", "default")] {
+        let out = ok(&[
+            "run",
+            dir.to_str().unwrap(),
+            "--executors",
+            first,
+            "--compare",
+        ]);
+        let at = |stack: &str| {
+            out.find(&format!("[{stack}]: best of 1"))
+                .unwrap_or_else(|| panic!("no {stack} timing line:\n{out}"))
+        };
+        assert!(at(first) < at(second), "{first} runs first:\n{out}");
+        let diff = compared(&out, first, second);
+        assert!(
+            diff.is_finite() && (0.0..1e-3).contains(&diff),
+            "max difference {diff}:\n{out}"
+        );
+        let ratio_key = format!("time {first} / {second} ");
+        let ratio: f64 = out
+            .lines()
+            .find_map(|l| {
+                Some(
+                    l[l.find(&ratio_key)? + ratio_key.len()..]
+                        .trim()
+                        .to_string(),
+                )
+            })
+            .unwrap_or_else(|| panic!("no `{ratio_key}`:\n{out}"))
+            .parse()
+            .expect("a time ratio");
+        assert!(ratio.is_finite() && ratio > 0.0, "ratio {ratio}:\n{out}");
+        assert!(out.contains("all outputs within tolerance"), "{out}");
+    }
+}
+
 #[test]
 fn bad_arguments_are_usage_errors() {
     usage_error(&[]);

@@ -15,6 +15,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use graphrw::kernels::testing::compare;
 use graphrw::onnx::proto::{
     attribute_type, data_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto,
     NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto,
@@ -217,15 +218,12 @@ fn expected() -> Vec<f64> {
 }
 
 fn assert_close(got: &Tensor, what: &str) {
-    let got = got.to_f64_vec();
-    let want = expected();
-    assert_eq!(got.len(), want.len(), "{what}: output size");
-    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-4 + 1e-4 * w.abs(),
-            "{what}: element {k}: got {g}, want {w}"
-        );
-    }
+    compare::assert_close(
+        &got.to_f64_vec(),
+        &expected(),
+        compare::Tol::new(1e-4, 1e-4),
+        what,
+    );
 }
 
 /// Where an external initialiser's bytes are: (location, offset, length).
@@ -399,12 +397,16 @@ fn cli_optimize_huge_weights_loads_in_onnxruntime() {
     assert!(stdout.contains("copied as file ranges"), "{stdout}");
     check_output(&out, "cli");
     match peak_kib(&stderr) {
-        // Memory, not time: a tenth of the weights is the bound, and touching
-        // the table (reading or copying it through memory) would pass it tenfold.
-        Some(kib) => assert!(
-            kib * 1024 < W_BYTES / 10,
-            "graphrw optimize peaked at {kib} KiB for {W_BYTES} bytes of weights"
-        ),
+        // Memory, not time: `optimize` peaks at a few MB whatever the weights (the
+        // README's claim), held here under 32 MiB, a 70th of the weights; touching the
+        // table (reading or copying it through memory) would pass it seventyfold.
+        Some(kib) => {
+            println!("graphrw optimize peaked at {kib} KiB for {W_BYTES} bytes of weights");
+            assert!(
+                kib * 1024 < 32 << 20,
+                "graphrw optimize peaked at {kib} KiB for {W_BYTES} bytes of weights"
+            )
+        }
         None => println!("SKIPPED peak memory check: /usr/bin/time not available"),
     }
 
@@ -465,4 +467,121 @@ fn cli_optimize_huge_weights_loads_in_onnxruntime() {
     let z = Tensor::from_vec(vec![IDS.len(), D], z).expect("z tensor");
     assert_close(&z, "onnxruntime");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `graphrw run` on a model whose one projection reads all of a 256 MiB external f32
+/// weight (`y = x @ Wp + bp`, 64 rows, sparse file): the weight is mapped, not copied,
+/// and never packed (the epilogue executor leaves weights mapped from external data
+/// unpacked), so the run peaks at about the weights' size: at most 5% over it plus
+/// 64 MiB (the binary, threads and 2 MiB activations), where a copy or a packed copy
+/// would double it. The outputs match the test data. Memory, not time.
+#[test]
+fn cli_run_peaks_at_about_the_weights_size() {
+    const K: usize = 8192;
+    const N: usize = 8192;
+    const M: usize = 64;
+    const WP_BYTES: u64 = (K * N * 4) as u64;
+    /// The weight rows that hold data; the rest of the weight is a hole of zeros.
+    const ROWS_SET: [usize; 3] = [0, K / 2, K - 1];
+    let wp = |r: usize, c: usize| ((r * 5 + c * 3) % 17) as f32 * 0.1 - 0.8;
+    let bp = |c: usize| (c % 13) as f32 * 0.01;
+    let xv = |i: usize, r: usize| (i + 1) as f32 * 0.25 - r as f32 * 1e-5;
+
+    let dir = tmp_dir("run-peak");
+    let data_path = dir.join("model.onnx.data");
+    let mut data = File::create(&data_path).expect("data file");
+    for &r in &ROWS_SET {
+        data.seek(SeekFrom::Start((r * N * 4) as u64))
+            .expect("seek");
+        data.write_all(&le((0..N).map(|c| wp(r, c)))).expect("row");
+    }
+    data.seek(SeekFrom::Start(WP_BYTES)).expect("seek");
+    data.write_all(&le((0..N).map(bp))).expect("bias");
+    drop(data);
+    let model = ModelProto {
+        ir_version: 10,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 18,
+        }],
+        producer_name: "huge_weights test".into(),
+        graph: Some(GraphProto {
+            name: "projection".into(),
+            node: vec![
+                node("MatMul", "proj", &["x", "Wp"], &["h"]),
+                node("Add", "bias", &["h", "bp"], &["y"]),
+            ],
+            initializer: vec![
+                external("Wp", &[K as i64, N as i64], 0, WP_BYTES),
+                external("bp", &[N as i64], WP_BYTES, (N * 4) as u64),
+            ],
+            input: vec![value_info("x", data_type::FLOAT, &[M as i64, K as i64])],
+            output: vec![value_info("y", data_type::FLOAT, &[M as i64, N as i64])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    std::fs::write(dir.join("model.onnx"), model.encode_to_vec()).expect("model");
+
+    // Test data: x is zero but in the columns of the rows that hold data.
+    let mut x = vec![0f32; M * K];
+    for i in 0..M {
+        for &r in &ROWS_SET {
+            x[i * K + r] = xv(i, r);
+        }
+    }
+    let y: Vec<f32> = (0..M * N)
+        .map(|e| {
+            let (i, c) = (e / N, e % N);
+            let dot: f64 = ROWS_SET
+                .iter()
+                .map(|&r| xv(i, r) as f64 * wp(r, c) as f64)
+                .sum();
+            (dot + bp(c) as f64) as f32
+        })
+        .collect();
+    let set = dir.join("test_data_set_0");
+    std::fs::create_dir_all(&set).expect("test data dir");
+    let pb = |name: &str, dims: [usize; 2], values: Vec<f32>| {
+        TensorProto {
+            name: name.into(),
+            dims: dims.iter().map(|&d| d as i64).collect(),
+            data_type: data_type::FLOAT,
+            raw_data: le(values),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    std::fs::write(set.join("input_0.pb"), pb("x", [M, K], x)).expect("input");
+    std::fs::write(set.join("output_0.pb"), pb("y", [M, N], y)).expect("output");
+
+    let bin = env!("CARGO_BIN_EXE_graphrw");
+    if !Path::new("/usr/bin/time").exists() {
+        println!("SKIPPED: run's peak memory check needs /usr/bin/time");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let run = Command::new("/usr/bin/time")
+        .args(["-f", "PEAK_KIB=%M", bin, "run"])
+        .arg(&dir)
+        .output()
+        .expect("run graphrw");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        run.status.success(),
+        "graphrw run failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("all outputs within tolerance"), "{stdout}");
+    let kib = peak_kib(&stderr).unwrap_or_else(|| panic!("no peak in:\n{stderr}"));
+    let limit = WP_BYTES + WP_BYTES / 20 + (64 << 20);
+    println!(
+        "graphrw run peaked at {:.1}% of the weights ({kib} KiB for {WP_BYTES} bytes)",
+        (kib * 1024) as f64 / WP_BYTES as f64 * 100.0
+    );
+    assert!(
+        kib * 1024 <= limit,
+        "graphrw run peaked at {kib} KiB for {WP_BYTES} bytes of weights (limit {limit})"
+    );
 }

@@ -31,6 +31,7 @@ mod error;
 pub mod fused;
 pub mod mapped;
 mod tensor;
+pub mod testing;
 
 pub use dtype::DType;
 pub use element::{Element, IntElement, Real};

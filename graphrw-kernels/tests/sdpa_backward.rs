@@ -5,6 +5,7 @@
 
 use graphrw_kernels::fused::sdpa_backward::sdpa_backward;
 use graphrw_kernels::fused::{sdpa, FullyMaskedRows, SdpaOptions};
+use graphrw_kernels::testing::compare;
 use graphrw_kernels::{DType, Tensor};
 
 /// SplitMix64: deterministic inputs.
@@ -139,15 +140,12 @@ fn tolerance(dtype: DType) -> f64 {
 
 fn assert_close(got: &Tensor, want: &[f64], dtype: DType, what: &str) {
     assert_eq!(got.dtype(), dtype, "{what}");
-    let g = got.to_f64_vec();
-    assert_eq!(g.len(), want.len(), "{what}");
-    let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        assert!(
-            (a - b).abs() <= tolerance(dtype) * scale,
-            "{what}[{i}]: {a} vs {b} (scale {scale})"
-        );
-    }
+    let scale = want
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(1.0f64, |m, x| m.max(x.abs()));
+    let tol = compare::Tol::new(tolerance(dtype) * scale, 0.0);
+    compare::assert_close(&got.to_f64_vec(), want, tol, what);
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -3,6 +3,7 @@
 //! rows, edge sizes and errors.
 
 use graphrw_kernels::fused::{sdpa, FullyMaskedRows, SdpaOptions};
+use graphrw_kernels::testing::compare;
 use graphrw_kernels::{cpu, DType, KernelError, Tensor};
 
 /// SplitMix64: deterministic inputs.
@@ -53,22 +54,13 @@ fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
     assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
     let (atol, rtol) = tolerance(want.dtype());
-    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    let w = want.to_f64_vec();
     let scale = w
         .iter()
-        .filter(|x| !x.is_nan())
+        .filter(|x| x.is_finite())
         .fold(1.0f64, |m, x| m.max(x.abs()));
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        if b.is_nan() {
-            assert!(a.is_nan(), "{what}: element {i}: got {a}, want NaN");
-        } else {
-            let err = (a - b).abs();
-            assert!(
-                err <= atol * scale + rtol * b.abs(),
-                "{what}: element {i}: got {a}, want {b} (err {err:e})"
-            );
-        }
-    }
+    let tol = compare::Tol::new(atol * scale, rtol);
+    compare::assert_close(&got.to_f64_vec(), &w, tol, what);
 }
 
 /// The reference with NaN rows (fully masked) replaced by zeros.
@@ -632,40 +624,45 @@ fn errors_name_the_shapes() {
     ));
 }
 
-/// Where the CPU has AVX-512 F/BW/BF16 (and no switch in the environment says
-/// otherwise), [`sdpa`] runs the AVX-512 packed path, bf16 on its dot products, so the
-/// grids above test it; elsewhere the test says so and returns.
+/// [`sdpa`] runs the best kernel this CPU has, unless a switch in the environment says
+/// otherwise, so the grids above test it: the AVX-512 packed path (bf16 on its dot
+/// products) where the CPU has AVX-512 F/BW/BF16, the AVX2 packed path where it has
+/// AVX2+FMA only or `GRAPHRW_SDPA_NO_AVX512` is set, the unpacked AVX2 path with
+/// `GRAPHRW_SDPA_NO_PACK` (and for f64), and the portable loops without AVX2+FMA or
+/// with `GRAPHRW_SDPA_BASELINE`. Run with each switch set to test that fallback.
 #[test]
-fn avx512_path_is_selected_where_available() {
+fn best_available_path_is_selected() {
     use graphrw_kernels::fused::sdpa::{selected_kernel, SdpaKernel};
-    let switches = [
-        "GRAPHRW_SDPA_NO_PACK",
-        "GRAPHRW_SDPA_NO_AVX512",
-        "GRAPHRW_SDPA_BASELINE",
-    ];
-    if let Some(s) = switches.iter().find(|s| std::env::var_os(s).is_some()) {
-        eprintln!("skipped: {s} is set");
-        return;
-    }
+    let set = |name: &str| std::env::var_os(name).is_some();
     #[cfg(target_arch = "x86_64")]
-    {
-        let avx512 = is_x86_feature_detected!("avx512f")
+    let (avx512, avx2) = (
+        is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512bf16");
-        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-        if avx512 && avx2 {
-            assert_eq!(selected_kernel(DType::BF16), SdpaKernel::PackedAvx512Bf16);
-            assert_eq!(selected_kernel(DType::F32), SdpaKernel::PackedAvx512);
-            assert_eq!(selected_kernel(DType::F16), SdpaKernel::PackedAvx512);
-            assert_eq!(selected_kernel(DType::F64), SdpaKernel::Avx2);
-            return;
-        }
-        if avx2 {
-            assert_eq!(selected_kernel(DType::BF16), SdpaKernel::PackedAvx2);
-        }
-    }
-    eprintln!(
-        "note: no AVX-512 F/BW/BF16 here: the grids ran {:?}",
-        selected_kernel(DType::BF16)
+            && is_x86_feature_detected!("avx512bf16"),
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
     );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (avx512, avx2) = (false, false);
+    let expected = |dtype: DType| {
+        if !avx2 || set("GRAPHRW_SDPA_BASELINE") {
+            SdpaKernel::Plain
+        } else if set("GRAPHRW_SDPA_NO_PACK") || dtype == DType::F64 {
+            SdpaKernel::Avx2
+        } else if !avx512 || set("GRAPHRW_SDPA_NO_AVX512") {
+            SdpaKernel::PackedAvx2
+        } else if dtype == DType::BF16 {
+            SdpaKernel::PackedAvx512Bf16
+        } else {
+            SdpaKernel::PackedAvx512
+        }
+    };
+    for dtype in [DType::BF16, DType::F32, DType::F16, DType::F64] {
+        assert_eq!(selected_kernel(dtype), expected(dtype), "{dtype:?}");
+    }
+    if !avx512 {
+        println!(
+            "SKIPPED: the AVX-512 SDPA kernels need AVX-512 F, BW and BF16 (the grids ran {:?})",
+            selected_kernel(DType::F32)
+        );
+    }
 }

@@ -6,6 +6,7 @@
 use graphrw::exec::{default_stack, plan, run_reference};
 use graphrw::rules::causal::{mark_causal, CausalReport};
 use graphrw::{verify, Builder, DType, Graph, Tensor, TensorMeta, Var};
+use graphrw_kernels::testing::compare;
 
 const H: usize = 2;
 const D: usize = 8;
@@ -61,13 +62,7 @@ fn inputs(sq: usize, skv: usize) -> Vec<Tensor> {
 }
 
 fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
-    assert_eq!(got.shape(), want.shape(), "{what}");
-    for (i, (a, b)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-5 + 1e-5 * b.abs(),
-            "{what}: element {i}: {a} vs {b}"
-        );
-    }
+    compare::assert_close_tensor(got, want, compare::Tol::new(1e-5, 1e-5), what);
 }
 
 /// The attention node's `is_causal` and whether it still has a mask.

@@ -10,6 +10,7 @@ use graphrw::exec::{plan, Executor, ReferenceCpu};
 use graphrw::generated::{builtin, CudaLaunch, FusedKernel};
 use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Graph, Tensor, TensorMeta};
+use graphrw_kernels::testing::compare;
 
 struct Lcg(u64);
 impl Lcg {
@@ -85,20 +86,9 @@ fn reference() -> Vec<Arc<dyn Executor>> {
 }
 
 fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
-    assert_eq!(got.shape(), want.shape(), "{what}: shape");
     assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
-    for (i, (g, w)) in got
-        .to_f64_vec()
-        .into_iter()
-        .zip(want.to_f64_vec())
-        .enumerate()
-    {
-        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs());
-        assert!(
-            ok,
-            "{what}: element {i} is {g}, the decomposition gives {w}"
-        );
-    }
+    let what = format!("{what} (against the decomposition)");
+    compare::assert_close_tensor(got, want, compare::Tol::scaled(tol), &what);
 }
 
 fn check_kernel(k: &FusedKernel, rows: usize, n: usize, dtype: DType, rng: &mut Lcg) {

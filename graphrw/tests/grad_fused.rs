@@ -10,6 +10,7 @@ use grad_support::{data, fd_check, input};
 use graphrw::exec::{plan, Executor, FusedCpu, ReferenceCpu};
 use graphrw::grad::grad;
 use graphrw::{Builder, DType, Graph, Shape, Tensor, TensorMeta, Value, Var};
+use graphrw_kernels::testing::compare::max_abs_diff_tensor;
 
 fn bool_mask(shape: &[usize], seed: u64, keep_first_row_masked: bool) -> Tensor {
     let n: usize = shape.iter().product();
@@ -149,13 +150,11 @@ fn attention_backward(dtype: DType, a: Attn<'_>) -> (Graph, Vec<Tensor>) {
     (g, inputs)
 }
 
+/// The largest `|a - b|`; panics where the shapes differ or `a` is NaN or infinite where
+/// the reference `b` is not ([`max_abs_diff_tensor`]).
+#[track_caller]
 fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.shape(), b.shape());
-    a.to_f64_vec()
-        .iter()
-        .zip(b.to_f64_vec())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
+    max_abs_diff_tensor(a, b).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

@@ -10,6 +10,7 @@ use graphrw::exec::{
     MATMUL_EPILOGUE,
 };
 use graphrw::{verify, Builder, DType, Dim, Graph, Shape, Tensor, TensorMeta, Var};
+use graphrw_kernels::testing::compare::{assert_close_tensor, max_abs_diff_tensor, Tol};
 
 fn epilogue_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(EpilogueCpu::default()), Arc::new(ReferenceCpu)]
@@ -55,16 +56,11 @@ impl<'b> Projection<'b> {
     }
 }
 
-/// The largest difference from `exact` of each of `a` and `b`.
+/// The largest difference from `exact` of each of `a` and `b` (panics where either is
+/// NaN or infinite where `exact` is not, or has another shape).
+#[track_caller]
 fn errors(exact: &Tensor, a: &Tensor, b: &Tensor) -> (f64, f64) {
-    let e = exact.to_f64_vec();
-    let err = |t: &Tensor| {
-        t.to_f64_vec()
-            .iter()
-            .zip(&e)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f64, f64::max)
-    };
+    let err = |t: &Tensor| max_abs_diff_tensor(t, exact).unwrap_or_else(|e| panic!("{e}"));
     (err(a), err(b))
 }
 
@@ -88,14 +84,8 @@ fn check_against_reference(
     };
     assert_eq!(want.len(), got.len());
     for (i, (w, o)) in want.iter().zip(&got).enumerate() {
-        assert_eq!(w.shape(), o.shape(), "output {i}");
         assert_eq!(w.dtype(), o.dtype(), "output {i}");
-        for (a, b) in w.to_f64_vec().iter().zip(o.to_f64_vec()) {
-            assert!(
-                (a - b).abs() <= atol + rtol * a.abs(),
-                "output {i}: {a} vs {b}\n{p}"
-            );
-        }
+        assert_close_tensor(o, w, Tol::new(atol, rtol), &format!("output {i}\n{p}"));
     }
     let fused = p.assignments().filter(|&(_, e)| e == EPILOGUE_CPU).count();
     assert_eq!(
@@ -480,11 +470,30 @@ fn a_node_the_kernel_refuses_runs_through_its_decomposition() {
     assert_eq!(p.graph().op_counts().get("transpose"), Some(&1), "{p}");
 }
 
+/// Whether the epilogue executor packs weights here: the CPU has the packed GEMM
+/// (x86-64 with AVX-512F) and `GRAPHRW_NO_PACKED_WEIGHTS=1` does not turn it off.
+fn packing_here() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let gemm = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let gemm = false;
+    let off = std::env::var_os("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1");
+    gemm && !off
+}
+
 /// f32 weights are packed at their first run (where the CPU has the packed GEMM) and
 /// reused by the next: both runs agree with the reference stack, through the plain,
-/// residual-free MLP chains and the head-split QKV pieces (heads of 32 columns).
+/// residual-free MLP chains and the head-split QKV pieces (heads of 32 columns). Where
+/// the CPU lacks the packed GEMM, or `GRAPHRW_NO_PACKED_WEIGHTS=1`, nothing is packed
+/// and the results are the same.
 #[test]
 fn packed_weights_give_the_reference_results_run_after_run() {
+    if !packing_here() {
+        println!(
+            "SKIPPED: packing weights needs AVX-512F and no GRAPHRW_NO_PACKED_WEIGHTS=1 \
+             (checked: nothing is packed, the results match)"
+        );
+    }
     for (g, inputs) in [
         qkv_heads(DType::F32, 70, 2, 32),
         mlp(DType::F32, 40, 64, 96, "tanh"),
@@ -495,16 +504,54 @@ fn packed_weights_give_the_reference_results_run_after_run() {
         let p = plan(&g, &stack).unwrap();
         for run in 0..2 {
             let (got, _) = p.run(&inputs).unwrap();
-            for (a, b) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
-                assert!(
-                    (a - b).abs() <= 1e-4 + 1e-5 * a.abs(),
-                    "run {run}: {a} vs {b}\n{p}"
-                );
-            }
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            assert_close_tensor(
+                &got[0],
+                &want[0],
+                Tol::new(1e-4, 1e-5),
+                &format!("run {run}\n{p}"),
+            );
+            if packing_here() {
                 assert!(epilogue.packed_bytes() > 0, "nothing was packed\n{p}");
+            } else {
+                assert_eq!(epilogue.packed_bytes(), 0, "packed anyway\n{p}");
             }
         }
     }
+}
+
+/// `GRAPHRW_NO_PACKED_WEIGHTS=1` turns packing off (read once per process, so the test
+/// above runs again in a child process with it set, where it checks that nothing is
+/// packed and the results are the same).
+#[test]
+fn no_packed_weights_switch_turns_packing_off() {
+    let name = "packed_weights_give_the_reference_results_run_after_run";
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env("GRAPHRW_NO_PACKED_WEIGHTS", "1")
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} with GRAPHRW_NO_PACKED_WEIGHTS=1:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert!(stdout.contains("SKIPPED: packing weights"), "{stdout}");
+}
+
+/// Products of fewer than `cpu::PackedWeight::MIN_ROWS` rows run on the `gemm` crate:
+/// their weights are not packed, where the CPU has the packed GEMM too (2 x 20 rows
+/// here; the test above packs the same MLP's weights at 2 x 40).
+#[test]
+fn weights_of_products_with_few_rows_are_not_packed() {
+    const _: () = assert!(2 * 20 < graphrw_kernels::cpu::PackedWeight::MIN_ROWS);
+    let (g, inputs) = mlp(DType::F32, 20, 64, 96, "tanh");
+    let (want, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
+    let epilogue = Arc::new(EpilogueCpu::default());
+    let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
+    let p = plan(&g, &stack).unwrap();
+    let (got, _) = p.run(&inputs).unwrap();
+    assert_close_tensor(&got[0], &want[0], Tol::new(1e-4, 1e-5), &format!("{p}"));
+    assert_eq!(epilogue.packed_bytes(), 0, "packed for 40 rows\n{p}");
 }

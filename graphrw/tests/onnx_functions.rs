@@ -16,6 +16,7 @@ use graphrw::ops::{
     Arity, AttrDefault, AttrKind, AttrSpec, Attrs, Infer, OpClass, OpDef, OperandSpec, OutputCount,
 };
 use graphrw::{verify, Builder, DType, Graph, GraphError, Tensor, TensorMeta, Value};
+use graphrw_kernels::testing::compare;
 
 const fn operand(name: &'static str) -> OperandSpec {
     OperandSpec {
@@ -177,18 +178,10 @@ fn grouped_model() -> (Graph, Vec<Tensor>) {
     (planned, inputs)
 }
 
+/// `a` against the reference `b`, within `tol` absolute (NaN and infinities seen: see
+/// [`graphrw_kernels::testing::compare`]).
 fn assert_close(a: &[Tensor], b: &[Tensor], tol: f64, what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert_eq!(x.shape(), y.shape(), "{what}: output {i}");
-        let worst = x
-            .to_f64_vec()
-            .iter()
-            .zip(y.to_f64_vec())
-            .map(|(p, q)| (p - q).abs())
-            .fold(0.0, f64::max);
-        assert!(worst <= tol, "{what}: output {i} differs by {worst}");
-    }
+    compare::assert_close_tensors(a, b, compare::Tol::new(tol, 0.0), what);
 }
 
 #[test]

@@ -1147,6 +1147,7 @@ fn int_matmul<T: IntElement>(plan: &Plan, a: &Tensor, b: &Tensor) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::compare::{assert_close, assert_close_tensor, Tol};
 
     /// Inputs covering the branches of the fast functions: zero, both signs, tiny and
     /// large magnitudes, the polynomial/exp split points, infinities and NaN.
@@ -1202,6 +1203,8 @@ mod tests {
                 // SAFETY: avx2 and fma detected just above.
                 unsafe { activate_f32_fma(act, &mut fast) };
                 paths.push(("avx2+fma", fast));
+            } else {
+                println!("SKIPPED: the {act:?} avx2+fma path needs AVX2 and FMA");
             }
             #[cfg(target_arch = "x86_64")]
             if crate::elementwise::Isa::Avx512.is_available() {
@@ -1209,22 +1212,22 @@ mod tests {
                 // SAFETY: `is_available` detected every feature the function enables.
                 unsafe { activate_f32_avx512(act, &mut wide) };
                 paths.push(("avx512", wide));
+            } else {
+                println!("SKIPPED: the {act:?} avx512 path needs AVX-512 F, VL, BW and DQ");
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            println!("SKIPPED: the {act:?} avx2+fma and avx512 paths need x86-64");
             let mut dispatched = xs.clone();
             f32::activate(act, &mut dispatched);
             paths.push(("dispatched", dispatched));
             for (name, got) in &paths {
-                for ((&x, &g), &w) in xs.iter().zip(got).zip(&want) {
-                    let g = g as f64;
-                    let ok = if w.is_nan() {
-                        g.is_nan()
-                    } else if w.is_infinite() {
-                        g == w
-                    } else {
-                        (g - w).abs() <= 1e-6 + 2e-6 * w.abs()
-                    };
-                    assert!(ok, "{act:?} {name}: f({x}) = {g}, expected {w}");
-                }
+                let got: Vec<f64> = got.iter().map(|&g| g as f64).collect();
+                assert_close(
+                    &got,
+                    &want,
+                    Tol::new(1e-6, 2e-6),
+                    &format!("{act:?} {name}"),
+                );
             }
         }
     }
@@ -1251,13 +1254,7 @@ mod tests {
             let b = Tensor::from_vec(vec![k, n], ramp(k * n, 0.02)).expect("b");
             let got = matmul_with(&a, &b, GemmBackend::Gemm).expect("bands");
             let want = matmul_with(&a, &b, GemmBackend::MatrixMultiply).expect("plain");
-            let pairs = got.to_f64_vec().into_iter().zip(want.to_f64_vec());
-            for (i, (g, w)) in pairs.enumerate() {
-                assert!(
-                    (g - w).abs() <= 1e-4 + 1e-5 * w.abs(),
-                    "{m}x{k}x{n} element {i}: {g} vs {w}"
-                );
-            }
+            assert_close_tensor(&got, &want, Tol::new(1e-4, 1e-5), &format!("{m}x{k}x{n}"));
             epilogue_case(m, k, n);
         }
     }
@@ -1301,12 +1298,12 @@ mod tests {
                     .into_iter()
                     .map(|x| act.apply(x))
                     .collect();
-                for (g, w) in got.to_f64_vec().into_iter().zip(want) {
-                    assert!(
-                        (g - w).abs() <= 1e-4 + 1e-4 * w.abs(),
-                        "{act:?}: {g} vs {w}"
-                    );
-                }
+                assert_close(
+                    &got.to_f64_vec(),
+                    &want,
+                    Tol::scaled(1e-4),
+                    &format!("{act:?}"),
+                );
             }
         }
     }

@@ -473,6 +473,11 @@ unsafe fn micro(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::compare::{assert_close, Tol};
+
+    fn widen(c: &[f32]) -> Vec<f64> {
+        c.iter().map(|&x| x as f64).collect()
+    }
 
     fn reference(m: usize, k: usize, n: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
         let mut c = vec![0f64; m * n];
@@ -490,6 +495,30 @@ mod tests {
         (0..len)
             .map(|i| (((i + seed * 31) * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect()
+    }
+
+    /// True where this CPU runs the packed GEMM. Elsewhere (no AVX-512F) checks the
+    /// fallback's premise, that the GEMM refuses to run rather than compute, and prints
+    /// the skip.
+    fn runs_here(test: &str) -> bool {
+        if available() {
+            return true;
+        }
+        let packed = PackedB::pack(&values(8 * 4, 1), 8, 4, 4, 0);
+        let mut c = vec![0.0; 2 * 4];
+        let refused = gemm(
+            2,
+            &values(2 * 8, 2),
+            8,
+            &packed,
+            &mut c,
+            Layout::rows(4),
+            TileStore::default(),
+        )
+        .expect_err("the packed GEMM ran on a CPU without AVX-512F");
+        assert!(refused.0.contains("AVX-512F"), "{refused:?}");
+        println!("SKIPPED: {test} needs AVX-512F (checked: the packed GEMM refuses to run)");
+        false
     }
 
     #[test]
@@ -523,7 +552,7 @@ mod tests {
 
     #[test]
     fn matches_the_reference_on_odd_shapes() {
-        if !available() {
+        if !runs_here("matches_the_reference_on_odd_shapes") {
             return;
         }
         for (m, k, n) in [
@@ -549,12 +578,12 @@ mod tests {
             )
             .expect("gemm");
             let want = reference(m, k, n, &a, &b);
-            for (x, y) in c.iter().zip(&want) {
-                assert!(
-                    (*x as f64 - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                    "{m}x{k}x{n}: {x} vs {y}"
-                );
-            }
+            assert_close(
+                &widen(&c),
+                &want,
+                Tol::scaled(1e-4),
+                &format!("{m}x{k}x{n}"),
+            );
         }
     }
 
@@ -562,7 +591,7 @@ mod tests {
     /// several depth blocks, and thread counts whose shares end inside a tile row.
     #[test]
     fn aliased_rows_and_uneven_thread_shares_match_the_reference() {
-        if !available() {
+        if !runs_here("aliased_rows_and_uneven_thread_shares_match_the_reference") {
             return;
         }
         for threads in [1, 2, 3] {
@@ -589,12 +618,8 @@ mod tests {
                 })
                 .expect("gemm");
                 let want = reference(m, k, n, &a, &b);
-                for (i, (x, y)) in c.iter().zip(&want).enumerate() {
-                    assert!(
-                        (*x as f64 - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                        "{m}x{k}x{n} at {threads} threads, element {i}: {x} vs {y}"
-                    );
-                }
+                let what = format!("{m}x{k}x{n} at {threads} threads");
+                assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
             }
         }
     }
@@ -610,7 +635,7 @@ mod tests {
     /// onto what the result holds, or onto a residual.
     #[test]
     fn stores_tiles_with_a_bias_and_residual() {
-        if !available() {
+        if !runs_here("stores_tiles_with_a_bias_and_residual") {
             return;
         }
         let shapes = [
@@ -638,7 +663,8 @@ mod tests {
                     residual: with_residual.then_some(&residual[..]),
                 };
                 gemm(m, &a, k, &packed, &mut c, layout, store).expect("gemm");
-                let want = reference(m, k, n, &a, &b);
+                let product = reference(m, k, n, &a, &b);
+                let (mut got, mut want) = (Vec::new(), Vec::new());
                 for i in 0..m {
                     for j in 0..n {
                         let at = (j / block) * m * block + i * block + j % block;
@@ -647,15 +673,14 @@ mod tests {
                             (_, true) => residual[at] as f64,
                             _ => 0.0,
                         };
-                        let got = c[at] as f64;
-                        let y = want[i * n + j] + bias[j] as f64 + before;
-                        assert!(
-                            (got - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                            "{m}x{k}x{n}, accumulate {accumulate}, residual {with_residual} \
-                             ({i}, {j}): {got} vs {y}"
-                        );
+                        got.push(c[at] as f64);
+                        want.push(product[i * n + j] + bias[j] as f64 + before);
                     }
                 }
+                let what = format!(
+                    "{m}x{k}x{n}, accumulate {accumulate}, residual {with_residual} (row-major)"
+                );
+                assert_close(&got, &want, Tol::scaled(1e-4), &what);
             }
         }
         // A bias shorter than the product's columns, a residual shorter than the
@@ -686,7 +711,7 @@ mod tests {
 
     #[test]
     fn writes_head_blocks_and_accumulates() {
-        if !available() {
+        if !runs_here("writes_head_blocks_and_accumulates") {
             return;
         }
         // Columns 8..136 of a 140-column weight as 2 heads of 64, onto a result holding
@@ -705,17 +730,15 @@ mod tests {
         let part: Vec<f32> = (0..k)
             .flat_map(|p| b[p * n_all + col0..p * n_all + col0 + 2 * d].to_vec())
             .collect();
-        let want = reference(m, k, 2 * d, &a, &part);
+        let product = reference(m, k, 2 * d, &a, &part);
+        let (mut got, mut want) = (Vec::new(), Vec::new());
         for i in 0..m {
             for j in 0..2 * d {
-                let got = c[(j / d) * m * d + i * d + j % d] as f64;
-                let y = want[i * 2 * d + j] + 1.5;
-                assert!(
-                    (got - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                    "({i}, {j}): {got} vs {y}"
-                );
+                got.push(c[(j / d) * m * d + i * d + j % d] as f64);
+                want.push(product[i * 2 * d + j] + 1.5);
             }
         }
+        assert_close(&got, &want, Tol::scaled(1e-4), "head blocks (row-major)");
         // Blocks that are not a multiple of the panel width are refused.
         let bad = Layout {
             ldc: 48,

@@ -1,6 +1,7 @@
 //! Shared helpers of the op tests: deterministic inputs, index arithmetic for the
 //! plain-loop references, and per-dtype tolerances.
 
+use graphrw_kernels::testing::compare;
 use graphrw_kernels::{DType, Tensor};
 
 /// Every float dtype.
@@ -72,19 +73,13 @@ pub fn tol(dtype: DType) -> (f64, f64) {
 pub fn assert_close(actual: &Tensor, shape: &[usize], dtype: DType, expected: &[f64], what: &str) {
     assert_eq!(actual.shape(), shape, "{what}: shape");
     assert_eq!(actual.dtype(), dtype, "{what}: dtype");
-    let got = actual.to_f64_vec();
-    assert_eq!(got.len(), expected.len(), "{what}: length");
     let (rtol, atol) = tol(dtype);
-    for (i, (&g, &e)) in got.iter().zip(expected).enumerate() {
-        let ok = if e.is_nan() {
-            g.is_nan()
-        } else if e.is_infinite() {
-            g == e
-        } else {
-            (g - e).abs() <= atol + rtol * e.abs()
-        };
-        assert!(ok, "{what}: element {i}: got {g}, expected {e} ({dtype})");
-    }
+    compare::assert_close(
+        &actual.to_f64_vec(),
+        expected,
+        compare::Tol::new(atol, rtol),
+        &format!("{what} ({dtype})"),
+    );
 }
 
 /// The multi-index of flat position `i` in `shape`.

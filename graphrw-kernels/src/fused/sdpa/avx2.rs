@@ -709,6 +709,7 @@ pub(super) mod tests {
     #[test]
     fn exp8_matches_f64_exp() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            println!("SKIPPED: exp8_matches_f64_exp needs AVX2 and FMA");
             return;
         }
         let mut xs: Vec<f32> = (-2000..=800).map(|i| i as f32 * 0.11).collect();
@@ -761,6 +762,7 @@ pub(super) mod tests {
     #[test]
     fn exp8_shifted_matches_f64_exp() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            println!("SKIPPED: exp8_shifted_matches_f64_exp needs AVX2 and FMA");
             return;
         }
         for u in [0.0f32, 3.7, -12.5, 80.0, 1e-3, f32::MIN, -1e38, f32::MAX] {
@@ -806,6 +808,7 @@ pub(super) mod tests {
     #[test]
     fn scores_softmax_packed_matches_separate_passes() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            println!("SKIPPED: scores_softmax_packed_matches_separate_passes needs AVX2 and FMA");
             return;
         }
         use super::MR;
@@ -870,6 +873,7 @@ pub(super) mod tests {
     #[test]
     fn softmax_update_matches_generic() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            println!("SKIPPED: softmax_update_matches_generic needs AVX2 and FMA");
             return;
         }
         for (nk, w, lds) in [

@@ -454,8 +454,18 @@ pub(super) mod tests {
         }
     }
 
+    /// Whether the packed paths run: the CPU has AVX2+FMA (their least) and
+    /// `GRAPHRW_SDPA_BASELINE` does not force the portable loops (which the integration
+    /// tests then test); prints the skip where not.
     fn has_avx2_fma() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        let has = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if !has {
+            println!("SKIPPED: the packed SDPA paths need AVX2 and FMA");
+        } else if std::env::var_os("GRAPHRW_SDPA_BASELINE").is_some() {
+            println!("SKIPPED: the packed SDPA paths need GRAPHRW_SDPA_BASELINE unset");
+            return false;
+        }
+        has
     }
 
     /// The packed path against the reference and against the unpacked path: sizes 1,
@@ -469,12 +479,11 @@ pub(super) mod tests {
     #[test]
     fn packed_matches_reference_and_unpacked() {
         if !has_avx2_fma() {
-            eprintln!("skipped: the CPU has no AVX2+FMA");
             return;
         }
         let avx512 = super::super::avx512::available();
         if !avx512 {
-            eprintln!("note: no AVX-512 F/BW/BF16: the best packed path is the AVX2 one");
+            println!("SKIPPED: the AVX-512 packed SDPA paths need AVX-512 F, BW and BF16 (tested the AVX2 one as the best)");
         }
         let mut seed = 1;
         for (sq, skv) in [
