@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use graphrw::exec::{default_stack, plan};
+use graphrw_kernels::testing::compare::{check_close_tensor, max_abs_diff_tensor, Tol};
 use graphrw::{onnx, rules, verify, Graph, Tensor};
 
 fn corpus() -> PathBuf {
@@ -79,27 +80,12 @@ fn test_sets(model: &Path) -> Vec<PathBuf> {
     sets
 }
 
-/// The largest difference, or why the output is wrong (a NaN or Inf where the
-/// reference is finite fails, whatever the tolerance).
+/// The largest difference, or why the output is wrong: past 1e-4 + 1e-3 · max|y|, or a
+/// NaN or Inf where the reference is finite (the shared comparison).
 fn within(got: &Tensor, want: &Tensor) -> Result<f64, String> {
-    if got.shape() != want.shape() {
-        return Err(format!("shape {:?}, expected {:?}", got.shape(), want.shape()));
-    }
-    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
-    let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let tol = 1e-4 + 1e-3 * scale;
-    let mut worst = 0.0f64;
-    for (a, b) in g.iter().zip(&w) {
-        if !a.is_finite() && b.is_finite() {
-            return Err(format!("output {a} where the reference is {b}"));
-        }
-        worst = worst.max((a - b).abs());
-    }
-    if worst <= tol {
-        Ok(worst)
-    } else {
-        Err(format!("max error {worst:e} > tolerance {tol:e}"))
-    }
+    let scale = want.to_f64_vec().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    check_close_tensor(got, want, Tol::new(1e-4 + 1e-3 * scale, 0.0))?;
+    max_abs_diff_tensor(got, want)
 }
 
 fn load(dir: &Path) -> Graph {
