@@ -74,8 +74,9 @@ pub fn check_alloc_within(
         KernelError::invalid(
             op,
             format!(
-                "{dtype}{} is past the tensor budget of {max_bytes} bytes ({MAX_TENSOR_BYTES_ENV})",
+                "{dtype}{} is past the budget of {} ({MAX_TENSOR_BYTES_ENV})",
                 short_shape(shape),
+                human_bytes(max_bytes)
             ),
         )
     };
@@ -90,14 +91,33 @@ pub fn check_alloc_within(
     }
 }
 
+/// `bytes` in bytes below 1 MiB, else in MiB or GiB with one decimal.
+fn human_bytes(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    match bytes {
+        b if b >= GIB => format!("{:.1} GiB", b as f64 / GIB as f64),
+        b if b >= MIB => format!("{:.1} MiB", b as f64 / MIB as f64),
+        b => format!("{b} bytes"),
+    }
+}
+
 /// `shape` as `[a, b, ..]`, its middle elided past eight dims.
 fn short_shape(shape: &[usize]) -> String {
     if shape.len() <= 8 {
         return format!("{shape:?}");
     }
     let head: Vec<String> = shape[..4].iter().map(usize::to_string).collect();
-    let tail: Vec<String> = shape[shape.len() - 2..].iter().map(usize::to_string).collect();
-    format!("[{}, ..({} dims).., {}]", head.join(", "), shape.len(), tail.join(", "))
+    let tail: Vec<String> = shape[shape.len() - 2..]
+        .iter()
+        .map(usize::to_string)
+        .collect();
+    format!(
+        "[{}, ..({} dims).., {}]",
+        head.join(", "),
+        shape.len(),
+        tail.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -109,6 +129,7 @@ mod tests {
         assert_eq!(check_alloc_within("full", &[4, 4], DType::F32, 64), Ok(16));
         let e = check_alloc_within("full", &[4, 5], DType::F32, 64).unwrap_err();
         assert!(e.to_string().contains("budget of 64 bytes"), "{e}");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
         let e = check_alloc_within("full", &[usize::MAX, 3], DType::I64, u64::MAX).unwrap_err();
         assert!(e.to_string().starts_with("full: "), "{e}");
         assert!(max_tensor_bytes() > 0);

@@ -4,8 +4,8 @@
 //! One case of each kind of `graphrw/src/onnx/MALFORMED.md`.
 
 use graphrw::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TypeProto, TypeProtoTensor, ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto,
+    TypeProtoTensor, ValueInfoProto,
 };
 use graphrw::onnx::{self, OnnxError};
 use prost::Message;
@@ -152,7 +152,13 @@ fn an_attribute_of_the_wrong_kind_is_malformed() {
         vec![],
         &[2, 3],
     );
-    malformed("string axis", &bytes, "sm", "Softmax", &["`axis`", "an int"]);
+    malformed(
+        "string axis",
+        &bytes,
+        "sm",
+        "Softmax",
+        &["`axis`", "an int"],
+    );
     // Before opset 13 (the special case) too.
     let old = model_at(
         11,
@@ -165,7 +171,13 @@ fn an_attribute_of_the_wrong_kind_is_malformed() {
 
 #[test]
 fn an_undefined_element_type_is_malformed_and_an_unsupported_one_opaque() {
-    let cast = |to| model(node("Cast", "c", &["x"], vec![attr_int("to", to)]), vec![], &[2]);
+    let cast = |to| {
+        model(
+            node("Cast", "c", &["x"], vec![attr_int("to", to)]),
+            vec![],
+            &[2],
+        )
+    };
     malformed("cast to 99", &cast(99), "c", "Cast", &["`to`", "99"]);
     malformed("cast to UNDEFINED", &cast(0), "c", "Cast", &["`to`"]);
     // STRING is an ONNX type graphrw has no dtype for: valid, carried as is.
@@ -190,20 +202,47 @@ fn a_graph_input_of_undefined_element_type_is_refused() {
         let e = onnx::load_bytes(&bytes).expect_err("an undefined element type");
         let msg = e.to_string();
         assert!(matches!(e, OnnxError::Input { .. }), "{msg}");
-        assert!(msg.contains("graph input `x`") && msg.contains(needle), "{msg}");
+        assert!(
+            msg.contains("graph input `x`") && msg.contains(needle),
+            "{msg}"
+        );
     }
 }
 
 #[test]
 fn input_counts_and_required_arguments() {
     let relu = model(node("Relu", "r", &["x", "x"], vec![]), vec![], &[2]);
-    malformed("relu of two", &relu, "r", "Relu", &["takes 1 inputs, found 2"]);
+    malformed(
+        "relu of two",
+        &relu,
+        "r",
+        "Relu",
+        &["takes 1 inputs, found 2"],
+    );
     let concat = model(node("Concat", "cat", &["x", "x"], vec![]), vec![], &[2]);
-    malformed("concat without axis", &concat, "cat", "Concat", &["`axis`", "required"]);
+    malformed(
+        "concat without axis",
+        &concat,
+        "cat",
+        "Concat",
+        &["`axis`", "required"],
+    );
     let reshape = model(node("Reshape", "rs", &["x"], vec![]), vec![], &[2]);
-    malformed("reshape of one", &reshape, "rs", "Reshape", &["takes 2 inputs"]);
+    malformed(
+        "reshape of one",
+        &reshape,
+        "rs",
+        "Reshape",
+        &["takes 2 inputs"],
+    );
     let constant = model_at(18, vec![node("Constant", "k", &[], vec![])], vec![], vec![]);
-    malformed("constant without value", &constant, "k", "Constant", &["no value"]);
+    malformed(
+        "constant without value",
+        &constant,
+        "k",
+        "Constant",
+        &["no value"],
+    );
 }
 
 #[test]
@@ -213,8 +252,18 @@ fn out_of_range_axes_are_malformed() {
         vec![i64_init("axes", &[1], &[5])],
         &[2, 3],
     );
-    malformed("unsqueeze axis 5", &unsq, "u", "Unsqueeze", &["axis 5", "out of range"]);
-    let flat = model(node("Flatten", "f", &["x"], vec![attr_int("axis", 4)]), vec![], &[2]);
+    malformed(
+        "unsqueeze axis 5",
+        &unsq,
+        "u",
+        "Unsqueeze",
+        &["axis 5", "out of range"],
+    );
+    let flat = model(
+        node("Flatten", "f", &["x"], vec![attr_int("axis", 4)]),
+        vec![],
+        &[2],
+    );
     malformed("flatten axis 4", &flat, "f", "Flatten", &["axis 4"]);
     let squeeze = model(
         node("Squeeze", "sq", &["x", "axes"], vec![]),
@@ -227,7 +276,13 @@ fn out_of_range_axes_are_malformed() {
         vec![i64_init("s", &[1], &[3])],
         &[4],
     );
-    malformed("split of 3 from 4", &split, "sp", "Split", &["do not add up"]);
+    malformed(
+        "split of 3 from 4",
+        &split,
+        "sp",
+        "Split",
+        &["do not add up"],
+    );
 }
 
 #[test]
@@ -251,7 +306,13 @@ fn zero_steps_and_negative_sizes_are_malformed_negative_steps_opaque() {
         vec![i64_init("shape", &[2], &[-2, 4])],
         &[1, 4],
     );
-    malformed("expand to -2", &expand, "ex", "Expand", &["negative size -2"]);
+    malformed(
+        "expand to -2",
+        &expand,
+        "ex",
+        "Expand",
+        &["negative size -2"],
+    );
     let conv = model(
         node("Conv", "cv", &["x", "w"], vec![attr_int("group", 0)]),
         vec![f32_init("w", &[1, 1, 1, 1], &[1.0])],
@@ -270,9 +331,27 @@ fn impossible_equations_are_malformed_unlowered_ones_opaque() {
             vec![f32_value("x", &[2, 3]), f32_value("x2", &[3, 4])],
         )
     };
-    malformed("letter in no operand", &einsum("ij,jk->iz", &["x", "x2"]), "es", "Einsum", &["`z`"]);
-    malformed("a term too few", &einsum("ij->i", &["x", "x2"]), "es", "Einsum", &["1 operand terms for 2 inputs"]);
-    malformed("ranks", &einsum("ijk,jk->ik", &["x", "x2"]), "es", "Einsum", &["do not fit ranks"]);
+    malformed(
+        "letter in no operand",
+        &einsum("ij,jk->iz", &["x", "x2"]),
+        "es",
+        "Einsum",
+        &["`z`"],
+    );
+    malformed(
+        "a term too few",
+        &einsum("ij->i", &["x", "x2"]),
+        "es",
+        "Einsum",
+        &["1 operand terms for 2 inputs"],
+    );
+    malformed(
+        "ranks",
+        &einsum("ijk,jk->ik", &["x", "x2"]),
+        "es",
+        "Einsum",
+        &["do not fit ranks"],
+    );
     // Valid but not a batched matrix product: carried as is.
     opaque("implicit mode", &einsum("ij,jk", &["x", "x2"]), "Einsum");
     opaque("outer sum", &einsum("ij,jk->ijk", &["x", "x2"]), "Einsum");
@@ -292,14 +371,26 @@ fn shapes_that_contradict_the_spec_are_malformed() {
         vec![f32_init("lo", &[2], &[0.0, 1.0])],
         &[2],
     );
-    malformed("clip of two bounds", &clip, "cl", "Clip", &["min must be a scalar"]);
+    malformed(
+        "clip of two bounds",
+        &clip,
+        "cl",
+        "Clip",
+        &["min must be a scalar"],
+    );
     let range = model_at(
         18,
         vec![node("Range", "rg", &["a", "b"], vec![])],
         vec![i64_init("a", &[], &[0]), i64_init("b", &[], &[4])],
         vec![],
     );
-    malformed("range of two", &range, "rg", "Range", &["input 2 (delta) is required"]);
+    malformed(
+        "range of two",
+        &range,
+        "rg",
+        "Range",
+        &["input 2 (delta) is required"],
+    );
 }
 
 #[test]

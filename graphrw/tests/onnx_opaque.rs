@@ -397,7 +397,10 @@ fn an_old_op_with_an_input_its_opset_lacks_is_refused_not_upgraded_into_meaning(
     let e = load(&m).expect_err("Unsqueeze-9 takes one input");
     assert!(matches!(e, OnnxError::Malformed { .. }), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("Unsqueeze") && msg.contains("n_y") && msg.contains("takes 1"), "{msg}");
+    assert!(
+        msg.contains("Unsqueeze") && msg.contains("n_y") && msg.contains("takes 1"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -65,7 +65,10 @@ fn check_outputs(node: &NodeView<'_>) -> Result<(), KernelFailure> {
         let Some(dims) = m.shape.as_known() else {
             continue;
         };
-        let Ok(dims) = dims.iter().map(|&d| usize::try_from(d)).collect::<Result<Vec<_>, _>>()
+        let Ok(dims) = dims
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<_>, _>>()
         else {
             continue;
         };

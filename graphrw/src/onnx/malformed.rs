@@ -68,7 +68,9 @@ pub(crate) fn einsum_equation(eq: &str, inputs: usize) -> Result<(), String> {
             seen.push(c);
         }
         if out.contains("...") && !lhs.contains("...") {
-            return Err(format!("output `{out}` of `{eq}` has `...` but no operand does"));
+            return Err(format!(
+                "output `{out}` of `{eq}` has `...` but no operand does"
+            ));
         }
     }
     Ok(())

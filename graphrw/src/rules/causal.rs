@@ -387,7 +387,10 @@ fn evaluate_static(graph: &Graph, v: Value) -> Option<Tensor> {
     // (`range(0, 2^33)` sliced to 4 is small; its range is not).
     for &n in &cone {
         for m in graph.node(n)?.outputs() {
-            let bytes = m.shape.numel()?.checked_mul(m.dtype.size_in_bytes() as u64)?;
+            let bytes = m
+                .shape
+                .numel()?
+                .checked_mul(m.dtype.size_in_bytes() as u64)?;
             if bytes > super::FOLD_MAX_TENSOR_BYTES {
                 return None;
             }
