@@ -222,7 +222,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", commands::error_text(&e.to_string()));
             ExitCode::FAILURE
         }
     }

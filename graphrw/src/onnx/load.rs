@@ -699,8 +699,8 @@ type Outs = SmallVec<[Value; 2]>;
 /// A graph error while adding a node for `at`, with the ONNX node it was made for.
 fn graph_error(at: &At, e: GraphError) -> OnnxError {
     OnnxError::Graph {
-        op_type: at.op_type.to_string(),
-        node: at.name.to_string(),
+        op_type: super::error::clip(at.op_type, 40),
+        node: super::error::clip(&at.name, 60),
         source: Box::new(e),
     }
 }
