@@ -15,22 +15,12 @@ use onnx_support::f32_value;
 
 const INT: i32 = 2;
 const STRING: i32 = 3;
-const INTS: i32 = 7;
 
 fn attr_int(name: &str, i: i64) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: INT,
         i,
-        ..Default::default()
-    }
-}
-
-fn attr_ints(name: &str, ints: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: INTS,
-        ints: ints.to_vec(),
         ..Default::default()
     }
 }
