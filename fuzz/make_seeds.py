@@ -61,3 +61,25 @@ save("constant", [
     helper.make_node("Constant", [], ["c"], value_floats=[1.0, 2.0]),
     helper.make_node("Mul", ["x", "c"], ["y"]),
 ], [f32("x", [2])], [f32("y", [2])])
+# A causal mask built from Range(0, 2^33) sliced to 4 (issue 35): the causal rule must
+# not evaluate the range (64 GiB), and a run must refuse it, not abort.
+save("huge_range_mask", [
+    helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+    helper.make_node("Slice", ["r", "s0", "s4"], ["idx"]),
+    helper.make_node("Unsqueeze", ["idx", "ax1"], ["col"]),
+    helper.make_node("Unsqueeze", ["idx", "ax0"], ["row"]),
+    helper.make_node("LessOrEqual", ["row", "col"], ["m"]),
+    helper.make_node("Attention", ["q", "k", "v", "m"], ["y"]),
+], [f32("q", [1, 2, 4, 8]), f32("k", [1, 2, 4, 8]), f32("v", [1, 2, 4, 8])], [f32("y", None)],
+    [i64c("zero", 0), i64c("n", 1 << 33), i64c("one", 1), i64c("s0", [0]), i64c("s4", [4]),
+     i64c("ax1", [1]), i64c("ax0", [0])], opset=23)
+# ConstantOfShape and Expand of 2^40 elements, sliced and reduced to small outputs.
+save("huge_constant_of_shape", [
+    helper.make_node("ConstantOfShape", ["shape"], ["c"]),
+    helper.make_node("Slice", ["c", "s0", "s4"], ["f"]),
+    helper.make_node("Add", ["x", "f"], ["y"]),
+], [f32("x", [4])], [f32("y", [4])], [i64c("shape", [1 << 40]), i64c("s0", [0]), i64c("s4", [4])])
+save("huge_expand", [
+    helper.make_node("Expand", ["x", "shape"], ["e"]),
+    helper.make_node("ReduceMax", ["e", "ax"], ["y"], keepdims=0),
+], [f32("x", [4])], [f32("y", [4])], [i64c("shape", [1 << 38, 4]), i64c("ax", [0])])

@@ -131,7 +131,9 @@ enum Command {
     /// rules and run on the default executor stack (fused kernels, tile executor,
     /// reference kernels); `--executors reference` runs it as loaded on the reference
     /// kernels. Prints the best time of `--repeat N` runs and the peak live memory.
-    /// Exits with code 1 when an output is beyond tolerance.
+    /// Exits with code 1 when an output is beyond tolerance. A tensor past the run
+    /// budget (`GRAPHRW_MAX_TENSOR_BYTES` bytes; default: the machine's memory) is an
+    /// error before it is allocated.
     ///
     /// Example: `graphrw run ../shared/corpus/llama_sdpa --repeat 5 --compare`
     Run {
@@ -222,7 +224,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", commands::error_text(&e.to_string()));
             ExitCode::FAILURE
         }
     }

@@ -574,3 +574,309 @@ fn hostile_files_are_one_line_errors() {
     let line = fails(&["run", dir.join("set").to_str().unwrap()]);
     assert!(line.contains("model.onnx"), "{line}");
 }
+
+/// ONNX helpers for the budget tests: models built in the test.
+mod built {
+    use graphrw::onnx::proto::{
+        AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
+        OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor,
+        ValueInfoProto,
+    };
+    use prost::Message;
+
+    pub fn value(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeProtoTensor {
+                    elem_type,
+                    shape: Some(TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&d| Dimension {
+                                value: Some(DimensionValue::DimValue(d)),
+                                denotation: String::new(),
+                            })
+                            .collect(),
+                    }),
+                }),
+                ..Default::default()
+            }),
+            doc_string: String::new(),
+        }
+    }
+
+    pub fn node(op: &str, inputs: &[&str], output: &str, attrs: Vec<AttributeProto>) -> NodeProto {
+        NodeProto {
+            op_type: op.into(),
+            name: format!("n_{output}"),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.into()],
+            attribute: attrs,
+            ..Default::default()
+        }
+    }
+
+    pub fn int_attr(name: &str, i: i64) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: 2,
+            i,
+            ..Default::default()
+        }
+    }
+
+    pub fn i64s(name: &str, dims: &[i64], values: &[i64]) -> TensorProto {
+        TensorProto {
+            name: name.into(),
+            dims: dims.to_vec(),
+            data_type: 7,
+            int64_data: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    pub fn model(
+        opset: i64,
+        nodes: Vec<NodeProto>,
+        inits: Vec<TensorProto>,
+        inputs: Vec<ValueInfoProto>,
+        outputs: Vec<ValueInfoProto>,
+    ) -> Vec<u8> {
+        ModelProto {
+            ir_version: 10,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: opset,
+            }],
+            graph: Some(GraphProto {
+                node: nodes,
+                initializer: inits,
+                input: inputs,
+                output: outputs,
+                name: "g".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    /// `Range(0, n)` sliced to its first 4 values, as `idx` (i64[4]).
+    pub fn sliced_range(n: i64) -> (Vec<NodeProto>, Vec<TensorProto>) {
+        (
+            vec![
+                node("Range", &["zero", "n", "one"], "r", vec![]),
+                node("Slice", &["r", "s0", "s4"], "idx", vec![]),
+            ],
+            vec![
+                i64s("zero", &[], &[0]),
+                i64s("n", &[], &[n]),
+                i64s("one", &[], &[1]),
+                i64s("s0", &[1], &[0]),
+                i64s("s4", &[1], &[4]),
+            ],
+        )
+    }
+}
+
+/// `graphrw optimize` on a model whose causal mask is built from `Range(0, 2^33)`
+/// sliced to 4: the rule leaves the mask unevaluated (its range is past the folding
+/// budget) instead of allocating 64 GiB, and the model is written.
+#[test]
+fn optimize_does_not_evaluate_a_mask_past_the_budget() {
+    use built::*;
+    let scratch_dir = scratch("huge_range_mask");
+    let dir = scratch_dir.path();
+    let (mut nodes, inits) = sliced_range(1 << 33);
+    nodes.extend([
+        node("Unsqueeze", &["idx", "ax1"], "col", vec![]),
+        node("Unsqueeze", &["idx", "ax0"], "row", vec![]),
+        node("LessOrEqual", &["row", "col"], "mask", vec![]),
+        node("Attention", &["q", "k", "v", "mask"], "y", vec![]),
+    ]);
+    let mut inits = inits;
+    inits.extend([i64s("ax1", &[1], &[1]), i64s("ax0", &[1], &[0])]);
+    let qkv = |n| value(n, 1, &[1, 2, 4, 8]);
+    let bytes = model(
+        23,
+        nodes,
+        inits,
+        vec![qkv("q"), qkv("k"), qkv("v")],
+        vec![qkv("y")],
+    );
+    let path = dir.join("mask.onnx");
+    std::fs::write(&path, bytes).expect("write");
+    let out = dir.join("out.onnx");
+    ok(&[
+        "optimize",
+        path.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let g = onnx::load(&out).expect("the optimised model loads");
+    verify(&g).expect("and verifies");
+}
+
+/// Writes `bytes` as `dir/model.onnx` with one test data set of `x` (f32[4], ones)
+/// and the output `y` (f32[4], `expected`).
+fn run_dir(dir: &Path, bytes: &[u8], expected: &[f32]) {
+    std::fs::create_dir_all(dir.join("test_data_set_0")).expect("mkdir");
+    std::fs::write(dir.join("model.onnx"), bytes).expect("write");
+    let x = graphrw::Tensor::from_vec(vec![4], vec![1.0f32; 4]).expect("x");
+    let y = graphrw::Tensor::from_vec(vec![expected.len()], expected.to_vec()).expect("y");
+    onnx::write_tensor_pb(dir.join("test_data_set_0/input_0.pb"), "x", &x).expect("x.pb");
+    onnx::write_tensor_pb(dir.join("test_data_set_0/output_0.pb"), "y", &y).expect("y.pb");
+}
+
+/// `graphrw run` on models that would allocate past the run budget: `Range(0, 2^40)`,
+/// `ConstantOfShape` and `Expand` of 2^40 elements. Each is one error line naming the
+/// kernel and the budget, before any allocation; never an abort.
+#[test]
+fn run_refuses_tensors_past_the_run_budget() {
+    use built::*;
+    let scratch_dir = scratch("run_budget");
+    let root = scratch_dir.path();
+    let x = || vec![value("x", 1, &[4])];
+    let y = || vec![value("y", 1, &[4])];
+    let cast = || node("Cast", &["idx"], "f", vec![int_attr("to", 1)]);
+    let (mut range, inits) = sliced_range(1 << 40);
+    range.extend([cast(), node("Add", &["x", "f"], "y", vec![])]);
+    let huge_range = model(18, range, inits, x(), y());
+    let full = model(
+        18,
+        vec![
+            node("ConstantOfShape", &["shape"], "c", vec![]),
+            node("Slice", &["c", "s0", "s4"], "f", vec![]),
+            node("Add", &["x", "f"], "y", vec![]),
+        ],
+        vec![
+            i64s("shape", &[1], &[1 << 40]),
+            i64s("s0", &[1], &[0]),
+            i64s("s4", &[1], &[4]),
+        ],
+        x(),
+        y(),
+    );
+    let expand = model(
+        18,
+        vec![
+            node("Expand", &["x", "shape"], "e", vec![]),
+            node(
+                "ReduceMax",
+                &["e", "ax"],
+                "y",
+                vec![int_attr("keepdims", 0)],
+            ),
+        ],
+        vec![i64s("shape", &[2], &[1 << 38, 4]), i64s("ax", &[1], &[0])],
+        x(),
+        y(),
+    );
+    let (small, small_inits) = sliced_range(1 << 20);
+    let mut small = small;
+    small.extend([cast(), node("Add", &["x", "f"], "y", vec![])]);
+    let small = model(18, small, small_inits, x(), y());
+    for (what, bytes, kernel) in [
+        ("range", &huge_range, "arange"),
+        ("full", &full, "full"),
+        ("expand", &expand, "expand"),
+    ] {
+        let dir = root.join(what);
+        run_dir(&dir, bytes, &[1.0, 2.0, 3.0, 4.0]);
+        for executors in ["default", "reference"] {
+            let args = ["run", dir.to_str().unwrap(), "--executors", executors];
+            let line = fails(&args);
+            assert!(
+                line.contains(kernel) && line.contains("past the budget of"),
+                "{what} on {executors}: {line}"
+            );
+        }
+    }
+    // A budget set through the environment: 2^20 i64 values (8 MiB) pass the default
+    // and not a 1 MiB budget.
+    let dir = root.join("small");
+    run_dir(&dir, &small, &[1.0, 2.0, 3.0, 4.0]);
+    ok(&["run", dir.to_str().unwrap()]);
+    let args = ["run", dir.to_str().unwrap()];
+    let out = Command::new(env!("CARGO_BIN_EXE_graphrw"))
+        .args(args)
+        .env("GRAPHRW_MAX_TENSOR_BYTES", "1048576")
+        .output()
+        .expect("runs");
+    no_panic(&args, &out);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("budget of 1.0 MiB (GRAPHRW_MAX_TENSOR_BYTES)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A refusal's first line stays within 200 characters for a model deep in long folder
+/// names and a failing node with many operands: the node is cut, the path shortened.
+#[test]
+fn error_lines_stay_short_for_long_paths_and_wide_nodes() {
+    use built::*;
+    let scratch_dir = scratch("long_paths");
+    let mut dir = scratch_dir.path().to_path_buf();
+    for i in 0..4 {
+        dir = dir.join(format!(
+            "a_rather_long_folder_name_number_{i}_{}",
+            "x".repeat(30)
+        ));
+    }
+    assert!(dir.to_str().unwrap().len() > 250);
+    // A concat of 60 operands, past a 64-byte budget at run time.
+    let inputs = vec!["x"; 60];
+    let wide = model(
+        18,
+        vec![node("Concat", &inputs, "y", vec![int_attr("axis", 0)])],
+        vec![],
+        vec![value("x", 1, &[4])],
+        vec![value("y", 1, &[240])],
+    );
+    run_dir(&dir, &wide, &[1.0; 240]);
+    let args = ["run", dir.to_str().unwrap(), "--executors", "reference"];
+    let out = Command::new(env!("CARGO_BIN_EXE_graphrw"))
+        .args(args)
+        .env("GRAPHRW_MAX_TENSOR_BYTES", "64")
+        .output()
+        .expect("runs");
+    no_panic(&args, &out);
+    let err = text(&out.stderr);
+    let first = err.lines().next().unwrap_or("");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        first.starts_with("error: ") && first.contains("concat"),
+        "{err}"
+    );
+    assert!(
+        first.chars().count() <= 200,
+        "{} chars: {first}",
+        first.chars().count()
+    );
+    // A malformed node in a model at that path: the node and the reason first, the
+    // path shortened after them.
+    let bad = model(
+        18,
+        vec![node("Concat", &inputs, "y", vec![])],
+        vec![],
+        vec![value("x", 1, &[4])],
+        vec![value("y", 1, &[240])],
+    );
+    let path = dir.join("malformed_model_with_a_long_name.onnx");
+    std::fs::write(&path, bad).expect("write");
+    for cmd in ["inspect", "print"] {
+        let line = fails(&[cmd, path.to_str().unwrap()]);
+        assert!(line.chars().count() <= 200, "{line}");
+        assert!(
+            line.starts_with("error: malformed Concat node n_y: attribute `axis` is required"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("malformed_model_with_a_long_name.onnx)"),
+            "{line}"
+        );
+    }
+}

@@ -21,6 +21,7 @@
 mod macros;
 
 pub mod broadcast;
+pub mod budget;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;

@@ -344,22 +344,22 @@ fn split_1_upgrades_unless_its_sizes_are_an_input() {
     let again = onnx::load_bytes(&onnx::to_bytes(&g).expect("save")).expect("reload");
     graphrw::verify(&again).expect("reloaded graph verifies");
 
-    // Split-1 given its sizes as a second input: Split-2 has no such input, refused
-    // at save with the way out.
-    let split = node("Split", &["x", "sizes"], &["a", "b"]);
+    // Split-1 given its sizes as a second input, computed at run time (a graph input):
+    // carried as opaque, and Split-2 has no such input, so it is refused at save with
+    // the way out. (Constant sizes that do not add up to the dim are malformed: see
+    // `tests/onnx_malformed.rs`.)
+    let mut split = node("Split", &["x", "sizes"], &["a", "b"]);
+    split.attribute = vec![int_attr("axis", 1)];
+    let mut sizes = f32_value("sizes", &[2]);
+    if let Some(t) = sizes.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+        t.elem_type = 7;
+    }
     let m = model(
         1,
         GraphProto {
             node: vec![split],
-            input: vec![f32_value("x", &[2, 4])],
+            input: vec![f32_value("x", &[2, 4]), sizes],
             output: vec![f32_value("a", &[2, 1]), f32_value("b", &[2, 3])],
-            initializer: vec![TensorProto {
-                name: "sizes".into(),
-                dims: vec![2],
-                data_type: 7,
-                int64_data: vec![1, 3],
-                ..Default::default()
-            }],
             ..Default::default()
         },
         &[],
@@ -370,7 +370,7 @@ fn split_1_upgrades_unless_its_sizes_are_an_input() {
 }
 
 #[test]
-fn an_old_op_with_an_input_its_opset_lacks_is_not_upgraded_into_meaning() {
+fn an_old_op_with_an_input_its_opset_lacks_is_refused_not_upgraded_into_meaning() {
     // Unsqueeze-1 takes its axes as an attribute only. A node giving them as an input
     // (not valid at opset 9) must not become Unsqueeze-13 reading that input: the
     // saved model would mean something the input never did (a fuzzer found one whose
@@ -393,9 +393,14 @@ fn an_old_op_with_an_input_its_opset_lacks_is_not_upgraded_into_meaning() {
         },
         &[],
     );
-    let g = load(&m).expect("loads (kept as it came)");
-    let e = onnx::to_model(&g).expect_err("no upgrade for an input Unsqueeze-9 lacks");
-    assert!(e.to_string().contains("takes 1"), "{e}");
+    // Such a node is malformed: refused at load, naming the node and the op.
+    let e = load(&m).expect_err("Unsqueeze-9 takes one input");
+    assert!(matches!(e, OnnxError::Malformed { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("Unsqueeze") && msg.contains("n_y") && msg.contains("takes 1"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -98,7 +98,11 @@ mod cuda {
         );
         let sets = test_sets(model_dir)?;
         if sets.is_empty() {
-            return Err(format!("{}: no test_data_set_* folders", model_dir.display()).into());
+            return Err(format!(
+                "no test_data_set_* folders in {}",
+                super::super::short_path(model_dir)
+            )
+            .into());
         }
         let mut all_ok = true;
         for set in sets {

@@ -15,13 +15,55 @@ use std::path::Path;
 /// What a subcommand returns.
 pub type CmdResult = Result<std::process::ExitCode, Box<dyn std::error::Error>>;
 
-/// Loads an ONNX model, the error naming the file.
+/// Loads an ONNX model, the error naming the file after the reason (the node and what
+/// is wrong come first; the file, shortened by [`short_path`], last).
 pub fn load(path: &Path) -> Result<graphrw::Graph, Box<dyn std::error::Error>> {
     graphrw::onnx::load(path).map_err(|e| match e {
-        // I/O errors already name the file.
-        graphrw::onnx::OnnxError::Io { .. } => e.to_string().into(),
-        e => format!("{}: {e}", path.display()).into(),
+        graphrw::onnx::OnnxError::Io { source, .. } => {
+            format!("{source} (file {})", short_path(path)).into()
+        }
+        e => format!("{e} (file {})", short_path(path)).into(),
     })
+}
+
+/// The longest file path an error line shows.
+pub const PATH_TEXT_MAX: usize = 60;
+
+/// `path` as shown in an error line: whole when short, else its end (the file name and
+/// the folders nearest it) after `...`, within [`PATH_TEXT_MAX`] characters.
+pub fn short_path(path: &Path) -> String {
+    let text = path.display().to_string();
+    let n = text.chars().count();
+    if n <= PATH_TEXT_MAX {
+        return text;
+    }
+    let tail: String = text.chars().skip(n - (PATH_TEXT_MAX - 3)).collect();
+    format!("...{tail}")
+}
+
+/// The longest first line of an error message (`error: ` included).
+pub const ERROR_LINE_MAX: usize = 200;
+
+/// `message` with its first line cut to fit [`ERROR_LINE_MAX`] after `error: ` (ending
+/// in `...`); the lines after it are kept. The causes themselves keep their first
+/// lines short (nodes and paths are shortened); this is the last guard.
+pub fn error_text(message: &str) -> String {
+    let budget = ERROR_LINE_MAX - "error: ".len();
+    let (first, rest) = match message.split_once('\n') {
+        Some((f, r)) => (f, Some(r)),
+        None => (message, None),
+    };
+    let mut out = if first.chars().count() <= budget {
+        first.to_string()
+    } else {
+        let cut: String = first.chars().take(budget - 3).collect();
+        format!("{cut}...")
+    };
+    if let Some(rest) = rest {
+        out.push('\n');
+        out.push_str(rest);
+    }
+    out
 }
 
 /// `names` joined with `, ` within `budget` characters: as many as fit, then

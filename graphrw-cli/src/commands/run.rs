@@ -85,7 +85,8 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Result<Error, String> {
 
 /// Files `prefix_N.pb` of `dir`, in order of N.
 fn numbered(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("{e} (folder {})", super::short_path(dir)))?;
     let mut files: Vec<(u64, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -104,7 +105,8 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, String> {
 
 /// The `test_data_set_*` folders of `dir`, sorted.
 pub fn test_sets(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("{e} (folder {})", super::short_path(dir)))?;
     let mut sets: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .filter(|e| {
@@ -320,7 +322,11 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
     let graph = super::load(&model_path)?;
     let sets = test_sets(model_dir)?;
     if sets.is_empty() {
-        return Err(format!("{}: no test_data_set_* folders", model_dir.display()).into());
+        return Err(format!(
+            "no test_data_set_* folders in {}",
+            super::short_path(model_dir)
+        )
+        .into());
     }
     println!(
         "model: {} ({} nodes)",

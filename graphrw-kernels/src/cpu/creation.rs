@@ -11,7 +11,7 @@ const MAX_ELEMS: usize = 1 << 40;
 /// (`ceil((end - start) / step)` elements, converted to `dtype`).
 ///
 /// Errors on a zero or non-finite step, non-finite bounds, or a step pointing away
-/// from `end`.
+/// from `end`, or past the run budget ([`crate::budget`]), before allocating.
 pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor, KernelError> {
     if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
         return Err(KernelError::invalid(
@@ -33,6 +33,7 @@ pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor, K
         ));
     }
     let n = len as usize;
+    crate::budget::check_alloc("arange", &[n], dtype)?;
     Ok(dispatch!(dtype, |T| Tensor::from_data(
         vec![n],
         (0..n)
@@ -43,6 +44,8 @@ pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor, K
 
 /// A tensor of `size` filled with `value` converted to `dtype`; sizes must be
 /// non-negative.
+///
+/// Errors past the run budget ([`crate::budget`]) before allocating.
 pub fn full(size: &[i64], value: f64, dtype: DType) -> Result<Tensor, KernelError> {
     if let Some(&bad) = size.iter().find(|&&s| s < 0) {
         return Err(KernelError::invalid(
@@ -57,5 +60,6 @@ pub fn full(size: &[i64], value: f64, dtype: DType) -> Result<Tensor, KernelErro
             format!("size {size:?} is too large"),
         ));
     }
+    crate::budget::check_alloc("full", &shape, dtype)?;
     Ok(Tensor::full(dtype, &shape, value))
 }

@@ -89,6 +89,7 @@ pub fn reshape(x: &Tensor, shape: &[i64]) -> Result<Tensor, KernelError> {
 
 /// Broadcasts `x` to `sizes` (a copy unless the shape is unchanged): -1 keeps a
 /// dimension, size-1 dimensions repeat, new leading dimensions may be added.
+/// Errors past the run budget ([`crate::budget`]) before allocating.
 pub fn expand(x: &Tensor, sizes: &[i64]) -> Result<Tensor, KernelError> {
     let rank = x.rank();
     if sizes.len() < rank {
@@ -130,6 +131,7 @@ pub fn expand(x: &Tensor, sizes: &[i64]) -> Result<Tensor, KernelError> {
     if shape == x.shape() {
         return Ok(x.clone());
     }
+    crate::budget::check_alloc("expand", &shape, x.dtype())?;
     Ok(x.strided_copy(shape, &strides, 0))
 }
 

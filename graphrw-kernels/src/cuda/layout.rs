@@ -146,6 +146,7 @@ pub fn expand(x: &CudaTensor, sizes: &[i64]) -> Result<CudaTensor, KernelError> 
     if shape == x.shape() {
         return Ok(x.clone());
     }
+    crate::budget::check_alloc(op, &shape, x.dtype())?;
     strided_copy(op, x, shape, &strides, 0)
 }
 

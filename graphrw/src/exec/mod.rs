@@ -58,7 +58,7 @@ use crate::{Graph, GraphError};
 #[derive(Debug, Error)]
 pub enum ExecError {
     /// No executor of the stack accepts a node and its op has no decomposition.
-    #[error("no executor for node {node}:\n{}", reasons.iter().map(|r| format!("  - {r}")).collect::<Vec<_>>().join("\n"))]
+    #[error("no executor for node {}:\n{}", short_node(node), reasons.iter().map(|r| format!("  - {r}")).collect::<Vec<_>>().join("\n"))]
     NoExecutor {
         /// The node as the printer shows it.
         node: String,
@@ -74,7 +74,7 @@ pub enum ExecError {
         message: String,
     },
     /// A kernel failed.
-    #[error("{executor} failed on {node}: {message}")]
+    #[error("{executor} failed on {}: {message}", short_node(node))]
     Kernel {
         /// The node as the printer shows it.
         node: String,
@@ -94,6 +94,20 @@ pub enum ExecError {
     /// A graph error (the graph is malformed).
     #[error(transparent)]
     Graph(#[from] GraphError),
+}
+
+/// The longest node description an [`ExecError`]'s first line shows.
+pub const NODE_TEXT_MAX: usize = 56;
+
+/// A node's printed line cut to [`NODE_TEXT_MAX`] characters (its output names and
+/// op first; the operands and sizes that follow are what is cut), so that an error's
+/// first line stays short however many operands the node has.
+fn short_node(node: &str) -> String {
+    if node.chars().count() <= NODE_TEXT_MAX {
+        return node.to_string();
+    }
+    let cut: String = node.chars().take(NODE_TEXT_MAX - 3).collect();
+    format!("{cut}...")
 }
 
 /// The reference stack: the reference CPU executor alone (attention runs through its

@@ -52,8 +52,29 @@ impl Executor for ReferenceCpu {
     }
 
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
+        check_outputs(node)?;
         run_builtin(node, x)
     }
+}
+
+/// Refuses a node whose outputs of known size are past the run budget
+/// ([`graphrw_kernels::budget`]) before any kernel allocates them. (Sizes known only at
+/// run time are checked by the kernels that make tensors from attributes or values.)
+fn check_outputs(node: &NodeView<'_>) -> Result<(), KernelFailure> {
+    for m in node.outputs {
+        let Some(dims) = m.shape.as_known() else {
+            continue;
+        };
+        let Ok(dims) = dims
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<_>, _>>()
+        else {
+            continue;
+        };
+        graphrw_kernels::budget::check_alloc(node.op.name, &dims, m.dtype)?;
+    }
+    Ok(())
 }
 
 fn attr_err(e: InferError) -> KernelFailure {

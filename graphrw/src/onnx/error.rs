@@ -72,6 +72,20 @@ pub enum OnnxError {
         /// What is wrong.
         message: String,
     },
+    /// A node of an op graphrw knows (its ONNX table or a special case of the loader)
+    /// that breaks the ONNX spec: an attribute of the wrong kind, a missing required
+    /// input, an out-of-range axis, an undefined element type, an impossible equation.
+    /// Unlike [`OnnxError::Node`] (a valid form graphrw does not read, which the
+    /// importer carries as an opaque node), this refuses the model. See `MALFORMED.md`.
+    #[error("malformed {op_type} node {node}: {message}")]
+    Malformed {
+        /// The ONNX op type.
+        op_type: String,
+        /// The node's name.
+        node: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A node uses a value nothing defines.
     #[error("node {node} uses `{value}`, which is not defined (no graph input, initialiser or node output of that name)")]
     Undefined {
@@ -117,6 +131,15 @@ impl OnnxError {
     /// Names from the file are clipped so that a message's first line stays short.
     pub(crate) fn node(op_type: &str, node: &str, message: impl Into<String>) -> OnnxError {
         OnnxError::Node {
+            op_type: clip(op_type, 40),
+            node: clip(node, 60),
+            message: message.into(),
+        }
+    }
+
+    /// An [`OnnxError::Malformed`], the names clipped like [`OnnxError::node`]'s.
+    pub(crate) fn malformed(op_type: &str, node: &str, message: impl Into<String>) -> OnnxError {
+        OnnxError::Malformed {
             op_type: clip(op_type, 40),
             node: clip(node, 60),
             message: message.into(),

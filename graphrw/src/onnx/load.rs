@@ -540,8 +540,14 @@ fn node_name(name: &str, index: usize) -> Cow<'_, str> {
 }
 
 impl<'m> At<'m, '_> {
+    /// A valid form graphrw does not read: the node passes through as opaque.
     fn err(&self, message: impl Into<String>) -> OnnxError {
         OnnxError::node(self.op_type, &self.name, message)
+    }
+
+    /// A node that breaks the ONNX spec: the model is refused (`MALFORMED.md`).
+    fn bad(&self, message: impl Into<String>) -> OnnxError {
+        OnnxError::malformed(self.op_type, &self.name, message)
     }
 
     fn attr(&self, name: &str) -> Option<&AttributeProto> {
@@ -585,7 +591,7 @@ impl<'m> At<'m, '_> {
 
     fn kind_check(&self, a: &AttributeProto, want: i32, what: &str) -> Result<(), OnnxError> {
         if a.r#type != 0 && a.r#type != want {
-            return Err(self.err(format!(
+            return Err(self.bad(format!(
                 "attribute `{}` should be {what} (type {want}), found type {}",
                 a.name, a.r#type
             )));
@@ -628,7 +634,7 @@ impl<'m> At<'m, '_> {
             Some(a) => {
                 self.kind_check(a, attribute_type::STRING, "a string")?;
                 String::from_utf8(a.s.clone())
-                    .map_err(|_| self.err(format!("attribute `{name}` is not UTF-8")))
+                    .map_err(|_| self.bad(format!("attribute `{name}` is not UTF-8")))
             }
             None => Ok(default.to_string()),
         }
@@ -649,7 +655,7 @@ impl<'m> At<'m, '_> {
             } else {
                 format!("{min} to {max}")
             };
-            return Err(self.err(format!("takes {want} inputs, found {n}")));
+            return Err(self.bad(format!("takes {want} inputs, found {n}")));
         }
         Ok(())
     }
@@ -695,8 +701,8 @@ type Outs = SmallVec<[Value; 2]>;
 /// A graph error while adding a node for `at`, with the ONNX node it was made for.
 fn graph_error(at: &At, e: GraphError) -> OnnxError {
     OnnxError::Graph {
-        op_type: at.op_type.to_string(),
-        node: at.name.to_string(),
+        op_type: super::error::clip(at.op_type, 40),
+        node: super::error::clip(&at.name, 60),
         source: Box::new(e),
     }
 }
@@ -797,6 +803,12 @@ impl<'m> Importer<'m> {
                 return Err(OnnxError::Input {
                     name: vi.name.clone(),
                     message: "is declared twice".into(),
+                });
+            }
+            if let Some(message) = super::malformed::input_elem_type(vi) {
+                return Err(OnnxError::Input {
+                    name: super::error::clip(&vi.name, 60),
+                    message,
                 });
             }
             let v = match modelled(vi) {
@@ -1014,7 +1026,7 @@ impl<'m> Importer<'m> {
 
     fn req(&mut self, at: &At<'m, '_>, i: usize) -> Result<Value, OnnxError> {
         self.input(at, i)?
-            .ok_or_else(|| at.err(format!("input {i} is required")))
+            .ok_or_else(|| at.bad(format!("input {i} is required")))
     }
 
     /// The constant value of input `i` without adding it to the graph, or a message that
@@ -1080,14 +1092,14 @@ impl<'m> Importer<'m> {
             None => Ok(None),
             Some(t) if t.dtype().is_int() => {
                 if t.rank() > 1 {
-                    return Err(at.err(format!(
+                    return Err(at.bad(format!(
                         "{what} input must be 0-D or 1-D, found shape {:?}",
                         t.shape()
                     )));
                 }
                 Ok(Some(t.to_i64_vec()))
             }
-            Some(t) => Err(at.err(format!(
+            Some(t) => Err(at.bad(format!(
                 "{what} input must be int64 or int32, found {}",
                 t.dtype()
             ))),
@@ -1199,7 +1211,8 @@ impl<'m> Importer<'m> {
             }
             // What graphrw cannot express (an op outside the vocabulary, an attribute or
             // form it does not read) passes through; a model that contradicts itself
-            // (inference rejects the operands, undefined values, bad tensors) does not.
+            // (a known op against the ONNX spec: `OnnxError::Malformed`, inference
+            // rejects the operands, undefined values, bad tensors) does not.
             Err(OnnxError::Node { .. } | OnnxError::UnknownOp { .. }) => {
                 self.undo(mark)?;
                 self.opaque(at)
@@ -1432,7 +1445,7 @@ impl<'m> Importer<'m> {
                 let r = shape.rank();
                 let a = if axis < 0 { axis + r as i64 } else { axis };
                 if !(0..=r as i64).contains(&a) {
-                    return Err(at.err(format!("axis {axis} is out of range for {shape}")));
+                    return Err(at.bad(format!("axis {axis} is out of range for {shape}")));
                 }
                 let (head, tail) = shape.dims().split_at(a as usize);
                 let prod = |d: &[Dim]| d.iter().map(Dim::known).product::<Option<u64>>();
@@ -1462,17 +1475,17 @@ impl<'m> Importer<'m> {
                 let x = self.req(at, 0)?;
                 let axes = self
                     .axes(at)?
-                    .ok_or_else(|| at.err("input 1 (axes) is required"))?;
+                    .ok_or_else(|| at.bad("input 1 (axes) is required"))?;
                 let out_rank = self.meta(x)?.rank() + axes.len();
                 let mut norm: Vec<usize> = Vec::with_capacity(axes.len());
                 for &a in &axes {
                     let d = normalize_axis(a, out_rank).ok_or_else(|| {
-                        at.err(format!(
+                        at.bad(format!(
                             "axis {a} is out of range for output rank {out_rank}"
                         ))
                     })?;
                     if norm.contains(&d) {
-                        return Err(at.err(format!("axes {axes:?} repeat axis {d}")));
+                        return Err(at.bad(format!("axes {axes:?} repeat axis {d}")));
                     }
                     norm.push(d);
                 }
@@ -1495,7 +1508,7 @@ impl<'m> Importer<'m> {
                 at.only_attrs(&["value"])?;
                 let size = self
                     .shape_arg(at, 0, "shape")?
-                    .ok_or_else(|| at.err("input 0 (shape) is required"))?;
+                    .ok_or_else(|| at.bad("input 0 (shape) is required"))?;
                 if let Some(c) = size.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
                     limit_ints(at, "shape", &c)?;
                 }
@@ -1504,10 +1517,10 @@ impl<'m> Importer<'m> {
                     Some(a) => {
                         let t =
                             a.t.as_ref()
-                                .ok_or_else(|| at.err("attribute `value` holds no tensor"))?;
+                                .ok_or_else(|| at.bad("attribute `value` holds no tensor"))?;
                         let t = tensor_from_proto(t, &format!("{}/value", at.name), None)?;
                         if t.numel() != 1 {
-                            return Err(at.err("attribute `value` must hold one element"));
+                            return Err(at.bad("attribute `value` must hold one element"));
                         }
                         (t.dtype(), t.to_f64_vec().first().copied().unwrap_or(0.0))
                     }
@@ -1528,14 +1541,14 @@ impl<'m> Importer<'m> {
                     match self.const_input(at, i, what) {
                         Ok(Some(t)) => {
                             if t.numel() != 1 {
-                                return Err(at.err(format!("{what} must be a scalar")));
+                                return Err(at.bad(format!("{what} must be a scalar")));
                             }
                             dtype = t.dtype();
                             bounds[i] =
                                 AttrValue::Float(t.to_f64_vec().first().copied().unwrap_or(0.0));
                         }
                         Ok(None) => {
-                            return Err(at.err(format!("input {i} ({what}) is required")))
+                            return Err(at.bad(format!("input {i} ({what}) is required")))
                         }
                         // A bound computed from shapes (`arange(seq)`).
                         Err(e) => match self.shape_arg(at, i, what)?.as_deref() {
@@ -1617,7 +1630,7 @@ impl<'m> Importer<'m> {
             let mut rest = operands.into_iter();
             let mut acc = rest
                 .next()
-                .ok_or_else(|| at.err("takes at least one input"))?;
+                .ok_or_else(|| at.bad("takes at least one input"))?;
             for x in rest {
                 let values = normalize_attrs(def, &attrs).map_err(|e| graph_error(at, e))?;
                 acc = self
@@ -1644,7 +1657,7 @@ impl<'m> Importer<'m> {
         let rank = |imp: &Self| -> Result<usize, OnnxError> {
             let x = operands
                 .first()
-                .ok_or_else(|| at.err(format!("`{}` needs an input", a.onnx)))?;
+                .ok_or_else(|| at.bad(format!("`{}` needs an input", a.onnx)))?;
             Ok(imp.meta(*x)?.rank())
         };
         let kind = def
@@ -1678,7 +1691,7 @@ impl<'m> Importer<'m> {
                 None => None,
                 Some(v) if v.len() == 1 => Some(AttrValue::Int(v[0])),
                 Some(v) => {
-                    return Err(at.err(format!(
+                    return Err(at.bad(format!(
                         "{} input must hold one value, found {}",
                         a.onnx,
                         v.len()
@@ -1702,7 +1715,7 @@ impl<'m> Importer<'m> {
         let value = match (given, a.absent) {
             (Some(v), _) => v,
             (None, Absent::Required) => {
-                return Err(at.err(match input {
+                return Err(at.bad(match input {
                     Some(i) => format!("input {i} ({}) is required", a.onnx),
                     None => format!("attribute `{}` is required", a.onnx),
                 }))
@@ -1719,8 +1732,16 @@ impl<'m> Importer<'m> {
                 AttrValue::Ints(v) => v.iter().any(|x| !(lo..=hi).contains(x)),
                 _ => false,
             };
+            let below = match &value {
+                AttrValue::Int(v) => *v < lo,
+                AttrValue::Ints(v) => v.iter().any(|x| *x < lo),
+                _ => false,
+            };
+            // Below the range is against the spec (a group under 1, a negative stride);
+            // above it, graphrw's own limit.
             if out {
-                return Err(at.err(format!("{} {value} is out of range ({lo} to {hi})", a.onnx)));
+                let e = format!("{} {value} is out of range ({lo} to {hi})", a.onnx);
+                return Err(if below { at.bad(e) } else { at.err(e) });
             }
         }
         if let AttrValue::Str(v) = &value {
@@ -1747,7 +1768,7 @@ impl<'m> Importer<'m> {
                 let mut dims = Vec::with_capacity(axes.len());
                 for &x in &axes {
                     let d = normalize_axis(x, r)
-                        .ok_or_else(|| at.err(format!("axis {x} is out of range for rank {r}")))?;
+                        .ok_or_else(|| at.bad(format!("axis {x} is out of range for rank {r}")))?;
                     dims.push(d as i64);
                 }
                 dims.sort_unstable();
@@ -1758,10 +1779,16 @@ impl<'m> Importer<'m> {
         };
         Ok(match (value, kind) {
             (AttrValue::Int(v), AttrKind::Bool) => AttrValue::Bool(v != 0),
-            (AttrValue::Int(v), AttrKind::DType) => AttrValue::DType(
-                dtype_from_onnx(i32::try_from(v).unwrap_or(-1))
-                    .map_err(|m| at.err(format!("`{}`: {m}", a.onnx)))?,
-            ),
+            (AttrValue::Int(v), AttrKind::DType) => {
+                let code = i32::try_from(v).unwrap_or(-1);
+                AttrValue::DType(dtype_from_onnx(code).map_err(|m| {
+                    // An element type ONNX does not define, or one graphrw does not have.
+                    match super::malformed::elem_type_defined(code) {
+                        false => at.bad(format!("`{}` {v} is not an ONNX element type", a.onnx)),
+                        true => at.err(format!("`{}`: {m}", a.onnx)),
+                    }
+                })?)
+            }
             (v, _) => v,
         })
     }
@@ -1784,7 +1811,7 @@ impl<'m> Importer<'m> {
         let axis = at.int("axis", ra - rb)?;
         let axis = if axis < 0 { axis + ra } else { axis };
         if axis < 0 || axis + rb > ra {
-            return Err(at.err(format!(
+            return Err(at.bad(format!(
                 "broadcast axis {axis} does not fit ranks {ra} and {rb}"
             )));
         }
@@ -1820,10 +1847,10 @@ impl<'m> Importer<'m> {
 
     fn constant_attr(&self, at: &At) -> Result<Tensor, OnnxError> {
         let Some(a) = at.attribute.first() else {
-            return Err(at.err("has no value attribute"));
+            return Err(at.bad("has no value attribute"));
         };
         if at.attribute.len() != 1 {
-            return Err(at.err("must have exactly one value attribute"));
+            return Err(at.bad("must have exactly one value attribute"));
         }
         let name = format!("{}/{}", at.name, a.name);
         let bad = |e: graphrw_kernels::KernelError| OnnxError::tensor(&name, e.to_string());
@@ -1831,7 +1858,7 @@ impl<'m> Importer<'m> {
             "value" => {
                 let t =
                     a.t.as_ref()
-                        .ok_or_else(|| at.err("attribute `value` holds no tensor"))?;
+                        .ok_or_else(|| at.bad("attribute `value` holds no tensor"))?;
                 tensor_from_proto(t, &name, self.dir)
             }
             "value_float" => Ok(Tensor::scalar(a.f)),
@@ -1867,7 +1894,7 @@ impl<'m> Importer<'m> {
         for (v, which) in [(a, "A"), (b, "B")] {
             let r = self.meta(v)?.rank();
             if r != 2 {
-                return Err(at.err(format!("{which} must be 2-D, found rank {r}")));
+                return Err(at.bad(format!("{which} must be 2-D, found rank {r}")));
             }
         }
         let mut y = self.op1(at, "matmul", &[a, b], &[])?;
@@ -1893,7 +1920,7 @@ impl<'m> Importer<'m> {
         let x = self.req(at, 0)?;
         let mut shape = self
             .shape_arg(at, 1, "shape")?
-            .ok_or_else(|| at.err("input 1 (shape) is required"))?;
+            .ok_or_else(|| at.bad("input 1 (shape) is required"))?;
         if let Some(c) = shape.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
             limit_ints(at, "shape", &c)?;
         }
@@ -1903,7 +1930,7 @@ impl<'m> Importer<'m> {
                 if d.as_const() == Some(0) {
                     *d = match meta.shape.dims().get(i) {
                         Some(dim) => dim.to_expr(),
-                        None => return Err(at.err(format!("shape entry {i} is 0 (copy the input's dim), but the input {} has no dim {i}", meta.shape))),
+                        None => return Err(at.bad(format!("shape entry {i} is 0 (copy the input's dim), but the input {} has no dim {i}", meta.shape))),
                     };
                 }
             }
@@ -1924,10 +1951,10 @@ impl<'m> Importer<'m> {
             at.inputs_between(1, 1)?;
             let starts = at
                 .ints("starts")?
-                .ok_or_else(|| at.err("attribute `starts` is required"))?;
+                .ok_or_else(|| at.bad("attribute `starts` is required"))?;
             let ends = at
                 .ints("ends")?
-                .ok_or_else(|| at.err("attribute `ends` is required"))?;
+                .ok_or_else(|| at.bad("attribute `ends` is required"))?;
             let n = starts.len();
             let axes = at.ints("axes")?.unwrap_or_else(|| (0..n as i64).collect());
             limit_ints(at, "axes", &axes)?;
@@ -1938,10 +1965,10 @@ impl<'m> Importer<'m> {
             at.inputs_between(3, 5)?;
             let starts = self
                 .shape_arg(at, 1, "starts")?
-                .ok_or_else(|| at.err("input 1 (starts) is required"))?;
+                .ok_or_else(|| at.bad("input 1 (starts) is required"))?;
             let ends = self
                 .shape_arg(at, 2, "ends")?
-                .ok_or_else(|| at.err("input 2 (ends) is required"))?;
+                .ok_or_else(|| at.bad("input 2 (ends) is required"))?;
             let n = starts.len();
             let axes = self
                 .const_ints(at, 3, "axes")?
@@ -1953,7 +1980,7 @@ impl<'m> Importer<'m> {
         };
         let n = starts.len();
         if ends.len() != n || axes.len() != n || steps.len() != n {
-            return Err(at.err(format!(
+            return Err(at.bad(format!(
                 "starts, ends, axes and steps must have one length, found {}, {}, {}, {}",
                 n,
                 ends.len(),
@@ -1966,10 +1993,13 @@ impl<'m> Importer<'m> {
         let mut seen = HashSet::new();
         for k in 0..n {
             let axis = normalize_axis(axes[k], rank).ok_or_else(|| {
-                at.err(format!("axis {} is out of range for rank {rank}", axes[k]))
+                at.bad(format!("axis {} is out of range for rank {rank}", axes[k]))
             })?;
             if !seen.insert(axis) {
-                return Err(at.err(format!("axes {axes:?} repeat axis {axis}")));
+                return Err(at.bad(format!("axes {axes:?} repeat axis {axis}")));
+            }
+            if steps[k] == 0 {
+                return Err(at.bad(format!("step 0 on axis {axis} (steps must not be 0)")));
             }
             if steps[k] < 1 {
                 return Err(at.err(format!(
@@ -2045,7 +2075,7 @@ impl<'m> Importer<'m> {
         let axis = at.int("axis", 1)?;
         let a = if axis < 0 { axis + r } else { axis };
         if !(0..r.max(1)).contains(&a) {
-            return Err(at.err(format!("axis {axis} is out of range for {shape}")));
+            return Err(at.bad(format!("axis {axis} is out of range for {shape}")));
         }
         if a == r - 1 || r == 0 {
             return Ok(smallvec![self.op1(
@@ -2162,12 +2192,16 @@ impl<'m> Importer<'m> {
     /// equations stay opaque.
     fn einsum(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         at.only_attrs(&["equation"])?;
-        at.inputs_between(2, 2)?;
+        at.inputs_between(1, usize::MAX)?;
         let eq: String = at
             .string("equation", "")?
             .chars()
             .filter(|c| !c.is_whitespace())
             .collect();
+        super::malformed::einsum_equation(&eq, at.input.len()).map_err(|m| at.bad(m))?;
+        if at.input.len() != 2 {
+            return Err(at.err("only two-operand equations are lowered"));
+        }
         let (lhs, out) = eq
             .split_once("->")
             .ok_or_else(|| at.err("an equation without `->` is not lowered"))?;
@@ -2185,7 +2219,7 @@ impl<'m> Importer<'m> {
             let k = match rank {
                 Some(r) => r
                     .checked_sub(named)
-                    .ok_or_else(|| at.err("`...` over too few dims"))?,
+                    .ok_or_else(|| at.bad("`...` over too few dims"))?,
                 None => n,
             };
             let digits = (0..k).map(|i| char::from(b'0' + (i % 10) as u8));
@@ -2199,7 +2233,7 @@ impl<'m> Importer<'m> {
         }
         let eo = expand(out, None, n_ell)?;
         if ea.len() != ra || eb.len() != rb {
-            return Err(at.err(format!(
+            return Err(at.bad(format!(
                 "terms `{ta}`, `{tb}` do not fit ranks {ra} and {rb}"
             )));
         }
@@ -2257,7 +2291,7 @@ impl<'m> Importer<'m> {
                 match self.const_input(at, i, what)? {
                     None => Ok(None),
                     Some(t) if t.numel() == 1 => Ok(t.to_f64_vec().first().copied()),
-                    Some(_) => Err(at.err(format!("{what} must be a scalar"))),
+                    Some(_) => Err(at.bad(format!("{what} must be a scalar"))),
                 }
             };
             (bound(1, "min")?, bound(2, "max")?)
@@ -2301,7 +2335,7 @@ impl<'m> Importer<'m> {
         let x = self.req(at, 0)?;
         let m = self.meta(x)?;
         if m.rank() < 2 {
-            return Err(at.err(format!("the input {} has no channel dim", m.shape)));
+            return Err(at.bad(format!("the input {} has no channel dim", m.shape)));
         }
         let mut view = vec![-1i64];
         view.resize(m.rank() - 1, 1);
@@ -2333,7 +2367,7 @@ impl<'m> Importer<'m> {
         let x = self.req(at, 0)?;
         let shape = self
             .shape_arg(at, 1, "shape")?
-            .ok_or_else(|| at.err("input 1 (shape) is required"))?;
+            .ok_or_else(|| at.bad("input 1 (shape) is required"))?;
         if let Some(c) = shape.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
             limit_ints(at, "shape", &c)?;
         }
@@ -2352,7 +2386,7 @@ impl<'m> Importer<'m> {
                 (Some(s), Some(_)) if s.as_const() == Some(1) => SymExpr::int(-1),
                 (Some(s), Some(d)) if d.to_expr() == *s => SymExpr::int(-1),
                 (Some(s), _) if s.sign() == crate::meta::Sign::Negative => {
-                    return Err(at.err(format!("shape {} has a negative size {s}", shown())))
+                    return Err(at.bad(format!("shape {} has a negative size {s}", shown())))
                 }
                 (Some(s), _) => s.clone(),
             });
@@ -2378,7 +2412,7 @@ impl<'m> Importer<'m> {
         let axis = at.int("axis", 0)?;
         let meta = self.meta(x)?;
         let d = normalize_axis(axis, meta.rank())
-            .ok_or_else(|| at.err(format!("axis {axis} is out of range for {}", meta.shape)))?;
+            .ok_or_else(|| at.bad(format!("axis {axis} is out of range for {}", meta.shape)))?;
         let outputs = at.output.len();
         let sizes =
             match split_attr.map_or_else(|| self.const_ints(at, 1, "split"), |s| Ok(Some(s)))? {
@@ -2389,7 +2423,7 @@ impl<'m> Importer<'m> {
                         None => outputs as i64,
                     };
                     if k < 1 || k as usize != outputs {
-                        return Err(at.err(format!(
+                        return Err(at.bad(format!(
                             "num_outputs {k} does not match the {outputs} outputs"
                         )));
                     }
@@ -2406,11 +2440,11 @@ impl<'m> Importer<'m> {
                         n / k
                     };
                     if self.opset < 18 && n % k != 0 {
-                        return Err(at.err(format!("dim {n} does not split evenly into {k} parts")));
+                        return Err(at.bad(format!("dim {n} does not split evenly into {k} parts")));
                     }
                     let last = n - chunk * (k - 1);
                     if last < 0 || (last == 0 && n > 0) {
-                        return Err(at.err(format!("dim {n} cannot be split into {k} parts")));
+                        return Err(at.bad(format!("dim {n} cannot be split into {k} parts")));
                     }
                     let mut s = vec![chunk; k as usize - 1];
                     s.push(last);
@@ -2418,13 +2452,13 @@ impl<'m> Importer<'m> {
                 }
             };
         if sizes.len() != outputs {
-            return Err(at.err(format!(
+            return Err(at.bad(format!(
                 "split {sizes:?} has {} parts but the node has {outputs} outputs",
                 sizes.len()
             )));
         }
         if let Some(bad) = sizes.iter().find(|&&s| s < 0) {
-            return Err(at.err(format!(
+            return Err(at.bad(format!(
                 "split sizes {sizes:?} include a negative size {bad}"
             )));
         }
@@ -2433,7 +2467,7 @@ impl<'m> Importer<'m> {
             (Some(t), Some(n)) if t as u64 == n => {}
             (Some(_), None) => {}
             _ => {
-                return Err(at.err(format!(
+                return Err(at.bad(format!(
                     "split sizes {sizes:?} do not add up to dim {} of {}",
                     d, meta.shape
                 )))
@@ -2461,7 +2495,10 @@ impl<'m> Importer<'m> {
             "softmax_precision",
         ])?;
         at.only_outputs(1)?;
-        at.inputs_between(3, 4)?;
+        at.inputs_between(3, 6)?;
+        if at.input.iter().skip(4).any(|i| !i.is_empty()) {
+            return Err(at.err("past key and value inputs are not supported"));
+        }
         if at.float("softcap", 0.0)? != 0.0 {
             return Err(at.err("softcap is not supported"));
         }

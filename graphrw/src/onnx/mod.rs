@@ -24,6 +24,7 @@ mod error;
 pub mod external;
 mod functions;
 mod load;
+pub mod malformed;
 mod name_key;
 mod nesting;
 pub mod proto;

@@ -529,6 +529,24 @@ fn stays_opaque(r: &OpMap, what: &str, m: &ModelProto) -> Result<(), String> {
     Ok(())
 }
 
+/// Ok when `m` is refused as a malformed node `n` of the row's op.
+fn refused_as_malformed(r: &OpMap, what: &str, m: &ModelProto) -> Result<(), String> {
+    match crate::onnx::from_model(m, None) {
+        Err(e @ crate::onnx::OnnxError::Malformed { .. }) => {
+            let msg = e.to_string();
+            match msg.starts_with(&format!("malformed {} node n: ", r.onnx)) {
+                true => Ok(()),
+                false => Err(format!("{what}: {msg}")),
+            }
+        }
+        Err(e) => Err(format!("{what}: not a malformed-node error: {e}")),
+        Ok(g) => Err(format!("{what}: loads as {:?}", ops_of(&g))),
+    }
+}
+
+/// Wrong attribute kinds are malformed (refused); values past graphrw's limits, other
+/// choices, other held values and unknown attributes are valid forms it does not read
+/// (opaque).
 #[test]
 fn hostile_arguments_leave_the_node_opaque() {
     let mut failures = Vec::new();
@@ -547,7 +565,15 @@ fn hostile_arguments_leave_the_node_opaque() {
                 OnnxKind::Str => attribute(a.onnx, &V::I(1)),
                 _ => attribute(a.onnx, &V::S("x")),
             };
-            let mut bad = vec![("wrong kind", wrong)];
+            // Against the spec: refused, naming the node and the op (MALFORMED.md).
+            cases += 1;
+            let m = hostile_model(r, k, wrong, float_input(a.onnx));
+            let what = format!("{} `{}` wrong kind", r.onnx, a.onnx);
+            if let Err(e) = refused_as_malformed(r, &what, &m) {
+                failures.push(e);
+            }
+            // Valid forms graphrw does not read (past its limits, other choices).
+            let mut bad = Vec::new();
             if let Some((_, hi)) = a.range {
                 let v = match a.kind {
                     OnnxKind::Ints => V::Is(vec![hi + 1; 4]),

@@ -375,13 +375,27 @@ fn cone_order(graph: &Graph, root: NodeId, size: usize) -> Option<Vec<NodeId>> {
 }
 
 /// The value of `v` when it depends on no graph input (evaluated on a copy of its
-/// cone with the reference executor), else `None`.
+/// cone with the reference executor), else `None`; also `None` when a value of the
+/// cone is past [`super::FOLD_MAX_TENSOR_BYTES`] or of unknown size.
 fn evaluate_static(graph: &Graph, v: Value) -> Option<Tensor> {
     let meta = graph.meta(v).ok()?;
     if meta.shape.numel()? > MAX_ELEMENTS {
         return None;
     }
     let cone = static_cone(graph, v)?;
+    // Every value computed on the way, not only the result, must fit the budget
+    // (`range(0, 2^33)` sliced to 4 is small; its range is not).
+    for &n in &cone {
+        for m in graph.node(n)?.outputs() {
+            let bytes = m
+                .shape
+                .numel()?
+                .checked_mul(m.dtype.size_in_bytes() as u64)?;
+            if bytes > super::FOLD_MAX_TENSOR_BYTES {
+                return None;
+            }
+        }
+    }
     let order = cone_order(graph, v.node, cone.len())?;
     let mut sub = Graph::new();
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();

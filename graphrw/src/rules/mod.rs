@@ -13,6 +13,11 @@ pub use kernels::Kernels;
 pub use pipeline::{optimize, prepare, OptimizeError, Optimized};
 
 use crate::rewrite::{Report, RewriteError, Rewriter};
+
+/// The largest tensor, in bytes, that a rule evaluates while rewriting (the constant
+/// evaluation of input-independent mask parts in [`causal`]): 64 MiB. A value, or any
+/// value it is computed from, past this stays unevaluated and its nodes unchanged.
+pub const FOLD_MAX_TENSOR_BYTES: u64 = 64 << 20;
 use crate::Graph;
 
 /// Canonicalises, then fuses attention blocks with canonicalisation still on (it folds
