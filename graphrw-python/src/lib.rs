@@ -1,0 +1,670 @@
+//! `graphrw._native`: the Rust half of the `graphrw` Python package.
+//!
+//! The Python package (`python/graphrw/`) is the public API; this module gives it
+//! plain values (bytes, strings, numbers, tuples) and raises the package's exceptions
+//! (`graphrw._errors`) with the same one-line messages as the `graphrw` command. It
+//! builds on graphrw's public API only ([`graphrw::onnx`], [`graphrw::rules`],
+//! [`graphrw::exec`]), and `python -m graphrw` runs graphrw-cli's own subcommand code,
+//! included by path, so the two print the same.
+//!
+//! Every entry point releases the GIL while it loads, optimises, saves or runs, and
+//! catches a panic as a last resort (raised as `GraphrwError`), so nothing unwinds
+//! into Python.
+
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use graphrw::exec::{self, ExecError, Plan};
+use graphrw::onnx::{SaveOptions, WeightLayout};
+use graphrw::pattern::{explain_named, near_misses};
+use graphrw::printer::{node_line, Names};
+use graphrw::rewrite::Rewriter;
+use graphrw::{rules, DType, Graph, NodeId, Tensor, Value};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyType};
+
+/// graphrw-cli's subcommands (`optimize`, `inspect`, `run`, `explain`), compiled into
+/// the extension for `python -m graphrw`. Unchanged source: the CLI stays the one
+/// place their behaviour and output are defined.
+#[allow(dead_code, missing_docs, unreachable_pub)]
+#[path = "../../graphrw-cli/src/commands/mod.rs"]
+mod commands;
+
+/// Which exception of `graphrw._errors` a failure raises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The model could not be read.
+    Load,
+    /// The rewrite pipeline failed.
+    Optimize,
+    /// The model could not be written.
+    Save,
+    /// Planning or running failed.
+    Run,
+    /// An argument is wrong (unknown rule, node, dtype; inputs that do not fit).
+    InvalidArgument,
+    /// Anything else (a caught panic).
+    Internal,
+}
+
+impl Kind {
+    /// The exception class's name in `graphrw._errors`.
+    fn class(self) -> &'static str {
+        match self {
+            Kind::Load => "LoadError",
+            Kind::Optimize => "OptimizeError",
+            Kind::Save => "SaveError",
+            Kind::Run => "RunError",
+            Kind::InvalidArgument => "InvalidArgument",
+            Kind::Internal => "GraphrwError",
+        }
+    }
+}
+
+/// A failure on the Rust side: which exception, and its one-line message.
+#[derive(Debug)]
+struct Failure {
+    kind: Kind,
+    message: String,
+}
+
+impl Failure {
+    fn new(kind: Kind, message: impl std::fmt::Display) -> Failure {
+        Failure {
+            kind,
+            message: message.to_string(),
+        }
+    }
+
+    /// The Python exception: the class from `graphrw._errors` (a `RuntimeError` if
+    /// that module cannot be imported, which only a broken install does).
+    fn into_pyerr(self, py: Python<'_>) -> PyErr {
+        let class = py
+            .import("graphrw._errors")
+            .and_then(|m| m.getattr(self.kind.class()))
+            .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from));
+        match class {
+            Ok(ty) => PyErr::from_type(ty, self.message),
+            Err(_) => pyo3::exceptions::PyRuntimeError::new_err(self.message),
+        }
+    }
+}
+
+type Outcome<T> = Result<T, Failure>;
+
+/// Runs `f` with the GIL released, a panic turned into a `GraphrwError`.
+fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> Outcome<T> + Send) -> PyResult<T> {
+    let result = py.detach(|| {
+        catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Failure::new(
+                Kind::Internal,
+                format!("internal error (a bug in graphrw, please report it): {what}"),
+            ))
+        })
+    });
+    result.map_err(|f| f.into_pyerr(py))
+}
+
+/// A model as Python gave it: a file (external data read from its folder) or the
+/// bytes of a serialised `ModelProto`.
+enum Source<'a> {
+    Path(PathBuf),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Source<'a> {
+    /// `bytes` (or `bytearray`-free `bytes` only) or a path (`str`, `os.PathLike`).
+    fn extract(obj: &'a Bound<'_, PyAny>) -> PyResult<Source<'a>> {
+        if let Ok(b) = obj.cast::<PyBytes>() {
+            return Ok(Source::Bytes(b.as_bytes()));
+        }
+        match obj.extract::<PathBuf>() {
+            Ok(p) => Ok(Source::Path(p)),
+            Err(_) => Err(Failure::new(
+                Kind::InvalidArgument,
+                format!(
+                    "model: expected a path, bytes or an onnx.ModelProto, got {}",
+                    obj.get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|_| "?".into())
+                ),
+            )
+            .into_pyerr(obj.py())),
+        }
+    }
+
+    /// Loads the graph (the error names the file, as the CLI's does).
+    fn load(&self) -> Outcome<Graph> {
+        match self {
+            Source::Path(p) => commands::load(p).map_err(|e| Failure::new(Kind::Load, e)),
+            Source::Bytes(b) => graphrw::onnx::load_bytes(b)
+                .map_err(|e| Failure::new(Kind::Load, format!("model bytes: {e}"))),
+        }
+    }
+}
+
+/// What `optimize` did, as plain values for `graphrw.Report`.
+struct OptimizeOutcome {
+    /// Rewrites per rule.
+    rule_counts: BTreeMap<String, usize>,
+    /// `(rule, anchor, reason)` of each match whose replacement failed.
+    skipped: Vec<(String, String, String)>,
+    nodes_before: usize,
+    nodes_after: usize,
+    /// Nodes per fused op after the pass (`scaled_dot_product_attention`, `fused.*`).
+    fused_nodes: BTreeMap<String, usize>,
+    /// Attention nodes made causal (whole pipeline only).
+    causal_masks: usize,
+    /// The report as `graphrw optimize` prints it.
+    text: String,
+    /// The writer's summary line, when a file was written.
+    saved: Option<String>,
+    /// The optimised model, when asked for.
+    model: Option<Vec<u8>>,
+    /// Seconds spent loading, optimising and writing.
+    seconds: f64,
+}
+
+/// The built-in generated kernels' names, as `rules` takes them.
+fn kernel_names() -> Vec<&'static str> {
+    graphrw::generated::builtin::ALL
+        .iter()
+        .filter_map(|k| k.op.name.strip_prefix("fused."))
+        .collect()
+}
+
+/// Nodes per op for the ops the passes create.
+fn fused_counts(graph: &Graph) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for op in graph
+        .node_ids()
+        .filter_map(|id| graph.node(id).map(|n| n.op_name()))
+    {
+        if op == "scaled_dot_product_attention" || op.starts_with("fused.") {
+            *out.entry(op.to_string()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// Options of [`optimize`] past the model.
+struct OptimizeArgs {
+    output: Option<PathBuf>,
+    rules: Vec<String>,
+    save: SaveOptions,
+    want_bytes: bool,
+}
+
+/// `graphrw optimize`'s work, without printing: load, apply the rule sets, write.
+fn run_optimize(src: &Source<'_>, args: &OptimizeArgs) -> Outcome<OptimizeOutcome> {
+    let start = Instant::now();
+    let names = &args.rules;
+    let whole = names.is_empty() || *names == ["all"] || *names == ["default"];
+    if whole {
+        // Builds the passes' decision trees while the model loads, as the CLI does.
+        std::thread::spawn(rules::prepare);
+    }
+    let mut graph = src.load()?;
+    let mut rule_counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    let mut text = String::new();
+    let nodes_before = graph.node_count();
+    let mut causal_masks = 0;
+    let mut add = |r: &graphrw::rewrite::Report| {
+        for (rule, n) in r.counts() {
+            *rule_counts.entry(rule.to_string()).or_insert(0) += n;
+        }
+        for s in &r.skipped {
+            skipped.push((s.rule.to_string(), s.at.clone(), s.reason.clone()));
+        }
+    };
+    if whole {
+        let done = rules::optimize(&mut graph).map_err(|e| Failure::new(Kind::Optimize, e))?;
+        for r in done.attention.iter().chain([&done.kernels]) {
+            add(r);
+            text.push_str(&r.to_string());
+        }
+        text.push_str(&format!("{done}\n"));
+        causal_masks = done.causal.converted;
+    } else {
+        let mut sets = Vec::new();
+        for name in names {
+            match name.as_str() {
+                "kernels" => sets.extend(graphrw::generated::builtin_rules()),
+                _ => sets.push(rules::rule_set(name).ok_or_else(|| {
+                    Failure::new(
+                        Kind::InvalidArgument,
+                        format!(
+                            "unknown rule set `{name}` (known: all, canonical, attention, \
+                             kernels, or one kernel: {})",
+                            commands::name_list(&kernel_names(), 80)
+                        ),
+                    )
+                })?),
+            }
+        }
+        let report = Rewriter::new(&sets)
+            .run(&mut graph)
+            .map_err(|e| Failure::new(Kind::Optimize, e))?;
+        add(&report);
+        text.push_str(&report.to_string());
+        text.push_str(&format!(
+            "nodes: {nodes_before} -> {}\n",
+            graph.node_count()
+        ));
+    }
+    let saved = match &args.output {
+        Some(path) => {
+            let saved = graphrw::onnx::save_with(&graph, path, &args.save)
+                .map_err(|e| Failure::new(Kind::Save, e))?;
+            text.push_str(&format!("{saved}\n"));
+            Some(saved.to_string())
+        }
+        None => None,
+    };
+    let model = if args.want_bytes {
+        Some(graphrw::onnx::to_bytes(&graph).map_err(|e| Failure::new(Kind::Save, e))?)
+    } else {
+        None
+    };
+    Ok(OptimizeOutcome {
+        rule_counts,
+        skipped,
+        nodes_before,
+        nodes_after: graph.node_count(),
+        fused_nodes: fused_counts(&graph),
+        causal_masks,
+        text,
+        saved,
+        model,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The weight layout named by the Python wrapper: `keep`, `external` or `single`.
+fn layout(name: &str) -> Outcome<WeightLayout> {
+    match name {
+        "keep" => Ok(WeightLayout::Keep),
+        "external" => Ok(WeightLayout::External),
+        "single" => Ok(WeightLayout::SingleFile),
+        _ => Err(Failure::new(
+            Kind::InvalidArgument,
+            format!("unknown weight layout `{name}` (keep, external or single)"),
+        )),
+    }
+}
+
+/// Optimises a model (see `graphrw.optimize`); returns the report's fields as a dict.
+#[pyfunction]
+#[pyo3(signature = (model, output=None, rules=Vec::new(), layout="keep", data_file=None, want_bytes=false))]
+fn optimize<'py>(
+    py: Python<'py>,
+    model: &Bound<'py, PyAny>,
+    output: Option<PathBuf>,
+    rules: Vec<String>,
+    layout: &str,
+    data_file: Option<String>,
+    want_bytes: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let src = Source::extract(model)?;
+    let save = SaveOptions {
+        layout: self::layout(layout).map_err(|f| f.into_pyerr(py))?,
+        data_file,
+        ..SaveOptions::default()
+    };
+    let args = OptimizeArgs {
+        output,
+        rules,
+        save,
+        want_bytes,
+    };
+    let done = detached(py, || run_optimize(&src, &args))?;
+    let dict = pyo3::types::PyDict::new(py);
+    dict.set_item("rule_counts", done.rule_counts)?;
+    dict.set_item("skipped", done.skipped)?;
+    dict.set_item("nodes_before", done.nodes_before)?;
+    dict.set_item("nodes_after", done.nodes_after)?;
+    dict.set_item("fused_nodes", done.fused_nodes)?;
+    dict.set_item("causal_masks", done.causal_masks)?;
+    dict.set_item("text", done.text)?;
+    dict.set_item("saved", done.saved)?;
+    dict.set_item("model", done.model.map(|b| PyBytes::new(py, &b)))?;
+    dict.set_item("seconds", done.seconds)?;
+    Ok(dict.into_any())
+}
+
+/// The built-in rule named `name` (an `InvalidArgument` listing the names if none).
+fn find_rule(name: &str) -> Outcome<&'static graphrw::Rule> {
+    commands::explain::find_rule(name).map_err(|e| Failure::new(Kind::InvalidArgument, e))
+}
+
+/// The node printed as `name` (`t41`, `c3`, an input's name) or with that ONNX name.
+fn find_node(graph: &Graph, names: &Names, name: &str) -> Option<NodeId> {
+    graph.node_ids().find(|&id| {
+        let node = graph.node(id);
+        (0..node.map_or(0, |n| n.outputs().len()) as u32)
+            .any(|o| names.get(Value::new(id, o)) == name)
+            || node.and_then(|n| n.name()) == Some(name)
+    })
+}
+
+/// `graphrw explain`'s text: why `rule` matches at `node` or not, or its near misses.
+fn run_explain(src: &Source<'_>, rule: &str, node: Option<&str>) -> Outcome<String> {
+    let graph = src.load()?;
+    let rule = find_rule(rule)?;
+    let names = Names::new(&graph);
+    let mut out = format!("rule `{}`:\n{}\n", rule.name, rule.pattern);
+    match node {
+        Some(n) => {
+            let id = find_node(&graph, &names, n).ok_or_else(|| {
+                Failure::new(
+                    Kind::InvalidArgument,
+                    format!("no node printed as or named `{n}` (see `graphrw print`)"),
+                )
+            })?;
+            out.push_str(&format!("at {}:\n", node_line(&graph, &names, id)));
+            out.push_str(&format!(
+                "  {}\n",
+                explain_named(rule.pattern, &graph, id, &names)
+            ));
+        }
+        None => {
+            let matches = rule.pattern.find(&graph).len();
+            out.push_str(&format!("{matches} match(es)\n"));
+            let misses = near_misses(rule.pattern, &graph);
+            out.push_str(&format!("{} near miss(es), deepest first:\n", misses.len()));
+            for (id, why) in misses.iter().take(10) {
+                out.push_str(&format!(
+                    "  {}\n    {why}\n",
+                    node_line(&graph, &names, *id)
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Explains a built-in rule on a model (see `graphrw.explain`).
+#[pyfunction]
+#[pyo3(signature = (model, rule, node=None))]
+fn explain(
+    py: Python<'_>,
+    model: &Bound<'_, PyAny>,
+    rule: String,
+    node: Option<String>,
+) -> PyResult<String> {
+    let src = Source::extract(model)?;
+    detached(py, || run_explain(&src, &rule, node.as_deref()))
+}
+
+/// The numpy name of a dtype (`float32`, `bfloat16`, `bool`, ...).
+fn numpy_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I64 => "int64",
+        DType::I32 => "int32",
+        DType::Bool => "bool",
+    }
+}
+
+/// The dtype of a numpy name, as [`numpy_name`] writes them.
+fn from_numpy_name(name: &str) -> Option<DType> {
+    DType::ALL.into_iter().find(|&d| numpy_name(d) == name)
+}
+
+/// onnxruntime's type string of a dtype (`tensor(float)`).
+fn ort_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "tensor(float)",
+        DType::F64 => "tensor(double)",
+        DType::F16 => "tensor(float16)",
+        DType::BF16 => "tensor(bfloat16)",
+        DType::I64 => "tensor(int64)",
+        DType::I32 => "tensor(int32)",
+        DType::Bool => "tensor(bool)",
+    }
+}
+
+/// A graph input or output as `get_inputs()` shows it: name, numpy dtype name,
+/// onnxruntime type string, and dims (a number, or a symbolic dim's name).
+type IoInfo = (String, &'static str, &'static str, Vec<String>);
+
+/// The description of the graph's value `v`, named `name`.
+fn io_info(graph: &Graph, name: &str, v: Value) -> Outcome<IoInfo> {
+    let meta = graph.meta(v).map_err(|e| Failure::new(Kind::Load, e))?;
+    Ok((
+        name.to_string(),
+        numpy_name(meta.dtype),
+        ort_type(meta.dtype),
+        meta.shape.dims().iter().map(|d| d.to_string()).collect(),
+    ))
+}
+
+/// An output as `Session.run` gives it: numpy dtype name, shape, little-endian bytes.
+type RawOutput<'py> = (&'static str, Vec<usize>, Bound<'py, PyByteArray>);
+
+/// A model planned on graphrw's default stack (see `graphrw.InferenceSession`).
+#[pyclass(module = "graphrw._native", frozen)]
+struct Session {
+    plan: Plan,
+    inputs: Vec<IoInfo>,
+    outputs: Vec<IoInfo>,
+    /// What the optimiser did (`nodes: a -> b` and the fused ops), or why it failed.
+    optimized: String,
+}
+
+/// Loads, optimises (the default pipeline, as `graphrw run` does; a failing rewrite
+/// leaves the model as loaded) and plans a model on `stack`.
+fn prepare_session(src: &Source<'_>, optimize: bool) -> Outcome<Session> {
+    let loaded = src.load()?;
+    let mut inputs = Vec::new();
+    for &id in loaded.inputs() {
+        let name = loaded.node(id).and_then(|n| n.name()).unwrap_or("?");
+        inputs.push(io_info(&loaded, name, Value::from(id))?);
+    }
+    let mut outputs = Vec::new();
+    for (name, &v) in loaded.output_names().iter().zip(loaded.outputs()) {
+        outputs.push(io_info(&loaded, name, v)?);
+    }
+    let (graph, optimized, stack) = if optimize {
+        let mut g = loaded.clone();
+        match rules::optimize(&mut g) {
+            Ok(done) => (g, done.to_string(), exec::default_stack()),
+            Err(e) => (
+                loaded,
+                format!("optimisation failed, running the model as loaded: {e}"),
+                exec::default_stack(),
+            ),
+        }
+    } else {
+        (loaded, "not optimised".to_string(), exec::reference_stack())
+    };
+    let label = if optimize { "default" } else { "reference" };
+    let plan = exec::plan(&graph, &stack)
+        .map_err(|e| Failure::new(Kind::Run, format!("planning on the {label} stack: {e}")))?;
+    Ok(Session {
+        plan,
+        inputs,
+        outputs,
+        optimized,
+    })
+}
+
+#[pymethods]
+impl Session {
+    /// Loads and plans `model`; `optimize=False` runs it as loaded on the reference
+    /// kernels (`graphrw run --executors reference`).
+    #[new]
+    #[pyo3(signature = (model, optimize=true))]
+    fn new(py: Python<'_>, model: &Bound<'_, PyAny>, optimize: bool) -> PyResult<Session> {
+        let src = Source::extract(model)?;
+        detached(py, || prepare_session(&src, optimize))
+    }
+
+    /// The graph inputs: `(name, numpy dtype, ort type, dims)`.
+    fn inputs(&self) -> Vec<IoInfo> {
+        self.inputs.clone()
+    }
+
+    /// The graph outputs: `(name, numpy dtype, ort type, dims)`.
+    fn outputs(&self) -> Vec<IoInfo> {
+        self.outputs.clone()
+    }
+
+    /// What the optimiser did, as `graphrw run` prints it.
+    fn optimized(&self) -> String {
+        self.optimized.clone()
+    }
+
+    /// Runs the plan on `feeds`, one `(numpy dtype name, shape, bytes)` per graph input
+    /// in order; returns every output as `(numpy dtype name, shape, bytearray)`.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        feeds: Vec<(String, Vec<usize>, Bound<'py, PyBytes>)>,
+    ) -> PyResult<Vec<RawOutput<'py>>> {
+        let mut tensors = Vec::with_capacity(feeds.len());
+        for (k, (dtype, shape, bytes)) in feeds.iter().enumerate() {
+            let name = self.inputs.get(k).map_or("?", |i| i.0.as_str());
+            let bad = |m: String| Failure::new(Kind::InvalidArgument, m).into_pyerr(py);
+            let dt = from_numpy_name(dtype)
+                .ok_or_else(|| bad(format!("input `{name}`: unsupported dtype {dtype}")))?;
+            let mut t = Tensor::from_raw_bytes(dt, shape, bytes.as_bytes())
+                .map_err(|e| bad(format!("input `{name}`: {e}")))?;
+            // numpy has no bfloat16 without ml_dtypes: a float32 array feeds a bf16
+            // input, rounded to it.
+            if dt == DType::F32 && self.inputs.get(k).is_some_and(|i| i.1 == "bfloat16") {
+                t = t.cast(DType::BF16);
+            }
+            tensors.push(t);
+        }
+        let plan = &self.plan;
+        let outputs = detached(py, || {
+            plan.run(&tensors).map(|(out, _)| out).map_err(|e| match e {
+                ExecError::Input { .. } => Failure::new(Kind::InvalidArgument, e),
+                e => Failure::new(Kind::Run, e),
+            })
+        })?;
+        Ok(outputs
+            .iter()
+            .map(|t| {
+                (
+                    numpy_name(t.dtype()),
+                    t.shape().to_vec(),
+                    PyByteArray::new(py, &t.to_raw_bytes()),
+                )
+            })
+            .collect())
+    }
+}
+
+/// Runs one of graphrw-cli's subcommands with the GIL released; its exit code, or
+/// its error (the CLI prints `error: ...` and exits 1) as a `GraphrwError`.
+fn cli<F>(py: Python<'_>, f: F) -> PyResult<u8>
+where
+    F: FnOnce() -> commands::CmdResult + Send,
+{
+    detached(py, || {
+        let code = f().map_err(|e| Failure::new(Kind::Internal, e))?;
+        Ok(if code == ExitCode::SUCCESS { 0 } else { 1 })
+    })
+}
+
+/// `graphrw inspect MODEL`.
+#[pyfunction]
+fn cli_inspect(py: Python<'_>, model: PathBuf) -> PyResult<u8> {
+    cli(py, || commands::inspect::run(&model))
+}
+
+/// `graphrw explain MODEL --rule NAME [--node N]`.
+#[pyfunction]
+#[pyo3(signature = (model, rule, node=None))]
+fn cli_explain(py: Python<'_>, model: PathBuf, rule: String, node: Option<String>) -> PyResult<u8> {
+    cli(py, || {
+        commands::explain::run(&model, &rule, node.as_deref())
+    })
+}
+
+/// `graphrw optimize MODEL -o OUT [--rules NAME...] [layout] [--data-file NAME]`.
+#[pyfunction]
+#[pyo3(signature = (model, output, rules, layout="keep", data_file=None))]
+fn cli_optimize(
+    py: Python<'_>,
+    model: PathBuf,
+    output: PathBuf,
+    rules: Vec<String>,
+    layout: &str,
+    data_file: Option<String>,
+) -> PyResult<u8> {
+    let save = SaveOptions {
+        layout: self::layout(layout).map_err(|f| f.into_pyerr(py))?,
+        data_file,
+        ..SaveOptions::default()
+    };
+    cli(py, || {
+        commands::optimize::run(&model, &output, &rules, &save)
+    })
+}
+
+/// `graphrw run MODEL_DIR [--model FILE] [--executors E] [--repeat N] [--compare]
+/// [--profile]` on the CPU.
+#[pyfunction]
+#[pyo3(signature = (model_dir, model=None, executors="default", repeat=1, compare=false, profile=false))]
+fn cli_run(
+    py: Python<'_>,
+    model_dir: PathBuf,
+    model: Option<PathBuf>,
+    executors: &str,
+    repeat: usize,
+    compare: bool,
+    profile: bool,
+) -> PyResult<u8> {
+    let executors = match executors {
+        "default" => commands::run::Executors::Default,
+        "reference" => commands::run::Executors::Reference,
+        other => {
+            return Err(Failure::new(
+                Kind::InvalidArgument,
+                format!("unknown executors `{other}` (default or reference)"),
+            )
+            .into_pyerr(py))
+        }
+    };
+    let opts = commands::run::RunOptions {
+        executors,
+        repeat: repeat.max(1),
+        compare,
+        profile,
+    };
+    cli(py, || {
+        commands::run::run(&model_dir, model.as_deref().map(Path::new), &opts)
+    })
+}
+
+/// The extension module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(optimize, m)?)?;
+    m.add_function(wrap_pyfunction!(explain, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_explain, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_optimize, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_run, m)?)?;
+    m.add_class::<Session>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
