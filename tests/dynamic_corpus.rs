@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use graphrw::exec::{default_stack, plan};
-use graphrw_kernels::testing::compare::{check_close_tensor, max_abs_diff_tensor, Tol};
 use graphrw::{onnx, rules, verify, Graph, Tensor};
+use graphrw_kernels::testing::compare::{check_close_tensor, max_abs_diff_tensor, Tol};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus_dynamic")
@@ -55,7 +55,10 @@ fn manifest() -> Vec<(PathBuf, usize)> {
 }
 
 fn short(dir: &Path) -> String {
-    dir.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string()
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("?")
+        .to_string()
 }
 
 fn tensors(dir: &Path, prefix: &str) -> Vec<Tensor> {
@@ -163,7 +166,10 @@ fn a_symbol_bound_to_two_values_is_an_error_naming_it() {
     let mask = &inputs[1];
     let (b, s) = (mask.shape()[0], mask.shape()[1]);
     inputs[1] = Tensor::from_vec(vec![b, s - 1], vec![1i64; b * (s - 1)]).expect("mask");
-    let err = p.run(&inputs).expect_err("an inconsistent binding runs").to_string();
+    let err = p
+        .run(&inputs)
+        .expect_err("an inconsistent binding runs")
+        .to_string();
     assert!(
         err.contains("seq") && err.contains(&s.to_string()) && err.contains(&(s - 1).to_string()),
         "{err}"
@@ -189,7 +195,9 @@ fn python() -> Result<String, String> {
             return Ok(p.clone());
         }
     }
-    Err(format!("no Python with onnxruntime, onnx and numpy among {candidates:?}"))
+    Err(format!(
+        "no Python with onnxruntime, onnx and numpy among {candidates:?}"
+    ))
 }
 
 /// Runs a model in onnxruntime on every test set given, printing the max error of

@@ -100,7 +100,11 @@ fn main() {
     );
     let mut ratios = Vec::new();
     for dir in models {
-        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .to_string();
         let bytes = std::fs::read(dir.join("model.onnx")).expect("model file");
         let model = ModelProto::decode(bytes.as_slice()).expect("model decodes");
         let sets: Vec<Vec<Tensor>> = (0..)

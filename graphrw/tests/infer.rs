@@ -3,8 +3,8 @@
 // `&[x.clone()]` keeps each case one readable line; the clones are of tiny metadata.
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
-use graphrw::ops::{self, AttrValue, OpClass};
 use graphrw::meta::SymExpr;
+use graphrw::ops::{self, AttrValue, OpClass};
 use graphrw::{Builder, DType, Dim, Graph, GraphError, Shape, TensorMeta, Value};
 
 fn f32s(dims: &[u64]) -> TensorMeta {
@@ -127,7 +127,12 @@ fn reshape_infers_the_minus_one_as_an_expression() {
         &[sym(&["batch", "seq", "768"])],
         &[(
             "shape",
-            AttrValue::Dims(vec![e("batch"), e("seq"), SymExpr::int(12), SymExpr::int(-1)]),
+            AttrValue::Dims(vec![
+                e("batch"),
+                e("seq"),
+                SymExpr::int(12),
+                SymExpr::int(-1),
+            ]),
         )],
     );
     assert_eq!(heads, sym(&["batch", "seq", "12", "64"]));
@@ -140,7 +145,10 @@ fn reshape_infers_the_minus_one_as_an_expression() {
     assert!(err(
         "reshape",
         &[sym(&["batch", "seq", "768"])],
-        &[("shape", AttrValue::Dims(vec![e("batch"), e("seq"), SymExpr::int(700)]))],
+        &[(
+            "shape",
+            AttrValue::Dims(vec![e("batch"), e("seq"), SymExpr::int(700)])
+        )],
     )
     .contains("cannot reshape"));
 }
@@ -150,19 +158,28 @@ fn sym_ints_is_an_i64_list_or_scalar() {
     let list = ok1(
         "sym_ints",
         &[],
-        &[("values", AttrValue::Dims(vec![e("batch"), e("seq").scale(12).expect("12 seq")]))],
+        &[(
+            "values",
+            AttrValue::Dims(vec![e("batch"), e("seq").scale(12).expect("12 seq")]),
+        )],
     );
     assert_eq!(list, meta(DType::I64, &[2]));
     let scalar = ok1(
         "sym_ints",
         &[],
-        &[("values", AttrValue::Dims(vec![e("seq")])), ("scalar", AttrValue::Bool(true))],
+        &[
+            ("values", AttrValue::Dims(vec![e("seq")])),
+            ("scalar", AttrValue::Bool(true)),
+        ],
     );
     assert_eq!(scalar, meta(DType::I64, &[]));
     assert!(err(
         "sym_ints",
         &[],
-        &[("values", AttrValue::Ints(vec![1, 2])), ("scalar", AttrValue::Bool(true))],
+        &[
+            ("values", AttrValue::Ints(vec![1, 2])),
+            ("scalar", AttrValue::Bool(true))
+        ],
     )
     .contains("one value"));
 }
@@ -171,13 +188,19 @@ fn sym_ints_is_an_i64_list_or_scalar() {
 fn concat_of_a_cache_and_new_keys_is_their_sum() {
     let out = ok1(
         "concat",
-        &[sym(&["batch", "4", "past", "16"]), sym(&["batch", "4", "1", "16"])],
+        &[
+            sym(&["batch", "4", "past", "16"]),
+            sym(&["batch", "4", "1", "16"]),
+        ],
         &[("dim", AttrValue::Int(2))],
     );
     assert_eq!(out.shape.dims()[2].to_string(), "past + 1");
     let chunk = ok1(
         "concat",
-        &[sym(&["batch", "4", "past", "16"]), sym(&["batch", "4", "seq", "16"])],
+        &[
+            sym(&["batch", "4", "past", "16"]),
+            sym(&["batch", "4", "seq", "16"]),
+        ],
         &[("dim", AttrValue::Int(2))],
     );
     let total = e("past").add(&e("seq")).expect("sum");
@@ -187,7 +210,14 @@ fn concat_of_a_cache_and_new_keys_is_their_sum() {
 #[test]
 fn a_symbol_broadcasts_against_one_and_an_expression_against_another_dim_is_an_error() {
     let scores = sym(&["batch", "4", "seq", "16"]);
-    assert_eq!(ok1("add", &[scores.clone(), sym(&["batch", "1", "1", "16"])], &[]), scores);
+    assert_eq!(
+        ok1(
+            "add",
+            &[scores.clone(), sym(&["batch", "1", "1", "16"])],
+            &[]
+        ),
+        scores
+    );
     let kv = ok1(
         "concat",
         &[sym(&["batch", "past"]), sym(&["batch", "seq"])],
@@ -211,7 +241,10 @@ fn symbolic_sources_slices_and_expands() {
     let range = ok1(
         "arange",
         &[],
-        &[("end", AttrValue::Sym(e("seq"))), ("dtype", AttrValue::DType(DType::I64))],
+        &[
+            ("end", AttrValue::Sym(e("seq"))),
+            ("dtype", AttrValue::DType(DType::I64)),
+        ],
     );
     assert_eq!(range.shape.dims(), &[Dim::sym("seq")]);
     let table = f32s(&[512, 64]);
@@ -238,7 +271,10 @@ fn symbolic_sources_slices_and_expands() {
     let wide = ok1(
         "expand",
         &[sym(&["batch", "1", "1", "seq"])],
-        &[("size", AttrValue::Dims(vec![e("batch"), SymExpr::int(1), e("seq"), e("seq")]))],
+        &[(
+            "size",
+            AttrValue::Dims(vec![e("batch"), SymExpr::int(1), e("seq"), e("seq")]),
+        )],
     );
     assert_eq!(wide, sym(&["batch", "1", "seq", "seq"]));
     assert!(err(

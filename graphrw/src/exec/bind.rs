@@ -67,10 +67,7 @@ impl Bindings {
         for (i, (d, &n)) in meta.shape.dims().iter().zip(actual).enumerate() {
             match d.eval(&|s| self.get(s)) {
                 Ok(want) if want as usize != n => {
-                    return Err(format!(
-                        "{}: dim {i} is {n}, but {d} = {want}",
-                        what()
-                    ));
+                    return Err(format!("{}: dim {i} is {n}, but {d} = {want}", what()));
                 }
                 // An expression over a symbol no value has bound yet is checked later,
                 // by the node that reads it.

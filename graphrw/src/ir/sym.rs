@@ -361,11 +361,9 @@ impl SymExpr {
         let [divisor] = other.terms.as_slice() else {
             return None;
         };
-        if self
-            .terms
-            .iter()
-            .any(|t| t.coeff % divisor.coeff != 0 || remove_factors(&t.factors, &divisor.factors).is_none())
-        {
+        if self.terms.iter().any(|t| {
+            t.coeff % divisor.coeff != 0 || remove_factors(&t.factors, &divisor.factors).is_none()
+        }) {
             return None;
         }
         self.div_terms(divisor.coeff, &divisor.factors)
@@ -512,7 +510,9 @@ impl Atom {
     fn nonneg(&self) -> bool {
         match self {
             Atom::Sym(_) => true,
-            Atom::FloorDiv(e, _) => matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative),
+            Atom::FloorDiv(e, _) => {
+                matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative)
+            }
             Atom::Min(a, b) => [a, b]
                 .iter()
                 .all(|e| matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative)),
@@ -617,10 +617,17 @@ mod tests {
         let part = bs.mul(&k(12)).unwrap();
         assert_eq!(numel.div_floor(&part).unwrap(), k(64));
         assert_eq!(numel.div_floor(&k(64)).unwrap(), bs.mul(&k(12)).unwrap());
-        assert_eq!(numel.div_floor(&s("seq")).unwrap(), s("batch").mul(&k(768)).unwrap());
+        assert_eq!(
+            numel.div_floor(&s("seq")).unwrap(),
+            s("batch").mul(&k(768)).unwrap()
+        );
         // A divisor that does not divide every term: no exact quotient.
         assert!(numel.add(&k(1)).unwrap().div_floor(&s("seq")).is_none());
-        let sq = s("seq").add(&k(1)).unwrap().mul(&s("seq").add(&k(1)).unwrap()).unwrap();
+        let sq = s("seq")
+            .add(&k(1))
+            .unwrap()
+            .mul(&s("seq").add(&k(1)).unwrap())
+            .unwrap();
         assert_eq!(sq.to_string(), "seq*2 + seq*seq + 1");
     }
 
@@ -629,7 +636,13 @@ mod tests {
         let h = s("seq").div_floor(&k(2)).unwrap();
         assert_eq!(h.to_string(), "seq // 2");
         assert_eq!(h.eval(&|_| Some(7)), Ok(3));
-        let e = s("seq").scale(4).unwrap().add(&k(6)).unwrap().div_floor(&k(4)).unwrap();
+        let e = s("seq")
+            .scale(4)
+            .unwrap()
+            .add(&k(6))
+            .unwrap()
+            .div_floor(&k(4))
+            .unwrap();
         // floor((4 seq + 6) / 4) = seq + 1 (6 // 4)
         assert_eq!(e, s("seq").add(&k(1)).unwrap());
         assert_eq!(k(-7).div_floor(&k(2)).unwrap(), k(-4));
@@ -650,7 +663,11 @@ mod tests {
         assert_eq!(m, k(512).minimum(&seq).unwrap(), "min is symmetric");
         assert_eq!(m.eval(&|_| Some(600)), Ok(512));
         assert_eq!(seq.equals(&k(-1)), Some(false));
-        assert_eq!(seq.equals(&s("past")), None, "two symbols are not assumed equal");
+        assert_eq!(
+            seq.equals(&s("past")),
+            None,
+            "two symbols are not assumed equal"
+        );
     }
 
     #[test]
@@ -662,10 +679,7 @@ mod tests {
             _ => None,
         };
         assert_eq!(e.eval(&env), Ok(11));
-        assert_eq!(
-            s("x").eval(&env),
-            Err(EvalError::Unbound(Arc::from("x")))
-        );
+        assert_eq!(s("x").eval(&env), Err(EvalError::Unbound(Arc::from("x"))));
         let huge = s("seq").scale(i64::MAX / 2).unwrap();
         assert_eq!(huge.eval(&|_| Some(4)), Err(EvalError::Overflow));
         assert_eq!(e.symbols().len(), 2);

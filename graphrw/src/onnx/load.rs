@@ -1509,7 +1509,11 @@ impl<'m> Importer<'m> {
                 let size = self
                     .shape_arg(at, 0, "shape")?
                     .ok_or_else(|| at.bad("input 0 (shape) is required"))?;
-                if let Some(c) = size.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+                if let Some(c) = size
+                    .iter()
+                    .map(SymExpr::as_const)
+                    .collect::<Option<Vec<_>>>()
+                {
                     limit_ints(at, "shape", &c)?;
                 }
                 let size = AttrValue::sym_ints(size);
@@ -1547,9 +1551,7 @@ impl<'m> Importer<'m> {
                             bounds[i] =
                                 AttrValue::Float(t.to_f64_vec().first().copied().unwrap_or(0.0));
                         }
-                        Ok(None) => {
-                            return Err(at.bad(format!("input {i} ({what}) is required")))
-                        }
+                        Ok(None) => return Err(at.bad(format!("input {i} ({what}) is required"))),
                         // A bound computed from shapes (`arange(seq)`).
                         Err(e) => match self.shape_arg(at, i, what)?.as_deref() {
                             Some([b]) => bounds[i] = AttrValue::sym_int(b.clone()),
@@ -1921,7 +1923,11 @@ impl<'m> Importer<'m> {
         let mut shape = self
             .shape_arg(at, 1, "shape")?
             .ok_or_else(|| at.bad("input 1 (shape) is required"))?;
-        if let Some(c) = shape.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+        if let Some(c) = shape
+            .iter()
+            .map(SymExpr::as_const)
+            .collect::<Option<Vec<_>>>()
+        {
             limit_ints(at, "shape", &c)?;
         }
         if !allowzero {
@@ -2368,7 +2374,11 @@ impl<'m> Importer<'m> {
         let shape = self
             .shape_arg(at, 1, "shape")?
             .ok_or_else(|| at.bad("input 1 (shape) is required"))?;
-        if let Some(c) = shape.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+        if let Some(c) = shape
+            .iter()
+            .map(SymExpr::as_const)
+            .collect::<Option<Vec<_>>>()
+        {
             limit_ints(at, "shape", &c)?;
         }
         let meta = self.meta(x)?;

@@ -1043,12 +1043,22 @@ impl<'g> Exporter<'g> {
                     .sym_ints("size")
                     .map_err(|e| self.bad(e))?
                     .iter()
-                    .map(|d| if d.as_const() == Some(-1) { SymExpr::int(1) } else { d.clone() })
+                    .map(|d| {
+                        if d.as_const() == Some(-1) {
+                            SymExpr::int(1)
+                        } else {
+                            d.clone()
+                        }
+                    })
                     .collect();
                 let s = self.sym_list(&size)?;
                 self.push("Expand", &[ins[0], s], &outs, &[]);
             }
-            "slice" if ["start", "end"].iter().any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic)) => {
+            "slice"
+                if ["start", "end"]
+                    .iter()
+                    .any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic)) =>
+            {
                 let mut i: Names8 = smallvec![ins[0]];
                 for what in ["start", "end", "dim", "step"] {
                     let v = attrs.sym_int(what).map_err(|e| self.bad(e))?;
@@ -1056,7 +1066,11 @@ impl<'g> Exporter<'g> {
                 }
                 self.push("Slice", &i, &outs, &[]);
             }
-            "arange" if ["start", "end", "step"].iter().any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic)) => {
+            "arange"
+                if ["start", "end", "step"]
+                    .iter()
+                    .any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic)) =>
+            {
                 let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
                 let mut i = Names8::new();
                 for what in ["start", "end", "step"] {
@@ -1068,7 +1082,12 @@ impl<'g> Exporter<'g> {
                 } else {
                     let r = self.tmp("range");
                     self.push("Range", &i, &[r], &[]);
-                    self.push("Cast", &[r], &outs, &[a_int("to", dtype_to_onnx(dtype) as i64)]);
+                    self.push(
+                        "Cast",
+                        &[r],
+                        &outs,
+                        &[a_int("to", dtype_to_onnx(dtype) as i64)],
+                    );
                 }
             }
             "full" | "zeros" | "ones" if attrs.get("size").is_some_and(AttrValue::is_symbolic) => {

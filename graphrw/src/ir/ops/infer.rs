@@ -296,7 +296,11 @@ fn arange_symbolic(a: &Attrs) -> Out {
     let Some(k) = step.as_const().filter(|&k| k != 0) else {
         infer_bail!("arange with symbolic bounds needs a constant non-zero step, found {step}");
     };
-    let span = if k > 0 { end.sub(&start) } else { start.sub(&end) };
+    let span = if k > 0 {
+        end.sub(&start)
+    } else {
+        start.sub(&end)
+    };
     let k = k.unsigned_abs() as i64;
     let n = span
         .and_then(|s| s.add(&SymExpr::int(k - 1)))
@@ -513,18 +517,26 @@ fn reshape_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
     for (i, e) in target.iter().enumerate() {
         if e.as_const() == Some(-1) {
             if infer_at.replace(i).is_some() {
-                infer_bail!("reshape target {} has more than one -1", AttrValue::Dims(target.to_vec()));
+                infer_bail!(
+                    "reshape target {} has more than one -1",
+                    AttrValue::Dims(target.to_vec())
+                );
             }
             out.push(Dim::Known(1));
             continue;
         }
-        let Some(d) = Dim::from_expr(e.clone()).filter(|_| !negative(e))
-        else {
-            infer_bail!("reshape target {} has a negative size {e}", AttrValue::Dims(target.to_vec()));
+        let Some(d) = Dim::from_expr(e.clone()).filter(|_| !negative(e)) else {
+            infer_bail!(
+                "reshape target {} has a negative size {e}",
+                AttrValue::Dims(target.to_vec())
+            );
         };
         rest = match rest.mul(e) {
             Some(r) => r,
-            None => infer_bail!("reshape target {} overflows", AttrValue::Dims(target.to_vec())),
+            None => infer_bail!(
+                "reshape target {} overflows",
+                AttrValue::Dims(target.to_vec())
+            ),
         };
         out.push(d);
     }
@@ -588,12 +600,14 @@ fn expand_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
         if e.as_const() == Some(-1) {
             match src {
                 Some(src) => out.push(src.clone()),
-                None => infer_bail!("expand: -1 is not allowed for a new leading dim ({})", shown()),
+                None => infer_bail!(
+                    "expand: -1 is not allowed for a new leading dim ({})",
+                    shown()
+                ),
             }
             continue;
         }
-        let Some(d) = Dim::from_expr(e.clone()).filter(|_| !negative(e))
-        else {
+        let Some(d) = Dim::from_expr(e.clone()).filter(|_| !negative(e)) else {
             infer_bail!("expand: negative size {e}");
         };
         if let Some(src) = src {

@@ -169,7 +169,11 @@ pub enum AttrValue {
 impl AttrValue {
     /// An int list that is `Ints` where every entry is known, else `Dims`.
     pub fn sym_ints(v: Vec<SymExpr>) -> AttrValue {
-        match v.iter().map(SymExpr::as_const).collect::<Option<Vec<i64>>>() {
+        match v
+            .iter()
+            .map(SymExpr::as_const)
+            .collect::<Option<Vec<i64>>>()
+        {
             Some(ints) => AttrValue::Ints(ints),
             None => AttrValue::Dims(v),
         }

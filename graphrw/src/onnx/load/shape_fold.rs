@@ -20,8 +20,8 @@ use smallvec::smallvec;
 use super::{At, Importer, Outs};
 use crate::graph::{Graph, Value};
 use crate::meta::{DType, Sign, SymExpr};
-use crate::ops::AttrValue;
 use crate::onnx::OnnxError;
+use crate::ops::AttrValue;
 use graphrw_kernels::Tensor;
 
 /// The most entries a tracked shape value may have (a shape, a few indices).
@@ -125,7 +125,10 @@ impl<'m> Importer<'m> {
             "Shape" => self.shape_of(at)?,
             "Size" => {
                 let x = self.req(at, 0)?;
-                let known = self.graph.node(x.node).is_some_and(|n| n.is_known(x.output as usize));
+                let known = self
+                    .graph
+                    .node(x.node)
+                    .is_some_and(|n| n.is_known(x.output as usize));
                 let numel = self.meta(x)?.shape.numel_expr();
                 match (known, numel) {
                     (true, Some(n)) => Some(SymTensor {
@@ -164,10 +167,20 @@ impl<'m> Importer<'m> {
     /// `Shape(x)` from the metadata of `x` (`start`/`end` since opset 15).
     fn shape_of(&mut self, at: &At<'m, '_>) -> Result<Option<SymTensor>, OnnxError> {
         let x = self.req(at, 0)?;
-        if !self.graph.node(x.node).is_some_and(|n| n.is_known(x.output as usize)) {
+        if !self
+            .graph
+            .node(x.node)
+            .is_some_and(|n| n.is_known(x.output as usize))
+        {
             return Ok(None);
         }
-        let dims: Vec<SymExpr> = self.meta(x)?.shape.dims().iter().map(|d| d.to_expr()).collect();
+        let dims: Vec<SymExpr> = self
+            .meta(x)?
+            .shape
+            .dims()
+            .iter()
+            .map(|d| d.to_expr())
+            .collect();
         let r = dims.len() as i64;
         let clamp = |p: i64| if p < 0 { (p + r).max(0) } else { p.min(r) };
         let start = clamp(at.int("start", 0)?);
@@ -181,7 +194,11 @@ impl<'m> Importer<'m> {
     /// A constant where every entry is known, else a `sym_ints` node (cast to `i32`
     /// where the value is `i32`).
     fn materialise(&mut self, at: &At<'m, '_>, t: SymTensor) -> Result<Value, OnnxError> {
-        let shape = if t.scalar { vec![] } else { vec![t.values.len()] };
+        let shape = if t.scalar {
+            vec![]
+        } else {
+            vec![t.values.len()]
+        };
         if let Some(c) = t.consts() {
             let data = Tensor::from_vec(shape, c)
                 .and_then(|x| graphrw_kernels::cpu::cast(&x, t.dtype))
@@ -373,9 +390,19 @@ fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
             if x.dtype != DType::Bool {
                 return None;
             }
-            let picked = elementwise(x, a, a.dtype, |c, v| Some(if c.as_const()? != 0 { v.clone() } else { SymExpr::int(i64::MIN) }))?;
+            let picked = elementwise(x, a, a.dtype, |c, v| {
+                Some(if c.as_const()? != 0 {
+                    v.clone()
+                } else {
+                    SymExpr::int(i64::MIN)
+                })
+            })?;
             elementwise(&picked, b, a.dtype, |p, w| {
-                Some(if p.as_const() == Some(i64::MIN) { w.clone() } else { p.clone() })
+                Some(if p.as_const() == Some(i64::MIN) {
+                    w.clone()
+                } else {
+                    p.clone()
+                })
             })
         }
         "ConstantOfShape" => {

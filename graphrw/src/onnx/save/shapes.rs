@@ -73,7 +73,12 @@ impl Exporter<'_> {
         self.push("Shape", &[of], &[shape], &[]);
         let index = self.init_ints("axis", &[axis as i64])?;
         let dim = self.tmp(s);
-        self.push("Gather", &[shape, index], &[dim], &[super::a_int("axis", 0)]);
+        self.push(
+            "Gather",
+            &[shape, index],
+            &[dim],
+            &[super::a_int("axis", 0)],
+        );
         self.shapes.exprs.insert(key, dim);
         Ok(dim)
     }
@@ -103,7 +108,11 @@ impl Exporter<'_> {
                         self.binary("Div", x, d)
                     }
                     Factor::Min(a, b) | Factor::Max(a, b) => {
-                        let op = if matches!(f, Factor::Min(..)) { "Min" } else { "Max" };
+                        let op = if matches!(f, Factor::Min(..)) {
+                            "Min"
+                        } else {
+                            "Max"
+                        };
                         let (a, b) = (a.clone(), b.clone());
                         let a = self.sym_expr(&a)?;
                         let b = self.sym_expr(&b)?;
@@ -141,7 +150,11 @@ impl Exporter<'_> {
         if let Some(&n) = self.shapes.lists.get(values) {
             return Ok(n);
         }
-        if let Some(c) = values.iter().map(SymExpr::as_const).collect::<Option<Vec<_>>>() {
+        if let Some(c) = values
+            .iter()
+            .map(SymExpr::as_const)
+            .collect::<Option<Vec<_>>>()
+        {
             return self.init_ints("shape", &c);
         }
         let parts = values
