@@ -83,3 +83,43 @@ save("huge_expand", [
     helper.make_node("Expand", ["x", "shape"], ["e"]),
     helper.make_node("ReduceMax", ["e", "ax"], ["y"], keepdims=0),
 ], [f32("x", [4])], [f32("y", [4])], [i64c("shape", [1 << 38, 4]), i64c("ax", [0])])
+
+
+# Symbolic shapes: a dynamic head split (Shape -> Gather -> Unsqueeze -> Concat ->
+# Reshape), and hostile shape arithmetic: a size that overflows when multiplied, a
+# negative computed size, and a Range whose length is known only at run time.
+def sym(name, dims):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+
+head_split = [
+    helper.make_node("Shape", ["x"], ["s"]),
+    helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+    helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+    helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+    helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+    helper.make_node("Concat", ["b1", "n1", "heads"], ["target"], axis=0),
+    helper.make_node("Reshape", ["x", "target"], ["y"]),
+]
+consts = [i64c("zero", 0), i64c("one", 1), i64c("ax0", [0]), i64c("heads", [4, 16])]
+save("dynamic_head_split", head_split, [sym("x", ["batch", "seq", 64])], [sym("y", None)], consts)
+save("dynamic_overflow", [
+    helper.make_node("Shape", ["x"], ["s"]),
+    helper.make_node("Mul", ["s", "huge"], ["t"]),
+    helper.make_node("Mul", ["t", "huge"], ["u"]),
+    helper.make_node("Reshape", ["x", "u"], ["y"]),
+], [sym("x", ["batch", "seq"])], [sym("y", None)], [i64c("huge", [2**40, 2**40])])
+save("dynamic_negative", [
+    helper.make_node("Shape", ["x"], ["s"]),
+    helper.make_node("Neg", ["s"], ["n"]),
+    helper.make_node("ConstantOfShape", ["n"], ["y"]),
+], [sym("x", ["batch", "seq"])], [sym("y", None)])
+save("dynamic_range", [
+    helper.make_node("Shape", ["x"], ["s"]),
+    helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+    helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+    helper.make_node("Mul", ["b", "n"], ["p"]),
+    helper.make_node("Mul", ["p", "big"], ["q"]),
+    helper.make_node("Range", ["zero", "q", "one"], ["y"]),
+], [sym("x", ["batch", "seq"])], [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+    [i64c("zero", 0), i64c("one", 1), i64c("big", 2**40)])

@@ -880,3 +880,52 @@ fn error_lines_stay_short_for_long_paths_and_wide_nodes() {
         );
     }
 }
+
+/// Shape arithmetic of models with dynamic axes (`fuzz/seeds/dynamic_*.onnx`): a head
+/// split computed with `Shape`/`Gather`/`Concat` runs at a shape of the test's choosing;
+/// hostile arithmetic (a size past 2^64, a negative size, a `Range` whose length is
+/// known only at run time and is past the budget) is one error line or an opaque node,
+/// never a panic or a huge allocation.
+#[test]
+fn shape_arithmetic_runs_at_any_shape_and_hostile_sizes_are_refused() {
+    let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
+    let dir = scratch("dynamic");
+    let seed = |name: &str| seeds.join(format!("{name}.onnx"));
+    let data = |name: &str, x: &graphrw::Tensor, y: Option<&graphrw::Tensor>| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(d.join("test_data_set_0")).expect("mkdir");
+        std::fs::copy(seed(name), d.join("model.onnx")).expect("copy");
+        onnx::write_tensor_pb(d.join("test_data_set_0/input_0.pb"), "x", x).expect("x.pb");
+        if let Some(y) = y {
+            onnx::write_tensor_pb(d.join("test_data_set_0/output_0.pb"), "y", y).expect("y.pb");
+        }
+        d.display().to_string()
+    };
+    let values: Vec<f32> = (0..3 * 5 * 64).map(|i| i as f32 * 0.01).collect();
+    let x = graphrw::Tensor::from_vec(vec![3, 5, 64], values.clone()).expect("x");
+    let y = graphrw::Tensor::from_vec(vec![3, 5, 4, 16], values).expect("y");
+    let split = data("dynamic_head_split", &x, Some(&y));
+    let out = ok(&["run", &split]);
+    assert!(out.contains("within tolerance"), "{out}");
+    let printed = ok(&["print", &seed("dynamic_head_split").display().to_string()]);
+    assert!(
+        printed.contains("reshape(x, shape=[batch, seq, 4, 16])"),
+        "{printed}"
+    );
+    let x2 = graphrw::Tensor::from_vec(vec![2, 3], vec![1.0f32; 6]).expect("x");
+    let range = data("dynamic_range", &x2, None);
+    let line = fails(&["run", &range]);
+    assert!(line.contains("past the budget"), "{line}");
+    for name in ["dynamic_overflow", "dynamic_negative"] {
+        let path = seed(name).display().to_string();
+        for args in [vec!["inspect", path.as_str()], vec!["run", &data(name, &x2, None)]] {
+            let out = graphrw(&args);
+            no_panic(&args, &out);
+            let err = text(&out.stderr);
+            assert!(
+                out.status.success() || err.lines().next().is_some_and(|l| l.starts_with("error: ")),
+                "graphrw {args:?}: {err}"
+            );
+        }
+    }
+}
