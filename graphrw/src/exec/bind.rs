@@ -129,10 +129,23 @@ impl BoundNode {
                     .map_err(|e| format!("attribute `{name}` = {v}: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let outputs: Vec<TensorMeta> = view.outputs.iter().map(|m| b.meta(m)).collect();
+        // A size computed from symbols is checked against the run budget before any
+        // kernel allocates it (a `full([seq, seq])` at a huge `seq`).
+        for m in &outputs {
+            if let Some(dims) = m.shape.as_known() {
+                let dims: Vec<usize> = dims
+                    .iter()
+                    .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
+                    .collect();
+                graphrw_kernels::budget::check_alloc(view.op.name, &dims, m.dtype)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         Ok(BoundNode {
             attrs,
             inputs: view.inputs.iter().map(|m| b.meta(m)).collect(),
-            outputs: view.outputs.iter().map(|m| b.meta(m)).collect(),
+            outputs,
         })
     }
 

@@ -381,7 +381,7 @@ fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
                 } else {
                     SymExpr::minimum
                 };
-                acc = elementwise(&acc, t.as_ref()?, acc.dtype, |a, b| op(a, b))?;
+                acc = elementwise(&acc, t.as_ref()?, acc.dtype, op)?;
             }
             Some(acc)
         }
