@@ -918,12 +918,16 @@ fn shape_arithmetic_runs_at_any_shape_and_hostile_sizes_are_refused() {
     assert!(line.contains("past the budget"), "{line}");
     for name in ["dynamic_overflow", "dynamic_negative"] {
         let path = seed(name).display().to_string();
-        for args in [vec!["inspect", path.as_str()], vec!["run", &data(name, &x2, None)]] {
+        for args in [
+            vec!["inspect", path.as_str()],
+            vec!["run", &data(name, &x2, None)],
+        ] {
             let out = graphrw(&args);
             no_panic(&args, &out);
             let err = text(&out.stderr);
             assert!(
-                out.status.success() || err.lines().next().is_some_and(|l| l.starts_with("error: ")),
+                out.status.success()
+                    || err.lines().next().is_some_and(|l| l.starts_with("error: ")),
                 "graphrw {args:?}: {err}"
             );
         }
