@@ -18,6 +18,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod support;
+
 use graphrw::exec::{default_stack, plan};
 use graphrw::{onnx, rules, verify, Graph, Tensor};
 use graphrw_kernels::testing::compare::{check_close_tensor, max_abs_diff_tensor, Tol};
@@ -176,30 +178,6 @@ fn a_symbol_bound_to_two_values_is_an_error_naming_it() {
     );
 }
 
-/// A Python with onnxruntime, onnx and numpy, or why there is none.
-fn python() -> Result<String, String> {
-    let mut candidates = Vec::new();
-    if let Ok(p) = std::env::var("GRAPHRW_PYTHON") {
-        candidates.push(p);
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    if venv.exists() {
-        candidates.push(venv.display().to_string());
-    }
-    candidates.push("python3".into());
-    for p in &candidates {
-        let probe = Command::new(p)
-            .args(["-c", "import onnxruntime, onnx, numpy"])
-            .output();
-        if probe.is_ok_and(|o| o.status.success()) {
-            return Ok(p.clone());
-        }
-    }
-    Err(format!(
-        "no Python with onnxruntime, onnx and numpy among {candidates:?}"
-    ))
-}
-
 /// Runs a model in onnxruntime on every test set given, printing the max error of
 /// output 0 per set, or failing with the reason.
 const SCRIPT: &str = r#"
@@ -230,15 +208,8 @@ for data in sets:
 
 #[test]
 fn onnxruntime_runs_the_written_models_at_other_shapes() {
-    let python = match python() {
-        Ok(p) => p,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true: onnxruntime is required: {why}")
-        }
-        Err(why) => {
-            println!("SKIPPED: {why}");
-            return;
-        }
+    let Some(python) = support::python_or_skip() else {
+        return;
     };
     let scratch = std::env::temp_dir().join(format!("graphrw_dynamic_{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch");

@@ -12,6 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod support;
+
 use graphrw::{onnx, rules, verify, Tensor};
 
 const MODELS: [&str; 8] = [
@@ -27,31 +29,6 @@ const MODELS: [&str; 8] = [
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
-}
-
-/// A Python with onnxruntime, onnx and numpy, or why there is none.
-fn python() -> Result<String, String> {
-    let mut candidates = Vec::new();
-    if let Ok(p) = std::env::var("GRAPHRW_PYTHON") {
-        candidates.push(p);
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    if venv.exists() {
-        candidates.push(venv.display().to_string());
-    }
-    candidates.push("python3".into());
-    for p in &candidates {
-        let probe = Command::new(p)
-            .args(["-c", "import onnxruntime, onnx, numpy"])
-            .output();
-        if probe.is_ok_and(|o| o.status.success()) {
-            return Ok(p.clone());
-        }
-    }
-    Err(format!(
-        "no Python with onnxruntime, onnx and numpy among {candidates:?} \
-         (set GRAPHRW_PYTHON or run .ci/run)"
-    ))
 }
 
 /// Runs `model` in onnxruntime on the inputs of `data` (a `test_data_set_*` folder),
@@ -103,15 +80,8 @@ fn within(got: &Tensor, want: &Tensor) -> Result<f64, String> {
 
 #[test]
 fn onnxruntime_runs_every_optimised_corpus_model() {
-    let python = match python() {
-        Ok(p) => p,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true: onnxruntime is required: {why}")
-        }
-        Err(why) => {
-            println!("SKIPPED: {why}");
-            return;
-        }
+    let Some(python) = support::python_or_skip() else {
+        return;
     };
     let scratch = std::env::temp_dir().join(format!("graphrw_ort_corpus_{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch dir");

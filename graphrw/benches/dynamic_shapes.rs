@@ -34,8 +34,8 @@ fn tensors(dir: &Path) -> Vec<Tensor> {
         .collect()
 }
 
-fn planned(model: &ModelProto) -> Plan {
-    let mut g = onnx::from_model(model, None).expect("model loads");
+fn planned(model: &ModelProto, dir: &Path) -> Plan {
+    let mut g = onnx::from_model(model, Some(dir)).expect("model loads");
     rules::optimize(&mut g).expect("optimizes");
     plan(&g, &default_stack()).expect("plans")
 }
@@ -112,9 +112,9 @@ fn main() {
             .take_while(|d| d.exists())
             .map(|d| tensors(&d))
             .collect();
-        let dynamic = planned(&model);
+        let dynamic = planned(&model, &dir);
         for (k, inputs) in sets.iter().enumerate() {
-            let twin = planned(&fixed(&model, inputs));
+            let twin = planned(&fixed(&model, inputs), &dir);
             let other = &sets[(k + 1) % sets.len()];
             let (mut f, mut d, mut first, mut steady) =
                 (Duration::MAX, Duration::MAX, Duration::MAX, Duration::MAX);

@@ -9,24 +9,33 @@
 //! `reshape(x, [3, 11, 12, 64])`. Kernels never see a symbol. Nothing is cached per
 //! binding.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use crate::meta::{Dim, Shape, TensorMeta};
 use crate::ops::AttrValue;
 
 use super::executor::NodeView;
 
-/// The values of the symbols for one run.
+/// The values of the symbols for one run: a short list (models have a few symbols),
+/// searched by pointer first (the graph shares each symbol's name), which is cheaper
+/// than hashing for every dim of every symbolic node.
 #[derive(Debug, Default)]
 pub(crate) struct Bindings {
-    values: HashMap<Arc<str>, i64>,
+    values: Vec<(Arc<str>, i64)>,
 }
 
 impl Bindings {
     /// The value of `name`, when bound.
     pub(crate) fn get(&self, name: &str) -> Option<i64> {
-        self.values.get(name).copied()
+        let ptr = name.as_ptr();
+        self.values
+            .iter()
+            .find(|(k, _)| k.as_ptr() == ptr)
+            .or_else(|| self.values.iter().find(|(k, _)| &**k == name))
+            .map(|(_, v)| *v)
     }
 
     /// Binds the plain symbols of `meta` from the tensor shape `actual` and checks every
@@ -50,17 +59,15 @@ impl Bindings {
         for (d, &n) in meta.shape.dims().iter().zip(actual) {
             if let Dim::Sym(s) = d {
                 let n = n as i64;
-                match self.values.get(s) {
-                    Some(&prev) if prev != n => {
+                match self.get(s) {
+                    Some(prev) if prev != n => {
                         return Err(format!(
                             "{}: symbol `{s}` is {n} here but was bound to {prev} earlier",
                             what()
                         ));
                     }
                     Some(_) => {}
-                    None => {
-                        self.values.insert(s.clone(), n);
-                    }
+                    None => self.values.push((s.clone(), n)),
                 }
             }
         }
@@ -109,35 +116,42 @@ pub(crate) fn needs_binding(view: &NodeView<'_>) -> bool {
 
 /// A node's attributes and metadata with the symbols of one run bound: what the kernel
 /// is shown in place of the symbolic node.
-pub(crate) struct BoundNode {
-    attrs: Vec<AttrValue>,
+pub(crate) struct BoundNode<'a> {
+    /// The node's own attributes where none is symbolic.
+    attrs: Cow<'a, [AttrValue]>,
     inputs: Vec<TensorMeta>,
     outputs: Vec<TensorMeta>,
 }
 
-impl BoundNode {
+impl<'a> BoundNode<'a> {
     /// Binds `view`'s attributes and metadata; an attribute that reads an unbound
     /// symbol or overflows is an error naming it.
-    pub(crate) fn new(view: &NodeView<'_>, b: &Bindings) -> Result<BoundNode, String> {
+    pub(crate) fn new(view: &NodeView<'a>, b: &Bindings) -> Result<BoundNode<'a>, String> {
         let specs = view.op.attrs;
-        let attrs = view
-            .attrs
-            .iter()
-            .zip(specs)
-            .map(|((name, v), spec)| {
-                v.bind(spec.kind, &|s| b.get(s))
-                    .map_err(|e| format!("attribute `{name}` = {v}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let attrs = match view.attrs.iter().any(|(_, v)| v.is_symbolic()) {
+            false => Cow::Borrowed(view.attrs.values()),
+            true => Cow::Owned(
+                view.attrs
+                    .iter()
+                    .zip(specs)
+                    .map(|((name, v), spec)| {
+                        v.bind(spec.kind, &|s| b.get(s))
+                            .map_err(|e| format!("attribute `{name}` = {v}: {e}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
         let outputs: Vec<TensorMeta> = view.outputs.iter().map(|m| b.meta(m)).collect();
         // A size computed from symbols is checked against the run budget before any
         // kernel allocates it (a `full([seq, seq])` at a huge `seq`).
         for m in &outputs {
-            if let Some(dims) = m.shape.as_known() {
-                let dims: Vec<usize> = dims
-                    .iter()
-                    .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
-                    .collect();
+            let dims: Option<SmallVec<[usize; 8]>> = m
+                .shape
+                .dims()
+                .iter()
+                .map(|d| d.known().map(|n| usize::try_from(n).unwrap_or(usize::MAX)))
+                .collect();
+            if let Some(dims) = dims {
                 graphrw_kernels::budget::check_alloc(view.op.name, &dims, m.dtype)
                     .map_err(|e| e.to_string())?;
             }
@@ -150,7 +164,7 @@ impl BoundNode {
     }
 
     /// The view a kernel sees.
-    pub(crate) fn view<'a>(&'a self, of: &NodeView<'a>) -> NodeView<'a> {
+    pub(crate) fn view<'v>(&'v self, of: &NodeView<'v>) -> NodeView<'v> {
         NodeView {
             op: of.op,
             attrs: crate::ops::Attrs::new(of.op.attrs, &self.attrs),

@@ -718,6 +718,12 @@ fn row_attrs(row: &'static OpMap, opset: i64, legacy: bool) -> impl Iterator<Ite
         .chain(["broadcast", "axis"].into_iter().filter(move |_| legacy))
 }
 
+/// [`limit_ints`] of the entries of a symbolic list that are known.
+fn limit_sym(at: &At, what: &str, v: &[SymExpr]) -> Result<(), OnnxError> {
+    let known: Vec<i64> = v.iter().filter_map(SymExpr::as_const).collect();
+    limit_ints(at, what, &known)
+}
+
 fn int_attr(v: i64) -> AttrValue {
     AttrValue::Int(v)
 }
@@ -1509,13 +1515,7 @@ impl<'m> Importer<'m> {
                 let size = self
                     .shape_arg(at, 0, "shape")?
                     .ok_or_else(|| at.bad("input 0 (shape) is required"))?;
-                if let Some(c) = size
-                    .iter()
-                    .map(SymExpr::as_const)
-                    .collect::<Option<Vec<_>>>()
-                {
-                    limit_ints(at, "shape", &c)?;
-                }
+                limit_sym(at, "shape", &size)?;
                 let size = AttrValue::sym_ints(size);
                 let (dtype, value) = match at.attr("value") {
                     Some(a) => {
@@ -1923,13 +1923,7 @@ impl<'m> Importer<'m> {
         let mut shape = self
             .shape_arg(at, 1, "shape")?
             .ok_or_else(|| at.bad("input 1 (shape) is required"))?;
-        if let Some(c) = shape
-            .iter()
-            .map(SymExpr::as_const)
-            .collect::<Option<Vec<_>>>()
-        {
-            limit_ints(at, "shape", &c)?;
-        }
+        limit_sym(at, "shape", &shape)?;
         if !allowzero {
             let meta = self.meta(x)?;
             for (i, d) in shape.iter_mut().enumerate() {
@@ -2374,13 +2368,7 @@ impl<'m> Importer<'m> {
         let shape = self
             .shape_arg(at, 1, "shape")?
             .ok_or_else(|| at.bad("input 1 (shape) is required"))?;
-        if let Some(c) = shape
-            .iter()
-            .map(SymExpr::as_const)
-            .collect::<Option<Vec<_>>>()
-        {
-            limit_ints(at, "shape", &c)?;
-        }
+        limit_sym(at, "shape", &shape)?;
         let meta = self.meta(x)?;
         let r = meta.rank();
         let out_rank = r.max(shape.len());

@@ -1090,7 +1090,8 @@ impl<'g> Exporter<'g> {
                     );
                 }
             }
-            "full" | "zeros" | "ones" if attrs.get("size").is_some_and(AttrValue::is_symbolic) => {
+            // A static size is one initialiser; a symbolic one, shape arithmetic.
+            "full" | "zeros" | "ones" => {
                 let size = attrs.sym_ints("size").map_err(|e| self.bad(e))?;
                 let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
                 let value = match node.op_name() {
@@ -1162,23 +1163,6 @@ impl<'g> Exporter<'g> {
                     i.push(self.init(what, &Tensor::full(dtype, &[], v)));
                 }
                 self.push("Range", &i, &outs, &[]);
-            }
-            "full" | "zeros" | "ones" => {
-                let size = attrs.ints("size").map_err(|e| self.bad(e))?;
-                let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
-                let value = match node.op_name() {
-                    "full" => attrs.float("value").map_err(|e| self.bad(e))?,
-                    "zeros" => 0.0,
-                    _ => 1.0,
-                };
-                let s = self.init_ints("shape", size)?;
-                let v = tensor_to_proto("value", &Tensor::full(dtype, &[1], value));
-                self.push(
-                    "ConstantOfShape",
-                    &[s],
-                    &outs,
-                    &[Attr::Tensor("value", Box::new(v))],
-                );
             }
             "scaled_dot_product_attention" => self.attention(id, ins, outs)?,
             "opaque" => self.opaque(id, ins, outs)?,

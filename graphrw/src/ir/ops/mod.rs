@@ -278,6 +278,11 @@ impl<'a> Attrs<'a> {
         Attrs { specs, values }
     }
 
+    /// Every value, aligned with the op's signature.
+    pub fn values(&self) -> &'a [AttrValue] {
+        self.values
+    }
+
     /// The value of attribute `name`, if the op has it.
     pub fn get(&self, name: &str) -> Option<&'a AttrValue> {
         let i = self.specs.iter().position(|s| s.name == name)?;
