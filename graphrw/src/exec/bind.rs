@@ -10,11 +10,10 @@
 //! binding.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::meta::{Dim, Shape, TensorMeta};
+use crate::meta::{Dim, Shape, Symbol, TensorMeta};
 use crate::ops::AttrValue;
 
 use super::executor::NodeView;
@@ -24,7 +23,7 @@ use super::executor::NodeView;
 /// than hashing for every dim of every symbolic node.
 #[derive(Debug, Default)]
 pub(crate) struct Bindings {
-    values: Vec<(Arc<str>, i64)>,
+    values: Vec<(Symbol, i64)>,
 }
 
 impl Bindings {
@@ -34,7 +33,7 @@ impl Bindings {
         self.values
             .iter()
             .find(|(k, _)| k.as_ptr() == ptr)
-            .or_else(|| self.values.iter().find(|(k, _)| &**k == name))
+            .or_else(|| self.values.iter().find(|(k, _)| &***k == name))
             .map(|(_, v)| *v)
     }
 

@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 pub use graphrw_kernels::DType;
 
-pub use super::sym::{EvalError, Factor, Sign, SymExpr};
+pub use super::sym::{symbol, EvalError, Factor, Sign, SymExpr, Symbol};
 
 /// One dimension of a shape: a known size, a named symbol (`batch`, `seq`), or an
 /// expression over symbols (`past + seq`, `batch*12`, `seq // 2`).
@@ -19,7 +19,7 @@ pub enum Dim {
     /// A size known when the graph is built.
     Known(u64),
     /// A size known only at run time, named so that equal names are equal sizes.
-    Sym(Arc<str>),
+    Sym(Symbol),
     /// A size computed from symbols (canonical, never a constant or a lone symbol).
     Expr(Arc<SymExpr>),
 }
@@ -27,7 +27,7 @@ pub enum Dim {
 impl Dim {
     /// A symbolic dim named `name`.
     pub fn sym(name: &str) -> Dim {
-        Dim::Sym(Arc::from(name))
+        Dim::Sym(symbol(name))
     }
 
     /// The size when known.

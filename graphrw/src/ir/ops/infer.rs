@@ -12,8 +12,6 @@
 //! expressions ([`crate::meta::SymExpr`]); a size no expression can say is a fresh
 //! symbol, bound from the tensor when the plan runs.
 
-use std::sync::Arc;
-
 use smallvec::smallvec;
 
 use graphrw_kernels::Tensor;
@@ -403,7 +401,7 @@ pub fn conv2d(x: &[&TensorMeta], a: &Attrs) -> Out {
                 }
                 Dim::Known((padded - eff) / stride[i] as u64 + 1)
             }
-            _ => Dim::Sym(Arc::from(format!("conv({})", inp.0[2 + i]))),
+            _ => Dim::sym(&format!("conv({})", inp.0[2 + i])),
         };
         out.push(size);
     }
@@ -506,7 +504,7 @@ fn inferred_dim(shape: &Shape, rest: &SymExpr) -> Result<Dim, InferError> {
     let quotient = shape.numel_expr().and_then(|n| n.div_floor(rest));
     Ok(quotient
         .and_then(Dim::from_expr)
-        .unwrap_or_else(|| Dim::Sym(Arc::from(format!("{shape}/{rest}")))))
+        .unwrap_or_else(|| Dim::sym(&format!("{shape}/{rest}"))))
 }
 
 fn reshape_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {

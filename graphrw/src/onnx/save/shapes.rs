@@ -8,18 +8,17 @@
 //! model.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::{Exporter, Name};
 use crate::graph::Value;
-use crate::meta::{Dim, Factor, SymExpr};
+use crate::meta::{Dim, Factor, SymExpr, Symbol};
 use crate::onnx::OnnxError;
 
 /// What has been written of symbols and lists, so each is written once.
 #[derive(Default)]
 pub(super) struct ShapeCache {
     /// Where each symbol first appears as a whole dim: (value, axis).
-    sources: Option<HashMap<Arc<str>, (Value, usize)>>,
+    sources: Option<HashMap<Symbol, (Value, usize)>>,
     /// The `[1]` int64 value of each expression written.
     exprs: HashMap<SymExpr, Name>,
     /// The 1-D value of each list written.
@@ -29,7 +28,7 @@ pub(super) struct ShapeCache {
 impl Exporter<'_> {
     /// Where each symbol of the graph is first a whole dim: the graph inputs first,
     /// then the nodes' outputs in order (data-dependent sizes).
-    fn symbol_sources(&self) -> HashMap<Arc<str>, (Value, usize)> {
+    fn symbol_sources(&self) -> HashMap<Symbol, (Value, usize)> {
         let mut out = HashMap::new();
         let mut note = |v: Value, shape: &[Dim]| {
             for (axis, d) in shape.iter().enumerate() {
@@ -54,7 +53,7 @@ impl Exporter<'_> {
     }
 
     /// The 1-D int64 value `[size of symbol]`.
-    fn symbol(&mut self, s: &Arc<str>) -> Result<Name, OnnxError> {
+    fn symbol(&mut self, s: &Symbol) -> Result<Name, OnnxError> {
         let key = SymExpr::sym_arc(s.clone());
         if let Some(&n) = self.shapes.exprs.get(&key) {
             return Ok(n);
