@@ -13,22 +13,11 @@ use graphrw::{Builder, DType, Tensor, TensorMeta};
 use prost::Message;
 
 mod onnx_support;
-use onnx_support::f32_value as f32_input;
+use onnx_support::{f32_value as f32_input, named_node as node};
 
 fn output(name: &str) -> ValueInfoProto {
     ValueInfoProto {
         name: name.into(),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, name: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        op_type: op.into(),
-        name: name.into(),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec!["y".into()],
-        attribute: attrs,
         ..Default::default()
     }
 }

@@ -11,7 +11,7 @@ use graphrw::onnx::{self, OnnxError};
 use prost::Message;
 
 mod onnx_support;
-use onnx_support::f32_value;
+use onnx_support::{f32_value, named_node as node};
 
 const INT: i32 = 2;
 const STRING: i32 = 3;
@@ -50,18 +50,6 @@ fn f32_init(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
         dims: dims.to_vec(),
         data_type: 1,
         float_data: values.to_vec(),
-        ..Default::default()
-    }
-}
-
-/// A node named `name` reading `inputs` and writing `y`.
-fn node(op: &str, name: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        op_type: op.into(),
-        name: name.into(),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec!["y".into()],
-        attribute: attrs,
         ..Default::default()
     }
 }

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use graphrw::onnx::proto::{
-    Dimension, DimensionValue, NodeProto, TensorShapeProto, TypeProto, TypeProtoTensor,
-    ValueInfoProto,
+    AttributeProto, Dimension, DimensionValue, NodeProto, TensorShapeProto, TypeProto,
+    TypeProtoTensor, ValueInfoProto,
 };
 
 /// A value of f32 elements (ONNX `elem_type` 1) with fixed `dims`.
@@ -55,3 +55,15 @@ pub const CORPUS_MODELS: [&str; 8] = [
     "llama_sdpa",
     "t5_eager",
 ];
+
+/// A node named `name` reading `inputs` and writing `y`.
+pub fn named_node(op: &str, name: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        op_type: op.into(),
+        name: name.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec!["y".into()],
+        attribute: attrs,
+        ..Default::default()
+    }
+}

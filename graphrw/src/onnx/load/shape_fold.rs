@@ -390,19 +390,25 @@ fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
             if x.dtype != DType::Bool {
                 return None;
             }
-            let picked = elementwise(x, a, a.dtype, |c, v| {
-                Some(if c.as_const()? != 0 {
-                    v.clone()
-                } else {
-                    SymExpr::int(i64::MIN)
+            let lens = [x.values.len(), a.values.len(), b.values.len()];
+            let len = lens.iter().copied().max()?;
+            if lens.iter().any(|&n| n != 1 && n != len) {
+                return None;
+            }
+            let at = |t: &SymTensor, i: usize| t.values[i.min(t.values.len() - 1)].clone();
+            let values = (0..len)
+                .map(|i| {
+                    Some(if at(x, i).as_const()? != 0 {
+                        at(a, i)
+                    } else {
+                        at(b, i)
+                    })
                 })
-            })?;
-            elementwise(&picked, b, a.dtype, |p, w| {
-                Some(if p.as_const() == Some(i64::MIN) {
-                    w.clone()
-                } else {
-                    p.clone()
-                })
+                .collect::<Option<Vec<_>>>()?;
+            Some(SymTensor {
+                values,
+                scalar: x.scalar && a.scalar && b.scalar,
+                dtype: a.dtype,
             })
         }
         "ConstantOfShape" => {
@@ -427,7 +433,7 @@ fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
             let y = get(1)?;
             let cmp = |f: fn(std::cmp::Ordering) -> bool| {
                 move |a: &SymExpr, b: &SymExpr| -> Option<SymExpr> {
-                    let ord = decide(a, b)?;
+                    let ord = a.compare(b)?;
                     Some(SymExpr::int(i64::from(f(ord))))
                 }
             };
@@ -458,11 +464,6 @@ fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
             }
         }
     }
-}
-
-/// How `a` compares with `b` for every binding, when decided.
-fn decide(a: &SymExpr, b: &SymExpr) -> Option<std::cmp::Ordering> {
-    a.compare(b)
 }
 
 /// ONNX integer division (truncating), where its value is decided: exact or by a
