@@ -6,10 +6,12 @@
 //! can say) is bound from that op's result the first time it appears. Before a node
 //! whose metadata or attributes read symbols runs, its view is made concrete
 //! ([`BoundNode`]): `reshape(x, [batch, seq, 12, 64])` reaches the kernel as
-//! `reshape(x, [3, 11, 12, 64])`. Kernels never see a symbol. Nothing is cached per
-//! binding.
-
-use std::borrow::Cow;
+//! `reshape(x, [3, 11, 12, 64])`. Kernels never see a symbol.
+//!
+//! The bound views of one run are kept for the next ([`BoundCache`]): a run whose inputs
+//! bind every symbol to the same values as the last run's reuses them, so a model with
+//! dynamic axes run at one shape again and again binds nothing after its first run.
+//! A model whose symbols are sized by data (`NonZero`) binds every run afresh.
 
 use smallvec::SmallVec;
 
@@ -21,12 +23,27 @@ use super::executor::NodeView;
 /// The values of the symbols for one run: a short list (models have a few symbols),
 /// searched by pointer first (the graph shares each symbol's name), which is cheaper
 /// than hashing for every dim of every symbolic node.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Bindings {
     values: Vec<(Symbol, i64)>,
 }
 
 impl Bindings {
+    /// How many symbols are bound.
+    pub(crate) fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// True when both bind the same symbols, in the same order, to the same values.
+    pub(crate) fn same_as(&self, other: &Bindings) -> bool {
+        self.values.len() == other.values.len()
+            && self
+                .values
+                .iter()
+                .zip(&other.values)
+                .all(|((a, x), (b, y))| x == y && (a.as_ptr() == b.as_ptr() || a == b))
+    }
+
     /// The value of `name`, when bound.
     pub(crate) fn get(&self, name: &str) -> Option<i64> {
         let ptr = name.as_ptr();
@@ -115,21 +132,31 @@ pub(crate) fn needs_binding(view: &NodeView<'_>) -> bool {
 
 /// A node's attributes and metadata with the symbols of one run bound: what the kernel
 /// is shown in place of the symbolic node.
-pub(crate) struct BoundNode<'a> {
-    /// The node's own attributes where none is symbolic.
-    attrs: Cow<'a, [AttrValue]>,
+#[derive(Debug)]
+pub(crate) struct BoundNode {
+    /// The bound attributes; `None` where none is symbolic (the node's own are shown).
+    attrs: Option<Box<[AttrValue]>>,
     inputs: Vec<TensorMeta>,
     outputs: Vec<TensorMeta>,
 }
 
-impl<'a> BoundNode<'a> {
+/// The bound views of the symbolic steps of one run, kept for the next run whose inputs
+/// bind the same values (`nodes` is indexed by step; `None` for steps that read no
+/// symbol).
+#[derive(Debug)]
+pub(crate) struct BoundCache {
+    pub(crate) key: Bindings,
+    pub(crate) nodes: Vec<Option<BoundNode>>,
+}
+
+impl BoundNode {
     /// Binds `view`'s attributes and metadata; an attribute that reads an unbound
     /// symbol or overflows is an error naming it.
-    pub(crate) fn new(view: &NodeView<'a>, b: &Bindings) -> Result<BoundNode<'a>, String> {
+    pub(crate) fn new(view: &NodeView<'_>, b: &Bindings) -> Result<BoundNode, String> {
         let specs = view.op.attrs;
         let attrs = match view.attrs.iter().any(|(_, v)| v.is_symbolic()) {
-            false => Cow::Borrowed(view.attrs.values()),
-            true => Cow::Owned(
+            false => None,
+            true => Some(
                 view.attrs
                     .iter()
                     .zip(specs)
@@ -137,7 +164,7 @@ impl<'a> BoundNode<'a> {
                         v.bind(spec.kind, &|s| b.get(s))
                             .map_err(|e| format!("attribute `{name}` = {v}: {e}"))
                     })
-                    .collect::<Result<Vec<_>, _>>()?,
+                    .collect::<Result<Box<[_]>, _>>()?,
             ),
         };
         let outputs: Vec<TensorMeta> = view.outputs.iter().map(|m| b.meta(m)).collect();
@@ -162,11 +189,19 @@ impl<'a> BoundNode<'a> {
         })
     }
 
+    /// The bound metadata of the outputs (every dim known).
+    pub(crate) fn outputs(&self) -> &[TensorMeta] {
+        &self.outputs
+    }
+
     /// The view a kernel sees.
     pub(crate) fn view<'v>(&'v self, of: &NodeView<'v>) -> NodeView<'v> {
         NodeView {
             op: of.op,
-            attrs: crate::ops::Attrs::new(of.op.attrs, &self.attrs),
+            attrs: crate::ops::Attrs::new(
+                of.op.attrs,
+                self.attrs.as_deref().unwrap_or(of.attrs.values()),
+            ),
             inputs: self.inputs.iter().collect(),
             outputs: &self.outputs,
             name: of.name,

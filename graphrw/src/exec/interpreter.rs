@@ -8,6 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use graphrw_kernels::Tensor;
@@ -16,7 +18,7 @@ use crate::graph::{Graph, NodeId, Value};
 use crate::meta::TensorMeta;
 use crate::printer::{node_line, Names};
 
-use super::bind::{needs_binding, Bindings, BoundNode};
+use super::bind::{needs_binding, Bindings, BoundCache, BoundNode};
 use super::plan::{view, view as ex_view, Plan};
 use super::value::RunValue;
 use super::ExecError;
@@ -71,6 +73,15 @@ pub(crate) struct Schedule {
     /// The slot of each graph output (`None`: no node computes it).
     outputs: Vec<Option<usize>>,
     slots: usize,
+    /// How many steps read symbols bound at run time.
+    symbolic_steps: usize,
+    /// The bound views of the last run's symbolic steps, reused by a run whose inputs
+    /// bind the same values.
+    bound: Mutex<Option<Arc<BoundCache>>>,
+    /// Set once a run bound a symbol from a kernel's result (a data-dependent size):
+    /// then bound views depend on data, not only on the inputs' shapes, and are never
+    /// reused.
+    data_dependent: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -141,6 +152,7 @@ pub(crate) fn schedule(
             Ok(v) => needs_binding(&v),
             Err(_) => false,
         };
+        out.symbolic_steps += usize::from(symbolic);
         out.steps.push(StepSlots {
             operands,
             outputs,
@@ -174,18 +186,35 @@ impl Plan {
     ) -> Result<(Vec<Tensor>, RunReport), ExecError> {
         let start = Instant::now();
         let mut bindings = self.check_inputs(inputs)?;
+        let sched = &self.schedule;
+        let bound_by_inputs = bindings.len();
+        // The last run's bound views, when its inputs bound the same values.
+        let cached: Option<Arc<BoundCache>> =
+            match sched.symbolic_steps > 0 && !sched.data_dependent.load(Ordering::Relaxed) {
+                true => sched
+                    .bound
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.clone())
+                    .filter(|c| c.key.same_as(&bindings)),
+                false => None,
+            };
+        // Otherwise this run's, kept for the next.
+        let mut fresh: Vec<Option<BoundNode>> = Vec::new();
+        if cached.is_none() && sched.symbolic_steps > 0 {
+            fresh.resize_with(self.steps.len(), || None);
+        }
         // Kernels called on this thread draw their large outputs from the plan's pool,
         // which gets each intermediate back after its last use.
         let _pool = self.pool.install();
         let reused_before = self.pool.reused_bytes();
         let g = &self.graph;
-        let sched = &self.schedule;
         let mut values: Vec<Option<RunValue>> = vec![None; sched.slots];
         // Bytes of each slot's value when a kernel made it (inputs and constants: 0).
         let mut owned_bytes: Vec<usize> = vec![0; sched.slots];
         let mut live = 0usize;
         let mut report = RunReport::default();
-        for (&(id, ex), slots) in self.steps.iter().zip(&sched.steps) {
+        for (step, (&(id, ex), slots)) in self.steps.iter().zip(&sched.steps).enumerate() {
             let node = g.try_node(id)?;
             let outs: Vec<RunValue> = match ex {
                 None => match (node.op_name(), slots.input) {
@@ -217,17 +246,30 @@ impl Plan {
                         })
                         .collect::<Result<_, _>>()?;
                     let nv = view(g, id)?;
-                    let bound = match slots.symbolic {
-                        true => Some(BoundNode::new(&nv, &bindings).map_err(|message| {
-                            ExecError::Kernel {
-                                node: self.line(id),
-                                executor: "interpreter".into(),
-                                message,
-                            }
-                        })?),
+                    let reused = match slots.symbolic {
+                        true => cached.as_ref().and_then(|c| c.nodes.get(step)?.as_ref()),
                         false => None,
                     };
-                    let bound_view = bound.as_ref().map(|b| b.view(&nv));
+                    let mut local = None;
+                    let bound: Option<&BoundNode> = match (slots.symbolic, reused) {
+                        (false, _) => None,
+                        (true, Some(b)) => Some(b),
+                        (true, None) => {
+                            let b = BoundNode::new(&nv, &bindings).map_err(|message| {
+                                ExecError::Kernel {
+                                    node: self.line(id),
+                                    executor: "interpreter".into(),
+                                    message,
+                                }
+                            })?;
+                            match fresh.get_mut(step) {
+                                Some(slot) => slot.insert(b),
+                                None => local.insert(b),
+                            };
+                            fresh.get(step).and_then(Option::as_ref).or(local.as_ref())
+                        }
+                    };
+                    let bound_view = bound.map(|b| b.view(&nv));
                     let nv = bound_view.as_ref().unwrap_or(&nv);
                     let t0 = profile.then(Instant::now);
                     let outs = self.executors[e].run_values(nv, &args).map_err(|err| {
@@ -242,7 +284,7 @@ impl Plan {
                         entry.0 += t0.elapsed();
                         entry.1 += 1;
                     }
-                    self.check_outputs(id, &outs, &mut bindings)?;
+                    self.check_outputs(id, &outs, bound.map(BoundNode::outputs), &mut bindings)?;
                     outs
                 }
             };
@@ -297,6 +339,16 @@ impl Plan {
             }
             outputs.push(value.to_host().map_err(|e| fail(e.to_string()))?);
         }
+        if bindings.len() > bound_by_inputs {
+            sched.data_dependent.store(true, Ordering::Relaxed);
+        } else if !fresh.is_empty() {
+            if let Ok(mut c) = sched.bound.lock() {
+                *c = Some(Arc::new(BoundCache {
+                    key: bindings,
+                    nodes: fresh,
+                }));
+            }
+        }
         report.reused_bytes = self.pool.reused_bytes() - reused_before;
         report.total = start.elapsed();
         Ok((outputs, report))
@@ -342,12 +394,14 @@ impl Plan {
         Ok(bindings)
     }
 
-    /// Checks a kernel's results against the node's metadata, binding the symbols that
-    /// first appear there (data-dependent sizes).
+    /// Checks a kernel's results against the node's metadata (`bound`: its outputs'
+    /// metadata with this run's symbols bound, for a symbolic node), binding the symbols
+    /// that first appear there (data-dependent sizes).
     fn check_outputs(
         &self,
         id: NodeId,
         outs: &[RunValue],
+        bound: Option<&[TensorMeta]>,
         bindings: &mut Bindings,
     ) -> Result<(), ExecError> {
         let node = self.graph.try_node(id)?;
@@ -363,7 +417,12 @@ impl Plan {
                 node.outputs().len()
             )));
         }
-        for (t, m) in outs.iter().zip(node.outputs()) {
+        for (i, (t, m)) in outs.iter().zip(node.outputs()).enumerate() {
+            // Bound metadata with every dim known checks like static metadata.
+            let m = match bound.and_then(|b| b.get(i)) {
+                Some(b) if !b.shape.is_symbolic() => b,
+                _ => m,
+            };
             let shape_ok = match m.shape.is_symbolic() {
                 false => {
                     t.shape().len() == m.rank()
@@ -402,6 +461,94 @@ mod tests {
             .map(|i| ((i * 7919 % 1009) as f32 - 504.0) * scale)
             .collect();
         Tensor::from_vec(shape.to_vec(), data).expect("shape and data agree")
+    }
+
+    /// `[n, 4] -> reshape [-1, 6]`: the -1 is `n*4/6`, which no expression says exactly, so
+    /// it is a fresh symbol that the reshape's result binds (a data-dependent size);
+    /// then `x * 2` over `[n, 4]` and a `full([n, 4])` whose size attribute is symbolic.
+    fn symbolic_graph() -> crate::Graph {
+        use crate::meta::{Dim, SymExpr};
+        use crate::ops::{lookup, AttrValue};
+        let b = Builder::new();
+        let x = b
+            .input(
+                "x",
+                TensorMeta::new(DType::F32, Shape::from(vec![Dim::sym("n"), Dim::Known(4)])),
+            )
+            .value();
+        let op = |name: &str| lookup(name).expect("built-in op");
+        let two = b.constant(Tensor::scalar(2.0f32)).value();
+        let doubled = b.apply(op("mul"), &[x, two], &[]).expect("mul")[0];
+        let size = AttrValue::Dims(vec![SymExpr::sym("n"), SymExpr::int(4)]);
+        let ones = b
+            .apply(
+                op("full"),
+                &[],
+                &[("size", size), ("value", AttrValue::Float(1.0))],
+            )
+            .expect("full")[0];
+        let y = b.apply(op("add"), &[doubled, ones], &[]).expect("add")[0];
+        let r = b
+            .apply(
+                op("reshape"),
+                &[x],
+                &[("shape", AttrValue::Ints(vec![-1, 6]))],
+            )
+            .expect("reshape")[0];
+        b.output(&[b.var(y), b.var(r)]).expect("output");
+        b.finish()
+    }
+
+    /// A plan reuses the last run's bound views only for inputs that bind the same
+    /// values, and a graph with a size that data decides binds every run afresh: every
+    /// run, at shapes alternating and repeating, matches a plan made for that run alone.
+    #[test]
+    fn bound_views_are_reused_only_for_the_same_binding() {
+        let g = symbolic_graph();
+        let p = plan(&g, &default_stack()).expect("plan");
+        for n in [3usize, 3, 6, 3, 9, 9] {
+            let x = ramp(&[n, 4], 0.5);
+            let (got, _) = p.run(std::slice::from_ref(&x)).expect("run");
+            let fresh = plan(&g, &reference_stack()).expect("plan");
+            let (want, _) = fresh.run(std::slice::from_ref(&x)).expect("run");
+            assert_eq!(got[0].shape(), &[n, 4]);
+            assert_eq!(got[1].shape(), &[n * 4 / 6, 6]);
+            let tol = graphrw_kernels::testing::compare::Tol::new(1e-6, 1e-6);
+            graphrw_kernels::testing::compare::assert_close_tensors(
+                &got,
+                &want,
+                tol,
+                &format!("n = {n}"),
+            );
+        }
+        // Without the data-dependent reshape the views are cached; a run at another
+        // shape after a cached one still binds the new values.
+        let b = Builder::new();
+        let x = b.input(
+            "x",
+            TensorMeta::new(
+                DType::F32,
+                Shape::from(vec![crate::meta::Dim::sym("n"), crate::meta::Dim::Known(4)]),
+            ),
+        );
+        let y = x.softmax(-1).expect("softmax");
+        b.output(&[y]).expect("output");
+        let g = b.finish();
+        let p = plan(&g, &default_stack()).expect("plan");
+        let reference = plan(&g, &reference_stack()).expect("plan");
+        for n in [2usize, 2, 5, 2] {
+            let x = [ramp(&[n, 4], 0.1)];
+            let (got, _) = p.run(&x).expect("run");
+            let (want, _) = reference.run(&x).expect("run");
+            assert_eq!(got[0].shape(), &[n, 4], "n = {n}");
+            let tol = graphrw_kernels::testing::compare::Tol::new(1e-6, 1e-6);
+            graphrw_kernels::testing::compare::assert_close_tensors(
+                &got,
+                &want,
+                tol,
+                &format!("n = {n}"),
+            );
+        }
     }
 
     /// A small MLP block whose intermediates are all large enough to pool (64 KiB+) (layer norm, matmul + bias + GELU,

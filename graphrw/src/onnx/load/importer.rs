@@ -126,6 +126,7 @@ pub(crate) fn limit_ints(at: &At, what: &str, v: &[i64]) -> Result<(), OnnxError
 }
 
 impl<'m> Importer<'m> {
+    /// An importer of `proto`'s graph, its tables sized for `node_count` nodes and
     /// `named` value names found by name.
     pub(crate) fn new(
         proto: &'m GraphProto,

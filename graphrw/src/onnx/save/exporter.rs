@@ -148,7 +148,9 @@ pub(crate) fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
         doc_string: String::new(),
     }
 }
+
 impl<'g> Exporter<'g> {
+    /// An exporter of `graph`, a verified graph, writing its nodes in `order` (the
     /// printer's: [`Graph::topo_order`]).
     pub(crate) fn new(graph: &'g Graph, order: Vec<NodeId>) -> Exporter<'g> {
         Exporter {
