@@ -27,9 +27,9 @@ pub mod exec;
 pub mod generated;
 pub mod grad;
 // The guide: a tutorial whose examples are doctests (compiled only for docs and doctests).
+pub mod gradcheck;
 #[cfg(any(doc, doctest))]
 pub mod guide;
-pub mod gradcheck;
 pub mod ir;
 pub mod onnx;
 pub mod pattern;
