@@ -26,8 +26,8 @@ mod error;
 pub mod exec;
 pub mod generated;
 pub mod grad;
-// The guide: a tutorial whose examples are doctests (compiled only for docs and doctests).
 pub mod gradcheck;
+// The guide: a tutorial whose examples are doctests (compiled only for docs and doctests).
 #[cfg(any(doc, doctest))]
 pub mod guide;
 pub mod ir;
