@@ -1,7 +1,7 @@
 //! Procedural macros of graphrw.
 //!
 //! Users reach these through `graphrw` (which re-exports them); the crate also holds
-//! the built-in op vocabulary as data ([`vocab`]), the one table that both the
+//! the built-in op vocabulary as data (`vocab`), the one table that both the
 //! compile-time pattern checks and `graphrw`'s op declarations are made from.
 
 #![warn(missing_docs)]

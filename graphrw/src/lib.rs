@@ -27,6 +27,9 @@ pub mod exec;
 pub mod generated;
 pub mod grad;
 pub mod gradcheck;
+// The guide: a tutorial whose examples are doctests (compiled only for docs and doctests).
+#[cfg(any(doc, doctest))]
+pub mod guide;
 pub mod ir;
 pub mod onnx;
 pub mod pattern;

@@ -39,7 +39,7 @@ pub struct SdpaGrads {
     pub dv: Tensor,
 }
 
-/// The gradients of [`sdpa`](super::sdpa) with respect to `q`, `k` and `v`, given its
+/// The gradients of [`sdpa`](fn@super::sdpa) with respect to `q`, `k` and `v`, given its
 /// output `out` and the output's cotangent `dout` (both `[.., Hq, Sq, Dv]`).
 ///
 /// Shapes, dtypes, `mask` and `opts` are as for the forward kernel (a bool or additive

@@ -74,7 +74,7 @@ pub const ATTENTION_OPSET: i64 = 23;
 pub const FUNCTION_DOMAIN: &str = "graphrw";
 
 /// Writes `graph` as an ONNX model file, keeping the weights' layout
-/// ([`WeightLayout::Keep`]): constants mapped from external data go to
+/// ([`WeightLayout::Keep`](super::WeightLayout::Keep)): constants mapped from external data go to
 /// `<file name>.data` next to the model, by copying their file ranges; a graph with no
 /// such constants is written as one file. A model that would not fit protobuf's 2 GiB
 /// limit is refused, never written corrupt. See [`save_with`] for the options.

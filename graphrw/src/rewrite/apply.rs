@@ -1,5 +1,5 @@
 //! Replacing a match as one atomic patch (the match checked safe to replace by
-//! [`check_safe`](crate::pattern::check_safe) first).
+//! [`crate::pattern::check_safe`] first).
 
 use smallvec::SmallVec;
 

@@ -28,7 +28,7 @@
 //! Grouped heads come in three spellings, all one fused node with `enable_gqa`: kv
 //! heads repeated by `repeat_kv` (`unsqueeze`/`expand`/`reshape`, below), a
 //! `matmul` that broadcasts one kv head (multi-query), and grouped queries viewed as
-//! `[.., Hkv, G, S, D]` against `[.., Hkv, 1, S, D]` keys (see [`attention_shapes`]).
+//! `[.., Hkv, G, S, D]` against `[.., Hkv, 1, S, D]` keys (see `attention_shapes`).
 
 use crate::rule_set;
 use crate::{GraphError, Var};

@@ -68,7 +68,7 @@ impl Kernels {
         }
     }
 
-    /// The built-in kernels ([`builtin::ALL`](super::builtin::ALL)).
+    /// The built-in kernels ([`builtin::ALL`](crate::generated::builtin::ALL)).
     pub fn builtin() -> Kernels {
         Kernels::new(builtin::ALL)
     }

@@ -8,90 +8,45 @@
 //! divides by `l`. The extra memory is a few tiles per thread
 //! (`BLOCK_Q x (D + Dv + BLOCK_K)` compute-type elements, plus `BLOCK_K x (D + Dv)` for
 //! f16/bf16 key/value blocks converted to f32; on the packed path below, one head of
-//! packed keys and values per thread instead), never the `Sq x Skv` score matrix.
+//! packed keys and values per thread instead, kept between calls up to 16 MiB), never
+//! the `Sq x Skv` score matrix.
 //!
-//! Layout choices, all measured (see [`BLOCK_Q`]):
+//! Layout:
 //! - the query block is packed once per work item, transposed (`[D, Bq]`) and
 //!   pre-multiplied by the scale, so the score tile is computed transposed
 //!   (`S^T = K Q^T`, `[Bk, Bq]`) straight from K's contiguous rows, and the softmax
 //!   statistics (max, sum over keys) are vertical, vectorised over query rows;
-//! - `P V` reads P^T's rows in place.
-//! - On x86-64 with AVX2+FMA, f32/f16/bf16 run the packed path (`packed.rs`): keys and
-//!   values packed once per key/value head and thread, in the panels the micro-tiles
-//!   read (keys `[Skv/6][D][6]`, values `[Dv/16][Skv][16]`, f16/bf16 converted on the
-//!   way), the query block in 16-column panels. Measured (one thread, CPU time,
-//!   interleaved, loaded machine): f16/bf16 8-14% less time (they had been converted
-//!   once per query block); f32 0-4% less at S=1024, and at D=128, S 2048-4096 torch's
-//!   time over ours went from 0.85-0.93 to 1.08-1.10 in the same rounds (unpacked, the
-//!   value micro-tile read V at a 512-byte stride: its rows shared 8 of L1's 64 sets,
-//!   see `packed.rs`). The extra memory is one
-//!   head of packed keys and values per thread, kept between calls up to 16 MiB.
-//!   `GRAPHRW_SDPA_NO_PACK=1` turns it off. Otherwise K and V are read in place:
-//! - On x86-64 with AVX2+FMA, both products of a tile (f32 compute) run on
-//!   register-blocked `6 x 16` micro-kernels written with intrinsics (`avx2.rs`: 12
-//!   `ymm` accumulators, each step two loads, six broadcasts, twelve FMAs); elsewhere
-//!   (and for f64) on portable loops written for LLVM's auto-vectoriser. The whole work
-//!   item is compiled a second time with `avx2,fma` enabled, chosen at run time, so the
-//!   softmax, exp and mask loops are vectorised to 256 bits too.
-//! - The online-softmax step of an f32 tile (column max, `e^(s - m)`, column sum) is
-//!   AVX2 intrinsics as well (`avx2::softmax_update`: max and sum in registers, an
-//!   8-lane exp of 16 vector operations); auto-vectorised, it had been 28% of a D=64
-//!   run (masked stores of the max), now 6-15%.
-//! - On the packed path, a key block with no mask and off the causal diagonal runs the
-//!   softmax step inside the score pass (`avx2::scores_softmax_packed`): the column
-//!   maxima come from the micro-tile's registers as it is stored, and the
-//!   exponentials and sums run over each `Bk x 16` strip while it is still in L1
-//!   (the separate step read the whole 36 KiB tile twice, from L2). The probabilities
-//!   use `avx2::exp8_shifted` (`(s - m) log2 e`, no clamp above, exact 0 from the
-//!   clamp below: 14 vector operations, was 18).
-//!   Measured together (`benches/torch_sdpa_compare.py --threads 1 --cpu-time
-//!   --dtypes f32 --d 64,128 --s 512,1024,2048,4096 --rounds 3 --also MAIN`, loaded
-//!   machine, two runs): torch's time over ours 1.10-1.20 not causal (D=128
-//!   1.10-1.18; main's build in the same rounds 1.04-1.13), causal 1.15-1.97
-//!   (1.11-1.81). Masked blocks and the diagonal
-//!   block keep the separate step (`GRAPHRW_SDPA_NO_FUSE=1` forces it everywhere).
-//!   Block sizes re-checked with the fused step (96 x 96 against 96 x 192, 192 x 96,
-//!   48 x 192, 144 x 144 at D 64/128, S=1024): 96 x 96 stays, within the noise of
-//!   96 x 192.
-//! - On x86-64 with AVX-512 F, BW and BF16 (Zen 4, Sapphire Rapids; `avx512::
-//!   available`), the packed path runs on AVX-512 micro-kernels instead (`packed512.rs`,
-//!   `avx512.rs`): `8 x 48` tiles (24 `zmm` accumulators; keys in panels of 8, query
-//!   and value columns in 16-lane vectors, 1 to 3 per tile), the softmax step 16
-//!   columns at a time (`exp16_shifted`: `vscalefps` for `2^n`, 11 operations). f32
-//!   and f16 compute in f32 FMAs. bf16 runs both products on AVX-512 BF16 dot products
-//!   (`vdpbf16ps`: two bf16 products per f32 lane, f32 sums): keys, queries and values
-//!   keep their bf16 bits, packed in pairs along the reduction dimension (keys
-//!   `[Skv/8][D/2][8][2]` and queries `[Bq/16][D/2][16][2]` by masked gathers, values
-//!   `[Dv/16][Skv/2][16][2]` by `vpermw`), the scale applied to the f32 scores, the
-//!   online softmax in f32 and the probabilities rounded to bf16 (nearest even) in key
-//!   pairs for `P V`, as PyTorch's CPU kernel does. `GRAPHRW_SDPA_NO_AVX512=1` keeps
-//!   the AVX2 path ([`selected_kernel`] says which runs).
-//!   Measured on a 2-core Zen 4 (3.7 GHz, shared with another engineer's builds), one
-//!   thread, CPU time, against torch 2.15 (its AVX512 build): `benches/
-//!   torch_sdpa_compare.py --threads 1 --cpu-time --dtypes f32 --d 64,128 --s
-//!   512,1024,2048,4096 --rounds 2 --also-env GRAPHRW_SDPA_NO_AVX512=1`, then the same
-//!   with `--dtypes bf16,f16 --s 1024,2048`, the pair run twice. Torch's time over
-//!   ours (the AVX2 path's, timed in the same rounds, in brackets): f32 not causal
-//!   1.15-1.26 (1.09-1.18), D=64 1.21-1.26, D=128 1.15-1.21; causal 1.27-2.08
-//!   (1.22-1.93); bf16 not causal 2.00-2.17 (1.11-1.22), causal 2.38-2.74 (1.31-1.59);
-//!   f16 1.62-1.99 not causal, 1.92-2.42 causal (1.56-1.88, 1.84-2.32). (torch's bf16
-//!   and f16 take about its f32 time.) The f32 rate is 102 GFLOP/s at S=1024, 87% of
-//!   the 117 GFLOP/s a register-only FMA loop reaches on a core (the micro-kernels are
-//!   88% of the time); bf16 163-189 GFLOP/s (D 64-128, S 1024-2048), 1.7-1.8x the
-//!   AVX2 path, against 234 for `vdpbf16ps` alone (micro-kernels 72-80% of the time,
-//!   the softmax step 7-12%, packing and the rest 5-8%). Block sizes re-measured on
-//!   this path (S=2048, D 64/128, f32 and bf16, two interleaved runs): 96 x 192,
-//!   144 x 144 and 192 x 192 took 0.3-1% less time than 96 x 96, 192 x 96 and 48 x 96
-//!   the same, 96 x 48 1% more: 96 x 96 stays (shared with the AVX2 path, where it was
-//!   measured best).
-//! - Unpacked, f16/bf16 key and value tiles are converted to f32 once per tile, in
-//!   bulk (half's slice conversion: F16C for f16).
-//! - Measured (`SDPA_CPU_TIME=1 cargo bench -p graphrw-kernels --bench sdpa`, 2-core
-//!   Zen 3 shared with other jobs, so rates are flops per CPU-second x 2): f32, B=1,
-//!   H=8, S=1024, D=64: 115-125 GFLOP/s (two runs), 56-61% of the 205 GFLOP/s the
-//!   FMA probe measures the same way, 2.2-2.6x the unfused reference (~50 GFLOP/s);
-//!   D=128: 131 GFLOP/s (64%), 1.8x. The auto-vectorised micro-kernels
-//!   (`GRAPHRW_SDPA_NO_MICRO=1`) gave 103-104 GFLOP/s (50-51%) in the same setting.
+//!   `P V` reads P^T's rows in place.
+//!
+//! Paths, chosen at run time ([`selected_kernel`] says which runs):
+//! - **AVX-512** (x86-64 with AVX-512 F, BW and BF16: Zen 4, Sapphire Rapids;
+//!   `avx512::available`): the packed path on AVX-512 micro-kernels (`packed512.rs`,
+//!   `avx512.rs`): `8 x 48` tiles (24 `zmm` accumulators; keys in panels of 8, query and
+//!   value columns in 16-lane vectors), the softmax step 16 columns at a time
+//!   (`exp16_shifted`: `vscalefps` for `2^n`). f32 and f16 compute in f32 FMAs. bf16
+//!   runs both products on AVX-512 BF16 dot products (`vdpbf16ps`: two bf16 products
+//!   per f32 lane, f32 sums): keys, queries and values keep their bf16 bits, packed in
+//!   pairs along the reduction dimension (keys `[Skv/8][D/2][8][2]`, queries
+//!   `[Bq/16][D/2][16][2]`, values `[Dv/16][Skv/2][16][2]`), the scale is applied to the
+//!   f32 scores, the online softmax runs in f32 and the probabilities are rounded to
+//!   bf16 (nearest even) in key pairs for `P V`, as PyTorch's CPU kernel does.
+//! - **AVX2+FMA, packed** (`packed.rs`): keys and values packed once per key/value head
+//!   and thread, in the panels the micro-tiles read (keys `[Skv/6][D][6]`, values
+//!   `[Dv/16][Skv][16]`, f16/bf16 converted on the way), the query block in 16-column
+//!   panels. Both products of a tile run on register-blocked `6 x 16` micro-kernels
+//!   (`avx2.rs`: 12 `ymm` accumulators). A key block with no mask and off the causal
+//!   diagonal runs the softmax step inside the score pass
+//!   (`avx2::scores_softmax_packed`: column maxima from the micro-tile's registers,
+//!   exponentials and sums over each `Bk x 16` strip while it is in L1, with
+//!   `avx2::exp8_shifted`); masked blocks and the diagonal block take the separate
+//!   step (`avx2::softmax_update`).
+//! - **Unpacked** (elsewhere, and for f64): K and V are read in place, the products run
+//!   on portable loops written for LLVM's auto-vectoriser (on x86-64 the whole work item
+//!   is compiled a second time with `avx2,fma` enabled), and f16/bf16 key and value
+//!   tiles are converted to f32 once per tile, in bulk.
+//!
+//! Speed against PyTorch's CPU SDPA, with the commands: `BENCHMARKS.md` in the
+//! repository.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
