@@ -178,7 +178,7 @@ macro_rules! isa_dispatch {
             $(
                 #[cfg(target_arch = "x86_64")]
                 if isa >= $crate::cpu::Isa::$level {
-                    break 'dispatch $body;
+                    break 'dispatch ($body);
                 }
             )+
             $fallback
