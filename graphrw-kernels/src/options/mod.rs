@@ -6,7 +6,8 @@
 //! packed weights on, the tuned SDPA blocks, rayon's global pool and the machine's
 //! memory as the budget. graphrw's `Plan` carries one and hands it to its executors;
 //! kernels deep in a call read the one [`installed`](KernelOptions::install) on their
-//! thread ([`KernelOptions::current`]), the default where none is.
+//! thread ([`KernelOptions::current`]), the default where none is. [`vars`] maps the
+//! `graphrw` command's `GRAPHRW_*` environment variables onto them.
 //!
 //! ```
 //! use graphrw_kernels::{cpu::Isa, KernelOptions};
@@ -18,6 +19,8 @@
 //! assert!(opts.isa() <= Isa::Avx2Fma);
 //! assert_eq!(opts.threads, Some(4));
 //! ```
+
+pub mod vars;
 
 use std::cell::Cell;
 use std::fmt;
