@@ -120,16 +120,9 @@ mod tests {
         Tensor::from_vec(vec![k, n], data).expect("tensor")
     }
 
-    /// Whether this CPU runs the packed GEMM (x86-64 with AVX-512F).
+    /// Whether this CPU runs the packed GEMM (x86-64 with AVX-512).
     fn packs_here() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx512f")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+        crate::cpu::Isa::Avx512.is_available()
     }
 
     #[test]

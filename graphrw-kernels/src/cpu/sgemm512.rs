@@ -36,9 +36,11 @@ const KC: usize = 768;
 /// Rows per block: the rows that pass over one weight micro-panel before the next.
 const MC: usize = 480;
 
-/// Whether the CPU has what this GEMM is compiled for (AVX-512F).
+/// Whether this GEMM may run: the CPU has what it is compiled for (AVX-512F) and the
+/// thread's [`KernelOptions`](crate::KernelOptions) allow AVX-512.
 pub(crate) fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
+    crate::KernelOptions::current().isa() >= crate::cpu::Isa::Avx512
+        && crate::cpu::CpuFeatures::get().avx512f
 }
 
 /// A `k x n` f32 matrix packed for [`gemm`]: panels of [`NR`] columns, each `k` rows of
