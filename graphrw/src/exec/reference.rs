@@ -104,7 +104,7 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
             a.bool("keepdim").map_err(attr_err)?,
         )?)
     };
-    // Every op of the one list of unary ops (`graphrw-kernels/src/unary_ops.rs`) but
+    // Every op of the one list of unary ops (`graphrw-ops`, `UnaryOp`) but
     // `gelu`, whose two forms share the name and differ by an attribute (below).
     if let Some(op) = UnaryOp::of_op(name).filter(|_| name != "gelu") {
         return Ok(vec![unary(op)?]);
