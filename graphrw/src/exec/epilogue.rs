@@ -91,6 +91,7 @@ pub static MATMUL_EPILOGUE: OpDef = OpDef {
     class: OpClass::Other,
     infer: Infer::Like,
     decompose: Some(decompose_epilogue),
+    builtin: None,
 };
 
 /// The name the epilogue executor shows in plans.

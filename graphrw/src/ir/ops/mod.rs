@@ -28,6 +28,7 @@
 //!     class: OpClass::Elementwise,
 //!     infer: Infer::Fn(infer_scale),
 //!     decompose: None,
+//!     builtin: None, // not a built-in op
 //! };
 //! ```
 
@@ -41,7 +42,7 @@ use crate::builder::Builder;
 use crate::meta::{DType, EvalError, SymExpr, TensorMeta};
 use crate::{GraphError, Value};
 
-pub use builtin::BUILTIN;
+pub use builtin::{Op, BUILTIN};
 
 /// How many values an operand slot takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -479,9 +480,18 @@ pub struct OpDef {
     pub infer: Infer,
     /// Decomposition into other ops, if any.
     pub decompose: Option<DecomposeFn>,
+    /// Which built-in op this is: `Some` in the built-in statics (generated from the op
+    /// table), `None` in every op declared elsewhere. Dispatch on a node's op is a
+    /// `match` on it, never a comparison of names.
+    pub builtin: Option<Op>,
 }
 
 impl OpDef {
+    /// True when this is built-in op `op` (a compare of two small enums).
+    pub fn is(&self, op: Op) -> bool {
+        self.builtin == Some(op)
+    }
+
     /// The index of attribute `name`.
     pub fn attr_index(&self, name: &str) -> Option<usize> {
         self.attrs.iter().position(|a| a.name == name)
