@@ -65,6 +65,16 @@ fn defs() -> TokenStream {
         .iter()
         .map(|op| format!("`{}`: {}", op.name, op.doc));
     let op_names = BUILTIN_OPS.iter().map(|op| op.name);
+    let unary_arms = BUILTIN_OPS.iter().filter_map(|op| {
+        let u = graphrw_ops::UnaryOp::of_op(op.name)?;
+        let (v, u) = (variant_ident(op.name), format_ident!("{u:?}"));
+        Some(quote!(Op::#v => ::core::option::Option::Some(::graphrw_ops::UnaryOp::#u),))
+    });
+    let binary_arms = BUILTIN_OPS.iter().filter_map(|op| {
+        let b = graphrw_ops::BinaryOp::of_op(op.name)?;
+        let (v, b) = (variant_ident(op.name), format_ident!("{b:?}"));
+        Some(quote!(Op::#v => ::core::option::Option::Some(::graphrw_ops::BinaryOp::#b),))
+    });
     quote! {
         #(#statics)*
         /// Every built-in op, in table order.
@@ -90,6 +100,23 @@ fn defs() -> TokenStream {
             pub fn def(self) -> &'static crate::ops::OpDef {
                 match self {
                     #(Op::#variants => &#names,)*
+                }
+            }
+
+            /// The unary elementwise op this is, if it is one (`gelu` gives the exact
+            /// GELU; its `approximate` attribute picks the other).
+            pub const fn unary(self) -> ::core::option::Option<::graphrw_ops::UnaryOp> {
+                match self {
+                    #(#unary_arms)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The binary elementwise op this is, if it is one.
+            pub const fn binary(self) -> ::core::option::Option<::graphrw_ops::BinaryOp> {
+                match self {
+                    #(#binary_arms)*
+                    _ => ::core::option::Option::None,
                 }
             }
 
