@@ -127,6 +127,12 @@ impl Node {
         self.op.name
     }
 
+    /// Which built-in op the node's op is (`None` for an op declared elsewhere): what
+    /// dispatch matches on.
+    pub fn builtin(&self) -> Option<crate::ops::Op> {
+        self.op.builtin
+    }
+
     /// The attributes, aligned with the op's signature.
     pub fn attr_values(&self) -> &[AttrValue] {
         &self.attrs
