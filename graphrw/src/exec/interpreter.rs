@@ -20,6 +20,7 @@ use super::bind::{needs_binding, Bindings, BoundNode};
 use super::plan::{view, view as ex_view, Plan};
 use super::value::RunValue;
 use super::ExecError;
+use crate::ops::Op;
 
 /// What a run measured.
 #[derive(Clone, Debug, Default)]
@@ -188,8 +189,8 @@ impl Plan {
         for (&(id, ex), slots) in self.steps.iter().zip(&sched.steps) {
             let node = g.try_node(id)?;
             let outs: Vec<RunValue> = match ex {
-                None => match (node.op_name(), slots.input) {
-                    ("input", Some(i)) => vec![RunValue::Host(inputs[i].clone())],
+                None => match (node.builtin(), slots.input) {
+                    (Some(Op::Input), Some(i)) => vec![RunValue::Host(inputs[i].clone())],
                     _ => vec![RunValue::Host(node.payload().cloned().ok_or_else(
                         || ExecError::Kernel {
                             node: self.line(id),

@@ -603,16 +603,19 @@ impl Graph {
                 })
             }
         };
-        if ops::infer::CONSTANT_CHECKED.contains(&op.name) {
+        if let Some(checked) = op
+            .builtin
+            .filter(|b| ops::infer::CONSTANT_CHECKED.contains(b))
+        {
             let constants: Vec<Option<&Tensor>> = operands
                 .iter()
                 .map(|v| {
                     self.node(v.node)
-                        .filter(|n| n.op_name() == "constant")
+                        .filter(|n| n.op().is(ops::Op::Constant))
                         .and_then(Node::payload)
                 })
                 .collect();
-            ops::infer::check_constants(op.name, &metas, &constants, &view).map_err(|e| {
+            ops::infer::check_constants(checked, &metas, &constants, &view).map_err(|e| {
                 GraphError::Infer {
                     op: op.name,
                     node: at(),
