@@ -6,19 +6,20 @@
 //! inference is code and lives in `graphrw::ops::infer`; each entry names its
 //! inference function.
 
-/// How many operands an operand slot takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How many values an operand slot takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Arity {
     /// Exactly one value.
     Required,
-    /// Zero or one value; only trailing slots may be optional.
+    /// Zero or one value. Only trailing slots are optional: a node carries its present
+    /// operands in order, so an optional slot can be filled only if the ones before it are.
     Optional,
     /// Any number of values (only as the last slot).
     Variadic,
 }
 
 /// The kind of an attribute value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// `i64`.
     Int,
@@ -26,12 +27,25 @@ pub enum Kind {
     Float,
     /// `bool`.
     Bool,
-    /// A list of `i64`.
+    /// A list of `i64` (dims, sizes).
     Ints,
     /// A string.
     Str,
-    /// A dtype, by name (`f32`).
+    /// A dtype.
     DType,
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Int => "int",
+            Kind::Float => "float",
+            Kind::Bool => "bool",
+            Kind::Ints => "int list",
+            Kind::Str => "string",
+            Kind::DType => "dtype",
+        })
+    }
 }
 
 /// An attribute's default, or `Required` when it has none.
@@ -56,7 +70,7 @@ pub enum DefaultValue {
 }
 
 /// How many outputs a node of the op has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outputs {
     /// A fixed number.
     Fixed(usize),
@@ -65,7 +79,7 @@ pub enum Outputs {
 }
 
 /// The broad family of an op (used by printers, executors and the tile executor).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
     /// No operands: inputs, constants, factories.
     Source,
@@ -85,8 +99,8 @@ pub enum Class {
     Other,
 }
 
-/// One operand slot.
-#[derive(Clone, Copy, Debug)]
+/// One operand slot of an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Operand {
     /// Name, for messages and keyword arguments.
     pub name: &'static str,

@@ -187,21 +187,6 @@ pub(super) fn check_op(node: &NodeView<'_>) -> Result<(), String> {
         Op::Gather | Op::GatherElements | Op::GatherNd => index_operand(node, 1),
         Op::IndexSelect => index_operand(node, 1),
         Op::ScaledDotProductAttention => sdpa(node),
-        Op::Input
-        | Op::Constant
-        | Op::Opaque
-        | Op::Arange
-        | Op::Full
-        | Op::SymInts
-        | Op::Zeros
-        | Op::Ones
-        | Op::MaskedFill
-        | Op::Conv2d
-        | Op::Tril
-        | Op::Triu
-        | Op::Cumsum
-        | Op::ScaledDotProductAttentionBackward
-        | Op::CrossEntropy
-        | Op::CrossEntropyBackward => Err(format!("has no CUDA kernel for `{name}`")),
+        no_cuda_kernel!() => Err(format!("has no CUDA kernel for `{name}`")),
     }
 }

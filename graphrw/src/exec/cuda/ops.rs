@@ -161,22 +161,7 @@ pub(super) fn run_op(
             };
             cuda::sdpa(x[0], x[1], x[2], x.get(3).copied(), &opts)
         }
-        Op::Input
-        | Op::Constant
-        | Op::Opaque
-        | Op::Arange
-        | Op::Full
-        | Op::SymInts
-        | Op::Zeros
-        | Op::Ones
-        | Op::MaskedFill
-        | Op::Conv2d
-        | Op::Tril
-        | Op::Triu
-        | Op::Cumsum
-        | Op::ScaledDotProductAttentionBackward
-        | Op::CrossEntropy
-        | Op::CrossEntropyBackward => {
+        no_cuda_kernel!() => {
             return Err(format!("the CUDA executor has no kernel for `{op}`").into())
         }
     };

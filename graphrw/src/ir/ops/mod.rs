@@ -43,57 +43,11 @@ use crate::meta::{DType, EvalError, SymExpr, TensorMeta};
 use crate::{GraphError, Value};
 
 pub use builtin::{Op, BUILTIN};
-
-/// How many values an operand slot takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arity {
-    /// Exactly one.
-    Required,
-    /// Zero or one. Only trailing slots are optional: a node carries its present
-    /// operands in order, so an optional slot can be filled only if the ones before it are.
-    Optional,
-    /// Any number (the last slot only).
-    Variadic,
-}
-
-/// One operand slot of an op.
-#[derive(Clone, Copy, Debug)]
-pub struct OperandSpec {
-    /// Name, for messages and keyword-style pattern arguments.
-    pub name: &'static str,
-    /// How many values it takes.
-    pub arity: Arity,
-}
-
-/// The kind of an attribute.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AttrKind {
-    /// `i64`.
-    Int,
-    /// `f64`.
-    Float,
-    /// `bool`.
-    Bool,
-    /// A list of `i64` (dims, sizes).
-    Ints,
-    /// A string.
-    Str,
-    /// A [`DType`].
-    DType,
-}
-
-impl fmt::Display for AttrKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AttrKind::Int => "int",
-            AttrKind::Float => "float",
-            AttrKind::Bool => "bool",
-            AttrKind::Ints => "int list",
-            AttrKind::Str => "string",
-            AttrKind::DType => "dtype",
-        })
-    }
-}
+/// The parts of an op's signature that the op table (`graphrw-ops`) and `OpDef` share:
+/// operand slots and their arity, attribute kinds, output counts and op classes.
+pub use graphrw_ops::vocab::{
+    Arity, Class as OpClass, Kind as AttrKind, Operand as OperandSpec, Outputs as OutputCount,
+};
 
 /// An attribute's default, usable in a `static`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -427,36 +381,6 @@ impl fmt::Debug for Infer {
             Infer::Declared => "Declared",
         })
     }
-}
-
-/// How many outputs a node of an op has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutputCount {
-    /// Always this many.
-    Fixed(usize),
-    /// The length of the named `Ints` attribute.
-    PerElementOf(&'static str),
-}
-
-/// The broad family of an op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OpClass {
-    /// No operands: inputs, constants, factories.
-    Source,
-    /// Elementwise with broadcasting.
-    Elementwise,
-    /// Reduces dims.
-    Reduction,
-    /// Moves or reinterprets data.
-    Layout,
-    /// Gathers by index.
-    Indexing,
-    /// Contracts dims (matmul, conv, attention).
-    Contraction,
-    /// Normalises along dims (softmax, layer_norm).
-    Normalization,
-    /// Anything else.
-    Other,
 }
 
 /// An op: everything the graph, the patterns and the executors know about it.
