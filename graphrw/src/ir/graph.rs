@@ -49,9 +49,33 @@ use crate::op_index::{OpIndex, VACANT};
 use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef};
 use crate::GraphError;
 
-/// A node's id. Ids survive the removal of other nodes; a removed node's id may be
-/// reused by a later node, so do not keep ids across rewrites you did not make.
-pub type NodeId = NodeIndex<u32>;
+/// A node's id: its index in the graph's node table. Ids survive the removal of other
+/// nodes; a removed node's id may be reused by a later node, so do not keep ids across
+/// rewrites you did not make.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(u32);
+
+impl NodeId {
+    /// The id of index `index` (ids are `u32`: a larger index wraps, as petgraph's do).
+    pub fn new(index: usize) -> NodeId {
+        NodeId(index as u32)
+    }
+
+    /// The index, for tables kept beside the graph.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The node store's index of this node.
+    fn ix(self) -> NodeIndex<u32> {
+        NodeIndex::new(self.0 as usize)
+    }
+
+    /// The id of the node store's index `ix`.
+    fn of(ix: NodeIndex<u32>) -> NodeId {
+        NodeId(ix.index() as u32)
+    }
+}
 
 /// A value: output `output` of node `node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -259,7 +283,7 @@ impl Graph {
 
     /// The node `id`, if it exists.
     pub fn node(&self, id: NodeId) -> Option<&Node> {
-        self.dag.node_weight(id)
+        self.dag.node_weight(id.ix())
     }
 
     /// The node `id`, or an error naming the id.
@@ -270,12 +294,12 @@ impl Graph {
 
     /// Mutable access to a node (metadata and name only; operands change through the graph).
     pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
-        self.dag.node_weight_mut(id)
+        self.dag.node_weight_mut(id.ix())
     }
 
     /// Sets a node's display name.
     pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) {
-        if let Some(n) = self.dag.node_weight_mut(id) {
+        if let Some(n) = self.dag.node_weight_mut(id.ix()) {
             n.name = Some(name.into().into_boxed_str());
         }
     }
@@ -293,7 +317,7 @@ impl Graph {
 
     /// Every live node id, in id order.
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.dag.node_indices()
+        self.dag.node_indices().map(NodeId::of)
     }
 
     /// The graph inputs (`input` nodes), in declaration order.
@@ -644,20 +668,20 @@ impl Graph {
         let scalar = node.is_scalar_constant();
         let operands = node.operands.len();
         self.make_room();
-        let id = self.dag.add_node(node);
+        let id = NodeId::of(self.dag.add_node(node));
         // Sized first: an unchecked node may name its own (reused) index as an operand.
         if id.index() >= self.use_counts.len() {
             self.use_counts.resize(id.index() + 1, 0);
             self.use_lists.resize_with(id.index() + 1, UseList::new);
         }
         for i in 0..operands {
-            let v = self.dag[id].operands[i];
-            let slot = if self.dag.contains_node(v.node) {
+            let v = self.dag[id.ix()].operands[i];
+            let slot = if self.dag.contains_node(v.node.ix()) {
                 self.link(v, id, i as u32)
             } else {
                 NO_SLOT
             };
-            self.dag[id].slots.push(slot);
+            self.dag[id.ix()].slots.push(slot);
         }
         self.by_op.insert(op, id, scalar);
         id
@@ -724,7 +748,7 @@ impl Graph {
         if let Some(&(moved, u)) = list.get(slot) {
             if let Some(s) = self
                 .dag
-                .node_weight_mut(moved)
+                .node_weight_mut(moved.ix())
                 .and_then(|n| n.slots.get_mut(u.operand as usize))
             {
                 *s = slot as u32;
@@ -739,11 +763,11 @@ impl Graph {
     /// check), unlinking the uses its operands had. `None` when there is no such node.
     /// Costs the node's own degree.
     fn detach(&mut self, id: NodeId) -> Option<Node> {
-        let operands = self.dag.node_weight(id)?.operands.len();
+        let operands = self.dag.node_weight(id.ix())?.operands.len();
         for i in 0..operands {
             // Read afresh each time: unlinking one operand may move another entry of
             // this node (`x.mul(x)`) within the same use list, and fix its slot.
-            let Some(n) = self.dag.node_weight(id) else {
+            let Some(n) = self.dag.node_weight(id.ix()) else {
                 break;
             };
             if let (Some(v), Some(&slot)) = (n.operands.get(i), n.slots.get(i)) {
@@ -752,7 +776,7 @@ impl Graph {
                 }
             }
         }
-        let node = self.dag.remove_node(id)?;
+        let node = self.dag.remove_node(id.ix())?;
         if let Some(list) = self.use_lists.get_mut(id.index()) {
             // Empty for the unused nodes callers remove; freed either way.
             *list = UseList::new();
@@ -792,7 +816,7 @@ impl Graph {
             self.unlink(old.node, slot);
         }
         let slot = self.link(value, node, index as u32);
-        if let Some(n) = self.dag.node_weight_mut(node) {
+        if let Some(n) = self.dag.node_weight_mut(node.ix()) {
             n.operands[index] = value;
             n.slots[index] = slot;
         }
@@ -911,8 +935,12 @@ impl Graph {
     pub(crate) fn node_on_cycle(&self) -> Option<NodeId> {
         let mut indegree: Vec<u32> = vec![0; self.use_lists.len()];
         let mut ready = Vec::new();
-        for n in self.dag.node_indices() {
-            let d = self.dag[n].slots.iter().filter(|&&s| s != NO_SLOT).count();
+        for n in self.dag.node_indices().map(NodeId::of) {
+            let d = self.dag[n.ix()]
+                .slots
+                .iter()
+                .filter(|&&s| s != NO_SLOT)
+                .count();
             if d == 0 {
                 ready.push(n);
             }
@@ -938,6 +966,7 @@ impl Graph {
         Some(
             self.dag
                 .node_indices()
+                .map(NodeId::of)
                 .find(|n| indegree.get(n.index()).is_some_and(|&d| d > 0))
                 .unwrap_or(NodeId::new(0)),
         )
@@ -959,8 +988,12 @@ impl Graph {
         // By node index: the operands still to be ordered (linked ones: a missing
         // producer is the verifier's error, not an ordering constraint).
         let mut indegree: Vec<u32> = vec![VACANT_ID; bound];
-        for n in self.dag.node_indices() {
-            let d = self.dag[n].slots.iter().filter(|&&s| s != NO_SLOT).count();
+        for n in self.dag.node_indices().map(NodeId::of) {
+            let d = self.dag[n.ix()]
+                .slots
+                .iter()
+                .filter(|&&s| s != NO_SLOT)
+                .count();
             indegree[n.index()] = d as u32;
         }
         let mut order = Vec::with_capacity(self.node_count());
