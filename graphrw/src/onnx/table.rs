@@ -2,8 +2,8 @@
 //! opsets) is which vocabulary op, which ONNX inputs are its operands, and where each
 //! of its attributes sits in the ONNX node (an attribute, a constant input, or an
 //! attribute that became an input at some opset), with ONNX's name, kind, default and
-//! the values graphrw reads. `load.rs` maps a node through its row (`map_row`) and
-//! `save.rs` writes a vocabulary node through it (`write_row`).
+//! the values graphrw reads. `load/table_row.rs` maps a node through its row (`map_row`) and
+//! `save/exporter.rs` writes a vocabulary node through it (`write_row`).
 //!
 //! The rows name the vocabulary's ops by their `static` [`OpDef`]s (generated from
 //! `graphrw-macros/src/vocab.rs` into [`crate::ops::builtin`]), so an op renamed or
@@ -13,7 +13,7 @@
 //! Another (`table_tests.rs`) takes every row both ways at each opset boundary it has,
 //! with `onnx.checker` over the models built and written.
 //!
-//! What is not one-to-one stays hand-written in `load.rs` and `save.rs`: lowerings to
+//! What is not one-to-one stays hand-written in `ops/`, import and export side by side: lowerings to
 //! several vocabulary ops (Gemm, Einsum, BatchNormalization, Slice, Flatten, Clip, the
 //! activations; Unsqueeze of several axes), arguments that depend on shapes or values
 //! (Reshape's zeros, Expand's ones, Split's equal parts; `transpose`'s two dims written

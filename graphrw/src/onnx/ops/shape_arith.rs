@@ -14,32 +14,50 @@
 //!
 //! What cannot be decided (a comparison of two unrelated symbols, a value read from
 //! data) is not folded: the node is imported as it stands.
+//!
+//! Symbolic attributes written as ONNX shape arithmetic.
+//!
+//! A node such as `reshape(x, [batch, seq, 12, 64])` has no static shape tensor to
+//! write. Each symbol is read where the graph first has it as a whole dim (a graph
+//! input's `batch` is `Gather(Shape(input_ids), [0])`), expressions become `Add`,
+//! `Mul`, `Div`, `Min` and `Max` of those, and a list is one `Concat`: the standard
+//! ops onnxruntime runs at every shape. Each symbol and each list is written once per
+//! model.
 
-use smallvec::smallvec;
-
-use super::{At, Importer, Outs};
-use crate::graph::{Graph, Value};
-use crate::meta::{DType, Sign, SymExpr};
+use crate::graph::Graph;
+use crate::graph::Value;
+use crate::meta::DType;
+use crate::meta::Dim;
+use crate::meta::Factor;
+use crate::meta::Sign;
+use crate::meta::SymExpr;
+use crate::meta::Symbol;
+use crate::onnx::load::importer::*;
+use crate::onnx::load::node::*;
+use crate::onnx::save::exporter::*;
+use crate::onnx::save::names::*;
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
 use graphrw_kernels::Tensor;
+use smallvec::smallvec;
+use std::collections::HashMap;
 
 /// The most entries a tracked shape value may have (a shape, a few indices).
-pub(super) const MAX_SHAPE_VALUES: usize = 64;
+pub(crate) const MAX_SHAPE_VALUES: usize = 64;
 
 /// A small integer (or bool) tensor of rank 0 or 1 whose entries are symbolic.
 #[derive(Clone, Debug)]
-pub(super) struct SymTensor {
-    pub(super) values: Vec<SymExpr>,
+pub(crate) struct SymTensor {
+    pub(crate) values: Vec<SymExpr>,
     /// Rank 0 (one value) rather than rank 1.
-    pub(super) scalar: bool,
+    pub(crate) scalar: bool,
     /// `I64`, `I32` or `Bool` (bools are 0 and 1).
-    pub(super) dtype: DType,
+    pub(crate) dtype: DType,
 }
 
 impl SymTensor {
     /// The symbolic value of `v`: a small int or bool constant, or a `sym_ints` node.
-    pub(super) fn of(graph: &Graph, v: Value) -> Option<SymTensor> {
+    pub(crate) fn of(graph: &Graph, v: Value) -> Option<SymTensor> {
         let node = graph.node(v.node)?;
         if node.op_name() == "sym_ints" {
             let a = node.attrs();
@@ -64,7 +82,7 @@ impl SymTensor {
         })
     }
 
-    fn list(values: Vec<SymExpr>, dtype: DType) -> SymTensor {
+    pub(crate) fn list(values: Vec<SymExpr>, dtype: DType) -> SymTensor {
         SymTensor {
             values,
             scalar: false,
@@ -73,13 +91,13 @@ impl SymTensor {
     }
 
     /// The entries when every one is a constant.
-    pub(super) fn consts(&self) -> Option<Vec<i64>> {
+    pub(crate) fn consts(&self) -> Option<Vec<i64>> {
         self.values.iter().map(SymExpr::as_const).collect()
     }
 }
 
 /// True for the ONNX ops folded here (a `match`: it runs for every node imported).
-fn folds(op_type: &str) -> bool {
+pub(crate) fn folds(op_type: &str) -> bool {
     matches!(
         op_type,
         "Shape"
@@ -117,7 +135,7 @@ fn folds(op_type: &str) -> bool {
 impl<'m> Importer<'m> {
     /// Folds a node of shape arithmetic into a constant or a `sym_ints` node; `None`
     /// when it is not shape arithmetic (or not decidable), to import as it stands.
-    pub(super) fn fold_shape(&mut self, at: &At<'m, '_>) -> Result<Option<Outs>, OnnxError> {
+    pub(crate) fn fold_shape(&mut self, at: &At<'m, '_>) -> Result<Option<Outs>, OnnxError> {
         if at.output.len() != 1 || !folds(at.op_type) {
             return Ok(None);
         }
@@ -165,7 +183,7 @@ impl<'m> Importer<'m> {
     }
 
     /// `Shape(x)` from the metadata of `x` (`start`/`end` since opset 15).
-    fn shape_of(&mut self, at: &At<'m, '_>) -> Result<Option<SymTensor>, OnnxError> {
+    pub(crate) fn shape_of(&mut self, at: &At<'m, '_>) -> Result<Option<SymTensor>, OnnxError> {
         let x = self.req(at, 0)?;
         if !self
             .graph
@@ -193,7 +211,11 @@ impl<'m> Importer<'m> {
 
     /// A constant where every entry is known, else a `sym_ints` node (cast to `i32`
     /// where the value is `i32`).
-    fn materialise(&mut self, at: &At<'m, '_>, t: SymTensor) -> Result<Value, OnnxError> {
+    pub(crate) fn materialise(
+        &mut self,
+        at: &At<'m, '_>,
+        t: SymTensor,
+    ) -> Result<Value, OnnxError> {
         let shape = if t.scalar {
             vec![]
         } else {
@@ -225,7 +247,7 @@ impl<'m> Importer<'m> {
     /// Input `i` as an int list that may be symbolic: a constant (`None` where absent)
     /// or a folded shape value. A value computed from data is the error `const_ints`
     /// gives.
-    pub(super) fn shape_arg(
+    pub(crate) fn shape_arg(
         &mut self,
         at: &At<'m, '_>,
         i: usize,
@@ -248,7 +270,7 @@ impl<'m> Importer<'m> {
 
 /// The symbolic result of `at` on `ins` (each `Some` where the input is present), or
 /// `None` where it is not decided.
-fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
+pub(crate) fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
     let get = |i: usize| ins.get(i).and_then(Option::as_ref);
     let x = get(0)?;
     match at.op_type {
@@ -468,7 +490,7 @@ fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
 
 /// ONNX integer division (truncating), where its value is decided: exact or by a
 /// positive constant of a value that is never negative (there truncation is floor).
-fn int_div(a: &SymExpr, b: &SymExpr) -> Option<SymExpr> {
+pub(crate) fn int_div(a: &SymExpr, b: &SymExpr) -> Option<SymExpr> {
     if let (Some(x), Some(y)) = (a.as_const(), b.as_const()) {
         return (y != 0).then(|| SymExpr::int(x.wrapping_div(y)));
     }
@@ -483,7 +505,7 @@ fn int_div(a: &SymExpr, b: &SymExpr) -> Option<SymExpr> {
 }
 
 /// `f` over `a` and `b` with numpy broadcasting of rank 0/1 values.
-fn elementwise(
+pub(crate) fn elementwise(
     a: &SymTensor,
     b: &SymTensor,
     dtype: DType,
@@ -507,7 +529,7 @@ fn elementwise(
 }
 
 /// The indices python's `x[start:end:step]` reads of a sequence of length `n`.
-fn python_slice(n: i64, start: i64, end: i64, step: i64) -> Vec<usize> {
+pub(crate) fn python_slice(n: i64, start: i64, end: i64, step: i64) -> Vec<usize> {
     let norm = |p: i64, lo: i64, hi: i64| {
         let p = if p < 0 { p.saturating_add(n) } else { p };
         p.clamp(lo, hi)
@@ -531,11 +553,177 @@ fn python_slice(n: i64, start: i64, end: i64, step: i64) -> Vec<usize> {
 
 /// The integer value (and its dtype) of `ConstantOfShape`'s `value` attribute; `None`
 /// for a float value or no attribute (float zeros are not a shape).
-fn constant_of_shape_value(at: &At) -> Option<(i64, DType)> {
+pub(crate) fn constant_of_shape_value(at: &At) -> Option<(i64, DType)> {
     let t = at.attr("value")?.t.as_ref()?;
     let t = crate::onnx::tensor_pb::tensor_from_proto(t, "value", None).ok()?;
     if t.numel() != 1 || !matches!(t.dtype(), DType::I64 | DType::I32 | DType::Bool) {
         return None;
     }
     Some((t.to_i64_vec()[0], t.dtype()))
+}
+
+/// What has been written of symbols and lists, so each is written once.
+#[derive(Default)]
+pub(crate) struct ShapeCache {
+    /// Where each symbol first appears as a whole dim: (value, axis).
+    sources: Option<HashMap<Symbol, (Value, usize)>>,
+    /// The `[1]` int64 value of each expression written.
+    exprs: HashMap<SymExpr, Name>,
+    /// The 1-D value of each list written.
+    lists: HashMap<Vec<SymExpr>, Name>,
+}
+
+impl Exporter<'_> {
+    /// Where each symbol of the graph is first a whole dim: the graph inputs first,
+    /// then the nodes' outputs in order (data-dependent sizes).
+    pub(crate) fn symbol_sources(&self) -> HashMap<Symbol, (Value, usize)> {
+        let mut out = HashMap::new();
+        let mut note = |v: Value, shape: &[Dim]| {
+            for (axis, d) in shape.iter().enumerate() {
+                if let Dim::Sym(s) = d {
+                    out.entry(s.clone()).or_insert((v, axis));
+                }
+            }
+        };
+        for &id in self.graph.inputs() {
+            if let Some(n) = self.graph.node(id) {
+                note(Value::from(id), n.outputs()[0].shape.dims());
+            }
+        }
+        for &id in &self.order {
+            if let Some(n) = self.graph.node(id) {
+                for (o, m) in n.outputs().iter().enumerate() {
+                    note(Value::new(id, o as u32), m.shape.dims());
+                }
+            }
+        }
+        out
+    }
+
+    /// The 1-D int64 value `[size of symbol]`.
+    pub(crate) fn symbol(&mut self, s: &Symbol) -> Result<Name, OnnxError> {
+        let key = SymExpr::sym_arc(s.clone());
+        if let Some(&n) = self.shapes.exprs.get(&key) {
+            return Ok(n);
+        }
+        if self.shapes.sources.is_none() {
+            self.shapes.sources = Some(self.symbol_sources());
+        }
+        let source = self.shapes.sources.as_ref().and_then(|m| m.get(s)).copied();
+        let Some((v, axis)) = source else {
+            return Err(self.err(format!(
+                "symbol `{s}` is no dim of any graph input or node output, so its size cannot be read at run time"
+            )));
+        };
+        let of = self.name_of(v)?;
+        let shape = self.tmp("shape");
+        self.push("Shape", &[of], &[shape], &[]);
+        let index = self.init_ints("axis", &[axis as i64])?;
+        let dim = self.tmp(s);
+        self.push("Gather", &[shape, index], &[dim], &[a_int("axis", 0)]);
+        self.shapes.exprs.insert(key, dim);
+        Ok(dim)
+    }
+
+    /// The 1-D int64 value `[e]`.
+    pub(crate) fn sym_expr(&mut self, e: &SymExpr) -> Result<Name, OnnxError> {
+        if let Some(&n) = self.shapes.exprs.get(e) {
+            return Ok(n);
+        }
+        if let Some(c) = e.as_const() {
+            return self.init_ints("dim", &[c]);
+        }
+        if let Some(s) = e.as_sym() {
+            return self.symbol(&s.clone());
+        }
+        let mut sum: Option<Name> = None;
+        let terms: Vec<(i64, Vec<Factor<'_>>)> = e.terms().collect();
+        for (coeff, factors) in terms {
+            let mut product: Option<Name> = None;
+            for f in factors {
+                let v = match f {
+                    Factor::Sym(s) => self.symbol(&s.clone())?,
+                    Factor::FloorDiv(x, d) => {
+                        // ONNX integer division truncates; dims are never negative.
+                        let x = self.sym_expr(&x.clone())?;
+                        let d = self.init_ints("divisor", &[d])?;
+                        self.binary("Div", x, d)
+                    }
+                    Factor::Min(a, b) | Factor::Max(a, b) => {
+                        let op = if matches!(f, Factor::Min(..)) {
+                            "Min"
+                        } else {
+                            "Max"
+                        };
+                        let (a, b) = (a.clone(), b.clone());
+                        let a = self.sym_expr(&a)?;
+                        let b = self.sym_expr(&b)?;
+                        self.binary(op, a, b)
+                    }
+                };
+                product = Some(match product {
+                    None => v,
+                    Some(p) => self.binary("Mul", p, v),
+                });
+            }
+            let term = match product {
+                None => self.init_ints("dim", &[coeff])?,
+                Some(p) if coeff == 1 => p,
+                Some(p) => {
+                    let c = self.init_ints("coeff", &[coeff])?;
+                    self.binary("Mul", p, c)
+                }
+            };
+            sum = Some(match sum {
+                None => term,
+                Some(s) => self.binary("Add", s, term),
+            });
+        }
+        let v = match sum {
+            Some(v) => v,
+            None => self.init_ints("dim", &[0])?,
+        };
+        self.shapes.exprs.insert(e.clone(), v);
+        Ok(v)
+    }
+
+    /// The 1-D int64 value holding `values`.
+    pub(crate) fn sym_list(&mut self, values: &[SymExpr]) -> Result<Name, OnnxError> {
+        if let Some(&n) = self.shapes.lists.get(values) {
+            return Ok(n);
+        }
+        if let Some(c) = values
+            .iter()
+            .map(SymExpr::as_const)
+            .collect::<Option<Vec<_>>>()
+        {
+            return self.init_ints("shape", &c);
+        }
+        let parts = values
+            .iter()
+            .map(|e| self.sym_expr(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self.tmp("shape");
+        self.push("Concat", &parts, &[out], &[a_int("axis", 0)]);
+        self.shapes.lists.insert(values.to_vec(), out);
+        Ok(out)
+    }
+
+    /// The int64 scalar value `e`.
+    pub(crate) fn sym_scalar(&mut self, e: &SymExpr) -> Result<Name, OnnxError> {
+        if let Some(c) = e.as_const() {
+            return Ok(self.init_i64("scalar", c));
+        }
+        let v = self.sym_expr(e)?;
+        let empty = self.init_ints("scalar_shape", &[])?;
+        let out = self.tmp("scalar");
+        self.push("Reshape", &[v, empty], &[out], &[]);
+        Ok(out)
+    }
+
+    pub(crate) fn binary(&mut self, op: &str, a: Name, b: Name) -> Name {
+        let out = self.tmp(&op.to_ascii_lowercase());
+        self.push(op, &[a, b], &[out], &[]);
+        out
+    }
 }

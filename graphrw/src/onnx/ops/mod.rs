@@ -1,0 +1,135 @@
+//! ONNX ops that need more than a table row, one file per family, each with both sides:
+//! the import (`impl Importer`: an ONNX node becomes vocabulary ops) and the export
+//! (`impl Exporter`: a vocabulary op becomes ONNX nodes).
+//!
+//! Ops that map one to one go through the mapping table (`onnx/table.rs`) both ways;
+//! this module's two dispatchers, [`Importer::map_node`] and [`Exporter::op`], try the
+//! table first and send the rest here:
+//!
+//! | file | import | export |
+//! |---|---|---|
+//! | `elementwise.rs` | `Identity`, `Dropout`, `Clip`, `PRelu`/`LeakyRelu`/`Elu`/`Selu`/`Softplus` | `ne`, `rsqrt`, `silu`, `dropout`, `masked_fill` |
+//! | `contraction.rs` | `Gemm`, `Einsum` | (through the table) |
+//! | `normalization.rs` | `Softmax`/`LogSoftmax` before opset 13, `BatchNormalization` | (through the table, or `function.rs`) |
+//! | `shape.rs` | `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split`, `Slice` | `transpose`, `reshape`, `expand`, `unsqueeze`, `split`, `slice` |
+//! | `source.rs` | `Constant`, `ConstantOfShape`, `Range` | `full`/`zeros`/`ones`, `arange`, `sym_ints` |
+//! | `shape_arith.rs` | `Shape`, `Gather`, `Concat`, ... of shapes, folded symbolically | symbolic attributes as `Shape`/`Gather`/arithmetic |
+//! | `attention.rs` | `Attention` (opset 23) | `scaled_dot_product_attention` |
+//! | `function.rs` | model-local functions, inlined | fused ops as standard ops or function calls |
+//! | `opaque.rs` | what graphrw does not read, kept as it came | opaque nodes, upgraded where only the form changed |
+
+mod attention;
+mod contraction;
+mod elementwise;
+mod function;
+pub(crate) use function::inline_functions;
+mod normalization;
+mod opaque;
+pub(crate) mod shape;
+pub(crate) mod shape_arith;
+mod source;
+
+use crate::graph::NodeId;
+use crate::onnx::load::importer::*;
+use crate::onnx::load::node::*;
+use crate::onnx::name_key::NameKey;
+use crate::onnx::save::exporter::*;
+use crate::onnx::save::names::*;
+use crate::onnx::table;
+use crate::onnx::OnnxError;
+use std::rc::Rc;
+
+impl<'m> Importer<'m> {
+    /// Maps one ONNX node; returns a value per ONNX output (in order). Ops in the table
+    /// (`table.rs`) go through [`Importer::map_row`]; the rest are special cases.
+    pub(crate) fn map_node(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        let op_type = at.op_type;
+        // The first row whose held attributes fit; failing that, the first row, which
+        // says what does not fit.
+        let domain = at.domain;
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        let opset = self.opset;
+        let rows = Rc::clone(
+            self.rows
+                .entry((NameKey(op_type), NameKey(domain)))
+                .or_insert_with(|| table::loading(op_type, domain, opset).collect()),
+        );
+        if let Some(&first) = rows.first() {
+            let fits = rows
+                .iter()
+                .find(|r| r.held.iter().all(|h| at.held(h).is_ok()));
+            return self.map_row(at, fits.copied().unwrap_or(first));
+        }
+        match op_type {
+            "Identity" => self.identity(at),
+            "Dropout" => self.dropout(at),
+            // Since opset 13 through the table.
+            "Softmax" | "LogSoftmax" => self.softmax_legacy(at),
+            "Flatten" => self.flatten(at),
+            "Clip" => self.clip(at),
+            "Einsum" => self.einsum(at),
+            "PRelu" | "LeakyRelu" | "Elu" | "Selu" | "Softplus" => self.activation(at),
+            "BatchNormalization" => self.batch_norm(at),
+            "Gemm" => self.gemm(at),
+            "Reshape" => self.reshape(at),
+            "Slice" => self.slice(at),
+            "Unsqueeze" => self.unsqueeze(at),
+            "Expand" => self.expand(at),
+            "Split" => self.split(at),
+            "Constant" => self.constant(at),
+            "ConstantOfShape" => self.constant_of_shape(at),
+            "Range" => self.range(at),
+            "Attention" => self.attention(at),
+            _ => Err(OnnxError::UnknownOp {
+                op_type: op_type.to_string(),
+                domain: at.domain.to_string(),
+                node: at.name.to_string(),
+            }),
+        }
+    }
+}
+
+impl<'g> Exporter<'g> {
+    /// Writes one vocabulary node: through its table row when it has one, else its
+    /// family's writer here, else as a standard ONNX op or a function call of its
+    /// decomposition (`function.rs`); an op with none of these is an error naming it.
+    pub(crate) fn op(&mut self, id: NodeId, ins: Names8, outs: Names8) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let node = graph.try_node(id).map_err(OnnxError::verify)?;
+        let _attrs = node.attrs();
+        if let Some(row) = crate::onnx::table::saving(node.op_name()) {
+            return self.write_row(id, row, ins, outs);
+        }
+        match node.op_name() {
+            "ne" => self.write_ne(id, &ins, &outs)?,
+            "rsqrt" => self.write_rsqrt(id, &ins, &outs)?,
+            "silu" => self.write_silu(id, &ins, &outs)?,
+            "dropout" => self.write_dropout(id, &ins, &outs)?,
+            "masked_fill" => self.write_masked_fill(id, &ins, &outs)?,
+            "transpose" => self.write_transpose(id, &ins, &outs)?,
+            // A static size is one initialiser; a symbolic one, shape arithmetic.
+            "full" | "zeros" | "ones" => self.write_full(id, &ins, &outs)?,
+            "sym_ints" => self.write_sym_ints(id, &ins, &outs)?,
+            "reshape" => self.write_reshape(id, &ins, &outs)?,
+            "expand" => self.write_expand(id, &ins, &outs)?,
+            "unsqueeze" => self.write_unsqueeze(id, &ins, &outs)?,
+            "split" => self.write_split(id, &ins, &outs)?,
+            "slice" => self.write_slice(id, &ins, &outs)?,
+            "arange" => self.write_arange(id, &ins, &outs)?,
+            "scaled_dot_product_attention" => self.attention(id, ins, outs)?,
+            "opaque" => self.opaque(id, ins, outs)?,
+            other => {
+                if self.standard_fused(id, &ins, &outs)? {
+                    return Ok(());
+                }
+                if node.op().decompose.is_some() {
+                    return self.function_call(id, ins, outs);
+                }
+                return Err(self.err(format!(
+                    "op `{other}` has no ONNX form and no decomposition"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

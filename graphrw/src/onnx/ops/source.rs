@@ -1,0 +1,191 @@
+//! Ops that make a tensor from nothing: `Constant`, `ConstantOfShape` and `Range` in;
+//! `full`/`zeros`/`ones`, `arange` and `sym_ints` out.
+
+use crate::graph::NodeId;
+use crate::meta::DType;
+use crate::onnx::encode::Attr;
+use crate::onnx::load::importer::*;
+use crate::onnx::load::node::*;
+use crate::onnx::save::exporter::*;
+use crate::onnx::save::names::*;
+use crate::onnx::tensor_pb::{dtype_to_onnx, tensor_from_proto, tensor_to_proto};
+use crate::onnx::OnnxError;
+use crate::ops::AttrValue;
+use crate::Tensor;
+use smallvec::smallvec;
+
+impl<'m> Importer<'m> {
+    /// ONNX `Constant`.
+    pub(crate) fn constant(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        let t = self.constant_attr(at)?;
+        let v = self.graph.add_constant(t);
+        self.graph.set_name(v.node, at.name.to_string());
+        Ok(smallvec![v])
+    }
+
+    /// ONNX `ConstantOfShape`.
+    pub(crate) fn constant_of_shape(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        at.only_attrs(&["value"])?;
+        let size = self
+            .shape_arg(at, 0, "shape")?
+            .ok_or_else(|| at.bad("input 0 (shape) is required"))?;
+        limit_sym(at, "shape", &size)?;
+        let size = AttrValue::sym_ints(size);
+        let (dtype, value) = match at.attr("value") {
+            Some(a) => {
+                let t =
+                    a.t.as_ref()
+                        .ok_or_else(|| at.bad("attribute `value` holds no tensor"))?;
+                let t = tensor_from_proto(t, &format!("{}/value", at.name), None)?;
+                if t.numel() != 1 {
+                    return Err(at.bad("attribute `value` must hold one element"));
+                }
+                (t.dtype(), t.to_f64_vec().first().copied().unwrap_or(0.0))
+            }
+            None => (DType::F32, 0.0),
+        };
+        let attrs = [
+            ("size", size),
+            ("value", AttrValue::Float(value)),
+            ("dtype", AttrValue::DType(dtype)),
+        ];
+        Ok(smallvec![self.op1(at, "full", &[], &attrs)?])
+    }
+
+    /// ONNX `Range`.
+    pub(crate) fn range(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        at.only_attrs(&[])?;
+        let mut bounds = [AttrValue::Float(0.0), AttrValue::Null, AttrValue::Null];
+        let mut dtype = DType::I64;
+        for (i, what) in ["start", "limit", "delta"].into_iter().enumerate() {
+            match self.const_input(at, i, what) {
+                Ok(Some(t)) => {
+                    if t.numel() != 1 {
+                        return Err(at.bad(format!("{what} must be a scalar")));
+                    }
+                    dtype = t.dtype();
+                    bounds[i] = AttrValue::Float(t.to_f64_vec().first().copied().unwrap_or(0.0));
+                }
+                Ok(None) => return Err(at.bad(format!("input {i} ({what}) is required"))),
+                // A bound computed from shapes (`arange(seq)`).
+                Err(e) => match self.shape_arg(at, i, what)?.as_deref() {
+                    Some([b]) => bounds[i] = AttrValue::sym_int(b.clone()),
+                    _ => return Err(e),
+                },
+            }
+        }
+        let [start, end, step] = bounds;
+        let float = |v: AttrValue| match v {
+            AttrValue::Int(n) => AttrValue::Float(n as f64),
+            v => v,
+        };
+        let attrs = [
+            ("start", float(start)),
+            ("end", float(end)),
+            ("step", float(step)),
+            ("dtype", AttrValue::DType(dtype)),
+        ];
+        Ok(smallvec![self.op1(at, "arange", &[], &attrs)?])
+    }
+}
+
+impl<'g> Exporter<'g> {
+    /// `arange` with symbolic arguments: written as shape arithmetic.
+    fn write_arange_sym(
+        &mut self,
+        id: NodeId,
+        _ins: &[Name],
+        outs: &[Name],
+    ) -> Result<(), OnnxError> {
+        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
+        let attrs = node.attrs();
+        let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
+        let mut i = Names8::new();
+        for what in ["start", "end", "step"] {
+            let v = attrs.sym_int(what).map_err(|e| self.bad(e))?;
+            i.push(self.sym_scalar(&v)?);
+        }
+        if dtype == DType::I64 {
+            self.push("Range", &i, outs, &[]);
+        } else {
+            let r = self.tmp("range");
+            self.push("Range", &i, &[r], &[]);
+            self.push(
+                "Cast",
+                &[r],
+                outs,
+                &[a_int("to", dtype_to_onnx(dtype) as i64)],
+            );
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write_full(
+        &mut self,
+        id: NodeId,
+        _ins: &[Name],
+        outs: &[Name],
+    ) -> Result<(), OnnxError> {
+        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
+        let attrs = node.attrs();
+        let size = attrs.sym_ints("size").map_err(|e| self.bad(e))?;
+        let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
+        let value = match node.op_name() {
+            "full" => attrs.float("value").map_err(|e| self.bad(e))?,
+            "zeros" => 0.0,
+            _ => 1.0,
+        };
+        let s = self.sym_list(&size)?;
+        let v = tensor_to_proto("value", &Tensor::full(dtype, &[1], value));
+        self.push(
+            "ConstantOfShape",
+            &[s],
+            outs,
+            &[Attr::Tensor("value", Box::new(v))],
+        );
+        Ok(())
+    }
+
+    pub(crate) fn write_sym_ints(
+        &mut self,
+        id: NodeId,
+        _ins: &[Name],
+        outs: &[Name],
+    ) -> Result<(), OnnxError> {
+        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
+        let attrs = node.attrs();
+        let values = attrs.sym_ints("values").map_err(|e| self.bad(e))?;
+        let v = self.sym_list(&values)?;
+        if attrs.bool("scalar").map_err(|e| self.bad(e))? {
+            let empty = self.init_ints("scalar_shape", &[])?;
+            self.push("Reshape", &[v, empty], outs, &[]);
+        } else {
+            self.push("Identity", &[v], outs, &[]);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write_arange(
+        &mut self,
+        id: NodeId,
+        ins: &[Name],
+        outs: &[Name],
+    ) -> Result<(), OnnxError> {
+        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
+        let attrs = node.attrs();
+        if ["start", "end", "step"]
+            .iter()
+            .any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic))
+        {
+            return self.write_arange_sym(id, ins, outs);
+        }
+        let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
+        let mut i = Names8::new();
+        for what in ["start", "end", "step"] {
+            let v = attrs.float(what).map_err(|e| self.bad(e))?;
+            i.push(self.init(what, &Tensor::full(dtype, &[], v)));
+        }
+        self.push("Range", &i, outs, &[]);
+        Ok(())
+    }
+}
