@@ -4,9 +4,11 @@
 //! attributes with kinds and defaults, how many outputs it has, whether it is
 //! commutative, how its output metadata is inferred, and optionally a decomposition
 //! into other ops. The built-in statics live in [`builtin`] and are generated from the
-//! table in `graphrw-macros` (the same table `pattern!` checks against).
+//! op table in `graphrw-ops` (the same table `pattern!` checks against), with [`Op`],
+//! one variant per built-in op: [`OpDef::builtin`] says which built-in op a definition
+//! is (`None` for ops declared elsewhere), and dispatch is an exhaustive `match` on it.
 //!
-//! Declaring your own op is writing another `static`:
+//! Declaring your own op is writing another `static`, with `builtin: None`:
 //!
 //! ```
 //! use graphrw::ops::{AttrDefault, AttrKind, AttrSpec, Arity, Attrs, Infer, InferError, OpClass,
