@@ -1,15 +1,17 @@
 //! Procedural macros of graphrw.
 //!
-//! Users reach these through `graphrw` (which re-exports them); the crate also holds
-//! the built-in op vocabulary as data (`vocab`), the one table that both the
-//! compile-time pattern checks and `graphrw`'s op declarations are made from.
+//! Users reach these through `graphrw` (which re-exports them). The macros read the
+//! built-in op vocabulary from `graphrw-ops` (the table, and the unary and binary op
+//! lists), the one table that the compile-time pattern checks, `graphrw`'s op
+//! declarations and its `Op` enum are all made from.
 
 #![warn(missing_docs)]
 
 mod fused_kernel;
 mod optable;
 mod pattern;
-mod vocab;
+
+use graphrw_ops::vocab;
 
 use proc_macro::TokenStream;
 

@@ -1,7 +1,8 @@
 //! Expansion of the built-in op table ([`crate::vocab::BUILTIN_OPS`]) into `graphrw`.
 //!
 //! Three expansions, chosen by the macro's argument:
-//! - `defs`: one `pub static NAME: OpDef` per op plus `pub static BUILTIN: &[&OpDef]`;
+//! - `defs`: one `pub static NAME: OpDef` per op, `pub static BUILTIN: &[&OpDef]`, and
+//!   the `Op` enum with one variant per op (what `OpDef::builtin` holds);
 //! - `builder`: an `impl Builder` block with one method per op (`g.softmax(x, -1)`);
 //! - `var`: an `impl Var` block with one method per op whose first operand is a single
 //!   tensor (`x.softmax(-1)`).
@@ -30,6 +31,21 @@ pub fn static_ident(op: &str) -> Ident {
     Ident::new(&op.to_uppercase(), Span::call_site())
 }
 
+/// The Rust name of an op's variant in the `Op` enum (`scaled_dot_product_attention` ->
+/// `ScaledDotProductAttention`).
+pub fn variant_ident(op: &str) -> Ident {
+    let camel: String = op
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    Ident::new(&camel, Span::call_site())
+}
+
 /// The Rust name of an op's builder method (`where` is a keyword, so `where_`).
 pub fn method_ident(op: &str) -> Ident {
     match op {
@@ -40,16 +56,89 @@ pub fn method_ident(op: &str) -> Ident {
 
 fn defs() -> TokenStream {
     let statics = BUILTIN_OPS.iter().map(op_static);
-    let names = BUILTIN_OPS.iter().map(|op| static_ident(op.name));
+    let names: Vec<Ident> = BUILTIN_OPS.iter().map(|op| static_ident(op.name)).collect();
+    let variants: Vec<Ident> = BUILTIN_OPS
+        .iter()
+        .map(|op| variant_ident(op.name))
+        .collect();
+    let docs = BUILTIN_OPS
+        .iter()
+        .map(|op| format!("`{}`: {}", op.name, op.doc));
+    let op_names = BUILTIN_OPS.iter().map(|op| op.name);
+    let unary_arms = BUILTIN_OPS.iter().filter_map(|op| {
+        let u = graphrw_ops::UnaryOp::of_op(op.name)?;
+        let (v, u) = (variant_ident(op.name), format_ident!("{u:?}"));
+        Some(quote!(Op::#v => ::core::option::Option::Some(::graphrw_ops::UnaryOp::#u),))
+    });
+    let binary_arms = BUILTIN_OPS.iter().filter_map(|op| {
+        let b = graphrw_ops::BinaryOp::of_op(op.name)?;
+        let (v, b) = (variant_ident(op.name), format_ident!("{b:?}"));
+        Some(quote!(Op::#v => ::core::option::Option::Some(::graphrw_ops::BinaryOp::#b),))
+    });
     quote! {
         #(#statics)*
         /// Every built-in op, in table order.
         pub static BUILTIN: &[&crate::ops::OpDef] = &[#(&#names),*];
+
+        /// The built-in ops, one variant per row of the op table, in table order.
+        ///
+        /// A node's op is [`OpDef::builtin`](crate::ops::OpDef::builtin) away (a field
+        /// read, no string compare): `Some` for a built-in op, `None` for an op declared
+        /// elsewhere. Executors, inference, the vjp rules and the ONNX mapping dispatch
+        /// with an exhaustive `match` over it, so a new row in the table fails to compile
+        /// wherever an arm is missing.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Op {
+            #(#[doc = #docs] #variants,)*
+        }
+
+        impl Op {
+            /// Every built-in op, in table order.
+            pub const ALL: &'static [Op] = &[#(Op::#variants),*];
+
+            /// The op's definition.
+            pub fn def(self) -> &'static crate::ops::OpDef {
+                match self {
+                    #(Op::#variants => &#names,)*
+                }
+            }
+
+            /// The unary elementwise op this is, if it is one (`gelu` gives the exact
+            /// GELU; its `approximate` attribute picks the other).
+            pub const fn unary(self) -> ::core::option::Option<::graphrw_ops::UnaryOp> {
+                match self {
+                    #(#unary_arms)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The binary elementwise op this is, if it is one.
+            pub const fn binary(self) -> ::core::option::Option<::graphrw_ops::BinaryOp> {
+                match self {
+                    #(#binary_arms)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+
+            /// The op's name (`matmul`, `scaled_dot_product_attention`).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    #(Op::#variants => #op_names,)*
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for Op {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
     }
 }
 
 fn op_static(op: &OpSpec) -> TokenStream {
     let ident = static_ident(op.name);
+    let variant = variant_ident(op.name);
     let name = op.name;
     let doc = op.doc;
     let operands = op.operands.iter().map(|o| {
@@ -93,6 +182,7 @@ fn op_static(op: &OpSpec) -> TokenStream {
             class: #class,
             infer: #infer,
             decompose: #decompose,
+            builtin: Some(Op::#variant),
         };
     }
 }

@@ -44,6 +44,7 @@ static MULTIMUL: OpDef = OpDef {
     class: OpClass::Elementwise,
     infer: Infer::Like,
     decompose: Some(multimul_like),
+    builtin: None,
 };
 
 static MULTIMUL_CALLS: AtomicUsize = AtomicUsize::new(0);

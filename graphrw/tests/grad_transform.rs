@@ -221,6 +221,7 @@ static MYMUL: OpDef = OpDef {
     class: OpClass::Elementwise,
     infer: Infer::Like,
     decompose: Some(mymul_like),
+    builtin: None,
 };
 
 /// `multimul(a, b, c, d) -> (a * b, c * d)`, declared `like` its decomposition.
@@ -234,6 +235,7 @@ static MULTIMUL: OpDef = OpDef {
     class: OpClass::Elementwise,
     infer: Infer::Like,
     decompose: Some(multimul_like),
+    builtin: None,
 };
 
 /// Thunder's `grad_transform` of `mymul`: `get_grad(c)`, then both operand gradients

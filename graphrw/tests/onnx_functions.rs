@@ -47,6 +47,7 @@ const fn fused(
         class: OpClass::Elementwise,
         infer: Infer::Like,
         decompose: Some(decompose),
+        builtin: None,
     }
 }
 

@@ -36,6 +36,7 @@ static SCALE: OpDef = OpDef {
     class: OpClass::Elementwise,
     infer: Infer::Fn(infer_scale),
     decompose: None,
+    builtin: None,
 };
 
 fn multimul_like(b: &Builder, x: &[Value], _: &Attrs) -> Result<Vec<Value>, GraphError> {
@@ -71,6 +72,7 @@ static MULTIMUL: OpDef = OpDef {
     class: OpClass::Elementwise,
     infer: Infer::Like,
     decompose: Some(multimul_like),
+    builtin: None,
 };
 
 fn f32s(dims: &[u64]) -> TensorMeta {

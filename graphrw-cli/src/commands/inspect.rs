@@ -3,9 +3,15 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use graphrw::ops::Op;
 use graphrw::Value;
 
 use super::CmdResult;
+
+/// True for the ops that hold data rather than compute (graph inputs, constants).
+fn is_leaf(op: &str) -> bool {
+    [Op::Input, Op::Constant].iter().any(|o| o.name() == op)
+}
 
 /// Prints the node count, the ops with their counts, the inputs and the outputs.
 pub fn run(model: &Path) -> CmdResult {
@@ -13,11 +19,11 @@ pub fn run(model: &Path) -> CmdResult {
     let counts = graph.op_counts();
     let ops: usize = counts
         .iter()
-        .filter(|(op, _)| !matches!(**op, "input" | "constant"))
+        .filter(|(op, _)| !is_leaf(op))
         .map(|(_, n)| n)
         .sum();
     let (constants, bytes) = graph
-        .nodes_with_op("constant")
+        .nodes_with_op(Op::Constant.name())
         .filter_map(|id| graph.node(id)?.payload())
         .fold((0usize, 0usize), |(n, b), t| (n + 1, b + t.nbytes()));
     println!("model: {}", model.display());
@@ -37,10 +43,8 @@ pub fn run(model: &Path) -> CmdResult {
         println!("  {name}: {}", graph.meta(v)?);
     }
     println!("ops:");
-    let mut by_count: Vec<(&str, usize)> = counts
-        .into_iter()
-        .filter(|(op, _)| !matches!(*op, "input" | "constant"))
-        .collect();
+    let mut by_count: Vec<(&str, usize)> =
+        counts.into_iter().filter(|(op, _)| !is_leaf(op)).collect();
     by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let width = by_count.iter().map(|(op, _)| op.len()).max().unwrap_or(0);
     for (op, n) in by_count {

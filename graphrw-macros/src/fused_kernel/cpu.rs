@@ -111,6 +111,26 @@ fn stmt(dag: &Dag, id: Id) -> TokenStream {
                 Un::Sigmoid => quote!(<F as __rt::Compute>::sigmoid::<FMA>(#a)),
                 Un::Relu => quote!(__rt::Compute::relu(#a)),
                 Un::Silu => quote!(#a * <F as __rt::Compute>::sigmoid::<FMA>(#a)),
+                // Rows a body cannot call (`un_op`); their formulas all the same.
+                Un::Gelu => quote!(
+                    #a * <F as __rt::Compute>::lit(0.5)
+                        * (<F as __Real>::ONE
+                            + <F as __rt::Compute>::erf_vec::<FMA>(
+                                #a * <F as __rt::Compute>::lit(::std::f64::consts::FRAC_1_SQRT_2)
+                            ))
+                ),
+                Un::GeluTanh => quote!(
+                    #a * <F as __rt::Compute>::lit(0.5)
+                        * (<F as __Real>::ONE
+                            + <F as __rt::Compute>::tanh_vec::<FMA>(
+                                <F as __rt::Compute>::lit(0.7978845608028654)
+                                    * (#a + <F as __rt::Compute>::lit(0.044715) * #a * #a * #a)
+                            ))
+                ),
+                Un::Not => {
+                    quote!(<F as __rt::Compute>::from_bool(#a == <F as __rt::Compute>::lit(0.0)))
+                }
+                Un::IsNan => quote!(<F as __rt::Compute>::from_bool(#a != #a)),
             }
         }
         Node::Bin(op, a, b) => {
@@ -128,14 +148,21 @@ fn stmt(dag: &Dag, id: Id) -> TokenStream {
                 Bin::Pow if lit_b == Some(2.0) => quote!(#a * #a),
                 Bin::Pow if lit_b == Some(3.0) => quote!(#a * #a * #a),
                 Bin::Pow => quote!(__Real::powf(#a, #b)),
-                Bin::Max => quote!(__rt::Compute::max_nan(#a, #b)),
-                Bin::Min => quote!(__rt::Compute::min_nan(#a, #b)),
+                Bin::Maximum => quote!(__rt::Compute::max_nan(#a, #b)),
+                Bin::Minimum => quote!(__rt::Compute::min_nan(#a, #b)),
                 Bin::Eq => quote!(<F as __rt::Compute>::from_bool(#a == #b)),
                 Bin::Ne => quote!(<F as __rt::Compute>::from_bool(#a != #b)),
                 Bin::Lt => quote!(<F as __rt::Compute>::from_bool(#a < #b)),
                 Bin::Le => quote!(<F as __rt::Compute>::from_bool(#a <= #b)),
                 Bin::Gt => quote!(<F as __rt::Compute>::from_bool(#a > #b)),
                 Bin::Ge => quote!(<F as __rt::Compute>::from_bool(#a >= #b)),
+                // Not callable from a body (`bin_op`); on 0/1 values all the same.
+                Bin::And => quote!(<F as __rt::Compute>::from_bool(
+                    #a != <F as __rt::Compute>::lit(0.0) && #b != <F as __rt::Compute>::lit(0.0)
+                )),
+                Bin::Or => quote!(<F as __rt::Compute>::from_bool(
+                    #a != <F as __rt::Compute>::lit(0.0) || #b != <F as __rt::Compute>::lit(0.0)
+                )),
             }
         }
         Node::Where(c, a, b) => {

@@ -49,6 +49,13 @@ fn expr(dag: &Dag, id: Id) -> String {
                 Un::Sigmoid => format!("sigmoidf_({a})"),
                 Un::Relu => format!("({a} < 0.0f ? 0.0f : {a})"),
                 Un::Silu => format!("({a} * sigmoidf_({a}))"),
+                // Rows a body cannot call (`un_op`); their formulas all the same.
+                Un::Gelu => format!("(0.5f * {a} * (1.0f + erff({a} * 0.70710678f)))"),
+                Un::GeluTanh => format!(
+                    "(0.5f * {a} * (1.0f + tanhf(0.79788456f * ({a} + 0.044715f * {a} * {a} * {a}))))"
+                ),
+                Un::Not => format!("(float)({a} == 0.0f)"),
+                Un::IsNan => format!("(float)({a} != {a})"),
             }
         }
         Node::Bin(op, a, b) => {
@@ -59,14 +66,17 @@ fn expr(dag: &Dag, id: Id) -> String {
                 Bin::Mul => format!("{a} * {b}"),
                 Bin::Div => format!("{a} / {b}"),
                 Bin::Pow => format!("powf({a}, {b})"),
-                Bin::Max => format!("max_nan({a}, {b})"),
-                Bin::Min => format!("min_nan({a}, {b})"),
+                Bin::Maximum => format!("max_nan({a}, {b})"),
+                Bin::Minimum => format!("min_nan({a}, {b})"),
                 Bin::Eq => format!("(float)({a} == {b})"),
                 Bin::Ne => format!("(float)({a} != {b})"),
                 Bin::Lt => format!("(float)({a} < {b})"),
                 Bin::Le => format!("(float)({a} <= {b})"),
                 Bin::Gt => format!("(float)({a} > {b})"),
                 Bin::Ge => format!("(float)({a} >= {b})"),
+                // Not callable from a body (`bin_op`); on 0/1 values all the same.
+                Bin::And => format!("(float)({a} != 0.0f && {b} != 0.0f)"),
+                Bin::Or => format!("(float)({a} != 0.0f || {b} != 0.0f)"),
             }
         }
         Node::Where(c, a, b) => format!("({} != 0.0f ? {} : {})", v(c), v(a), v(b)),

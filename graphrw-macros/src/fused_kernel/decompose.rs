@@ -66,12 +66,12 @@ pub fn decompose_fn(
             Node::Input(k) => quote!(__x[#k]),
             Node::Scalar(_) | Node::Lit(_) => continue,
             Node::Un(u, a) => {
-                let m = format_ident!("{}", u.name());
+                let m = format_ident!("{}", u.op());
                 let a = o(a);
                 quote!(__b.#m(#a)?)
             }
             Node::Bin(b, x, y) => {
-                let m = format_ident!("{}", b.name());
+                let m = format_ident!("{}", b.op());
                 let (x, y) = (o(x), o(y));
                 quote!(__b.#m(#x, #y)?)
             }

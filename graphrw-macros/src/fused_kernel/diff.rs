@@ -112,6 +112,10 @@ pub fn vjp(
             }
             Node::Un(op, a) => {
                 let c = match op {
+                    // Rows a body cannot call (`un_op`).
+                    Un::Gelu | Un::GeluTanh | Un::Not | Un::IsNan => {
+                        return Err(no_derivative(k, u, grad, op.op()));
+                    }
                     Un::Neg => b.un(Un::Neg, a_u),
                     Un::Abs => {
                         let z = b.lit(0.0);
@@ -184,8 +188,8 @@ pub fn vjp(
                 add_adj(&mut b, &mut adj, u, a, c);
             }
             Node::Bin(op, x, y) => {
-                if op.is_cmp() {
-                    return Err(no_derivative(k, u, grad, op.name()));
+                if op.is_compare() || op.is_logical() {
+                    return Err(no_derivative(k, u, grad, op.op()));
                 }
                 let z = b.lit(0.0);
                 let (cx, cy) = match op {
@@ -208,12 +212,12 @@ pub fn vjp(
                         let t = b.bin(Bin::Mul, u, l);
                         (cx, b.bin(Bin::Mul, a_u, t))
                     }
-                    Bin::Max | Bin::Min => {
-                        let cmp = if op == Bin::Max { Bin::Ge } else { Bin::Le };
+                    Bin::Maximum | Bin::Minimum => {
+                        let cmp = if op == Bin::Maximum { Bin::Ge } else { Bin::Le };
                         let c = b.dag.add(Node::Bin(cmp, x, y));
                         (b.wher(c, a_u, z), b.wher(c, z, a_u))
                     }
-                    _ => unreachable!("comparisons handled above"),
+                    _ => unreachable!("comparisons and logical ops handled above"),
                 };
                 add_adj(&mut b, &mut adj, u, x, cx);
                 add_adj(&mut b, &mut adj, u, y, cy);

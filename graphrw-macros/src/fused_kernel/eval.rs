@@ -139,6 +139,12 @@ pub fn un(op: Un, x: f64) -> f64 {
         Un::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         Un::Relu => x.max(0.0),
         Un::Silu => x / (1.0 + (-x).exp()),
+        Un::Gelu => 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+        Un::GeluTanh => {
+            0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)).tanh())
+        }
+        Un::Not => (x == 0.0) as u8 as f64,
+        Un::IsNan => x.is_nan() as u8 as f64,
     }
 }
 
@@ -150,14 +156,16 @@ pub fn bin(op: Bin, x: f64, y: f64) -> f64 {
         Bin::Mul => x * y,
         Bin::Div => x / y,
         Bin::Pow => x.powf(y),
-        Bin::Max => x.max(y),
-        Bin::Min => x.min(y),
+        Bin::Maximum => x.max(y),
+        Bin::Minimum => x.min(y),
         Bin::Eq => b(x == y),
         Bin::Ne => b(x != y),
         Bin::Lt => b(x < y),
         Bin::Le => b(x <= y),
         Bin::Gt => b(x > y),
         Bin::Ge => b(x >= y),
+        Bin::And => b(x != 0.0 && y != 0.0),
+        Bin::Or => b(x != 0.0 || y != 0.0),
     }
 }
 

@@ -19,86 +19,11 @@ pub const ROTATE_HALF: &str = "`rotate_half` applies to a tensor parameter only 
 /// A node id.
 pub type Id = usize;
 
-/// Defines [`Un`] from the `fused` rows of the workspace's one list of unary ops
-/// (`graphrw-kernels/src/unary_ops.rs`, also the kernels' `UnaryOp`); the `cpu` rows
-/// are left out.
-macro_rules! unary_ops {
-    // Every row read: the enum of the rows kept.
-    (@keep [$($(#[doc = $doc:literal])* $v:ident $op:literal,)*]) => {
-        /// Unary ops.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum Un {
-            $($(#[doc = $doc])* $v,)*
-        }
-
-        impl Un {
-            /// Every unary op a `fused_kernel!` body can use, in the list's order.
-            pub const ALL: &'static [Un] = &[$(Un::$v),*];
-
-            /// The op's name in the vocabulary.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Un::$v => $op,)*
-                }
-            }
-        }
-    };
-    (@keep [$($kept:tt)*] $(#[doc = $doc:literal])* $v:ident $op:literal $name:literal fused, $($rest:tt)*) => {
-        unary_ops!(@keep [$($kept)* $(#[doc = $doc])* $v $op,] $($rest)*);
-    };
-    (@keep [$($kept:tt)*] $(#[doc = $doc:literal])* $v:ident $op:literal $name:literal cpu, $($rest:tt)*) => {
-        unary_ops!(@keep [$($kept)*] $($rest)*);
-    };
-    ($($rows:tt)*) => {
-        unary_ops!(@keep [] $($rows)*);
-    };
-}
-
-include!("../../../graphrw-kernels/src/unary_ops.rs");
-
-/// Binary ops (comparisons give 0/1 values, used as `where` conditions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Max,
-    Min,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-impl Bin {
-    pub fn is_cmp(self) -> bool {
-        matches!(
-            self,
-            Bin::Eq | Bin::Ne | Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge
-        )
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Bin::Add => "add",
-            Bin::Sub => "sub",
-            Bin::Mul => "mul",
-            Bin::Div => "div",
-            Bin::Pow => "pow",
-            Bin::Max => "maximum",
-            Bin::Min => "minimum",
-            Bin::Eq => "eq",
-            Bin::Ne => "ne",
-            Bin::Lt => "lt",
-            Bin::Le => "le",
-            Bin::Gt => "gt",
-            Bin::Ge => "ge",
-        }
-    }
-}
+/// The unary and binary ops, from the workspace's one list of each (`graphrw-ops`).
+/// A body may use the unary ops [`Un::in_fused_kernels`] admits and the binary ops
+/// but `and`/`or` (comparisons give 0/1 values, used as `where` conditions); the others
+/// never reach the DAG ([`un_op`], [`bin_op`]).
+pub use graphrw_ops::{BinaryOp as Bin, UnaryOp as Un};
 
 /// Last-dimension reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -358,27 +283,15 @@ fn number(e: &Expr) -> Option<f64> {
     }
 }
 
+/// The unary op a body may call by `name`: a row of the list that `fused_kernel!`
+/// computes (not `gelu`, `not`, `isnan`).
 fn un_op(name: &str) -> Option<Un> {
-    Un::ALL.iter().copied().find(|u| u.name() == name)
+    Un::of_op(name).filter(|u| u.in_fused_kernels())
 }
 
+/// The binary op a body may call by `name` (not the logical `and`/`or`).
 fn bin_op(name: &str) -> Option<Bin> {
-    Some(match name {
-        "add" => Bin::Add,
-        "sub" => Bin::Sub,
-        "mul" => Bin::Mul,
-        "div" => Bin::Div,
-        "pow" => Bin::Pow,
-        "maximum" => Bin::Max,
-        "minimum" => Bin::Min,
-        "eq" => Bin::Eq,
-        "ne" => Bin::Ne,
-        "lt" => Bin::Lt,
-        "le" => Bin::Le,
-        "gt" => Bin::Gt,
-        "ge" => Bin::Ge,
-        _ => return None,
-    })
+    Bin::of_op(name).filter(|b| !b.is_logical())
 }
 
 fn red_op(name: &str) -> Option<Red> {

@@ -272,6 +272,7 @@ fn kernel_item(f: &PatternFn) -> syn::Result<TokenStream> {
                 class: #class,
                 infer: graphrw::ops::Infer::Like,
                 decompose: ::core::option::Option::Some(decompose),
+                builtin: ::core::option::Option::None,
             };
             #decompose
             #cpu_tokens
@@ -316,6 +317,7 @@ fn vjp_op_items(
             class: #class,
             infer: graphrw::ops::Infer::Like,
             decompose: ::core::option::Option::Some(decompose),
+            builtin: ::core::option::Option::None,
         };
         #decompose
     }

@@ -36,8 +36,8 @@ use crate::graph::{Graph, NodeId, Value};
 use crate::meta::Device;
 use crate::ops::builtin::{ADD, GELU, MATMUL, RELU, RESHAPE, SILU, SLICE, SPLIT, TRANSPOSE};
 use crate::ops::{
-    Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, OpClass, OpDef, OperandSpec,
-    OutputCount,
+    Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, Op, OpClass, OpDef,
+    OperandSpec, OutputCount,
 };
 use crate::GraphError;
 
@@ -91,6 +91,7 @@ pub static MATMUL_EPILOGUE: OpDef = OpDef {
     class: OpClass::Other,
     infer: Infer::Like,
     decompose: Some(decompose_epilogue),
+    builtin: None,
 };
 
 /// The name the epilogue executor shows in plans.
@@ -305,10 +306,10 @@ struct Chain {
 /// The activation of node `id` when it is one the epilogue runs.
 fn activation_of(g: &Graph, id: NodeId) -> Option<&'static str> {
     let node = g.node(id)?;
-    match node.op_name() {
-        "relu" => Some("relu"),
-        "silu" => Some("silu"),
-        "gelu" => match node.attrs().str("approximate").ok()? {
+    match node.builtin()? {
+        Op::Relu => Some("relu"),
+        Op::Silu => Some("silu"),
+        Op::Gelu => match node.attrs().str("approximate").ok()? {
             "none" => Some("gelu"),
             "tanh" => Some("gelu_tanh"),
             _ => None,
@@ -358,7 +359,9 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
     let unode = g.node(user)?;
     let bias = *unode.operands().get(1usize.checked_sub(slot as usize)?)?;
     match unode.op_name() {
-        "add" if unode.operands().len() == 2 && is_column_bias(g, product, bias) => {}
+        _ if unode.builtin() == Some(Op::Add)
+            && unode.operands().len() == 2
+            && is_column_bias(g, product, bias) => {}
         // The generated bias + GELU (erf form) holds the bias itself: `x` is operand 0.
         "fused.bias_gelu" if slot == 0 && is_column_bias(g, product, bias) => {
             return Some(Chain {
@@ -602,15 +605,15 @@ fn heads_of(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<(
     let rank = (r + 1) as i64;
     let norm = |d: i64| if d < 0 { d + rank } else { d };
     let (s_dim, h_dim) = (rank - 3, rank - 2);
-    let swaps = match snode.op_name() {
-        "transpose" => {
+    let swaps = match snode.builtin()? {
+        Op::Transpose => {
             let (a, b) = (
                 norm(snode.attrs().int("dim0").ok()?),
                 norm(snode.attrs().int("dim1").ok()?),
             );
             (a, b) == (s_dim, h_dim) || (a, b) == (h_dim, s_dim)
         }
-        "permute" => {
+        Op::Permute => {
             let dims = snode.attrs().ints("dims").ok()?;
             dims.len() == r + 1
                 && dims.iter().enumerate().all(|(i, &p)| {

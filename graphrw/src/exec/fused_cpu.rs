@@ -9,6 +9,7 @@ use graphrw_kernels::Tensor;
 
 use super::executor::{Executor, KernelFailure, NodeView};
 use crate::meta::{DType, Device};
+use crate::ops::Op;
 
 /// Runs fused attention on the CPU.
 #[derive(Clone, Copy, Debug, Default)]
@@ -23,13 +24,11 @@ impl Executor for FusedCpu {
     }
 
     fn check(&self, node: &NodeView<'_>) -> Result<(), String> {
-        match node.op.name {
-            "scaled_dot_product_attention_backward" => return check_sdpa_backward(node),
-            "cross_entropy" | "cross_entropy_backward" => return check_cross_entropy(node),
-            _ => {}
-        }
-        if node.op.name != "scaled_dot_product_attention" {
-            return Err(format!("has no kernel for `{}`", node.op.name));
+        match node.op.builtin {
+            Some(Op::ScaledDotProductAttention) => {}
+            Some(Op::ScaledDotProductAttentionBackward) => return check_sdpa_backward(node),
+            Some(Op::CrossEntropy | Op::CrossEntropyBackward) => return check_cross_entropy(node),
+            _ => return Err(format!("has no kernel for `{}`", node.op.name)),
         }
         let q = node.inputs[0];
         if !matches!(q.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
@@ -50,9 +49,9 @@ impl Executor for FusedCpu {
     }
 
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
-        match node.op.name {
-            "scaled_dot_product_attention_backward" => return run_sdpa_backward(node, x),
-            "cross_entropy" | "cross_entropy_backward" => return run_cross_entropy(node, x),
+        match node.op.builtin {
+            Some(Op::ScaledDotProductAttentionBackward) => return run_sdpa_backward(node, x),
+            Some(Op::CrossEntropy | Op::CrossEntropyBackward) => return run_cross_entropy(node, x),
             _ => {}
         }
         let a = &node.attrs;
@@ -111,11 +110,7 @@ fn run_sdpa_backward(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, 
 
 /// The fused softmax cross-entropy (apex's xentropy): float logits on the CPU.
 fn check_cross_entropy(node: &NodeView<'_>) -> Result<(), String> {
-    let input = node.inputs[if node.op.name == "cross_entropy" {
-        0
-    } else {
-        1
-    }];
+    let input = node.inputs[if node.op.is(Op::CrossEntropy) { 0 } else { 1 }];
     if !input.dtype.is_float() {
         return Err(format!("no fused cross-entropy for {}", input.dtype));
     }
@@ -133,7 +128,7 @@ fn run_cross_entropy(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, 
         label_smoothing: a.float("label_smoothing")?,
         reduction: Reduction::parse(a.str("reduction")?)?,
     };
-    Ok(vec![if node.op.name == "cross_entropy" {
+    Ok(vec![if node.op.is(Op::CrossEntropy) {
         ce::cross_entropy(x[0], x[1], &opts)?
     } else {
         ce::cross_entropy_backward(x[0], x[1], x[2], &opts)?

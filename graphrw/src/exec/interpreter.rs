@@ -22,6 +22,7 @@ use super::bind::{needs_binding, Bindings, BoundCache, BoundNode};
 use super::plan::{view, view as ex_view, Plan};
 use super::value::RunValue;
 use super::ExecError;
+use crate::ops::Op;
 
 /// What a run measured.
 #[derive(Clone, Debug, Default)]
@@ -232,8 +233,8 @@ impl Plan {
         for (step, (&(id, ex), slots)) in self.steps.iter().zip(&sched.steps).enumerate() {
             let node = g.try_node(id)?;
             let outs: Vec<RunValue> = match ex {
-                None => match (node.op_name(), slots.input) {
-                    ("input", Some(i)) => vec![RunValue::Host(inputs[i].clone())],
+                None => match (node.builtin(), slots.input) {
+                    (Some(Op::Input), Some(i)) => vec![RunValue::Host(inputs[i].clone())],
                     _ => vec![RunValue::Host(node.payload().cloned().ok_or_else(
                         || ExecError::Kernel {
                             node: self.line(id),

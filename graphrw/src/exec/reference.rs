@@ -5,7 +5,7 @@ use graphrw_kernels::Tensor;
 
 use super::executor::{Executor, KernelFailure, NodeView};
 use crate::meta::Device;
-use crate::ops::{self, InferError};
+use crate::ops::{InferError, Op};
 
 /// Runs every built-in op on the CPU with the reference kernels.
 #[derive(Clone, Copy, Debug, Default)]
@@ -20,35 +20,32 @@ impl Executor for ReferenceCpu {
     }
 
     fn check(&self, node: &NodeView<'_>) -> Result<(), String> {
-        if ops::lookup(node.op.name) != Some(node.op) {
+        let Some(op) = node.op.builtin else {
             return Err(format!("`{}` is not a built-in op", node.op.name));
-        }
+        };
         if let Some(m) = node.inputs.iter().find(|m| m.device != Device::Cpu) {
             return Err(format!("operand on {}, not the CPU", m.device));
         }
-        if node.op.name == "opaque" {
-            let op_type = node.attrs.str("op_type").unwrap_or("?");
-            return Err(format!(
-                "no kernel for ONNX op `{op_type}`{}: graphrw carries it as an opaque node",
-                match node.attrs.str("domain") {
-                    Ok(d) if !d.is_empty() => format!(" (domain `{d}`)"),
-                    _ => String::new(),
-                }
-            ));
+        match op {
+            Op::Opaque => {
+                let op_type = node.attrs.str("op_type").unwrap_or("?");
+                Err(format!(
+                    "no kernel for ONNX op `{op_type}`{}: graphrw carries it as an opaque node",
+                    match node.attrs.str("domain") {
+                        Ok(d) if !d.is_empty() => format!(" (domain `{d}`)"),
+                        _ => String::new(),
+                    }
+                ))
+            }
+            Op::ScaledDotProductAttention => Err("runs attention through its decomposition".into()),
+            Op::ScaledDotProductAttentionBackward | Op::CrossEntropy | Op::CrossEntropyBackward => {
+                Err(format!("runs `{op}` through its decomposition"))
+            }
+            Op::Dropout if node.attrs.bool("train").unwrap_or(false) => {
+                Err("training-mode dropout is not supported".into())
+            }
+            _ => Ok(()),
         }
-        if node.op.name == "scaled_dot_product_attention" {
-            return Err("runs attention through its decomposition".into());
-        }
-        if matches!(
-            node.op.name,
-            "scaled_dot_product_attention_backward" | "cross_entropy" | "cross_entropy_backward"
-        ) {
-            return Err(format!("runs `{}` through its decomposition", node.op.name));
-        }
-        if node.op.name == "dropout" && node.attrs.bool("train").unwrap_or(false) {
-            return Err("training-mode dropout is not supported".into());
-        }
-        Ok(())
     }
 
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
@@ -93,7 +90,9 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
     let int = |n: &str| a.int(n).map_err(attr_err);
     let ints = |n: &str| a.ints(n).map_err(attr_err);
     let float = |n: &str| a.float(n).map_err(attr_err);
-    let name = node.op.name;
+    let Some(op) = node.op.builtin else {
+        return Err(format!("`{}` is not a built-in op", node.op.name).into());
+    };
     let binary = |op: BinaryOp| cpu::binary(op, x[0], x[1]);
     let unary = |op: UnaryOp| cpu::unary(op, x[0]);
     let reduce = |op: ReduceOp| -> Result<Tensor, KernelFailure> {
@@ -104,39 +103,50 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
             a.bool("keepdim").map_err(attr_err)?,
         )?)
     };
-    // Every op of the one list of unary ops (`graphrw-kernels/src/unary_ops.rs`) but
-    // `gelu`, whose two forms share the name and differ by an attribute (below).
-    if let Some(op) = UnaryOp::of_op(name).filter(|_| name != "gelu") {
-        return Ok(vec![unary(op)?]);
-    }
-    let one = match name {
-        "add" => binary(BinaryOp::Add)?,
-        "sub" => binary(BinaryOp::Sub)?,
-        "mul" => binary(BinaryOp::Mul)?,
-        "div" => binary(BinaryOp::Div)?,
-        "pow" => binary(BinaryOp::Pow)?,
-        "maximum" => binary(BinaryOp::Maximum)?,
-        "minimum" => binary(BinaryOp::Minimum)?,
-        "and" => binary(BinaryOp::And)?,
-        "or" => binary(BinaryOp::Or)?,
-        "eq" => binary(BinaryOp::Eq)?,
-        "ne" => binary(BinaryOp::Ne)?,
-        "lt" => binary(BinaryOp::Lt)?,
-        "le" => binary(BinaryOp::Le)?,
-        "gt" => binary(BinaryOp::Gt)?,
-        "ge" => binary(BinaryOp::Ge)?,
-        "gelu" => match a.str("approximate").map_err(attr_err)? {
+    let one = match op {
+        Op::Add => binary(BinaryOp::Add)?,
+        Op::Sub => binary(BinaryOp::Sub)?,
+        Op::Mul => binary(BinaryOp::Mul)?,
+        Op::Div => binary(BinaryOp::Div)?,
+        Op::Pow => binary(BinaryOp::Pow)?,
+        Op::Maximum => binary(BinaryOp::Maximum)?,
+        Op::Minimum => binary(BinaryOp::Minimum)?,
+        Op::And => binary(BinaryOp::And)?,
+        Op::Or => binary(BinaryOp::Or)?,
+        Op::Eq => binary(BinaryOp::Eq)?,
+        Op::Ne => binary(BinaryOp::Ne)?,
+        Op::Lt => binary(BinaryOp::Lt)?,
+        Op::Le => binary(BinaryOp::Le)?,
+        Op::Gt => binary(BinaryOp::Gt)?,
+        Op::Ge => binary(BinaryOp::Ge)?,
+        Op::Neg => unary(UnaryOp::Neg)?,
+        Op::Abs => unary(UnaryOp::Abs)?,
+        Op::Reciprocal => unary(UnaryOp::Reciprocal)?,
+        Op::Sqrt => unary(UnaryOp::Sqrt)?,
+        Op::Rsqrt => unary(UnaryOp::Rsqrt)?,
+        Op::Exp => unary(UnaryOp::Exp)?,
+        Op::Log => unary(UnaryOp::Log)?,
+        Op::Sin => unary(UnaryOp::Sin)?,
+        Op::Cos => unary(UnaryOp::Cos)?,
+        Op::Erf => unary(UnaryOp::Erf)?,
+        Op::Tanh => unary(UnaryOp::Tanh)?,
+        Op::Sigmoid => unary(UnaryOp::Sigmoid)?,
+        Op::Relu => unary(UnaryOp::Relu)?,
+        Op::Silu => unary(UnaryOp::Silu)?,
+        Op::Not => unary(UnaryOp::Not)?,
+        Op::Isnan => unary(UnaryOp::IsNan)?,
+        Op::Gelu => match a.str("approximate").map_err(attr_err)? {
             "none" => unary(UnaryOp::Gelu)?,
             "tanh" => unary(UnaryOp::GeluTanh)?,
             other => return Err(format!("gelu: unknown approximation {other:?}").into()),
         },
-        "where" => cpu::where_(x[0], x[1], x[2])?,
-        "cast" => cpu::cast(x[0], a.dtype("dtype").map_err(attr_err)?)?,
-        "masked_fill" => cpu::masked_fill(x[0], x[1], float("value")?)?,
-        "dropout" => cpu::dropout(x[0], float("p")?, a.bool("train").map_err(attr_err)?)?,
-        "contiguous" => cpu::contiguous(x[0])?,
-        "matmul" => cpu::matmul(x[0], x[1])?,
-        "conv2d" => cpu::conv2d(
+        Op::Where => cpu::where_(x[0], x[1], x[2])?,
+        Op::Cast => cpu::cast(x[0], a.dtype("dtype").map_err(attr_err)?)?,
+        Op::MaskedFill => cpu::masked_fill(x[0], x[1], float("value")?)?,
+        Op::Dropout => cpu::dropout(x[0], float("p")?, a.bool("train").map_err(attr_err)?)?,
+        Op::Contiguous => cpu::contiguous(x[0])?,
+        Op::Matmul => cpu::matmul(x[0], x[1])?,
+        Op::Conv2d => cpu::conv2d(
             x[0],
             x[1],
             x.get(2).copied(),
@@ -145,47 +155,47 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
             two(ints("dilation")?, "dilation")?,
             int("groups")?,
         )?,
-        "transpose" => cpu::transpose(x[0], int("dim0")?, int("dim1")?)?,
-        "permute" => cpu::permute(x[0], ints("dims")?)?,
-        "reshape" => cpu::reshape(x[0], ints("shape")?)?,
-        "expand" => cpu::expand(x[0], ints("size")?)?,
-        "unsqueeze" => cpu::unsqueeze(x[0], int("dim")?)?,
-        "squeeze" => cpu::squeeze(x[0], ints("dims")?)?,
-        "concat" => cpu::concat(x, int("dim")?)?,
-        "split" => return Ok(cpu::split(x[0], ints("split_sizes")?, int("dim")?)?),
-        "slice" => cpu::slice(x[0], int("dim")?, int("start")?, int("end")?, int("step")?)?,
-        "tril" => cpu::tril(x[0], int("diagonal")?)?,
-        "triu" => cpu::triu(x[0], int("diagonal")?)?,
-        "gather" => cpu::gather(x[0], x[1], int("dim")?)?,
-        "gather_elements" => cpu::gather_elements(x[0], x[1], int("dim")?)?,
-        "gather_nd" => cpu::gather_nd(x[0], x[1], int("batch_dims")?)?,
-        "index_select" => cpu::index_select(x[0], int("dim")?, x[1])?,
-        "cumsum" => cpu::cumsum(x[0], int("dim")?)?,
-        "sum" => reduce(ReduceOp::Sum)?,
-        "mean" => reduce(ReduceOp::Mean)?,
-        "amax" => reduce(ReduceOp::Amax)?,
-        "softmax" => cpu::softmax(x[0], int("dim")?)?,
-        "log_softmax" => cpu::log_softmax(x[0], int("dim")?)?,
-        "layer_norm" => cpu::layer_norm(
+        Op::Transpose => cpu::transpose(x[0], int("dim0")?, int("dim1")?)?,
+        Op::Permute => cpu::permute(x[0], ints("dims")?)?,
+        Op::Reshape => cpu::reshape(x[0], ints("shape")?)?,
+        Op::Expand => cpu::expand(x[0], ints("size")?)?,
+        Op::Unsqueeze => cpu::unsqueeze(x[0], int("dim")?)?,
+        Op::Squeeze => cpu::squeeze(x[0], ints("dims")?)?,
+        Op::Concat => cpu::concat(x, int("dim")?)?,
+        Op::Split => return Ok(cpu::split(x[0], ints("split_sizes")?, int("dim")?)?),
+        Op::Slice => cpu::slice(x[0], int("dim")?, int("start")?, int("end")?, int("step")?)?,
+        Op::Tril => cpu::tril(x[0], int("diagonal")?)?,
+        Op::Triu => cpu::triu(x[0], int("diagonal")?)?,
+        Op::Gather => cpu::gather(x[0], x[1], int("dim")?)?,
+        Op::GatherElements => cpu::gather_elements(x[0], x[1], int("dim")?)?,
+        Op::GatherNd => cpu::gather_nd(x[0], x[1], int("batch_dims")?)?,
+        Op::IndexSelect => cpu::index_select(x[0], int("dim")?, x[1])?,
+        Op::Cumsum => cpu::cumsum(x[0], int("dim")?)?,
+        Op::Sum => reduce(ReduceOp::Sum)?,
+        Op::Mean => reduce(ReduceOp::Mean)?,
+        Op::Amax => reduce(ReduceOp::Amax)?,
+        Op::Softmax => cpu::softmax(x[0], int("dim")?)?,
+        Op::LogSoftmax => cpu::log_softmax(x[0], int("dim")?)?,
+        Op::LayerNorm => cpu::layer_norm(
             x[0],
             x.get(1).copied(),
             x.get(2).copied(),
             int("axis")?,
             float("eps")?,
         )?,
-        "rms_norm" => cpu::rms_norm(x[0], x.get(1).copied(), int("axis")?, float("eps")?)?,
-        "arange" => cpu::arange(
+        Op::RmsNorm => cpu::rms_norm(x[0], x.get(1).copied(), int("axis")?, float("eps")?)?,
+        Op::Arange => cpu::arange(
             float("start")?,
             float("end")?,
             float("step")?,
             a.dtype("dtype").map_err(attr_err)?,
         )?,
-        "full" => cpu::full(
+        Op::Full => cpu::full(
             ints("size")?,
             float("value")?,
             a.dtype("dtype").map_err(attr_err)?,
         )?,
-        "sym_ints" => {
+        Op::SymInts => {
             let v = ints("values")?.to_vec();
             let shape = if a.bool("scalar").map_err(attr_err)? {
                 vec![]
@@ -194,9 +204,17 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
             };
             Tensor::from_vec(shape, v)?
         }
-        "zeros" => cpu::full(ints("size")?, 0.0, a.dtype("dtype").map_err(attr_err)?)?,
-        "ones" => cpu::full(ints("size")?, 1.0, a.dtype("dtype").map_err(attr_err)?)?,
-        other => return Err(format!("the reference executor has no kernel for `{other}`").into()),
+        Op::Zeros => cpu::full(ints("size")?, 0.0, a.dtype("dtype").map_err(attr_err)?)?,
+        Op::Ones => cpu::full(ints("size")?, 1.0, a.dtype("dtype").map_err(attr_err)?)?,
+        Op::Input
+        | Op::Constant
+        | Op::Opaque
+        | Op::ScaledDotProductAttention
+        | Op::ScaledDotProductAttentionBackward
+        | Op::CrossEntropy
+        | Op::CrossEntropyBackward => {
+            return Err(format!("the reference executor has no kernel for `{op}`").into())
+        }
     };
     Ok(vec![one])
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use super::GradError;
 use crate::builder::{Builder, Var};
 use crate::meta::TensorMeta;
-use crate::ops::{AttrValue, Attrs, OpDef};
+use crate::ops::{AttrValue, Attrs, Op, OpDef};
 use crate::Value;
 
 /// What a vjp rule returns: one optional gradient per operand of the node, in operand
@@ -158,8 +158,10 @@ impl GradRegistry {
     /// A registry holding the vjp rule of every differentiable built-in op.
     pub fn with_builtins() -> GradRegistry {
         let mut r = GradRegistry::empty();
-        for &(op, rule) in super::vjp_rules::BUILTIN_RULES {
-            r.rules.insert(op.name, (op, rule));
+        for &op in Op::ALL {
+            if let Some(rule) = super::vjp_rules::builtin_rule(op) {
+                r.rules.insert(op.name(), (op.def(), rule));
+            }
         }
         r
     }

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use super::{GradError, GradRegistry, VjpContext};
 use crate::builder::{Builder, Var};
 use crate::meta::{Dim, Shape, TensorMeta};
+use crate::ops::Op;
 use crate::printer::Names;
 use crate::{Graph, NodeId, Value};
 
@@ -95,7 +96,7 @@ fn check_wrt(graph: &Graph, names: &Names, wrt: &[Value]) -> Result<(), GradErro
         let node = graph
             .node(v.node)
             .ok_or_else(|| not("no such node".into()))?;
-        if node.op_name() != "input" {
+        if !node.op().is(Op::Input) {
             return Err(not(format!(
                 "it is an output of `{}`, not a graph input",
                 node.op_name()

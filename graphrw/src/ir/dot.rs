@@ -27,7 +27,7 @@ pub fn to_dot(graph: &Graph, highlight: &BTreeSet<NodeId>) -> String {
         );
         let style = if highlight.contains(&id) {
             ", style=filled, fillcolor=orange"
-        } else if node.op_name() == "constant" {
+        } else if node.op().is(crate::ops::Op::Constant) {
             ", style=dashed"
         } else {
             ""

@@ -35,6 +35,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use smallvec::SmallVec;
 
@@ -42,13 +45,37 @@ use graphrw_kernels::Tensor;
 
 pub use crate::foreign::Foreign;
 use crate::meta::TensorMeta;
-use crate::op_index::OpIndex;
-use crate::ops::{Arity, AttrValue, Attrs, OpDef};
+use crate::op_index::{OpIndex, VACANT};
+use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef};
 use crate::GraphError;
 
-/// A node's id. Ids survive the removal of other nodes; a removed node's id may be
-/// reused by a later node, so do not keep ids across rewrites you did not make.
-pub type NodeId = NodeIndex<u32>;
+/// A node's id: its index in the graph's node table. Ids survive the removal of other
+/// nodes; a removed node's id may be reused by a later node, so do not keep ids across
+/// rewrites you did not make.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(u32);
+
+impl NodeId {
+    /// The id of index `index` (ids are `u32`: a larger index wraps, as petgraph's do).
+    pub fn new(index: usize) -> NodeId {
+        NodeId(index as u32)
+    }
+
+    /// The index, for tables kept beside the graph.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The node store's index of this node.
+    fn ix(self) -> NodeIndex<u32> {
+        NodeIndex::new(self.0 as usize)
+    }
+
+    /// The id of the node store's index `ix`.
+    fn of(ix: NodeIndex<u32>) -> NodeId {
+        NodeId(ix.index() as u32)
+    }
+}
 
 /// A value: output `output` of node `node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -122,6 +149,12 @@ impl Node {
     /// The op's name.
     pub fn op_name(&self) -> &'static str {
         self.op.name
+    }
+
+    /// Which built-in op the node's op is (`None` for an op declared elsewhere): what
+    /// dispatch matches on.
+    pub fn builtin(&self) -> Option<crate::ops::Op> {
+        self.op.builtin
     }
 
     /// The attributes, aligned with the op's signature.
@@ -250,7 +283,7 @@ impl Graph {
 
     /// The node `id`, if it exists.
     pub fn node(&self, id: NodeId) -> Option<&Node> {
-        self.dag.node_weight(id)
+        self.dag.node_weight(id.ix())
     }
 
     /// The node `id`, or an error naming the id.
@@ -261,12 +294,12 @@ impl Graph {
 
     /// Mutable access to a node (metadata and name only; operands change through the graph).
     pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
-        self.dag.node_weight_mut(id)
+        self.dag.node_weight_mut(id.ix())
     }
 
     /// Sets a node's display name.
     pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) {
-        if let Some(n) = self.dag.node_weight_mut(id) {
+        if let Some(n) = self.dag.node_weight_mut(id.ix()) {
             n.name = Some(name.into().into_boxed_str());
         }
     }
@@ -284,7 +317,7 @@ impl Graph {
 
     /// Every live node id, in id order.
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.dag.node_indices()
+        self.dag.node_indices().map(NodeId::of)
     }
 
     /// The graph inputs (`input` nodes), in declaration order.
@@ -401,6 +434,7 @@ impl Graph {
     pub fn node_users(&self, id: NodeId) -> BTreeSet<NodeId> {
         self.node_uses(id).iter().map(|&(user, _)| user).collect()
     }
+
 }
 
 /// `v` as a small vector: inline when it fits (its elements copied at once, not pushed
@@ -513,6 +547,7 @@ pub fn normalize_attrs(
         })
         .collect()
 }
+
 
 mod build;
 mod edit;

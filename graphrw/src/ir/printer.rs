@@ -16,7 +16,7 @@
 use std::fmt::Write;
 
 use crate::graph::{Graph, NodeId, Value};
-use crate::ops::AttrValue;
+use crate::ops::{AttrValue, Op};
 
 /// The printed name of every value of a graph.
 ///
@@ -60,8 +60,8 @@ impl Names {
         let (mut t, mut c) = (0u32, 0u32);
         for &id in &order {
             let Some(node) = graph.node(id) else { continue };
-            let slot = match node.op_name() {
-                "input" => {
+            let slot = match node.builtin() {
+                Some(Op::Input) => {
                     let base = sanitize(node.name().unwrap_or("input"));
                     let mut name = base.clone();
                     let mut k = 1;
@@ -72,7 +72,7 @@ impl Names {
                     inputs.push(name);
                     Slot::Input(inputs.len() as u32 - 1)
                 }
-                "constant" => {
+                Some(Op::Constant) => {
                     c += 1;
                     Slot::Constant(c - 1)
                 }
@@ -142,10 +142,10 @@ pub fn node_line(graph: &Graph, names: &Names, id: NodeId) -> String {
         .map(|o| names.get(Value::new(id, o)))
         .collect();
     let mut args: Vec<String> = node.operands().iter().map(|&v| names.get(v)).collect();
-    if node.op_name() == "constant" {
+    if node.op().is(Op::Constant) {
         args.push(constant_text(node.payload()));
-    } else if node.op_name() != "input" {
-        let opaque = node.op_name() == "opaque";
+    } else if !node.op().is(Op::Input) {
+        let opaque = node.op().is(Op::Opaque);
         for (name, v) in node.attrs().iter() {
             // An opaque node's `known` shows as `?` metadata, an empty domain not at all.
             let noise = opaque && (name == "known" || *v == AttrValue::Str(String::new()));
@@ -204,7 +204,7 @@ pub fn print(graph: &Graph) -> String {
         .collect();
     let _ = writeln!(out, "graph({}) {{", params.join(", "));
     for &id in names.order() {
-        if graph.node(id).is_some_and(|n| n.op_name() == "input") {
+        if graph.node(id).is_some_and(|n| n.op().is(Op::Input)) {
             continue;
         }
         let _ = writeln!(out, "  {}", node_line(graph, &names, id));

@@ -4,7 +4,7 @@
 
 use crate::graph::{check_signature, Graph, NodeId, Use, Value};
 use crate::meta::TensorMeta;
-use crate::ops::{AttrValue, Infer};
+use crate::ops::{AttrValue, Infer, Op};
 use crate::printer::{node_line, Names};
 use crate::GraphError;
 
@@ -113,7 +113,7 @@ impl Progress {
             && graph
                 .inputs()
                 .iter()
-                .all(|&id| graph.node(id).map(|n| n.op_name()) == Some("input"))
+                .all(|&id| graph.node(id).is_some_and(|n| n.op().is(Op::Input)))
             && graph.outputs().iter().all(|&v| graph.meta(v).is_ok());
         match whole {
             true => self.checked.store(order.len() + 1, Release),
@@ -225,7 +225,7 @@ fn check_with(
         all_linked,
     } = tally;
     for id in graph.inputs() {
-        if graph.node(*id).map(|n| n.op_name()) != Some("input") {
+        if !graph.node(*id).is_some_and(|n| n.op().is(Op::Input)) {
             errors.push(GraphError::Verify {
                 node: format!("%{}", id.index()),
                 message: "is listed as a graph input but is not an `input` node".into(),
@@ -390,8 +390,8 @@ fn check_node(
 fn check_metadata(graph: &Graph, id: NodeId) -> Option<String> {
     let node = graph.node(id)?;
     match node.op().infer {
-        Infer::Declared => match node.op_name() {
-            "constant" => {
+        Infer::Declared => match node.builtin() {
+            Some(Op::Constant) => {
                 let Some(t) = node.payload() else {
                     return Some("a constant without a value".into());
                 };
@@ -399,7 +399,7 @@ fn check_metadata(graph: &Graph, id: NodeId) -> Option<String> {
                 (node.outputs()[0].dtype != m.dtype || node.outputs()[0].shape != m.shape)
                     .then(|| format!("metadata says {}, the constant is {m}", node.outputs()[0]))
             }
-            "opaque" => match node.foreign() {
+            Some(Op::Opaque) => match node.foreign() {
                 None => Some("an opaque node without its foreign record".into()),
                 Some(f) if f.types.len() != node.outputs().len() => Some(format!(
                     "an opaque node with {} outputs but {} output types recorded",

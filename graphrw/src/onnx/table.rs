@@ -6,7 +6,7 @@
 //! `save/exporter.rs` writes a vocabulary node through it (`write_row`).
 //!
 //! The rows name the vocabulary's ops by their `static` [`OpDef`]s (generated from
-//! `graphrw-macros/src/vocab.rs` into [`crate::ops::builtin`]), so an op renamed or
+//! `graphrw-ops/src/vocab.rs` into [`crate::ops::builtin`]), so an op renamed or
 //! removed there breaks the build here; the kind of each graphrw attribute is read
 //! from the op's signature rather than spelled again, and a test checks that every
 //! row names attributes its op has, operand counts it takes, and kinds that convert.

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::op_index::VACANT;
-use crate::ops::{same_name, AttrValue};
+use crate::ops::{same_name, AttrValue, Op};
 use crate::pattern::matcher::attr_literal_matches;
 use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
 use crate::pattern::NodeMatcher;
@@ -252,7 +252,7 @@ impl Dispatch {
             r.pattern
                 .nodes
                 .iter()
-                .any(|n| matches!(n, PatNode::Op(o) if o.op.name == "constant"))
+                .any(|n| matches!(n, PatNode::Op(o) if o.op.is(Op::Constant)))
         });
         let scalar_constant = if scalar_constants_only {
             ids.by_name(crate::ops::builtin::CONSTANT.name)
@@ -690,7 +690,7 @@ fn path_nodes(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<u16>> {
 fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
     match &p.nodes[at as usize] {
         PatNode::Op(o) => Some(vec![o.op.name]),
-        PatNode::Const(_) => Some(vec!["constant"]),
+        PatNode::Const(_) => Some(vec![Op::Constant.name()]),
         PatNode::Alt(bs) => {
             let mut all = Vec::new();
             for &b in *bs {

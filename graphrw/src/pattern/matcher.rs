@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::ops::AttrValue;
+use crate::ops::{AttrValue, Op};
 use crate::pattern::{
     AttrPat, Bindings, Bound, Check, CmpOp, ConstPat, Link, Match, ParamKind, PatNode, Pattern,
     Slot, Term,
@@ -260,7 +260,7 @@ pub(crate) fn run_into<const E: bool>(
 /// The number a one-element `constant` node holds.
 pub fn constant_scalar(graph: &Graph, v: Value) -> Option<f64> {
     let node = graph.node(v.node)?;
-    if node.op_name() != "constant" || v.output != 0 {
+    if !node.op().is(Op::Constant) || v.output != 0 {
         return None;
     }
     let t = node.payload()?;
@@ -718,7 +718,7 @@ fn anchor_ops(p: &Pattern, node: u16, out: &mut Vec<&'static str>) {
                 anchor_ops(p, r.base, out);
             }
         }
-        PatNode::Const(_) => out.push("constant"),
+        PatNode::Const(_) => out.push(Op::Constant.name()),
         PatNode::Any | PatNode::Tensor(_) | PatNode::Hole(_) => {}
     }
 }

@@ -158,7 +158,7 @@
 //!     operands: &[OperandSpec { name: "input", arity: Arity::Required }],
 //!     attrs: &[AttrSpec { name: "factor", kind: AttrKind::Float, default: AttrDefault::Float(1.0) }],
 //!     outputs: OutputCount::Fixed(1), commutative: false, class: OpClass::Elementwise,
-//!     infer: Infer::Like, decompose: None,
+//!     infer: Infer::Like, decompose: None, builtin: None,
 //! };
 //! graphrw::pattern! {
 //!     fn scaled_relu(x: Tensor, f: f64) -> Tensor { SCALE(x, factor = f).relu() }

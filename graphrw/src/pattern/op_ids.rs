@@ -203,6 +203,7 @@ mod tests {
         assert_eq!(ids.id(builtin("exp")), NO_OP);
         let mine: &'static OpDef = Box::leak(Box::new(OpDef {
             name: "my.op",
+            builtin: None,
             ..*builtin("exp")
         }));
         assert_eq!(ids.id(mine), NO_OP);

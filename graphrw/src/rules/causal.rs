@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::exec::run_reference;
 use crate::meta::DType;
-use crate::ops::{lookup, AttrValue};
+use crate::ops::{builtin, AttrValue, Op};
 use crate::{Graph, GraphError, NodeId, Tensor, Value};
 
 /// Input-independent mask parts with more nodes than this are not evaluated.
@@ -84,11 +84,7 @@ enum Hide {
 /// # Ok::<(), graphrw::GraphError>(())
 /// ```
 pub fn mark_causal(graph: &mut Graph) -> Result<CausalReport, GraphError> {
-    let op = lookup("scaled_dot_product_attention").ok_or(GraphError::Signature {
-        op: "scaled_dot_product_attention",
-        node: None,
-        message: "the op is not registered".into(),
-    })?;
+    let op = &builtin::SCALED_DOT_PRODUCT_ATTENTION;
     let causal_at = op.attr_index("is_causal");
     let dropout_at = op.attr_index("dropout_p");
     let (Some(causal_at), Some(dropout_at)) = (causal_at, dropout_at) else {
@@ -97,9 +93,7 @@ pub fn mark_causal(graph: &mut Graph) -> Result<CausalReport, GraphError> {
     let mut report = CausalReport::default();
     let nodes_before = graph.node_count();
     let mut cache: HashMap<(Value, usize, usize), Option<Rest>> = HashMap::new();
-    let sites: Vec<NodeId> = graph
-        .nodes_with_op("scaled_dot_product_attention")
-        .collect();
+    let sites: Vec<NodeId> = graph.nodes_with_op(op.name).collect();
     for id in sites {
         let node = graph.try_node(id)?;
         let Some(&mask) = node.operands().get(3) else {
@@ -186,7 +180,7 @@ fn split_bool(
         return Ok(is_bool_triangle(&t, sq, skv).then_some(Rest::Empty));
     }
     let node = graph.try_node(mask.node)?;
-    if node.op_name() != "and" {
+    if node.builtin() != Some(Op::And) {
         return Ok(None);
     }
     let [a, b] = node.operands()[..] else {
@@ -196,7 +190,7 @@ fn split_bool(
         match split_bool(graph, x, sq, skv)? {
             Some(Rest::Empty) => return Ok(Some(Rest::Value(other))),
             Some(Rest::Value(r)) => {
-                let and = graph.add_op(op("and")?, &[r, other], &[])?;
+                let and = graph.add_op(&builtin::AND, &[r, other], &[])?;
                 return Ok(Some(Rest::Value(Value::new(and, 0))));
             }
             None => {}
@@ -218,8 +212,9 @@ fn split_additive(
     }
     let node = graph.try_node(mask.node)?;
     let operands = node.operands().to_vec();
-    match (node.op_name(), &operands[..]) {
-        ("where", &[cond, x, y]) => {
+    let node_op = node.op();
+    match (node_op.builtin, &operands[..]) {
+        (Some(Op::Where), &[cond, x, y]) => {
             let hide = match (scalar(graph, x), scalar(graph, y)) {
                 (Some(0.0), Some(h)) => hide_kind(h, dtype),
                 _ => None,
@@ -231,14 +226,14 @@ fn split_additive(
             Ok(match split_bool(graph, cond, sq, skv)? {
                 Some(Rest::Empty) => Some((Rest::Empty, hide)),
                 Some(Rest::Value(r)) => {
-                    let w = graph.add_op(op("where")?, &[r, x, y], &[])?;
+                    let w = graph.add_op(&builtin::WHERE, &[r, x, y], &[])?;
                     Some((Rest::Value(Value::new(w, 0)), hide))
                 }
                 None => None,
             })
         }
-        ("add", &[a, b]) | ("minimum", &[a, b]) => {
-            let is_add = node.op_name() == "add";
+        (Some(Op::Add), &[a, b]) | (Some(Op::Minimum), &[a, b]) => {
+            let is_add = node_op.is(Op::Add);
             for (x, other) in [(a, b), (b, a)] {
                 if graph.meta(x)?.dtype != dtype || graph.meta(other)?.dtype != dtype {
                     return Ok(None);
@@ -252,7 +247,7 @@ fn split_additive(
                         return Ok(Some((Rest::Value(other), Hide::NegInf)))
                     }
                     Some((Rest::Value(r), Hide::NegInf)) => {
-                        let combined = graph.add_op(op(node_op(is_add))?, &[r, other], &[])?;
+                        let combined = graph.add_op(node_op, &[r, other], &[])?;
                         return Ok(Some((Rest::Value(Value::new(combined, 0)), Hide::NegInf)));
                     }
                     _ => {}
@@ -262,22 +257,6 @@ fn split_additive(
         }
         _ => Ok(None),
     }
-}
-
-fn node_op(is_add: bool) -> &'static str {
-    if is_add {
-        "add"
-    } else {
-        "minimum"
-    }
-}
-
-fn op(name: &'static str) -> Result<&'static crate::ops::OpDef, GraphError> {
-    lookup(name).ok_or(GraphError::Signature {
-        op: name,
-        node: None,
-        message: "the op is not registered".into(),
-    })
 }
 
 /// The hiding value `h` of an additive mask: `-inf`, or a finite value at most half the
@@ -300,7 +279,7 @@ fn hide_kind(h: f64, dtype: DType) -> Option<Hide> {
 /// The value of a scalar (one-element) constant.
 fn scalar(graph: &Graph, v: Value) -> Option<f64> {
     let node = graph.node(v.node)?;
-    if node.op_name() != "constant" {
+    if !node.op().is(Op::Constant) {
         return None;
     }
     let t = node.payload()?;
@@ -313,11 +292,11 @@ fn nonpositive(graph: &Graph, v: Value) -> bool {
     let Some(node) = graph.node(v.node) else {
         return false;
     };
-    match node.op_name() {
-        "constant" => node
+    match node.builtin() {
+        Some(Op::Constant) => node
             .payload()
             .is_some_and(|t| t.to_f64_vec().iter().all(|&x| x <= 0.0)),
-        "where" => node.operands()[1..].iter().all(|&x| nonpositive(graph, x)),
+        Some(Op::Where) => node.operands()[1..].iter().all(|&x| nonpositive(graph, x)),
         _ => false,
     }
 }
@@ -334,7 +313,7 @@ fn static_cone(graph: &Graph, v: Value) -> Option<BTreeSet<NodeId>> {
             return None;
         }
         let node = graph.node(n)?;
-        if node.op_name() == "input" {
+        if node.op().is(Op::Input) {
             return None;
         }
         stack.extend(node.operands().iter().map(|o| o.node));
@@ -401,7 +380,7 @@ fn evaluate_static(graph: &Graph, v: Value) -> Option<Tensor> {
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
     for n in order {
         let node = graph.node(n)?;
-        let new = if node.op_name() == "constant" {
+        let new = if node.op().is(Op::Constant) {
             sub.add_constant(node.payload()?.clone()).node
         } else {
             let operands = node

@@ -8,6 +8,7 @@ use std::fmt;
 use thiserror::Error;
 
 use super::causal::{mark_causal, CausalReport};
+use crate::ops::Op;
 use crate::pattern::dispatch::Dispatch;
 use crate::rewrite::{Report, RewriteError};
 use crate::{Graph, GraphError};
@@ -69,10 +70,10 @@ pub fn optimize(graph: &mut Graph) -> Result<Optimized, OptimizeError> {
     let mut fused_nodes = BTreeMap::new();
     for op in graph
         .node_ids()
-        .filter_map(|id| graph.node(id).map(|n| n.op_name()))
+        .filter_map(|id| graph.node(id).map(|n| n.op()))
     {
-        if op == "scaled_dot_product_attention" || op.starts_with("fused.") {
-            *fused_nodes.entry(op).or_insert(0) += 1;
+        if op.is(Op::ScaledDotProductAttention) || op.name.starts_with("fused.") {
+            *fused_nodes.entry(op.name).or_insert(0) += 1;
         }
     }
     Ok(Optimized {

@@ -11,6 +11,7 @@ pub static SCALE: OpDef = OpDef {
     class: OpClass::Elementwise,
     infer: Infer::Like,
     decompose: None,
+    builtin: None,
 };
 
 pattern! {

@@ -15,6 +15,7 @@ pub mod my_ops {
         class: OpClass::Elementwise,
         infer: Infer::Like,
         decompose: None,
+        builtin: None,
     };
 }
 

@@ -6,6 +6,7 @@ use graphrw_kernels::DType;
 use super::super::executor::NodeView;
 use super::CUDA_MAX_HEAD_DIM;
 use crate::meta::TensorMeta;
+use crate::ops::Op;
 
 fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
@@ -96,73 +97,96 @@ fn sdpa(node: &NodeView<'_>) -> Result<(), String> {
 /// Whether the CUDA kernels take this node (devices are checked by the executor).
 pub(super) fn check_op(node: &NodeView<'_>) -> Result<(), String> {
     let name = node.op.name;
-    match name {
-        "exp" | "log" | "sqrt" | "rsqrt" | "reciprocal" | "sin" | "cos" | "erf" | "tanh"
-        | "sigmoid" | "silu" => float_input(node, "float dtypes", is_float),
-        "gelu" => {
+    let Some(op) = node.op.builtin else {
+        return Err(format!(
+            "has no CUDA kernel for `{name}` (not a built-in op)"
+        ));
+    };
+    match op {
+        Op::Exp
+        | Op::Log
+        | Op::Sqrt
+        | Op::Rsqrt
+        | Op::Reciprocal
+        | Op::Sin
+        | Op::Cos
+        | Op::Erf
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Silu => float_input(node, "float dtypes", is_float),
+        Op::Gelu => {
             float_input(node, "float dtypes", is_float)?;
             match node.attrs.str("approximate").map_err(|e| e.0)? {
                 "none" | "tanh" => Ok(()),
                 other => Err(format!("gelu approximation {other:?} is not supported")),
             }
         }
-        "neg" | "abs" | "relu" => {
+        Op::Neg | Op::Abs | Op::Relu => {
             let d = operand(node, 0)?.dtype;
             need(d != DType::Bool, || format!("`{name}` of bool"))
         }
-        "not" => float_input(node, "bool", |d| d == DType::Bool),
-        "isnan" | "cast" | "contiguous" | "permute" | "transpose" | "reshape" | "expand"
-        | "unsqueeze" | "squeeze" | "slice" | "split" => Ok(()),
-        "dropout" => match node.attrs.bool("train") {
+        Op::Not => float_input(node, "bool", |d| d == DType::Bool),
+        Op::Isnan
+        | Op::Cast
+        | Op::Contiguous
+        | Op::Permute
+        | Op::Transpose
+        | Op::Reshape
+        | Op::Expand
+        | Op::Unsqueeze
+        | Op::Squeeze
+        | Op::Slice
+        | Op::Split => Ok(()),
+        Op::Dropout => match node.attrs.bool("train") {
             Ok(false) => Ok(()),
             Ok(true) => Err("training-mode dropout is not supported".into()),
             Err(e) => Err(e.0),
         },
-        "concat" => same_dtypes(node, 0).map(|_| ()),
-        "add" | "sub" | "mul" | "maximum" | "minimum" => {
+        Op::Concat => same_dtypes(node, 0).map(|_| ()),
+        Op::Add | Op::Sub | Op::Mul | Op::Maximum | Op::Minimum => {
             let d = same_dtypes(node, 0)?;
             need(d != DType::Bool, || format!("`{name}` of bool"))
         }
-        "div" => {
+        Op::Div => {
             let d = same_dtypes(node, 0)?;
             need(is_float(d), || {
                 format!("integer division ({d}) runs on the CPU (zero divisors are checked there)")
             })
         }
-        "pow" => {
+        Op::Pow => {
             let (a, b) = (operand(node, 0)?.dtype, operand(node, 1)?.dtype);
             need(is_float(a) && is_float(b), || {
                 format!("pow of {a} by {b}: the CUDA kernel takes floats")
             })
         }
-        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => same_dtypes(node, 0).map(|_| ()),
-        "and" | "or" => {
+        Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge => same_dtypes(node, 0).map(|_| ()),
+        Op::And | Op::Or => {
             let d = same_dtypes(node, 0)?;
             need(d == DType::Bool, || {
                 format!("`{name}` of {d} (bool needed)")
             })
         }
-        "where" => {
+        Op::Where => {
             let c = operand(node, 0)?.dtype;
             need(c == DType::Bool, || format!("condition of dtype {c}"))?;
             same_dtypes(node, 1).map(|_| ())
         }
-        "matmul" => {
+        Op::Matmul => {
             let d = same_dtypes(node, 0)?;
             need(is_float(d), || {
                 format!("matmul of {d}: cuBLAS runs float dtypes")
             })
         }
-        "softmax" | "log_softmax" | "sum" | "mean" | "amax" => {
+        Op::Softmax | Op::LogSoftmax | Op::Sum | Op::Mean | Op::Amax => {
             float_input(node, "f32, f16 or bf16", is_half_or_f32)
         }
-        "layer_norm" | "rms_norm" => {
+        Op::LayerNorm | Op::RmsNorm => {
             float_input(node, "f32, f16 or bf16", is_half_or_f32)?;
             same_dtypes(node, 0).map(|_| ())
         }
-        "gather" | "gather_elements" | "gather_nd" => index_operand(node, 1),
-        "index_select" => index_operand(node, 1),
-        "scaled_dot_product_attention" => sdpa(node),
-        _ => Err(format!("has no CUDA kernel for `{name}`")),
+        Op::Gather | Op::GatherElements | Op::GatherNd => index_operand(node, 1),
+        Op::IndexSelect => index_operand(node, 1),
+        Op::ScaledDotProductAttention => sdpa(node),
+        no_cuda_kernel!() => Err(format!("has no CUDA kernel for `{name}`")),
     }
 }

@@ -18,6 +18,30 @@
 //! # Ok(()) }
 //! ```
 
+/// The built-in ops the CUDA kernels do not cover, as a pattern over
+/// [`Op`](crate::ops::Op): the checker refuses them and the runner names them from this
+/// one list (the other arms of both `match`es are the ops it runs).
+macro_rules! no_cuda_kernel {
+    () => {
+        Op::Input
+            | Op::Constant
+            | Op::Opaque
+            | Op::Arange
+            | Op::Full
+            | Op::SymInts
+            | Op::Zeros
+            | Op::Ones
+            | Op::MaskedFill
+            | Op::Conv2d
+            | Op::Tril
+            | Op::Triu
+            | Op::Cumsum
+            | Op::ScaledDotProductAttentionBackward
+            | Op::CrossEntropy
+            | Op::CrossEntropyBackward
+    };
+}
+
 mod check;
 mod generated;
 mod ops;

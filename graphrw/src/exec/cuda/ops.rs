@@ -5,6 +5,7 @@ use graphrw_kernels::cuda::{self, CudaTensor, SdpaOptions};
 use graphrw_kernels::KernelError;
 
 use super::super::executor::{KernelFailure, NodeView};
+use crate::ops::Op;
 
 fn attr(e: crate::ops::InferError) -> KernelFailure {
     e.0.into()
@@ -83,73 +84,76 @@ pub(super) fn run_op(
             a.bool("keepdim").map_err(attr)?,
         )?)
     };
-    let one: Result<CudaTensor, KernelError> = match node.op.name {
-        "add" => binary(BinaryOp::Add),
-        "sub" => binary(BinaryOp::Sub),
-        "mul" => binary(BinaryOp::Mul),
-        "div" => binary(BinaryOp::Div),
-        "pow" => binary(BinaryOp::Pow),
-        "maximum" => binary(BinaryOp::Maximum),
-        "minimum" => binary(BinaryOp::Minimum),
-        "and" => binary(BinaryOp::And),
-        "or" => binary(BinaryOp::Or),
-        "eq" => binary(BinaryOp::Eq),
-        "ne" => binary(BinaryOp::Ne),
-        "lt" => binary(BinaryOp::Lt),
-        "le" => binary(BinaryOp::Le),
-        "gt" => binary(BinaryOp::Gt),
-        "ge" => binary(BinaryOp::Ge),
-        "neg" => unary(UnaryOp::Neg),
-        "abs" => unary(UnaryOp::Abs),
-        "reciprocal" => unary(UnaryOp::Reciprocal),
-        "sqrt" => unary(UnaryOp::Sqrt),
-        "rsqrt" => unary(UnaryOp::Rsqrt),
-        "exp" => unary(UnaryOp::Exp),
-        "log" => unary(UnaryOp::Log),
-        "sin" => unary(UnaryOp::Sin),
-        "cos" => unary(UnaryOp::Cos),
-        "erf" => unary(UnaryOp::Erf),
-        "tanh" => unary(UnaryOp::Tanh),
-        "sigmoid" => unary(UnaryOp::Sigmoid),
-        "relu" => unary(UnaryOp::Relu),
-        "silu" => unary(UnaryOp::Silu),
-        "not" => unary(UnaryOp::Not),
-        "isnan" => unary(UnaryOp::IsNan),
-        "gelu" => match a.str("approximate").map_err(attr)? {
+    let Some(op) = node.op.builtin else {
+        return Err(format!("the CUDA executor has no kernel for `{}`", node.op.name).into());
+    };
+    let one: Result<CudaTensor, KernelError> = match op {
+        Op::Add => binary(BinaryOp::Add),
+        Op::Sub => binary(BinaryOp::Sub),
+        Op::Mul => binary(BinaryOp::Mul),
+        Op::Div => binary(BinaryOp::Div),
+        Op::Pow => binary(BinaryOp::Pow),
+        Op::Maximum => binary(BinaryOp::Maximum),
+        Op::Minimum => binary(BinaryOp::Minimum),
+        Op::And => binary(BinaryOp::And),
+        Op::Or => binary(BinaryOp::Or),
+        Op::Eq => binary(BinaryOp::Eq),
+        Op::Ne => binary(BinaryOp::Ne),
+        Op::Lt => binary(BinaryOp::Lt),
+        Op::Le => binary(BinaryOp::Le),
+        Op::Gt => binary(BinaryOp::Gt),
+        Op::Ge => binary(BinaryOp::Ge),
+        Op::Neg => unary(UnaryOp::Neg),
+        Op::Abs => unary(UnaryOp::Abs),
+        Op::Reciprocal => unary(UnaryOp::Reciprocal),
+        Op::Sqrt => unary(UnaryOp::Sqrt),
+        Op::Rsqrt => unary(UnaryOp::Rsqrt),
+        Op::Exp => unary(UnaryOp::Exp),
+        Op::Log => unary(UnaryOp::Log),
+        Op::Sin => unary(UnaryOp::Sin),
+        Op::Cos => unary(UnaryOp::Cos),
+        Op::Erf => unary(UnaryOp::Erf),
+        Op::Tanh => unary(UnaryOp::Tanh),
+        Op::Sigmoid => unary(UnaryOp::Sigmoid),
+        Op::Relu => unary(UnaryOp::Relu),
+        Op::Silu => unary(UnaryOp::Silu),
+        Op::Not => unary(UnaryOp::Not),
+        Op::Isnan => unary(UnaryOp::IsNan),
+        Op::Gelu => match a.str("approximate").map_err(attr)? {
             "tanh" => unary(UnaryOp::GeluTanh),
             _ => unary(UnaryOp::Gelu),
         },
-        "where" => cuda::where_(x[0], x[1], x[2]),
-        "cast" => cuda::cast(x[0], a.dtype("dtype").map_err(attr)?),
-        "dropout" | "contiguous" => Ok(x[0].clone()),
-        "matmul" => cuda::matmul(x[0], x[1]),
-        "transpose" => cuda::transpose(x[0], int("dim0")?, int("dim1")?),
-        "permute" => cuda::permute(x[0], ints("dims")?),
-        "reshape" => Ok(x[0].reshape(reshape_to(x[0].numel(), ints("shape")?)?)?),
-        "expand" => cuda::expand(x[0], ints("size")?),
-        "unsqueeze" => Ok(unsqueeze(x[0], int("dim")?)?),
-        "squeeze" => Ok(squeeze(x[0], ints("dims")?)?),
-        "concat" => cuda::concat(x, int("dim")?),
-        "split" => return Ok(cuda::split(x[0], ints("split_sizes")?, int("dim")?)?),
-        "slice" => cuda::slice(x[0], int("dim")?, int("start")?, int("end")?, int("step")?),
-        "gather" => cuda::gather(x[0], x[1], int("dim")?),
-        "gather_elements" => cuda::gather_elements(x[0], x[1], int("dim")?),
-        "gather_nd" => cuda::gather_nd(x[0], x[1], int("batch_dims")?),
-        "index_select" => cuda::index_select(x[0], int("dim")?, x[1]),
-        "sum" => return Ok(vec![reduce(ReduceOp::Sum)?]),
-        "mean" => return Ok(vec![reduce(ReduceOp::Mean)?]),
-        "amax" => return Ok(vec![reduce(ReduceOp::Amax)?]),
-        "softmax" => cuda::softmax(x[0], int("dim")?),
-        "log_softmax" => cuda::log_softmax(x[0], int("dim")?),
-        "layer_norm" => cuda::layer_norm(
+        Op::Where => cuda::where_(x[0], x[1], x[2]),
+        Op::Cast => cuda::cast(x[0], a.dtype("dtype").map_err(attr)?),
+        Op::Dropout | Op::Contiguous => Ok(x[0].clone()),
+        Op::Matmul => cuda::matmul(x[0], x[1]),
+        Op::Transpose => cuda::transpose(x[0], int("dim0")?, int("dim1")?),
+        Op::Permute => cuda::permute(x[0], ints("dims")?),
+        Op::Reshape => Ok(x[0].reshape(reshape_to(x[0].numel(), ints("shape")?)?)?),
+        Op::Expand => cuda::expand(x[0], ints("size")?),
+        Op::Unsqueeze => Ok(unsqueeze(x[0], int("dim")?)?),
+        Op::Squeeze => Ok(squeeze(x[0], ints("dims")?)?),
+        Op::Concat => cuda::concat(x, int("dim")?),
+        Op::Split => return Ok(cuda::split(x[0], ints("split_sizes")?, int("dim")?)?),
+        Op::Slice => cuda::slice(x[0], int("dim")?, int("start")?, int("end")?, int("step")?),
+        Op::Gather => cuda::gather(x[0], x[1], int("dim")?),
+        Op::GatherElements => cuda::gather_elements(x[0], x[1], int("dim")?),
+        Op::GatherNd => cuda::gather_nd(x[0], x[1], int("batch_dims")?),
+        Op::IndexSelect => cuda::index_select(x[0], int("dim")?, x[1]),
+        Op::Sum => return Ok(vec![reduce(ReduceOp::Sum)?]),
+        Op::Mean => return Ok(vec![reduce(ReduceOp::Mean)?]),
+        Op::Amax => return Ok(vec![reduce(ReduceOp::Amax)?]),
+        Op::Softmax => cuda::softmax(x[0], int("dim")?),
+        Op::LogSoftmax => cuda::log_softmax(x[0], int("dim")?),
+        Op::LayerNorm => cuda::layer_norm(
             x[0],
             x.get(1).copied(),
             x.get(2).copied(),
             int("axis")?,
             float("eps")?,
         ),
-        "rms_norm" => cuda::rms_norm(x[0], x.get(1).copied(), int("axis")?, float("eps")?),
-        "scaled_dot_product_attention" => {
+        Op::RmsNorm => cuda::rms_norm(x[0], x.get(1).copied(), int("axis")?, float("eps")?),
+        Op::ScaledDotProductAttention => {
             let opts = SdpaOptions {
                 is_causal: a.bool("is_causal").map_err(attr)?,
                 scale: a.opt_float("scale").map_err(attr)?,
@@ -157,7 +161,9 @@ pub(super) fn run_op(
             };
             cuda::sdpa(x[0], x[1], x[2], x.get(3).copied(), &opts)
         }
-        other => return Err(format!("the CUDA executor has no kernel for `{other}`").into()),
+        no_cuda_kernel!() => {
+            return Err(format!("the CUDA executor has no kernel for `{op}`").into())
+        }
     };
     Ok(vec![one?])
 }

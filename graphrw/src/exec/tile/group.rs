@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::{Device, Shape};
-use crate::ops::{self, AttrValue, OpClass};
+use crate::ops::{AttrValue, Op, OpClass};
 
 use super::kernel::lane_dtype;
 use super::lanes::LaneOp;
@@ -26,17 +26,19 @@ pub fn can_take(g: &Graph, id: NodeId) -> bool {
         return false;
     };
     let op = node.op();
+    let Some(builtin) = op.builtin else {
+        return false;
+    };
     if op.class != OpClass::Elementwise
-        || ops::lookup(op.name) != Some(op)
-        || LaneOp::of_builtin(op.name).is_none()
+        || LaneOp::of_builtin(builtin).is_none()
         || node.outputs().len() != 1
     {
         return false;
     }
     let attrs = node.attrs();
-    match op.name {
-        "dropout" if attrs.bool("train").unwrap_or(true) => return false,
-        "gelu" if !matches!(attrs.str("approximate"), Ok("none" | "tanh")) => return false,
+    match builtin {
+        Op::Dropout if attrs.bool("train").unwrap_or(true) => return false,
+        Op::Gelu if !matches!(attrs.str("approximate"), Ok("none" | "tanh")) => return false,
         _ => {}
     }
     if !node.attr_values().iter().all(attr_encodable) {

@@ -18,6 +18,7 @@ use graphrw_kernels::Tensor;
 use super::lanes::{apply, LaneOp};
 use super::program::{Operand, Program};
 use crate::meta::{DType, TensorMeta};
+use crate::ops::Op;
 
 /// Lanes per tile: every register is this many `f32` (8 KiB), so a program's registers
 /// stay in the L1/L2 cache.
@@ -168,23 +169,25 @@ fn compile(
     let mut steps = Vec::with_capacity(p.instrs.len());
     for (k, ins) in p.instrs.iter().enumerate() {
         let out_dt = metas[k].dtype;
-        let mut op = LaneOp::of_builtin(ins.op.name)
+        let builtin = ins.op.builtin;
+        let mut op = builtin
+            .and_then(LaneOp::of_builtin)
             .ok_or_else(|| format!("instruction %{k}: a tile cannot run `{}`", ins.op.name))?;
         let attrs = crate::ops::Attrs::new(ins.op.attrs, &ins.attrs);
-        match ins.op.name {
-            "gelu" => {
+        match builtin {
+            Some(Op::Gelu) => {
                 op = match attrs.str("approximate").map_err(|e| e.0)? {
                     "none" => LaneOp::Unary(UnaryOp::Gelu),
                     "tanh" => LaneOp::Unary(UnaryOp::GeluTanh),
                     other => return Err(format!("gelu: unknown approximation {other:?}")),
                 }
             }
-            "masked_fill" => {
+            Some(Op::MaskedFill) => {
                 let v = attrs.float("value").map_err(|e| e.0)?;
                 op = LaneOp::MaskedFill(scalar_f32(&Tensor::full(out_dt, &[], v)));
             }
-            "cast" if out_dt == DType::Bool => op = LaneOp::ToBool,
-            "dropout" if attrs.bool("train").map_err(|e| e.0)? => {
+            Some(Op::Cast) if out_dt == DType::Bool => op = LaneOp::ToBool,
+            Some(Op::Dropout) if attrs.bool("train").map_err(|e| e.0)? => {
                 return Err("training-mode dropout is not supported".into())
             }
             _ => {}

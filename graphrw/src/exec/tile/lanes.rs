@@ -2,42 +2,16 @@
 //! is held as `f32` (bools as 0 and 1); the formulas are those of the reference kernels
 //! (`graphrw-kernels::cpu::elementwise`), so a tile computes the same numbers.
 
-use graphrw_kernels::cpu::UnaryOp;
+use graphrw_kernels::cpu::{BinaryOp, UnaryOp};
 use graphrw_kernels::Real;
+
+use crate::ops::Op;
 
 /// What one instruction computes, lane by lane.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum LaneOp {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b`.
-    Mul,
-    /// `a / b`.
-    Div,
-    /// `a ^ b`.
-    Pow,
-    /// NaN-propagating maximum.
-    Maximum,
-    /// NaN-propagating minimum.
-    Minimum,
-    /// Logical and.
-    And,
-    /// Logical or.
-    Or,
-    /// `a == b`.
-    Eq,
-    /// `a != b`.
-    Ne,
-    /// `a < b`.
-    Lt,
-    /// `a <= b`.
-    Le,
-    /// `a > b`.
-    Gt,
-    /// `a >= b`.
-    Ge,
+    /// A binary op of the workspace's one list ([`BinaryOp`]).
+    Binary(BinaryOp),
     /// A unary op of the workspace's one list ([`UnaryOp`]).
     Unary(UnaryOp),
     /// `c ? a : b`.
@@ -51,31 +25,85 @@ pub enum LaneOp {
 }
 
 impl LaneOp {
-    /// The lane op of a built-in elementwise op, given its attributes' effect
-    /// (`approximate` of gelu, the fill value of masked_fill, a cast's target) where
-    /// the caller resolved them; `None` for ops a tile cannot run.
-    pub fn of_builtin(name: &str) -> Option<LaneOp> {
-        Some(match name {
-            "add" => LaneOp::Add,
-            "sub" => LaneOp::Sub,
-            "mul" => LaneOp::Mul,
-            "div" => LaneOp::Div,
-            "pow" => LaneOp::Pow,
-            "maximum" => LaneOp::Maximum,
-            "minimum" => LaneOp::Minimum,
-            "and" => LaneOp::And,
-            "or" => LaneOp::Or,
-            "eq" => LaneOp::Eq,
-            "ne" => LaneOp::Ne,
-            "lt" => LaneOp::Lt,
-            "le" => LaneOp::Le,
-            "gt" => LaneOp::Gt,
-            "ge" => LaneOp::Ge,
-            "where" => LaneOp::Where,
-            "cast" | "dropout" => LaneOp::Copy,
-            "masked_fill" => LaneOp::MaskedFill(0.0),
-            _ => LaneOp::Unary(UnaryOp::of_op(name)?),
-        })
+    /// The lane op of a built-in op, before its attributes are read (`approximate` of
+    /// gelu, the fill value of masked_fill, a cast's target: the caller resolves them);
+    /// `None` for ops a tile cannot run.
+    pub fn of_builtin(op: Op) -> Option<LaneOp> {
+        match op {
+            Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Pow
+            | Op::Maximum
+            | Op::Minimum
+            | Op::And
+            | Op::Or
+            | Op::Eq
+            | Op::Ne
+            | Op::Lt
+            | Op::Le
+            | Op::Gt
+            | Op::Ge => op.binary().map(LaneOp::Binary),
+            Op::Neg
+            | Op::Abs
+            | Op::Reciprocal
+            | Op::Sqrt
+            | Op::Rsqrt
+            | Op::Exp
+            | Op::Log
+            | Op::Sin
+            | Op::Cos
+            | Op::Erf
+            | Op::Tanh
+            | Op::Sigmoid
+            | Op::Relu
+            | Op::Gelu
+            | Op::Silu
+            | Op::Not
+            | Op::Isnan => op.unary().map(LaneOp::Unary),
+            Op::Where => Some(LaneOp::Where),
+            Op::Cast | Op::Dropout => Some(LaneOp::Copy),
+            Op::MaskedFill => Some(LaneOp::MaskedFill(0.0)),
+            Op::Input
+            | Op::Constant
+            | Op::Opaque
+            | Op::Arange
+            | Op::Full
+            | Op::SymInts
+            | Op::Zeros
+            | Op::Ones
+            | Op::Contiguous
+            | Op::Matmul
+            | Op::Conv2d
+            | Op::Transpose
+            | Op::Permute
+            | Op::Reshape
+            | Op::Expand
+            | Op::Unsqueeze
+            | Op::Squeeze
+            | Op::Concat
+            | Op::Split
+            | Op::Slice
+            | Op::Tril
+            | Op::Triu
+            | Op::Gather
+            | Op::GatherElements
+            | Op::GatherNd
+            | Op::IndexSelect
+            | Op::Cumsum
+            | Op::Sum
+            | Op::Mean
+            | Op::Amax
+            | Op::Softmax
+            | Op::LogSoftmax
+            | Op::LayerNorm
+            | Op::RmsNorm
+            | Op::ScaledDotProductAttention
+            | Op::ScaledDotProductAttentionBackward
+            | Op::CrossEntropy
+            | Op::CrossEntropyBackward => None,
+        }
     }
 }
 
@@ -138,21 +166,7 @@ fn map2(d: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
 pub fn apply(op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
     let a = src[0];
     match op {
-        LaneOp::Add => map2(dst, a, src[1], |x, y| x + y),
-        LaneOp::Sub => map2(dst, a, src[1], |x, y| x - y),
-        LaneOp::Mul => map2(dst, a, src[1], |x, y| x * y),
-        LaneOp::Div => map2(dst, a, src[1], |x, y| x / y),
-        LaneOp::Pow => map2(dst, a, src[1], f32::powf),
-        LaneOp::Maximum => map2(dst, a, src[1], nan_max),
-        LaneOp::Minimum => map2(dst, a, src[1], nan_min),
-        LaneOp::And => map2(dst, a, src[1], |x, y| b2f(x != 0.0 && y != 0.0)),
-        LaneOp::Or => map2(dst, a, src[1], |x, y| b2f(x != 0.0 || y != 0.0)),
-        LaneOp::Eq => map2(dst, a, src[1], |x, y| b2f(x == y)),
-        LaneOp::Ne => map2(dst, a, src[1], |x, y| b2f(x != y)),
-        LaneOp::Lt => map2(dst, a, src[1], |x, y| b2f(x < y)),
-        LaneOp::Le => map2(dst, a, src[1], |x, y| b2f(x <= y)),
-        LaneOp::Gt => map2(dst, a, src[1], |x, y| b2f(x > y)),
-        LaneOp::Ge => map2(dst, a, src[1], |x, y| b2f(x >= y)),
+        LaneOp::Binary(op) => binary(op, dst, a, src[1]),
         LaneOp::Unary(op) => unary(op, dst, a),
         LaneOp::Copy => dst.copy_from_slice(a),
         LaneOp::ToBool => map1(dst, a, |x| b2f(x != 0.0)),
@@ -163,6 +177,28 @@ pub fn apply(op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
                 *d = if c != 0.0 { x } else { y };
             }
         }
+    }
+}
+
+/// Applies the binary op `op` to the lanes of `a` and `b`.
+#[inline(always)]
+fn binary(op: BinaryOp, dst: &mut [f32], a: &[f32], b: &[f32]) {
+    match op {
+        BinaryOp::Add => map2(dst, a, b, |x, y| x + y),
+        BinaryOp::Sub => map2(dst, a, b, |x, y| x - y),
+        BinaryOp::Mul => map2(dst, a, b, |x, y| x * y),
+        BinaryOp::Div => map2(dst, a, b, |x, y| x / y),
+        BinaryOp::Pow => map2(dst, a, b, f32::powf),
+        BinaryOp::Maximum => map2(dst, a, b, nan_max),
+        BinaryOp::Minimum => map2(dst, a, b, nan_min),
+        BinaryOp::And => map2(dst, a, b, |x, y| b2f(x != 0.0 && y != 0.0)),
+        BinaryOp::Or => map2(dst, a, b, |x, y| b2f(x != 0.0 || y != 0.0)),
+        BinaryOp::Eq => map2(dst, a, b, |x, y| b2f(x == y)),
+        BinaryOp::Ne => map2(dst, a, b, |x, y| b2f(x != y)),
+        BinaryOp::Lt => map2(dst, a, b, |x, y| b2f(x < y)),
+        BinaryOp::Le => map2(dst, a, b, |x, y| b2f(x <= y)),
+        BinaryOp::Gt => map2(dst, a, b, |x, y| b2f(x > y)),
+        BinaryOp::Ge => map2(dst, a, b, |x, y| b2f(x >= y)),
     }
 }
 
@@ -219,8 +255,9 @@ mod tests {
         for &op in UnaryOp::ALL {
             if op != UnaryOp::GeluTanh {
                 // `gelu_tanh` is `gelu` with an attribute, chosen by the tile's compiler.
+                let builtin = crate::ops::lookup(op.op()).and_then(|d| d.builtin);
                 assert_eq!(
-                    LaneOp::of_builtin(op.op()),
+                    builtin.and_then(LaneOp::of_builtin),
                     Some(LaneOp::Unary(op)),
                     "{op:?}"
                 );

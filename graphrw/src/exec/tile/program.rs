@@ -46,6 +46,7 @@ pub static ELEMENTWISE_GROUP: OpDef = OpDef {
     class: OpClass::Other,
     infer: Infer::Fn(infer_group),
     decompose: Some(decompose_group),
+    builtin: None,
 };
 
 /// Where an instruction reads an operand from.

@@ -2,12 +2,6 @@
 //! inferred), and the arena slots and use lists they take.
 
 use super::*;
-use crate::foreign::Foreign;
-use crate::meta::TensorMeta;
-use crate::ops::{self, AttrValue, Attrs, Infer, OpDef};
-use crate::GraphError;
-use graphrw_kernels::Tensor;
-use smallvec::SmallVec;
 
 impl Graph {
     /// Adds a graph input named `name`.
@@ -202,16 +196,19 @@ impl Graph {
                 })
             }
         };
-        if ops::infer::CONSTANT_CHECKED.contains(&op.name) {
+        if let Some(checked) = op
+            .builtin
+            .filter(|b| ops::infer::CONSTANT_CHECKED.contains(b))
+        {
             let constants: Vec<Option<&Tensor>> = operands
                 .iter()
                 .map(|v| {
                     self.node(v.node)
-                        .filter(|n| n.op_name() == "constant")
+                        .filter(|n| n.op().is(ops::Op::Constant))
                         .and_then(Node::payload)
                 })
                 .collect();
-            ops::infer::check_constants(op.name, &metas, &constants, &view).map_err(|e| {
+            ops::infer::check_constants(checked, &metas, &constants, &view).map_err(|e| {
                 GraphError::Infer {
                     op: op.name,
                     node: at(),
@@ -240,20 +237,20 @@ impl Graph {
         let scalar = node.is_scalar_constant();
         let operands = node.operands.len();
         self.make_room();
-        let id = self.dag.add_node(node);
+        let id = NodeId::of(self.dag.add_node(node));
         // Sized first: an unchecked node may name its own (reused) index as an operand.
         if id.index() >= self.use_counts.len() {
             self.use_counts.resize(id.index() + 1, 0);
             self.use_lists.resize_with(id.index() + 1, UseList::new);
         }
         for i in 0..operands {
-            let v = self.dag[id].operands[i];
-            let slot = if self.dag.contains_node(v.node) {
+            let v = self.dag[id.ix()].operands[i];
+            let slot = if self.dag.contains_node(v.node.ix()) {
                 self.link(v, id, i as u32)
             } else {
                 NO_SLOT
             };
-            self.dag[id].slots.push(slot);
+            self.dag[id.ix()].slots.push(slot);
         }
         self.by_op.insert(op, id, scalar);
         id
@@ -320,7 +317,7 @@ impl Graph {
         if let Some(&(moved, u)) = list.get(slot) {
             if let Some(s) = self
                 .dag
-                .node_weight_mut(moved)
+                .node_weight_mut(moved.ix())
                 .and_then(|n| n.slots.get_mut(u.operand as usize))
             {
                 *s = slot as u32;
@@ -330,4 +327,5 @@ impl Graph {
             *n = n.saturating_sub(1);
         }
     }
+
 }

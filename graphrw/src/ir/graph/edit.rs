@@ -2,21 +2,17 @@
 //! removed, dead code dropped.
 
 use super::*;
-use crate::op_index::VACANT;
-use crate::ops::{self};
-use crate::GraphError;
-use smallvec::SmallVec;
 
 impl Graph {
     /// Removes node `id` from the dag and the indexes, whether used or not (callers
     /// check), unlinking the uses its operands had. `None` when there is no such node.
     /// Costs the node's own degree.
     fn detach(&mut self, id: NodeId) -> Option<Node> {
-        let operands = self.dag.node_weight(id)?.operands.len();
+        let operands = self.dag.node_weight(id.ix())?.operands.len();
         for i in 0..operands {
             // Read afresh each time: unlinking one operand may move another entry of
             // this node (`x.mul(x)`) within the same use list, and fix its slot.
-            let Some(n) = self.dag.node_weight(id) else {
+            let Some(n) = self.dag.node_weight(id.ix()) else {
                 break;
             };
             if let (Some(v), Some(&slot)) = (n.operands.get(i), n.slots.get(i)) {
@@ -25,7 +21,7 @@ impl Graph {
                 }
             }
         }
-        let node = self.dag.remove_node(id)?;
+        let node = self.dag.remove_node(id.ix())?;
         if let Some(list) = self.use_lists.get_mut(id.index()) {
             // Empty for the unused nodes callers remove; freed either way.
             *list = UseList::new();
@@ -65,7 +61,7 @@ impl Graph {
             self.unlink(old.node, slot);
         }
         let slot = self.link(value, node, index as u32);
-        if let Some(n) = self.dag.node_weight_mut(node) {
+        if let Some(n) = self.dag.node_weight_mut(node.ix()) {
             n.operands[index] = value;
             n.slots[index] = slot;
         }
@@ -175,4 +171,5 @@ impl Graph {
         }
         removed
     }
+
 }

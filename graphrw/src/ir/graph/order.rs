@@ -2,9 +2,6 @@
 //! ones) and the cycle check of one node.
 
 use super::*;
-use crate::GraphError;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 impl Graph {
     /// A node on a cycle, if the graph has one: the node [`Graph::topo_order`] would
@@ -15,8 +12,12 @@ impl Graph {
     pub(crate) fn node_on_cycle(&self) -> Option<NodeId> {
         let mut indegree: Vec<u32> = vec![0; self.use_lists.len()];
         let mut ready = Vec::new();
-        for n in self.dag.node_indices() {
-            let d = self.dag[n].slots.iter().filter(|&&s| s != NO_SLOT).count();
+        for n in self.dag.node_indices().map(NodeId::of) {
+            let d = self.dag[n.ix()]
+                .slots
+                .iter()
+                .filter(|&&s| s != NO_SLOT)
+                .count();
             if d == 0 {
                 ready.push(n);
             }
@@ -42,6 +43,7 @@ impl Graph {
         Some(
             self.dag
                 .node_indices()
+                .map(NodeId::of)
                 .find(|n| indegree.get(n.index()).is_some_and(|&d| d > 0))
                 .unwrap_or(NodeId::new(0)),
         )
@@ -63,8 +65,12 @@ impl Graph {
         // By node index: the operands still to be ordered (linked ones: a missing
         // producer is the verifier's error, not an ordering constraint).
         let mut indegree: Vec<u32> = vec![VACANT_ID; bound];
-        for n in self.dag.node_indices() {
-            let d = self.dag[n].slots.iter().filter(|&&s| s != NO_SLOT).count();
+        for n in self.dag.node_indices().map(NodeId::of) {
+            let d = self.dag[n.ix()]
+                .slots
+                .iter()
+                .filter(|&&s| s != NO_SLOT)
+                .count();
             indegree[n.index()] = d as u32;
         }
         let mut order = Vec::with_capacity(self.node_count());

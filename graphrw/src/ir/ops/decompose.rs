@@ -1,14 +1,14 @@
 //! Decompositions of built-in ops into other built-in ops: what a node runs as when no
 //! executor claims it, and the reference semantics of fused ops.
 
-use super::Attrs;
+use super::{Attrs, Op};
 use crate::builder::Builder;
 use crate::meta::DType;
 use crate::{GraphError, Value};
 
 fn unsupported(message: String) -> GraphError {
     GraphError::Signature {
-        op: "scaled_dot_product_attention",
+        op: Op::ScaledDotProductAttention.name(),
         node: None,
         message,
     }
@@ -128,10 +128,10 @@ fn trailing_dims(op: &'static str, axis: i64, r: usize) -> Result<Vec<i64>, Grap
 /// `layer_norm`: `(x - mean) * rsqrt(var + eps) * weight + bias` over the dims from
 /// `axis` on (biased variance).
 pub fn layer_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
-    let err = attr_error("layer_norm");
+    let err = attr_error(Op::LayerNorm.name());
     let input = b.var(x[0]);
     let dims = trailing_dims(
-        "layer_norm",
+        Op::LayerNorm.name(),
         a.int("axis").map_err(&err)?,
         input.meta()?.rank(),
     )?;
@@ -150,10 +150,10 @@ pub fn layer_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, Gra
 
 /// `rms_norm`: `x * rsqrt(mean(x^2) + eps) * weight` over the dims from `axis` on.
 pub fn rms_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
-    let err = attr_error("rms_norm");
+    let err = attr_error(Op::RmsNorm.name());
     let input = b.var(x[0]);
     let dims = trailing_dims(
-        "rms_norm",
+        Op::RmsNorm.name(),
         a.int("axis").map_err(&err)?,
         input.meta()?.rank(),
     )?;
@@ -170,7 +170,7 @@ pub fn rms_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, Graph
 /// `p`, then `dv = p^T dout`, `dp = dout v^T`, `ds = p * (dp - rowsum(dp * p))`,
 /// `dq = scale * ds k`, `dk = scale * ds^T q`; grouped kv heads sum their group.
 pub fn sdpa_backward(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
-    let op = "scaled_dot_product_attention_backward";
+    let op = Op::ScaledDotProductAttentionBackward.name();
     let err = attr_error(op);
     let (dout, q, k, v) = (b.var(x[0]), b.var(x[1]), b.var(x[2]), b.var(x[3]));
     let (qm, km) = (q.meta()?, k.meta()?);
@@ -269,7 +269,7 @@ fn cross_entropy_parts<'b>(
     let c = m.shape.dims()[m.rank() - 1]
         .known()
         .ok_or_else(|| GraphError::Signature {
-            op: "cross_entropy",
+            op: Op::CrossEntropy.name(),
             node: None,
             message: "the class count must be known".into(),
         })? as i64;
@@ -282,7 +282,7 @@ fn cross_entropy_parts<'b>(
 /// `cross_entropy`: `-(1 - ls) * log_softmax(x)[target] - ls * mean(log_softmax(x))`
 /// per row, zero where `target == ignore_index`, then reduced.
 pub fn cross_entropy(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
-    let err = attr_error("cross_entropy");
+    let err = attr_error(Op::CrossEntropy.name());
     let (input, target) = (b.var(x[0]), b.var(x[1]));
     let ls = a.float("label_smoothing").map_err(&err)?;
     let (onehot, valid, _) =
@@ -313,7 +313,7 @@ pub fn cross_entropy_backward(
     x: &[Value],
     a: &Attrs,
 ) -> Result<Vec<Value>, GraphError> {
-    let err = attr_error("cross_entropy_backward");
+    let err = attr_error(Op::CrossEntropyBackward.name());
     let (g, input, target) = (b.var(x[0]), b.var(x[1]), b.var(x[2]));
     let ls = a.float("label_smoothing").map_err(&err)?;
     let (onehot, valid, c) =

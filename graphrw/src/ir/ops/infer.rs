@@ -16,7 +16,7 @@ use smallvec::smallvec;
 
 use graphrw_kernels::Tensor;
 
-use super::{Attrs, InferError};
+use super::{Attrs, InferError, Op};
 use crate::infer_bail;
 use crate::meta::{normalize_axis, DType, Dim, Dims, Shape, Sign, SymExpr, TensorMeta};
 use crate::ops::AttrValue;
@@ -250,7 +250,7 @@ pub use reduce::*;
 pub use source::*;
 
 /// The ops whose constant operands [`check_constants`] checks.
-pub const CONSTANT_CHECKED: &[&str] = &["gather", "gather_elements", "index_select"];
+pub const CONSTANT_CHECKED: &[Op] = &[Op::Gather, Op::GatherElements, Op::IndexSelect];
 
 /// Checks the values of an op's constant operands against the other operands' dims,
 /// beyond what metadata can say: a constant index of `gather`, `gather_elements` or
@@ -258,7 +258,7 @@ pub const CONSTANT_CHECKED: &[&str] = &["gather", "gather_elements", "index_sele
 /// except for `index_select`). `constants[i]` is operand `i`'s value where it is a
 /// constant.
 pub fn check_constants(
-    op: &str,
+    op: Op,
     x: &[&TensorMeta],
     constants: &[Option<&Tensor>],
     a: &Attrs,
@@ -277,7 +277,7 @@ pub fn check_constants(
         return Ok(());
     };
     let n = i64::try_from(n).unwrap_or(i64::MAX);
-    let low = if op == "index_select" { 0 } else { -n };
+    let low = if op == Op::IndexSelect { 0 } else { -n };
     if let Some((at, &bad)) = index
         .to_i64_vec()
         .iter()

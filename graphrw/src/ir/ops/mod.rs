@@ -4,9 +4,11 @@
 //! attributes with kinds and defaults, how many outputs it has, whether it is
 //! commutative, how its output metadata is inferred, and optionally a decomposition
 //! into other ops. The built-in statics live in [`builtin`] and are generated from the
-//! table in `graphrw-macros` (the same table `pattern!` checks against).
+//! op table in `graphrw-ops` (the same table `pattern!` checks against), with [`Op`],
+//! one variant per built-in op: [`OpDef::builtin`] says which built-in op a definition
+//! is (`None` for ops declared elsewhere), and dispatch is an exhaustive `match` on it.
 //!
-//! Declaring your own op is writing another `static`:
+//! Declaring your own op is writing another `static`, with `builtin: None`:
 //!
 //! ```
 //! use graphrw::ops::{AttrDefault, AttrKind, AttrSpec, Arity, Attrs, Infer, InferError, OpClass,
@@ -28,6 +30,7 @@
 //!     class: OpClass::Elementwise,
 //!     infer: Infer::Fn(infer_scale),
 //!     decompose: None,
+//!     builtin: None, // not a built-in op
 //! };
 //! ```
 
@@ -41,58 +44,12 @@ use crate::builder::Builder;
 use crate::meta::{DType, EvalError, SymExpr, TensorMeta};
 use crate::{GraphError, Value};
 
-pub use builtin::BUILTIN;
-
-/// How many values an operand slot takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arity {
-    /// Exactly one.
-    Required,
-    /// Zero or one. Only trailing slots are optional: a node carries its present
-    /// operands in order, so an optional slot can be filled only if the ones before it are.
-    Optional,
-    /// Any number (the last slot only).
-    Variadic,
-}
-
-/// One operand slot of an op.
-#[derive(Clone, Copy, Debug)]
-pub struct OperandSpec {
-    /// Name, for messages and keyword-style pattern arguments.
-    pub name: &'static str,
-    /// How many values it takes.
-    pub arity: Arity,
-}
-
-/// The kind of an attribute.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AttrKind {
-    /// `i64`.
-    Int,
-    /// `f64`.
-    Float,
-    /// `bool`.
-    Bool,
-    /// A list of `i64` (dims, sizes).
-    Ints,
-    /// A string.
-    Str,
-    /// A [`DType`].
-    DType,
-}
-
-impl fmt::Display for AttrKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AttrKind::Int => "int",
-            AttrKind::Float => "float",
-            AttrKind::Bool => "bool",
-            AttrKind::Ints => "int list",
-            AttrKind::Str => "string",
-            AttrKind::DType => "dtype",
-        })
-    }
-}
+pub use builtin::{Op, BUILTIN};
+/// The parts of an op's signature that the op table (`graphrw-ops`) and `OpDef` share:
+/// operand slots and their arity, attribute kinds, output counts and op classes.
+pub use graphrw_ops::vocab::{
+    Arity, Class as OpClass, Kind as AttrKind, Operand as OperandSpec, Outputs as OutputCount,
+};
 
 /// An attribute's default, usable in a `static`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -428,36 +385,6 @@ impl fmt::Debug for Infer {
     }
 }
 
-/// How many outputs a node of an op has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutputCount {
-    /// Always this many.
-    Fixed(usize),
-    /// The length of the named `Ints` attribute.
-    PerElementOf(&'static str),
-}
-
-/// The broad family of an op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OpClass {
-    /// No operands: inputs, constants, factories.
-    Source,
-    /// Elementwise with broadcasting.
-    Elementwise,
-    /// Reduces dims.
-    Reduction,
-    /// Moves or reinterprets data.
-    Layout,
-    /// Gathers by index.
-    Indexing,
-    /// Contracts dims (matmul, conv, attention).
-    Contraction,
-    /// Normalises along dims (softmax, layer_norm).
-    Normalization,
-    /// Anything else.
-    Other,
-}
-
 /// An op: everything the graph, the patterns and the executors know about it.
 #[derive(Debug)]
 pub struct OpDef {
@@ -479,9 +406,18 @@ pub struct OpDef {
     pub infer: Infer,
     /// Decomposition into other ops, if any.
     pub decompose: Option<DecomposeFn>,
+    /// Which built-in op this is: `Some` in the built-in statics (generated from the op
+    /// table), `None` in every op declared elsewhere. Dispatch on a node's op is a
+    /// `match` on it, never a comparison of names.
+    pub builtin: Option<Op>,
 }
 
 impl OpDef {
+    /// True when this is built-in op `op` (a compare of two small enums).
+    pub fn is(&self, op: Op) -> bool {
+        self.builtin == Some(op)
+    }
+
     /// The index of attribute `name`.
     pub fn attr_index(&self, name: &str) -> Option<usize> {
         self.attrs.iter().position(|a| a.name == name)

@@ -25,8 +25,8 @@ use crate::onnx::tensor_pb::dtype_from_onnx;
 use crate::onnx::tensor_pb::tensor_from_proto;
 use crate::onnx::tensor_pb::MAX_DIM;
 use crate::onnx::OnnxError;
-use crate::ops;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use crate::ops::OpDef;
 use crate::GraphError;
 use crate::Tensor;
@@ -507,12 +507,11 @@ impl<'m> Importer<'m> {
     pub(crate) fn op(
         &mut self,
         at: &At,
-        op: &str,
+        op: Op,
         operands: &[Value],
         attrs: &[(&str, AttrValue)],
     ) -> Result<Outs, OnnxError> {
-        let def: &'static OpDef =
-            ops::lookup(op).ok_or_else(|| at.err(format!("vocabulary op `{op}` is missing")))?;
+        let def = op.def();
         let values = normalize_attrs(def, attrs).map_err(|e| graph_error(at, e))?;
         self.add(at, def, operands, values)
     }
@@ -561,7 +560,7 @@ impl<'m> Importer<'m> {
     pub(crate) fn op1(
         &mut self,
         at: &At,
-        op: &str,
+        op: Op,
         operands: &[Value],
         attrs: &[(&str, AttrValue)],
     ) -> Result<Value, OnnxError> {
@@ -702,7 +701,7 @@ impl<'m> Importer<'m> {
         // Constants that only fed attributes (shapes, axes) are dead.
         let unused: Vec<NodeId> = self
             .graph
-            .nodes_with_op("constant")
+            .nodes_with_op(Op::Constant.name())
             .filter(|&id| self.graph.node_is_unused(id))
             .collect();
         for id in unused {

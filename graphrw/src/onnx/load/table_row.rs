@@ -17,6 +17,7 @@ use crate::onnx::tensor_pb::MAX_DIM;
 use crate::onnx::OnnxError;
 use crate::ops::AttrKind;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use crate::ops::OpDef;
 use smallvec::smallvec;
 use smallvec::SmallVec;
@@ -263,7 +264,7 @@ impl<'m> Importer<'m> {
             )));
         }
         for _ in 0..ra - axis - rb {
-            *b = self.op1(at, "unsqueeze", &[*b], &[("dim", int_attr(-1))])?;
+            *b = self.op1(at, Op::Unsqueeze, &[*b], &[("dim", int_attr(-1))])?;
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use crate::onnx::save::names::*;
 use crate::onnx::save::ATTENTION_OPSET;
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use smallvec::smallvec;
 use smallvec::SmallVec;
 
@@ -52,7 +53,7 @@ impl<'m> Importer<'m> {
             // graphrw's exporter expands a padding mask for onnxruntime; undo that.
             let marker = format!("{}/mask_expand", at.name);
             if let Some(n) = self.graph.node(m.node) {
-                if n.op_name() == "expand"
+                if n.op().is(Op::Expand)
                     && n.name() == Some(marker.as_str())
                     && self.graph.use_count(m) == 0
                 {
@@ -72,7 +73,7 @@ impl<'m> Importer<'m> {
             ("scale", scale),
             ("enable_gqa", AttrValue::Bool(gqa)),
         ];
-        let out = self.op1(at, "scaled_dot_product_attention", &operands, &attrs)?;
+        let out = self.op1(at, Op::ScaledDotProductAttention, &operands, &attrs)?;
         // A later node may still read the expanded mask (by its name or an alias), so
         // whether it is dead is only known at the end.
         self.bypassed.extend(bypassed);

@@ -6,6 +6,7 @@ use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use smallvec::smallvec;
 use std::collections::HashSet;
 
@@ -25,10 +26,10 @@ impl<'m> Importer<'m> {
         let c = self.input(at, 2)?;
         let swap = [("dim0", int_attr(0)), ("dim1", int_attr(1))];
         if at.int("transA", 0)? != 0 {
-            a = self.op1(at, "transpose", &[a], &swap)?;
+            a = self.op1(at, Op::Transpose, &[a], &swap)?;
         }
         if at.int("transB", 0)? != 0 {
-            b = self.op1(at, "transpose", &[b], &swap)?;
+            b = self.op1(at, Op::Transpose, &[b], &swap)?;
         }
         for (v, which) in [(a, "A"), (b, "B")] {
             let r = self.meta(v)?.rank();
@@ -36,18 +37,18 @@ impl<'m> Importer<'m> {
                 return Err(at.bad(format!("{which} must be 2-D, found rank {r}")));
             }
         }
-        let mut y = self.op1(at, "matmul", &[a, b], &[])?;
+        let mut y = self.op1(at, Op::Matmul, &[a, b], &[])?;
         let dtype = self.meta(y)?.dtype;
         if alpha != 1.0 {
             let s = self.scalar(dtype, alpha);
-            y = self.op1(at, "mul", &[y, s], &[])?;
+            y = self.op1(at, Op::Mul, &[y, s], &[])?;
         }
         if let Some(mut c) = c {
             if beta != 1.0 {
                 let s = self.scalar(dtype, beta);
-                c = self.op1(at, "mul", &[c, s], &[])?;
+                c = self.op1(at, Op::Mul, &[c, s], &[])?;
             }
-            y = self.op1(at, "add", &[y, c], &[])?;
+            y = self.op1(at, Op::Add, &[y, c], &[])?;
         }
         Ok(smallvec![y])
     }
@@ -129,14 +130,14 @@ impl<'m> Importer<'m> {
             if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
                 return Ok(v);
             }
-            imp.op1(at, "permute", &[v], &[("dims", AttrValue::Ints(perm))])
+            imp.op1(at, Op::Permute, &[v], &[("dims", AttrValue::Ints(perm))])
         };
         let la: Vec<char> = batch.iter().chain(&rows).chain(&sum).copied().collect();
         let lb: Vec<char> = batch.iter().chain(&sum).chain(&cols).copied().collect();
         let ly: Vec<char> = batch.iter().chain(&rows).chain(&cols).copied().collect();
         let pa = permute(self, a, &ea, &la)?;
         let pb = permute(self, b, &eb, &lb)?;
-        let y = self.op1(at, "matmul", &[pa, pb], &[])?;
+        let y = self.op1(at, Op::Matmul, &[pa, pb], &[])?;
         Ok(smallvec![permute(self, y, &ly, &eo)?])
     }
 }

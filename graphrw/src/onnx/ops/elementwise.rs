@@ -7,6 +7,7 @@ use crate::onnx::load::node::*;
 use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
 use crate::onnx::OnnxError;
+use crate::ops::Op;
 use crate::Tensor;
 use smallvec::smallvec;
 
@@ -48,36 +49,36 @@ impl<'m> Importer<'m> {
                     && !sm.shape.dims()[0].is_one();
                 if op_type == "PRelu" && self.opset < 7 && per_channel {
                     for _ in 2..m.rank() {
-                        slope = self.op1(at, "unsqueeze", &[slope], &[("dim", int_attr(-1))])?;
+                        slope = self.op1(at, Op::Unsqueeze, &[slope], &[("dim", int_attr(-1))])?;
                     }
                 }
-                let pos = self.op1(at, "relu", &[x], &[])?;
-                let negx = self.op1(at, "neg", &[x], &[])?;
-                let neg = self.op1(at, "relu", &[negx], &[])?;
-                let scaled = self.op1(at, "mul", &[neg, slope], &[])?;
-                Ok(smallvec![self.op1(at, "sub", &[pos, scaled], &[])?])
+                let pos = self.op1(at, Op::Relu, &[x], &[])?;
+                let negx = self.op1(at, Op::Neg, &[x], &[])?;
+                let neg = self.op1(at, Op::Relu, &[negx], &[])?;
+                let scaled = self.op1(at, Op::Mul, &[neg, slope], &[])?;
+                Ok(smallvec![self.op1(at, Op::Sub, &[pos, scaled], &[])?])
             }
             "Softplus" => {
-                let e = self.op1(at, "exp", &[x], &[])?;
+                let e = self.op1(at, Op::Exp, &[x], &[])?;
                 let one = c(self, 1.0);
-                let s = self.op1(at, "add", &[e, one], &[])?;
-                Ok(smallvec![self.op1(at, "log", &[s], &[])?])
+                let s = self.op1(at, Op::Add, &[e, one], &[])?;
+                Ok(smallvec![self.op1(at, Op::Log, &[s], &[])?])
             }
             _ => {
                 let selu = op_type == "Selu";
                 let alpha = f64::from(at.float("alpha", if selu { 1.673_263_2 } else { 1.0 })?);
                 let gamma = f64::from(at.float("gamma", 1.050_701)?);
                 let zero = c(self, 0.0);
-                let pos = self.op1(at, "gt", &[x, zero], &[])?;
-                let e = self.op1(at, "exp", &[x], &[])?;
+                let pos = self.op1(at, Op::Gt, &[x, zero], &[])?;
+                let e = self.op1(at, Op::Exp, &[x], &[])?;
                 let one = c(self, 1.0);
-                let em1 = self.op1(at, "sub", &[e, one], &[])?;
+                let em1 = self.op1(at, Op::Sub, &[e, one], &[])?;
                 let a = c(self, alpha);
-                let neg = self.op1(at, "mul", &[em1, a], &[])?;
-                let mut y = self.op1(at, "where", &[pos, x, neg], &[])?;
+                let neg = self.op1(at, Op::Mul, &[em1, a], &[])?;
+                let mut y = self.op1(at, Op::Where, &[pos, x, neg], &[])?;
                 if selu {
                     let g = c(self, gamma);
-                    y = self.op1(at, "mul", &[y, g], &[])?;
+                    y = self.op1(at, Op::Mul, &[y, g], &[])?;
                 }
                 Ok(smallvec![y])
             }
@@ -110,11 +111,11 @@ impl<'m> Importer<'m> {
         let mut y = x;
         if let Some(lo) = lo {
             let s = self.scalar(dtype, lo);
-            y = self.op1(at, "maximum", &[y, s], &[])?;
+            y = self.op1(at, Op::Maximum, &[y, s], &[])?;
         }
         if let Some(hi) = hi {
             let s = self.scalar(dtype, hi);
-            y = self.op1(at, "minimum", &[y, s], &[])?;
+            y = self.op1(at, Op::Minimum, &[y, s], &[])?;
         }
         Ok(smallvec![y])
     }

@@ -37,6 +37,7 @@ use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
 use crate::onnx::table;
 use crate::onnx::OnnxError;
+use crate::ops::Op;
 use std::rc::Rc;
 
 impl<'m> Importer<'m> {
@@ -100,25 +101,26 @@ impl<'g> Exporter<'g> {
         if let Some(row) = crate::onnx::table::saving(node.op_name()) {
             return self.write_row(id, row, ins, outs);
         }
-        match node.op_name() {
-            "ne" => self.write_ne(id, &ins, &outs)?,
-            "rsqrt" => self.write_rsqrt(id, &ins, &outs)?,
-            "silu" => self.write_silu(id, &ins, &outs)?,
-            "dropout" => self.write_dropout(id, &ins, &outs)?,
-            "masked_fill" => self.write_masked_fill(id, &ins, &outs)?,
-            "transpose" => self.write_transpose(id, &ins, &outs)?,
+        match node.op().builtin {
+            Some(Op::Ne) => self.write_ne(id, &ins, &outs)?,
+            Some(Op::Rsqrt) => self.write_rsqrt(id, &ins, &outs)?,
+            Some(Op::Silu) => self.write_silu(id, &ins, &outs)?,
+            Some(Op::Dropout) => self.write_dropout(id, &ins, &outs)?,
+            Some(Op::MaskedFill) => self.write_masked_fill(id, &ins, &outs)?,
+            Some(Op::Transpose) => self.write_transpose(id, &ins, &outs)?,
             // A static size is one initialiser; a symbolic one, shape arithmetic.
-            "full" | "zeros" | "ones" => self.write_full(id, &ins, &outs)?,
-            "sym_ints" => self.write_sym_ints(id, &ins, &outs)?,
-            "reshape" => self.write_reshape(id, &ins, &outs)?,
-            "expand" => self.write_expand(id, &ins, &outs)?,
-            "unsqueeze" => self.write_unsqueeze(id, &ins, &outs)?,
-            "split" => self.write_split(id, &ins, &outs)?,
-            "slice" => self.write_slice(id, &ins, &outs)?,
-            "arange" => self.write_arange(id, &ins, &outs)?,
-            "scaled_dot_product_attention" => self.attention(id, ins, outs)?,
-            "opaque" => self.opaque(id, ins, outs)?,
-            other => {
+            Some(Op::Full | Op::Zeros | Op::Ones) => self.write_full(id, &ins, &outs)?,
+            Some(Op::SymInts) => self.write_sym_ints(id, &ins, &outs)?,
+            Some(Op::Reshape) => self.write_reshape(id, &ins, &outs)?,
+            Some(Op::Expand) => self.write_expand(id, &ins, &outs)?,
+            Some(Op::Unsqueeze) => self.write_unsqueeze(id, &ins, &outs)?,
+            Some(Op::Split) => self.write_split(id, &ins, &outs)?,
+            Some(Op::Slice) => self.write_slice(id, &ins, &outs)?,
+            Some(Op::Arange) => self.write_arange(id, &ins, &outs)?,
+            Some(Op::ScaledDotProductAttention) => self.attention(id, ins, outs)?,
+            Some(Op::Opaque) => self.opaque(id, ins, outs)?,
+            _ => {
+                let other = node.op_name();
                 if self.standard_fused(id, &ins, &outs)? {
                     return Ok(());
                 }

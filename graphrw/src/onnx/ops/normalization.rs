@@ -7,6 +7,7 @@ use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use smallvec::smallvec;
 
 impl<'m> Importer<'m> {
@@ -16,7 +17,7 @@ impl<'m> Importer<'m> {
     pub(crate) fn softmax_2d(
         &mut self,
         at: &At<'m, '_>,
-        op: &str,
+        op: Op,
         x: Value,
     ) -> Result<Outs, OnnxError> {
         let shape = self.meta(x)?.shape;
@@ -47,7 +48,7 @@ impl<'m> Importer<'m> {
         ];
         let y = self.op1(
             at,
-            "reshape",
+            Op::Reshape,
             &[x],
             &[("shape", AttrValue::Ints(flat.to_vec()))],
         )?;
@@ -55,7 +56,7 @@ impl<'m> Importer<'m> {
         let back: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         Ok(smallvec![self.op1(
             at,
-            "reshape",
+            Op::Reshape,
             &[y],
             &[("shape", AttrValue::Ints(back))],
         )?])
@@ -100,18 +101,18 @@ impl<'m> Importer<'m> {
             }
             p.push(self.op1(
                 at,
-                "reshape",
+                Op::Reshape,
                 &[v],
                 &[("shape", AttrValue::Ints(view.clone()))],
             )?);
         }
         let e = self.scalar(m.dtype, eps);
-        let var = self.op1(at, "add", &[p[3], e], &[])?;
-        let sd = self.op1(at, "sqrt", &[var], &[])?;
-        let gain = self.op1(at, "div", &[p[0], sd], &[])?;
-        let centred = self.op1(at, "sub", &[x, p[2]], &[])?;
-        let scaled = self.op1(at, "mul", &[centred, gain], &[])?;
-        Ok(smallvec![self.op1(at, "add", &[scaled, p[1]], &[])?])
+        let var = self.op1(at, Op::Add, &[p[3], e], &[])?;
+        let sd = self.op1(at, Op::Sqrt, &[var], &[])?;
+        let gain = self.op1(at, Op::Div, &[p[0], sd], &[])?;
+        let centred = self.op1(at, Op::Sub, &[x, p[2]], &[])?;
+        let scaled = self.op1(at, Op::Mul, &[centred, gain], &[])?;
+        Ok(smallvec![self.op1(at, Op::Add, &[scaled, p[1]], &[])?])
     }
 }
 
@@ -121,9 +122,9 @@ impl<'m> Importer<'m> {
         at.only_attrs(&["axis"])?;
         let x = self.req(at, 0)?;
         let op = if at.op_type == "Softmax" {
-            "softmax"
+            Op::Softmax
         } else {
-            "log_softmax"
+            Op::LogSoftmax
         };
         self.softmax_2d(at, op, x)
     }

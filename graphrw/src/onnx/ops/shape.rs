@@ -16,6 +16,7 @@ use crate::onnx::tensor_pb::tensor_from_proto;
 use crate::onnx::tensor_pb::MAX_DIM;
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use crate::Tensor;
 use smallvec::smallvec;
 use std::collections::HashSet;
@@ -69,7 +70,7 @@ impl<'m> Importer<'m> {
         }
         Ok(smallvec![self.op1(
             at,
-            "reshape",
+            Op::Reshape,
             &[x],
             &[("shape", AttrValue::sym_ints(shape))],
         )?])
@@ -154,7 +155,7 @@ impl<'m> Importer<'m> {
                         ("end", sym(&ends[k])),
                         ("step", int_attr(steps[k])),
                     ];
-                    v = self.op1(at, "slice", &[v], &attrs)?;
+                    v = self.op1(at, Op::Slice, &[v], &attrs)?;
                     continue;
                 }
             };
@@ -178,7 +179,7 @@ impl<'m> Importer<'m> {
                 ("end", int_attr(end)),
                 ("step", int_attr(steps[k])),
             ];
-            v = self.op1(at, "slice", &[v], &attrs)?;
+            v = self.op1(at, Op::Slice, &[v], &attrs)?;
         }
         Ok(smallvec![v])
     }
@@ -228,7 +229,7 @@ impl<'m> Importer<'m> {
         }
         Ok(smallvec![self.op1(
             at,
-            "expand",
+            Op::Expand,
             &[x],
             &[("size", AttrValue::sym_ints(size))],
         )?])
@@ -310,7 +311,7 @@ impl<'m> Importer<'m> {
         }
         self.op(
             at,
-            "split",
+            Op::Split,
             &[x],
             &[
                 ("split_sizes", AttrValue::Ints(sizes)),
@@ -342,7 +343,7 @@ impl<'m> Importer<'m> {
         };
         Ok(smallvec![self.op1(
             at,
-            "reshape",
+            Op::Reshape,
             &[x],
             &[("shape", AttrValue::Ints(target))],
         )?])
@@ -370,7 +371,7 @@ impl<'m> Importer<'m> {
         norm.sort_unstable();
         let mut v = x;
         for d in norm {
-            v = self.op1(at, "unsqueeze", &[v], &[("dim", int_attr(d as i64))])?;
+            v = self.op1(at, Op::Unsqueeze, &[v], &[("dim", int_attr(d as i64))])?;
         }
         Ok(smallvec![v])
     }

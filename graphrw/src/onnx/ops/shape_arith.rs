@@ -38,6 +38,7 @@ use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use graphrw_kernels::Tensor;
 use smallvec::smallvec;
 use std::collections::HashMap;
@@ -59,7 +60,7 @@ impl SymTensor {
     /// The symbolic value of `v`: a small int or bool constant, or a `sym_ints` node.
     pub(crate) fn of(graph: &Graph, v: Value) -> Option<SymTensor> {
         let node = graph.node(v.node)?;
-        if node.op_name() == "sym_ints" {
+        if node.op().is(Op::SymInts) {
             let a = node.attrs();
             return Some(SymTensor {
                 values: a.sym_ints("values").ok()?.into_owned(),
@@ -67,7 +68,7 @@ impl SymTensor {
                 dtype: DType::I64,
             });
         }
-        if node.op_name() != "constant" {
+        if !node.op().is(Op::Constant) {
             return None;
         }
         let t = node.payload()?;
@@ -231,7 +232,7 @@ impl<'m> Importer<'m> {
         }
         let v = self.op1(
             at,
-            "sym_ints",
+            Op::SymInts,
             &[],
             &[
                 ("values", AttrValue::Dims(t.values)),
@@ -241,7 +242,7 @@ impl<'m> Importer<'m> {
         if t.dtype == DType::I64 {
             return Ok(v);
         }
-        self.op1(at, "cast", &[v], &[("dtype", AttrValue::DType(t.dtype))])
+        self.op1(at, Op::Cast, &[v], &[("dtype", AttrValue::DType(t.dtype))])
     }
 
     /// Input `i` as an int list that may be symbolic: a constant (`None` where absent)

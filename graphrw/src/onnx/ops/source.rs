@@ -11,6 +11,7 @@ use crate::onnx::save::names::*;
 use crate::onnx::tensor_pb::{dtype_to_onnx, tensor_from_proto, tensor_to_proto};
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
+use crate::ops::Op;
 use crate::Tensor;
 use smallvec::smallvec;
 
@@ -49,7 +50,7 @@ impl<'m> Importer<'m> {
             ("value", AttrValue::Float(value)),
             ("dtype", AttrValue::DType(dtype)),
         ];
-        Ok(smallvec![self.op1(at, "full", &[], &attrs)?])
+        Ok(smallvec![self.op1(at, Op::Full, &[], &attrs)?])
     }
 
     /// ONNX `Range`.
@@ -85,7 +86,7 @@ impl<'m> Importer<'m> {
             ("step", float(step)),
             ("dtype", AttrValue::DType(dtype)),
         ];
-        Ok(smallvec![self.op1(at, "arange", &[], &attrs)?])
+        Ok(smallvec![self.op1(at, Op::Arange, &[], &attrs)?])
     }
 }
 
@@ -130,9 +131,9 @@ impl<'g> Exporter<'g> {
         let attrs = node.attrs();
         let size = attrs.sym_ints("size").map_err(|e| self.bad(e))?;
         let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
-        let value = match node.op_name() {
-            "full" => attrs.float("value").map_err(|e| self.bad(e))?,
-            "zeros" => 0.0,
+        let value = match node.builtin() {
+            Some(Op::Full) => attrs.float("value").map_err(|e| self.bad(e))?,
+            Some(Op::Zeros) => 0.0,
             _ => 1.0,
         };
         let s = self.sym_list(&size)?;

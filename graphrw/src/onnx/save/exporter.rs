@@ -38,6 +38,7 @@ use crate::onnx::tensor_pb::tensor_to_proto;
 use crate::onnx::OnnxError;
 use crate::ops::AttrValue;
 use crate::ops::InferError;
+use crate::ops::Op;
 #[cfg(debug_assertions)]
 use crate::printer::Names;
 use crate::Tensor;
@@ -263,7 +264,7 @@ impl<'g> Exporter<'g> {
         }
         // Outer names that opaque nodes' subgraphs read must exist under those names.
         let graph = self.graph;
-        for id in graph.nodes_with_op("opaque") {
+        for id in graph.nodes_with_op(Op::Opaque.name()) {
             let Some(node) = graph.node(id) else { continue };
             let Some(f) = node.foreign() else { continue };
             let first = node.operands().len().saturating_sub(f.captures.len());
@@ -438,14 +439,14 @@ impl<'g> Exporter<'g> {
     pub(crate) fn node(&mut self, id: NodeId) -> Result<(), OnnxError> {
         let graph = self.graph;
         let node = graph.try_node(id).map_err(OnnxError::verify)?;
-        match node.op_name() {
-            "input" => {
+        match node.builtin() {
+            Some(Op::Input) => {
                 let name = self.name_of(Value::from(id))?;
                 let vi = self.value_info_of(Value::from(id), self.s(name))?;
                 self.inputs.push(vi);
                 Ok(())
             }
-            "constant" => {
+            Some(Op::Constant) => {
                 let v = Value::from(id);
                 let printed = self.next_printed('c', 1);
                 let name = match self.names.get(v) {
@@ -473,9 +474,10 @@ impl<'g> Exporter<'g> {
                 });
                 Ok(())
             }
-            op => {
+            _ => {
+                let op = node.op_name();
                 self.node_names.group();
-                self.cur_op = node.op_name();
+                self.cur_op = op;
                 self.cur.clear();
                 match node.name() {
                     Some(n) => self.cur.push_str(n),

@@ -1,48 +1,76 @@
 //! The built-in op vocabulary as data: the one source of truth.
 //!
-//! `graphrw` expands its op declarations from this table (through the hidden
-//! `__builtin_op_table!` macro), and `pattern!` checks op names, operand counts and
-//! attribute kinds against it at compile time. Shape inference is code and lives in
-//! `graphrw::ops::infer`; each entry names its inference function.
+//! `graphrw` expands its op declarations and its `Op` enum from this table (through
+//! `graphrw-macros`' hidden `__builtin_op_table!` macro), and `pattern!` checks op
+//! names, operand counts and attribute kinds against it at compile time. Shape
+//! inference is code and lives in `graphrw::ops::infer`; each entry names its
+//! inference function.
 
-/// How many operands an operand slot takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How many values an operand slot takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Arity {
     /// Exactly one value.
     Required,
-    /// Zero or one value; only trailing slots may be optional.
+    /// Zero or one value. Only trailing slots are optional: a node carries its present
+    /// operands in order, so an optional slot can be filled only if the ones before it are.
     Optional,
     /// Any number of values (only as the last slot).
     Variadic,
 }
 
 /// The kind of an attribute value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
+    /// `i64`.
     Int,
+    /// `f64`.
     Float,
+    /// `bool`.
     Bool,
+    /// A list of `i64` (dims, sizes).
     Ints,
+    /// A string.
     Str,
+    /// A dtype.
     DType,
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Int => "int",
+            Kind::Float => "float",
+            Kind::Bool => "bool",
+            Kind::Ints => "int list",
+            Kind::Str => "string",
+            Kind::DType => "dtype",
+        })
+    }
 }
 
 /// An attribute's default, or `Required` when it has none.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum DefaultValue {
+    /// No default: every node gives it.
     Required,
     /// The attribute is optional and absent by default (`scale: Option<f64> = None`).
     Null,
+    /// An int.
     Int(i64),
+    /// A float.
     Float(f64),
+    /// A bool.
     Bool(bool),
+    /// An int list.
     Ints(&'static [i64]),
+    /// A string.
     Str(&'static str),
+    /// A dtype, by name (`f32`).
     DType(&'static str),
 }
 
 /// How many outputs a node of the op has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outputs {
     /// A fixed number.
     Fixed(usize),
@@ -51,42 +79,62 @@ pub enum Outputs {
 }
 
 /// The broad family of an op (used by printers, executors and the tile executor).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
+    /// No operands: inputs, constants, factories.
     Source,
+    /// Elementwise with broadcasting.
     Elementwise,
+    /// Reduces dims.
     Reduction,
+    /// Moves or reinterprets data.
     Layout,
+    /// Gathers by index.
     Indexing,
+    /// Contracts dims (matmul, conv, attention).
     Contraction,
+    /// Normalises along dims (softmax, layer_norm).
     Normalization,
+    /// Anything else.
     Other,
 }
 
-/// One operand slot.
-#[derive(Clone, Copy, Debug)]
+/// One operand slot of an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Operand {
+    /// Name, for messages and keyword arguments.
     pub name: &'static str,
+    /// How many values it takes.
     pub arity: Arity,
 }
 
 /// One attribute.
 #[derive(Clone, Copy, Debug)]
 pub struct Attr {
+    /// Name.
     pub name: &'static str,
+    /// Kind of value.
     pub kind: Kind,
+    /// Default.
     pub default: DefaultValue,
 }
 
 /// One op of the vocabulary.
 #[derive(Clone, Copy, Debug)]
 pub struct OpSpec {
+    /// Unique name (ATen's where it has one).
     pub name: &'static str,
+    /// One-line description.
     pub doc: &'static str,
+    /// Operand slots in order.
     pub operands: &'static [Operand],
+    /// Attributes in order.
     pub attrs: &'static [Attr],
+    /// How many outputs.
     pub outputs: Outputs,
+    /// True when the first two operands may be swapped.
     pub commutative: bool,
+    /// Family.
     pub class: Class,
     /// Name of the shape/dtype inference function in `graphrw::ops::infer`.
     pub infer: &'static str,
@@ -288,7 +336,6 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
 ];
 
 /// Looks an op up by name.
-#[allow(dead_code)] // used by the pattern macros
 pub fn find(name: &str) -> Option<&'static OpSpec> {
     BUILTIN_OPS.iter().find(|op| op.name == name)
 }
