@@ -47,7 +47,7 @@ pub use generated::{
     check_node, check_vjp_node, generated_executor, generated_executor_of, GENERATED_CPU,
 };
 pub use interpreter::RunReport;
-pub use plan::{plan, Plan};
+pub use plan::{plan, Fallback, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
 pub use tile::{tile_executor, TileCpu, TILE_CPU};
 pub use value::{DeviceValue, RunValue};
