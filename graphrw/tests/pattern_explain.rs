@@ -222,12 +222,18 @@ fn why_no_rule_of_a_set_fired_at_a_node() -> Result<(), GraphError> {
     assert_eq!(why.not_anchored, 1, "{text}");
     assert_eq!(why.matching().count(), 0, "{text}");
     let (_, exp) = &why.rules[0];
-    assert!(exp.message.contains("expected `exp`") && exp.message.contains("relu"), "{text}");
+    assert!(
+        exp.message.contains("expected `exp`") && exp.message.contains("relu"),
+        "{text}"
+    );
     let (_, rank) = &why.rules[1];
     assert!(rank.message.contains("rank(x) == 4"), "{text}");
     assert!(text.contains("rule `rank4_softmax_rule`: "), "{text}");
     let debug = format!("{exp:?}");
-    assert!(debug.contains("anchor: t1") && debug.contains("node: t0"), "{debug}");
+    assert!(
+        debug.contains("anchor: t1") && debug.contains("node: t0"),
+        "{debug}"
+    );
     assert!(!debug.contains("NodeIndex"), "{debug}");
     Ok(())
 }

@@ -182,7 +182,13 @@ fn a_typed_call_takes_attributes_by_name_and_defaults_the_rest() {
     // A wrong attribute name or kind is an error naming the op and the attribute.
     let e = b_err(|b, x| b.call(&SCALE).arg(x).attr("fctor", 0.5).build().map(drop));
     assert!(e.contains("test.scale") && e.contains("fctor"), "{e}");
-    let e = b_err(|b, x| b.call(&SCALE).arg(x).attr("factor", "big").build().map(drop));
+    let e = b_err(|b, x| {
+        b.call(&SCALE)
+            .arg(x)
+            .attr("factor", "big")
+            .build()
+            .map(drop)
+    });
     assert!(e.contains("factor"), "{e}");
 }
 

@@ -34,7 +34,11 @@ fn verified_per_node(nodes: usize, verify: Verify) -> (f64, usize) {
     let mut g = gelu_chain(nodes);
     let n = g.node_count();
     let done = optimize_with(&mut g, verify).unwrap();
-    let fused = done.fused_nodes.get("fused.gelu_tanh").copied().unwrap_or(0);
+    let fused = done
+        .fused_nodes
+        .get("fused.gelu_tanh")
+        .copied()
+        .unwrap_or(0);
     (done.verified() as f64 / n as f64, fused)
 }
 
@@ -81,8 +85,14 @@ fn the_counter_sees_a_quadratic_check() {
     // The same measure on `Verify::Full` grows with the graph: the test above could fail.
     let (small, fused_small) = verified_per_node(500, Verify::Full);
     let (big, fused_big) = verified_per_node(2_000, Verify::Full);
-    assert!(fused_big > 3 * fused_small, "{fused_small} then {fused_big} fused");
-    assert!(big > 3.0 * small, "{small:.1} then {big:.1} checked nodes per node");
+    assert!(
+        fused_big > 3 * fused_small,
+        "{fused_small} then {fused_big} fused"
+    );
+    assert!(
+        big > 3.0 * small,
+        "{small:.1} then {big:.1} checked nodes per node"
+    );
     // And the local check does much less at that size.
     let (local, _) = verified_per_node(2_000, Verify::Local);
     assert!(local * 10.0 < big, "local {local:.1}, full {big:.1}");

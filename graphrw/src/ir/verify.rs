@@ -539,7 +539,13 @@ fn cycle_through_patch(graph: &Graph, touched: &Touched<'_>, work: &mut usize) -
             if seen.len() > BUDGET {
                 break;
             }
-            stack.extend(graph.node(n).map_or(&[][..], |n| n.operands()).iter().map(|v| v.node));
+            stack.extend(
+                graph
+                    .node(n)
+                    .map_or(&[][..], |n| n.operands())
+                    .iter()
+                    .map(|v| v.node),
+            );
         }
     }
     None
@@ -588,7 +594,11 @@ mod tests {
         (b.finish(), y, z)
     }
 
-    fn like(_: &crate::Builder, x: &[Value], _: &crate::ops::Attrs) -> Result<Vec<Value>, GraphError> {
+    fn like(
+        _: &crate::Builder,
+        x: &[Value],
+        _: &crate::ops::Attrs,
+    ) -> Result<Vec<Value>, GraphError> {
         Ok(vec![x[0]])
     }
 
@@ -613,10 +623,16 @@ mod tests {
     #[test]
     fn a_like_op_needs_a_decomposition() {
         assert!(SOUND.soundness().is_ok());
-        assert!(UNSOUND.soundness().unwrap_err().contains("no decomposition"));
+        assert!(UNSOUND
+            .soundness()
+            .unwrap_err()
+            .contains("no decomposition"));
         let mut registry = crate::ops::OpRegistry::with_builtins();
         let e = registry.register(&UNSOUND).unwrap_err().to_string();
-        assert!(e.contains("test.like") && e.contains("no decomposition"), "{e}");
+        assert!(
+            e.contains("test.like") && e.contains("no decomposition"),
+            "{e}"
+        );
         registry.register(&SOUND).unwrap();
     }
 

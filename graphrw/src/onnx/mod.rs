@@ -41,8 +41,8 @@ pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET
 pub use save::{
     save, save_with, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
 };
-pub use test_set::{read_test_set, read_test_sets, TestSet};
 pub use tensor_pb::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,
     write_tensor_pb, MAX_DIM,
 };
+pub use test_set::{read_test_set, read_test_sets, TestSet};

@@ -69,10 +69,7 @@ impl TestSet {
 pub fn read_test_set(dir: impl AsRef<Path>) -> Result<TestSet, OnnxError> {
     let dir = dir.as_ref();
     let read = |prefix: &str| -> Result<Vec<(String, Tensor)>, OnnxError> {
-        numbered(dir, prefix)?
-            .iter()
-            .map(read_tensor_pb)
-            .collect()
+        numbered(dir, prefix)?.iter().map(read_tensor_pb).collect()
     };
     let inputs = read("input_")?;
     if inputs.is_empty() {
@@ -104,7 +101,11 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, OnnxError> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let k = name.strip_prefix(prefix)?.strip_suffix(".pb")?.parse().ok()?;
+            let k = name
+                .strip_prefix(prefix)?
+                .strip_suffix(".pb")?
+                .parse()
+                .ok()?;
             Some((k, e.path()))
         })
         .collect();
@@ -136,7 +137,8 @@ mod tests {
 
     /// A scratch folder unique to this test and process.
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("graphrw-test-set-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("graphrw-test-set-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("test_data_set_0")).unwrap();
         dir
@@ -172,8 +174,13 @@ mod tests {
     #[test]
     fn a_folder_without_inputs_is_an_error_naming_it() {
         let dir = scratch("empty");
-        let e = read_test_set(dir.join("test_data_set_0")).unwrap_err().to_string();
-        assert!(e.contains("test_data_set_0") && e.contains("input_K.pb"), "{e}");
+        let e = read_test_set(dir.join("test_data_set_0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("test_data_set_0") && e.contains("input_K.pb"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

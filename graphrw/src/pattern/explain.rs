@@ -102,11 +102,7 @@ impl fmt::Display for RulesExplanation {
             self.rules.len()
         )?;
         if self.not_anchored > 0 {
-            write!(
-                f,
-                " ({} other(s) start at other ops)",
-                self.not_anchored
-            )?;
+            write!(f, " ({} other(s) start at other ops)", self.not_anchored)?;
         }
         for (rule, e) in &self.rules {
             write!(f, "\n  rule `{rule}`: {e}")?;

@@ -326,9 +326,12 @@ impl Rewriter {
                 let at = describe(graph, id);
                 if self.verify == Verify::Local {
                     producers.clear();
-                    producers.extend(inside.iter().filter_map(|&n| graph.node(n)).flat_map(
-                        |n| n.operands().iter().map(|v| v.node),
-                    ));
+                    producers.extend(
+                        inside
+                            .iter()
+                            .filter_map(|&n| graph.node(n))
+                            .flat_map(|n| n.operands().iter().map(|v| v.node)),
+                    );
                 }
                 let patch = match apply::apply_safe(graph, m, rule.replace, &inside) {
                     Ok(patch) => patch,
