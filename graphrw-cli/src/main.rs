@@ -77,7 +77,8 @@ enum Command {
     ///
     /// With `--node`, says where matching stopped at that node and why (the pattern
     /// position, the graph node, what was expected and found). Without it, lists the
-    /// rule's near misses over the model, deepest first.
+    /// rule's near misses over the model, deepest first. With a rule set's name
+    /// (`canonical`, a kernel's) and `--node`, says why no rule of the set fires there.
     ///
     /// Example: `graphrw explain model.onnx --rule attention --node t41`
     Explain {

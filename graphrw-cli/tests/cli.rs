@@ -246,6 +246,18 @@ fn explain_lists_near_misses_and_explains_one_node() {
     assert!(line.contains("t999999"), "{line}");
     let line = fails(&["explain", &model("bert_eager"), "--rule", "nope"]);
     assert!(line.contains("unknown rule `nope`"), "{line}");
+    // A rule set's name with `--node`: every rule of the set that starts there.
+    let set = ok(&[
+        "explain",
+        &model("bert_eager"),
+        "--rule",
+        "canonical",
+        "--node",
+        &node,
+    ]);
+    assert!(set.starts_with("rule set `"), "{set}");
+    assert!(set.contains(&format!("at {node} = softmax(")), "{set}");
+    assert!(set.contains("rule(s) could start here"), "{set}");
 }
 
 /// Every `--rules` value: the written model loads, verifies and (for the sets that
@@ -389,9 +401,15 @@ fn run_profile_lists_the_time_of_each_op() {
         (total - 100.0).abs() < 1.0,
         "shares add up to {total}:\n{out}"
     );
+    // The plan's fallbacks to decompositions are listed (a count, then each node).
+    assert!(
+        out.contains("node(s) ran as their decomposition (no executor took them)"),
+        "{out}"
+    );
     // Without the flag there is no table.
     let plain = ok(&["run", dir.to_str().unwrap()]);
     assert!(!plain.contains("(outside kernels)"), "{plain}");
+    assert!(!plain.contains("ran as their decomposition"), "{plain}");
 }
 
 /// The op names of `run --profile`'s table (the first word of each row with a share).

@@ -346,3 +346,69 @@ fn inputs_that_do_not_fit_are_rejected_before_running() {
         .to_string();
     assert!(e.contains("got a i64 tensor"), "{e}");
 }
+
+/// An executor that has a `multimul` kernel but refuses every node of it.
+fn refusing_multimul() -> OpExecutor {
+    OpExecutor::new("picky").with_checked_kernel(
+        &MULTIMUL,
+        |_| Err("only runs on the accelerator".into()),
+        |_, _| unreachable_kernel(),
+    )
+}
+
+fn unreachable_kernel() -> Result<Vec<Tensor>, graphrw::exec::KernelFailure> {
+    Err("the checker refuses every node".into())
+}
+
+fn one_multimul() -> graphrw::Graph {
+    let b = Builder::new();
+    let x: Vec<Value> = (0..4)
+        .map(|i| b.input(&format!("x{i}"), f32s(&[2])).value())
+        .collect();
+    let outs = b.apply(&MULTIMUL, &x, &[]).unwrap();
+    b.output(&[b.var(outs[0]), b.var(outs[1])]).unwrap();
+    b.finish()
+}
+
+#[test]
+fn a_fallback_to_the_decomposition_is_recorded_with_every_refusal() {
+    let p = plan(
+        &one_multimul(),
+        &stack(vec![Arc::new(refusing_multimul()), Arc::new(ReferenceCpu)]),
+    )
+    .unwrap();
+    let fallbacks = p.fallbacks();
+    assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+    let f = &fallbacks[0];
+    assert_eq!(f.op, "seed.multimul");
+    assert!(f.node.contains("seed.multimul(x0, x1, x2, x3)"), "{f}");
+    assert_eq!(f.refusals.len(), 2, "{f}");
+    assert!(
+        f.refusals[0].contains("picky: only runs on the accelerator"),
+        "{f}"
+    );
+    assert!(f.refusals[1].starts_with("cpu-reference:"), "{f}");
+    // A plan with a kernel for every node records none.
+    let direct = plan(
+        &one_multimul(),
+        &stack(vec![Arc::new(multimul_executor()), Arc::new(ReferenceCpu)]),
+    )
+    .unwrap();
+    assert!(direct.fallbacks().is_empty());
+}
+
+#[test]
+fn no_executor_for_a_decomposed_node_names_the_op_the_user_wrote() {
+    // Nothing runs `mul` either: the error is about a node of the decomposition, and
+    // names `seed.multimul` and why it was decomposed.
+    let e = plan(&one_multimul(), &stack(vec![Arc::new(refusing_multimul())]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("= mul("), "{e}");
+    assert!(
+        e.contains("decomposition of `") && e.contains("seed.multimul(x0, x1, x2, x3)"),
+        "{e}"
+    );
+    assert!(e.contains("picky: only runs on the accelerator"), "{e}");
+    assert!(e.contains("picky: has no implementation of `mul`"), "{e}");
+}

@@ -1,8 +1,33 @@
 //! `explain` and `near_misses`: why a pattern does not match, in words.
 
-use graphrw::pattern::{explain, near_misses};
+use graphrw::pattern::{explain, explain_rules, near_misses};
 use graphrw::printer::Names;
-use graphrw::{pattern, Builder, DType, GraphError, TensorMeta};
+use graphrw::{pattern, rule_set, Builder, DType, GraphError, TensorMeta};
+
+rule_set! {
+    /// Rules that start at `softmax`, and one that does not.
+    static SOFTMAX_RULES;
+
+    #[priority(5)]
+    rule softmax_of_exp(x: Tensor) -> Tensor {
+        x.exp().softmax(-1)
+    } => {
+        x.softmax(-1)?
+    }
+
+    #[overlap]
+    rule rank4_softmax_rule(x: Tensor) -> Tensor where rank(x) == 4 {
+        x.softmax(-1)
+    } => {
+        x.softmax(-1)?
+    }
+
+    rule neg_neg(x: Tensor) -> Tensor {
+        x.neg().neg()
+    } => {
+        x
+    }
+}
 
 pattern! {
     fn sfdp_1(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor {
@@ -175,5 +200,40 @@ fn near_misses_deepest_first() -> Result<(), GraphError> {
         println!("{e}");
     }
     assert!(ids.contains(&shallow.node) && ids.contains(&middle.node));
+    Ok(())
+}
+
+/// `explain_rules`: every rule that can start at the node, in the order the rewriter
+/// tries them, each with where its pattern failed; the node named as the printer names
+/// it, and the explanations' `Debug` naming nodes the same way.
+#[test]
+fn why_no_rule_of_a_set_fired_at_a_node() -> Result<(), GraphError> {
+    let g = Builder::new();
+    let x = g.input("x", meta(&[2, 8]));
+    let out = x.relu()?.softmax(-1)?;
+    g.output(&[out])?;
+    let node = out.value().node;
+    let graph = g.finish();
+    let why = explain_rules(&[&SOFTMAX_RULES], &graph, node);
+    let text = why.to_string();
+    assert!(text.starts_with("at t1 = softmax(t0, dim=-1)"), "{text}");
+    let rules: Vec<&str> = why.rules.iter().map(|(r, _)| *r).collect();
+    assert_eq!(rules, ["softmax_of_exp", "rank4_softmax_rule"], "{text}");
+    assert_eq!(why.not_anchored, 1, "{text}");
+    assert_eq!(why.matching().count(), 0, "{text}");
+    let (_, exp) = &why.rules[0];
+    assert!(
+        exp.message.contains("expected `exp`") && exp.message.contains("relu"),
+        "{text}"
+    );
+    let (_, rank) = &why.rules[1];
+    assert!(rank.message.contains("rank(x) == 4"), "{text}");
+    assert!(text.contains("rule `rank4_softmax_rule`: "), "{text}");
+    let debug = format!("{exp:?}");
+    assert!(
+        debug.contains("anchor: t1") && debug.contains("node: t0"),
+        "{debug}"
+    );
+    assert!(!debug.contains("NodeIndex"), "{debug}");
     Ok(())
 }

@@ -44,7 +44,7 @@ graph(x: f32[1, 8, 32], l0_wq: f32[32, 32], l0_wk: f32[32, 32], l0_wv: f32[32, 3
   t8 = transpose(t7, dim0=1, dim1=2)  # f32[1, 4, 8, 8]
   t9 = transpose(t5, dim0=-2, dim1=-1)  # f32[1, 4, 8, 8]
   t10 = matmul(t2, t9)  # f32[1, 4, 8, 8]
-  c0 = constant(2.8284270763397217)  # f32[]
+  c0 = constant(2.828427)  # f32[]
   t11 = div(t10, c0)  # f32[1, 4, 8, 8]
   t12 = softmax(t11, dim=-1)  # f32[1, 4, 8, 8]
   t13 = matmul(t12, t8)  # f32[1, 4, 8, 8]
@@ -63,7 +63,7 @@ graph(x: f32[1, 8, 32], l0_wq: f32[32, 32], l0_wk: f32[32, 32], l0_wv: f32[32, 3
   t26 = transpose(t25, dim0=1, dim1=2)  # f32[1, 4, 8, 8]
   t27 = transpose(t23, dim0=-2, dim1=-1)  # f32[1, 4, 8, 8]
   t28 = matmul(t20, t27)  # f32[1, 4, 8, 8]
-  c1 = constant(2.8284270763397217)  # f32[]
+  c1 = constant(2.828427)  # f32[]
   t29 = div(t28, c1)  # f32[1, 4, 8, 8]
   t30 = softmax(t29, dim=-1)  # f32[1, 4, 8, 8]
   t31 = matmul(t30, t26)  # f32[1, 4, 8, 8]
@@ -94,4 +94,38 @@ fn dot_highlights_nodes() {
     assert!(dot.starts_with("digraph graphrw {"));
     assert_eq!(dot.matches("fillcolor=orange").count(), 2);
     assert!(dot.contains("softmax"));
+}
+
+/// A constant prints as its dtype writes it (`1` for an i64, `true` for a bool, an f32
+/// at f32 precision), and a float attribute that is an f32 widened at f32 precision.
+#[test]
+fn constants_and_float_attributes_print_at_their_own_precision() {
+    use graphrw::ops::AttrValue;
+    use graphrw::Tensor;
+    let b = Builder::new();
+    let x = b.input("x", f32s(&[2]));
+    let one = b.constant(Tensor::full(DType::I64, &[], 1.0));
+    let yes = b.constant(Tensor::full(DType::Bool, &[], 1.0));
+    let k = b.constant(Tensor::full(DType::F32, &[], f64::from(1.702f32)));
+    let wide = b.constant(Tensor::full(DType::F64, &[], 0.1));
+    let y = x.mul(k).unwrap();
+    let mask = b.input("mask", TensorMeta::new(DType::Bool, Shape::known(&[2])));
+    let filled = b
+        .apply(
+            &graphrw::ops::builtin::MASKED_FILL,
+            &[y.value(), mask.value()],
+            &[("value", AttrValue::Float(f64::from(-3.4028235e38f32)))],
+        )
+        .unwrap();
+    b.output(&[b.var(filled[0]), one, yes, wide]).unwrap();
+    let text = b.finish().to_string();
+    for want in [
+        "= constant(1)  # i64[]",
+        "= constant(true)  # bool[]",
+        "= constant(1.702)  # f32[]",
+        "= constant(0.1)  # f64[]",
+        "masked_fill(t0, mask, value=-3.4028235e38)",
+    ] {
+        assert!(text.contains(want), "no `{want}` in:\n{text}");
+    }
 }

@@ -158,3 +158,45 @@ fn registry_resolves_user_ops_by_name() {
         Err(GraphError::DuplicateOp(_))
     ));
 }
+
+#[test]
+fn a_typed_call_takes_attributes_by_name_and_defaults_the_rest() {
+    let b = Builder::new();
+    let x = b.input("x", f32s(&[2, 3]));
+    let y = b.call(&SCALE).arg(x).attr("factor", 0.5).build().unwrap();
+    let z = b.call(&SCALE).arg(y).build().unwrap();
+    // A number operand becomes a scalar constant, as in the generated methods.
+    let outs = b
+        .call(&MULTIMUL)
+        .arg(z)
+        .arg(2.0)
+        .args([z, z])
+        .build_all()
+        .unwrap();
+    assert_eq!(outs.len(), 2);
+    b.output(&[outs[0], outs[1]]).unwrap();
+    let g = b.finish();
+    verify(&g).unwrap();
+    let text = g.to_string();
+    assert!(text.contains("t0 = test.scale(x, factor=0.5)"), "{text}");
+    assert!(text.contains("t1 = test.scale(t0, factor=1.0)"), "{text}");
+    assert!(text.contains("= test.multimul(t1, c0, t1, t1)"), "{text}");
+    // A wrong attribute name or kind is an error naming the op and the attribute.
+    let e = b_err(|b, x| b.call(&SCALE).arg(x).attr("fctor", 0.5).build().map(drop));
+    assert!(e.contains("test.scale") && e.contains("fctor"), "{e}");
+    let e = b_err(|b, x| {
+        b.call(&SCALE)
+            .arg(x)
+            .attr("factor", "big")
+            .build()
+            .map(drop)
+    });
+    assert!(e.contains("factor"), "{e}");
+}
+
+/// The error of `f` on a fresh builder with one f32 input.
+fn b_err(f: impl Fn(&Builder, graphrw::Var<'_>) -> Result<(), GraphError>) -> String {
+    let b = Builder::new();
+    let x = b.input("x", f32s(&[2]));
+    f(&b, x).unwrap_err().to_string()
+}

@@ -1,10 +1,12 @@
 //! `graphrw explain MODEL --rule NAME [--node N]`: why a built-in rule does or does not
-//! match, at one node or as the rule's near misses over the whole model.
+//! match, at one node or as the rule's near misses over the whole model. With the name
+//! of a rule set that is not also a rule's (`canonical`, a kernel's) and `--node`, why
+//! no rule of the set fires at that node ([`graphrw::pattern::explain_rules`]).
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use graphrw::pattern::{explain_named, near_misses};
+use graphrw::pattern::{explain_named, explain_rules, near_misses};
 use graphrw::printer::{node_line, Names};
 use graphrw::{rules, Graph, NodeId, Rule, Value};
 
@@ -44,8 +46,16 @@ fn find_node(graph: &Graph, names: &Names, name: &str) -> Option<NodeId> {
 /// Explains `rule` at `node`, or lists its ten nearest misses.
 pub fn run(model: &Path, rule: &str, node: Option<&str>) -> CmdResult {
     let graph = super::load(model)?;
-    let rule = find_rule(rule)?;
     let names = Names::new(&graph);
+    let is_rule = find_rule(rule).is_ok();
+    if let (false, Some(set), Some(n)) = (is_rule, rules::rule_set(rule), node) {
+        let id = find_node(&graph, &names, n)
+            .ok_or_else(|| format!("no node printed as or named `{n}` (see `graphrw print`)"))?;
+        println!("rule set `{}`:", set.name);
+        println!("{}", explain_rules(&[set], &graph, id));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rule = find_rule(rule)?;
     println!("rule `{}`:\n{}", rule.name, rule.pattern);
     match node {
         Some(n) => {

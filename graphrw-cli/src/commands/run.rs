@@ -284,6 +284,21 @@ pub fn profile_lines(
     lines
 }
 
+/// The `--profile` lines on planning: how many nodes no executor took and ran as
+/// their op's decomposition, then each such node with every executor's refusal.
+pub fn fallback_lines(plan: &Plan) -> Vec<String> {
+    let fallbacks = plan.fallbacks();
+    let mut lines = vec![format!(
+        "{} node(s) ran as their decomposition (no executor took them)",
+        fallbacks.len()
+    )];
+    for f in fallbacks {
+        lines.push(format!("  {} (`{}`)", f.node, f.op));
+        lines.extend(f.refusals.iter().map(|r| format!("    refused by {r}")));
+    }
+    lines
+}
+
 /// The largest `|a - b|` over all outputs (NaN against NaN counts as equal; a NaN
 /// against a number, or a shape mismatch, as infinite).
 fn max_difference(a: &[Tensor], b: &[Tensor]) -> f64 {
@@ -342,6 +357,11 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
         graph.node_count()
     );
     let main = prepare(&graph, opts.executors, opts.kernel)?;
+    if opts.profile {
+        for l in fallback_lines(&main.plan) {
+            println!("[{}] {l}", main.executors.label());
+        }
+    }
     let other = if opts.compare {
         let o = match opts.executors {
             Executors::Default => Executors::Reference,

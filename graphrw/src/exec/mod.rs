@@ -48,7 +48,7 @@ pub use generated::{
 };
 pub use graphrw_kernels::KernelOptions;
 pub use interpreter::RunReport;
-pub use plan::{plan, plan_with, Plan};
+pub use plan::{plan, plan_with, Fallback, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
 pub use tile::{tile_executor, TileCpu, TILE_CPU};
 pub use value::{DeviceValue, RunValue};

@@ -39,6 +39,31 @@ pub struct Plan {
     pub(crate) options: KernelOptions,
     /// The thread pool of [`KernelOptions::threads`], where set.
     pub(crate) threads: Option<Arc<rayon::ThreadPool>>,
+    /// The nodes no executor took, replaced by their op's decomposition.
+    pub(crate) fallbacks: Vec<Fallback>,
+}
+
+/// A node no executor of the stack took, planned through its op's decomposition
+/// instead ([`Plan::fallbacks`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fallback {
+    /// The node as the printer showed it when it was decomposed (`t3 = my.op(t1)`).
+    pub node: String,
+    /// Its op.
+    pub op: &'static str,
+    /// Each executor's refusal, in stack order (`executor: reason`).
+    pub refusals: Vec<String>,
+}
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` ran as its decomposition: {}",
+            self.node,
+            self.refusals.join("; ")
+        )
+    }
 }
 
 impl Plan {
@@ -62,6 +87,13 @@ impl Plan {
     /// The options the plan's kernels run with.
     pub fn options(&self) -> &KernelOptions {
         &self.options
+    }
+
+    /// Every node that no executor took and that was replaced by its op's
+    /// decomposition, in planning order, with each executor's refusal (a node of a
+    /// decomposition may fall back in turn and is listed too).
+    pub fn fallbacks(&self) -> &[Fallback] {
+        &self.fallbacks
     }
 }
 
@@ -120,17 +152,32 @@ pub(crate) fn view(graph: &Graph, id: NodeId) -> Result<NodeView<'_>, ExecError>
 
 enum Choice {
     Run(usize),
-    Expand(DecomposeFn, String),
+    /// An execution transform of an executor that took the node.
+    Transform(DecomposeFn, String),
+    /// The op's decomposition, with every executor's refusal.
+    Decompose(DecomposeFn, Vec<String>),
 }
 
-fn choose(graph: &Graph, id: NodeId, executors: &[Arc<dyn Executor>]) -> Result<Choice, ExecError> {
+/// Where a node of the planned graph came from: the fallback (an index into the
+/// plan's fallbacks) whose decomposition built it, for the nodes that have one.
+type Origins = HashMap<NodeId, usize>;
+
+fn choose(
+    graph: &Graph,
+    id: NodeId,
+    executors: &[Arc<dyn Executor>],
+    origins: &Origins,
+    fallbacks: &[Fallback],
+) -> Result<Choice, ExecError> {
     let v = view(graph, id)?;
     let mut reasons = Vec::new();
     for (i, ex) in executors.iter().enumerate() {
         match ex.check(&v) {
             Ok(()) => {
                 return Ok(match ex.transform(&v) {
-                    Some(t) => Choice::Expand(t, format!("execution transform of {}", ex.name())),
+                    Some(t) => {
+                        Choice::Transform(t, format!("execution transform of {}", ex.name()))
+                    }
                     None => Choice::Run(i),
                 })
             }
@@ -138,10 +185,19 @@ fn choose(graph: &Graph, id: NodeId, executors: &[Arc<dyn Executor>]) -> Result<
         }
     }
     if let Some(d) = v.op.decompose {
-        return Ok(Choice::Expand(
-            d,
-            format!("decomposition of `{}`", v.op.name),
-        ));
+        return Ok(Choice::Decompose(d, reasons));
+    }
+    // A node of a decomposition: name the node the user wrote and why it was
+    // decomposed, before this node's own refusals.
+    if let Some(fallback) = origins.get(&id).and_then(|&i| fallbacks.get(i)) {
+        let mut all = vec![format!(
+            "this node is part of the decomposition of `{}` (op `{}`), which no executor took:",
+            fallback.node, fallback.op
+        )];
+        all.extend(fallback.refusals.iter().map(|r| format!("  {r}")));
+        all.push(format!("and no executor takes this `{}` node:", v.op.name));
+        all.extend(reasons.into_iter().map(|r| format!("  {r}")));
+        reasons = all;
     }
     let names = Names::new(graph);
     Err(ExecError::NoExecutor {
@@ -150,12 +206,18 @@ fn choose(graph: &Graph, id: NodeId, executors: &[Arc<dyn Executor>]) -> Result<
     })
 }
 
-/// Replaces node `id` by what `f` builds from its operands and attributes.
-pub(crate) fn expand_node(graph: &mut Graph, id: NodeId, f: DecomposeFn) -> Result<(), ExecError> {
+/// Replaces node `id` by what `f` builds from its operands and attributes, and returns
+/// the nodes it added.
+fn expand_node_created(
+    graph: &mut Graph,
+    id: NodeId,
+    f: DecomposeFn,
+) -> Result<Vec<NodeId>, ExecError> {
     let node = graph.try_node(id)?.clone();
     let b = Builder::from_graph(std::mem::take(graph));
     let attrs = Attrs::new(node.op().attrs, node.attr_values());
     let built = f(&b, node.operands(), &attrs);
+    let created = b.created();
     *graph = b.finish();
     let outs = built?;
     if outs.len() != node.outputs().len() {
@@ -181,7 +243,7 @@ pub(crate) fn expand_node(graph: &mut Graph, id: NodeId, f: DecomposeFn) -> Resu
         graph.replace_all_uses(Value::new(id, i as u32), new)?;
     }
     graph.remove_node(id)?;
-    Ok(())
+    Ok(created)
 }
 
 /// Gives each executor, in stack order, its graph-level transform over the nodes planned
@@ -239,6 +301,8 @@ pub fn plan_with(
     let mut g = graph.clone();
     let mut expansions = 0usize;
     let limit = MAX_EXPANSIONS_PER_NODE.saturating_mul(graph.node_count().max(1));
+    let mut fallbacks: Vec<Fallback> = Vec::new();
+    let mut origins = Origins::new();
     'replan: loop {
         let order = g.topo_order()?;
         let mut steps = Vec::with_capacity(order.len());
@@ -248,20 +312,43 @@ pub fn plan_with(
                 steps.push((id, None));
                 continue;
             }
-            match choose(&g, id, executors)? {
-                Choice::Run(e) => steps.push((id, Some(e))),
-                Choice::Expand(f, what) => {
-                    expansions += 1;
-                    if expansions > limit {
-                        return Err(ExecError::Transform {
-                            op: g.try_node(id)?.op_name(),
-                            message: format!("{what} keeps producing nodes to expand (a loop?)"),
-                        });
-                    }
-                    expand_node(&mut g, id, f)?;
-                    continue 'replan;
+            let choice = choose(&g, id, executors, &origins, &fallbacks)?;
+            let (f, what, fallback) = match choice {
+                Choice::Run(e) => {
+                    steps.push((id, Some(e)));
+                    continue;
                 }
+                Choice::Transform(f, what) => (f, what, None),
+                Choice::Decompose(f, refusals) => {
+                    let node = node_line(&g, &Names::new(&g), id);
+                    let op = g.try_node(id)?.op_name();
+                    let what = format!("decomposition of `{op}`");
+                    (f, what, Some(Fallback { node, op, refusals }))
+                }
+            };
+            expansions += 1;
+            if expansions > limit {
+                return Err(ExecError::Transform {
+                    op: g.try_node(id)?.op_name(),
+                    message: format!("{what} keeps producing nodes to expand (a loop?)"),
+                });
             }
+            let origin = origins.remove(&id);
+            let created = expand_node_created(&mut g, id, f)?;
+            // New nodes answer for the node the user wrote: the first fallback
+            // of the chain, or this one.
+            let source = match fallback {
+                Some(fallback) => {
+                    fallbacks.push(fallback);
+                    origin.unwrap_or(fallbacks.len() - 1)
+                }
+                None => match origin {
+                    Some(o) => o,
+                    None => continue 'replan,
+                },
+            };
+            origins.extend(created.into_iter().map(|n| (n, source)));
+            continue 'replan;
         }
         if graph_transforms(&mut g, executors, &steps)? {
             expansions += 1;
@@ -285,6 +372,7 @@ pub fn plan_with(
             schedule,
             options,
             threads,
+            fallbacks,
         });
     }
 }

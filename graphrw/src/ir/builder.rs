@@ -422,3 +422,162 @@ const LIKE_CACHE_ENTRIES: usize = 4096;
 thread_local! {
     static LIKE_CACHE: std::cell::RefCell<LikeCache> = std::cell::RefCell::default();
 }
+
+/// A value an attribute can take in [`Call::attr`]: numbers, bools, strings, int
+/// lists, dtypes, or an [`AttrValue`] itself.
+pub trait IntoAttr {
+    /// The attribute value.
+    fn into_attr(self) -> AttrValue;
+}
+
+impl IntoAttr for AttrValue {
+    fn into_attr(self) -> AttrValue {
+        self
+    }
+}
+
+impl IntoAttr for f64 {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Float(self)
+    }
+}
+
+impl IntoAttr for f32 {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Float(f64::from(self))
+    }
+}
+
+impl IntoAttr for i64 {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Int(self)
+    }
+}
+
+impl IntoAttr for i32 {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Int(i64::from(self))
+    }
+}
+
+impl IntoAttr for bool {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Bool(self)
+    }
+}
+
+impl IntoAttr for &str {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Str(self.to_string())
+    }
+}
+
+impl IntoAttr for String {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Str(self)
+    }
+}
+
+impl IntoAttr for &[i64] {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Ints(self.to_vec())
+    }
+}
+
+impl IntoAttr for Vec<i64> {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::Ints(self)
+    }
+}
+
+impl IntoAttr for DType {
+    fn into_attr(self) -> AttrValue {
+        AttrValue::DType(self)
+    }
+}
+
+/// A call of any op (built-in, user-declared or fused) built argument by argument:
+/// operands in order, attributes by name, the rest at their defaults.
+///
+/// ```
+/// use graphrw::{Builder, DType, TensorMeta};
+/// use graphrw::ops::builtin;
+///
+/// let b = Builder::new();
+/// let x = b.input("x", TensorMeta::new(DType::F32, [2usize, 3]));
+/// // `approximate` keeps its default, "none".
+/// let y = b.call(&builtin::GELU).arg(x).build()?;
+/// let z = b.call(&builtin::DROPOUT).arg(y).attr("p", 0.1).build()?;
+/// b.output(&[z])?;
+/// let text = b.finish().to_string();
+/// assert!(text.contains("gelu(x, approximate=") && text.contains("dropout(t0, p=0.1"), "{text}");
+/// # Ok::<(), graphrw::GraphError>(())
+/// ```
+#[must_use = "a call adds nothing until `build`"]
+pub struct Call<'b> {
+    builder: &'b Builder,
+    op: &'static OpDef,
+    args: Vec<Slot>,
+    attrs: Vec<(String, AttrValue)>,
+}
+
+impl Builder {
+    /// Starts a call of `op` ([`Call`]): the typed form of [`Builder::apply`].
+    pub fn call(&self, op: &'static OpDef) -> Call<'_> {
+        Call {
+            builder: self,
+            op,
+            args: Vec::new(),
+            attrs: Vec::new(),
+        }
+    }
+}
+
+impl<'b> Call<'b> {
+    /// The next operand: a value, or a number made a scalar constant of the call's
+    /// dtype.
+    pub fn arg(mut self, x: impl Into<Arg>) -> Call<'b> {
+        self.args.push(Slot::One(x.into()));
+        self
+    }
+
+    /// Several operands at once (a variadic operand's values, say), in order.
+    pub fn args<A: Into<Arg>>(mut self, xs: impl IntoIterator<Item = A>) -> Call<'b> {
+        self.args
+            .extend(xs.into_iter().map(|x| Slot::One(x.into())));
+        self
+    }
+
+    /// Attribute `name`; an attribute not given takes the op's default.
+    pub fn attr(mut self, name: &str, value: impl IntoAttr) -> Call<'b> {
+        self.attrs.push((name.to_string(), value.into_attr()));
+        self
+    }
+
+    /// Adds the node; its first output. An error names the op and what does not fit
+    /// (an unknown attribute, a wrong kind, a wrong operand count, inference).
+    pub fn build(self) -> Result<Var<'b>, GraphError> {
+        let op = self.op.name;
+        self.build_all()?
+            .into_iter()
+            .next()
+            .ok_or_else(|| GraphError::Signature {
+                op,
+                node: None,
+                message: "made no output".into(),
+            })
+    }
+
+    /// Adds the node; every output.
+    pub fn build_all(self) -> Result<Vec<Var<'b>>, GraphError> {
+        let attrs: Vec<(&str, AttrValue)> = self
+            .attrs
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.clone()))
+            .collect();
+        let values = normalize_attrs(self.op, &attrs)?;
+        let b = self.builder;
+        let outs = b.apply_many(self.op, self.args, values)?;
+        Ok(outs.into_iter().map(|v| b.var(v)).collect())
+    }
+}

@@ -149,8 +149,11 @@ pub fn node_line(graph: &Graph, names: &Names, id: NodeId) -> String {
         for (name, v) in node.attrs().iter() {
             // An opaque node's `known` shows as `?` metadata, an empty domain not at all.
             let noise = opaque && (name == "known" || *v == AttrValue::Str(String::new()));
-            if *v != AttrValue::Null && !noise {
-                args.push(format!("{name}={v}"));
+            match v {
+                AttrValue::Null => {}
+                _ if noise => {}
+                AttrValue::Float(x) => args.push(format!("{name}={}", float_text(*x))),
+                _ => args.push(format!("{name}={v}")),
             }
         }
     }
@@ -174,12 +177,29 @@ fn meta_text(node: &crate::graph::Node, o: usize) -> String {
     }
 }
 
+/// A float attribute: at f32 precision when it is an f32 widened (what ONNX
+/// attributes and most written constants are: `1.702`, not `1.7020000219345093`), else
+/// at f64 precision.
+fn float_text(x: f64) -> String {
+    let narrow = x as f32;
+    if f64::from(narrow) == x {
+        format!("{narrow:?}")
+    } else {
+        format!("{x:?}")
+    }
+}
+
+/// A one-element constant's value as its dtype writes it: `1` for an integer, `true`
+/// for a bool, a float at its own precision (`1.702` for f32, f16 and bf16).
 fn constant_text(t: Option<&graphrw_kernels::Tensor>) -> String {
+    use graphrw_kernels::DType;
     match t {
-        Some(t) if t.numel() == 1 => {
-            let v = t.to_f64_vec()[0];
-            format!("{v:?}")
-        }
+        Some(t) if t.numel() == 1 => match t.dtype() {
+            DType::I64 | DType::I32 => t.to_i64_vec()[0].to_string(),
+            DType::Bool => (t.to_i64_vec()[0] != 0).to_string(),
+            DType::F64 => format!("{:?}", t.to_f64_vec()[0]),
+            DType::F32 | DType::F16 | DType::BF16 => format!("{:?}", t.to_f64_vec()[0] as f32),
+        },
         Some(t) => format!("<{} values>", t.numel()),
         None => "<missing>".into(),
     }

@@ -432,3 +432,250 @@ fn check_metadata(graph: &Graph, id: NodeId) -> Option<String> {
         }
     }
 }
+
+/// What one rewrite touched, for [`verify_patch`]: the nodes it added, the nodes outside
+/// it whose operands it rewired, and the producers whose use lists it changed (those of
+/// the added nodes' operands and of the removed nodes' operands).
+#[derive(Debug, Default)]
+pub(crate) struct Touched<'a> {
+    /// Nodes the rewrite added.
+    pub(crate) added: &'a [NodeId],
+    /// Nodes outside the patch that now read the new outputs.
+    pub(crate) rewired: &'a [NodeId],
+    /// Producers whose use lists gained or lost entries (a removed one is skipped).
+    pub(crate) producers: &'a [NodeId],
+}
+
+/// A producer's use list is read entry by entry up to this length; a longer one (a
+/// value shared by every layer) is checked by its count alone, so a rewrite at each of
+/// its users does not read the whole list each time.
+const LISTED_USES: usize = 64;
+
+/// The local check after one rewrite: every node the rewrite [`Touched`], and no cycle
+/// through its added nodes. Returns the first problem (named as [`verify`] names it) and
+/// adds the nodes checked, plus the nodes the cycle search visited, to `work`.
+///
+/// Checked: the added nodes whole (operands defined and linked, use lists, signature,
+/// metadata against inference); the rewired nodes' operands, signature and metadata
+/// (their own use lists did not change); each producer's use count against its use list,
+/// and its list entry by entry when it has at most [`LISTED_USES`] entries; and the
+/// graph outputs. The cycle search walks back from each added node's operands and fails
+/// when it comes back to that node (a new cycle passes through an added node). It
+/// visits at most 64 nodes per added node; past that budget it stops without a verdict
+/// and the whole-graph check at the end of the run (which
+/// [`Verify::Local`](crate::rewrite::Verify::Local) includes) decides. The nodes only
+/// the removed ones used, removed with them, are not seen here: their producers are
+/// checked by the end-of-run check too.
+pub(crate) fn verify_patch(
+    graph: &Graph,
+    touched: &Touched<'_>,
+    work: &mut usize,
+) -> Result<(), GraphError> {
+    let mut first: Option<(NodeId, String)> = None;
+    let mut tally = Tally::default();
+    let mut fail = |id: NodeId, message: String| {
+        if first.is_none() {
+            first = Some((id, message));
+        }
+    };
+    for &id in touched.added {
+        check_node(graph, id, true, &mut tally, &mut fail);
+    }
+    for &id in touched.rewired {
+        check_node(graph, id, false, &mut tally, &mut fail);
+    }
+    for &id in touched.producers {
+        let listed = graph.node_uses(id).len();
+        check_node(graph, id, listed <= LISTED_USES, &mut tally, &mut fail);
+    }
+    *work += touched.added.len() + touched.rewired.len() + touched.producers.len();
+    for (i, &v) in graph.outputs().iter().enumerate() {
+        if graph.meta(v).is_err() {
+            return Err(GraphError::Verify {
+                node: format!("%{}.{}", v.node.index(), v.output),
+                message: format!("graph output {i} does not exist"),
+            });
+        }
+    }
+    drop(fail);
+    if first.is_none() {
+        first = cycle_through_patch(graph, touched, work).map(|on_cycle| {
+            (
+                on_cycle,
+                "lies on a cycle through the rewrite's new nodes: a value depends on itself"
+                    .to_string(),
+            )
+        });
+    }
+    match first {
+        None => Ok(()),
+        Some((id, message)) => Err(GraphError::Verify {
+            node: node_line(graph, &Names::new(graph), id),
+            message,
+        }),
+    }
+}
+
+/// An added node on a cycle, found by walking back from its operands until the walk
+/// comes back to it, within a budget of nodes per added node (see [`verify_patch`]);
+/// `None` when there is none or the budget ran out first.
+fn cycle_through_patch(graph: &Graph, touched: &Touched<'_>, work: &mut usize) -> Option<NodeId> {
+    /// Nodes one walk may visit.
+    const BUDGET: usize = 64;
+    let mut stack: Vec<NodeId> = Vec::new();
+    let mut seen: std::collections::HashSet<NodeId> = std::collections::HashSet::new();
+    for &a in touched.added {
+        stack.clear();
+        seen.clear();
+        stack.extend(graph.node(a)?.operands().iter().map(|v| v.node));
+        while let Some(n) = stack.pop() {
+            if n == a {
+                return Some(a);
+            }
+            if !seen.insert(n) {
+                continue;
+            }
+            *work += 1;
+            if seen.len() > BUDGET {
+                break;
+            }
+            stack.extend(
+                graph
+                    .node(n)
+                    .map_or(&[][..], |n| n.operands())
+                    .iter()
+                    .map(|v| v.node),
+            );
+        }
+    }
+    None
+}
+
+/// What an op declaration must be for any node of it to be built: an op whose
+/// metadata is `like` its decomposition needs a decomposition.
+const LIKE_WITHOUT_DECOMPOSITION: &str =
+    "is declared `infer: Infer::Like` (metadata like its decomposition) but has no decomposition";
+
+impl crate::ops::OpDef {
+    /// Checks the declaration itself, at compile time when used in a `static`'s
+    /// initialiser: `static MY_OP: OpDef = OpDef { .. }.checked();` fails to compile when
+    /// the op is declared `like` its decomposition ([`Infer::Like`]) without one. A
+    /// `pattern!` that names a user op makes the same check at compile time, and
+    /// [`OpRegistry::register`](crate::ops::OpRegistry::register) refuses such an op.
+    pub const fn checked(self) -> crate::ops::OpDef {
+        if self.soundness().is_err() {
+            panic!("the op is declared `infer: Infer::Like` (metadata like its decomposition) but has no decomposition: give it `decompose: Some(..)` or an `Infer::Fn`");
+        }
+        self
+    }
+
+    /// `Err` with what is wrong when the declaration cannot make a node ([`Self::checked`]).
+    pub const fn soundness(&self) -> Result<(), &'static str> {
+        if matches!(self.infer, Infer::Like) && self.decompose.is_none() {
+            return Err(LIKE_WITHOUT_DECOMPOSITION);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Builder, DType, TensorMeta};
+
+    /// `x → relu → exp`, with the relu and exp nodes.
+    fn chain() -> (Graph, NodeId, NodeId) {
+        let b = Builder::new();
+        let x = b.input("x", TensorMeta::new(DType::F32, [2usize, 3]));
+        let y = x.relu().unwrap();
+        let z = y.exp().unwrap();
+        b.output(&[z]).unwrap();
+        let (y, z) = (y.value().node, z.value().node);
+        (b.finish(), y, z)
+    }
+
+    fn like(
+        _: &crate::Builder,
+        x: &[Value],
+        _: &crate::ops::Attrs,
+    ) -> Result<Vec<Value>, GraphError> {
+        Ok(vec![x[0]])
+    }
+
+    /// A `like` op, with or without a decomposition.
+    const fn like_op(decompose: Option<crate::ops::DecomposeFn>) -> crate::ops::OpDef {
+        crate::ops::OpDef {
+            name: "test.like",
+            doc: "",
+            operands: &[],
+            attrs: &[],
+            outputs: crate::ops::OutputCount::Fixed(1),
+            commutative: false,
+            class: crate::ops::OpClass::Elementwise,
+            infer: Infer::Like,
+            decompose,
+            builtin: None,
+        }
+    }
+
+    static SOUND: crate::ops::OpDef = like_op(Some(like)).checked();
+    static UNSOUND: crate::ops::OpDef = like_op(None);
+
+    #[test]
+    fn a_like_op_needs_a_decomposition() {
+        assert!(SOUND.soundness().is_ok());
+        assert!(UNSOUND
+            .soundness()
+            .unwrap_err()
+            .contains("no decomposition"));
+        let mut registry = crate::ops::OpRegistry::with_builtins();
+        let e = registry.register(&UNSOUND).unwrap_err().to_string();
+        assert!(
+            e.contains("test.like") && e.contains("no decomposition"),
+            "{e}"
+        );
+        registry.register(&SOUND).unwrap();
+    }
+
+    #[test]
+    fn a_sound_patch_passes_and_counts_its_nodes() {
+        let (g, y, z) = chain();
+        let mut work = 0;
+        let touched = Touched {
+            added: &[y],
+            rewired: &[z],
+            producers: &[],
+        };
+        verify_patch(&g, &touched, &mut work).unwrap();
+        assert!(work >= 2, "{work}");
+    }
+
+    #[test]
+    fn a_cycle_through_an_added_node_is_found() {
+        let (mut g, y, z) = chain();
+        // relu reads exp, which reads relu.
+        g.set_operand(y, 0, Value::new(z, 0)).unwrap();
+        let touched = Touched {
+            added: &[y],
+            rewired: &[z],
+            producers: &[],
+        };
+        let e = verify_patch(&g, &touched, &mut 0).unwrap_err().to_string();
+        assert!(e.contains("cycle") && e.contains("relu"), "{e}");
+    }
+
+    #[test]
+    fn wrong_metadata_on_a_rewired_node_is_found() {
+        let (mut g, _, z) = chain();
+        g.node_mut(z)
+            .unwrap()
+            .set_output_meta(0, TensorMeta::new(DType::F32, [7usize]));
+        let touched = Touched {
+            added: &[],
+            rewired: &[z],
+            producers: &[],
+        };
+        let e = verify_patch(&g, &touched, &mut 0).unwrap_err().to_string();
+        assert!(e.contains("exp") && e.contains("inference"), "{e}");
+    }
+}

@@ -32,6 +32,7 @@ mod save;
 mod schemas;
 mod table;
 mod tensor_pb;
+mod test_set;
 mod upgrade;
 
 pub use error::OnnxError;
@@ -44,3 +45,4 @@ pub use tensor_pb::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,
     write_tensor_pb, MAX_DIM,
 };
+pub use test_set::{read_test_set, read_test_sets, TestSet};

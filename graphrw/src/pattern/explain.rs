@@ -21,12 +21,16 @@ use crate::printer::Names;
 use crate::{Graph, NodeId, Value};
 
 /// The result of [`explain`]: a match, or where and why matching stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` form names nodes as the printer does (`t8`), not by index.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Explanation {
     /// The pattern's name.
     pub pattern: &'static str,
     /// The node the match was anchored at.
     pub anchor: NodeId,
+    /// The anchor as the printer names it (`t8`, an input's name).
+    pub anchor_name: String,
     /// True when the pattern matches at `anchor`.
     pub matched: bool,
     /// Graph nodes matched before matching stopped (how far it got); for a match, the
@@ -34,6 +38,8 @@ pub struct Explanation {
     pub depth: usize,
     /// The graph node where matching stopped (`None` for a match).
     pub node: Option<NodeId>,
+    /// That node as the printer names it.
+    pub node_name: Option<String>,
     /// The pattern position where it stopped (`operand 0 of `div``, `the root`).
     pub position: String,
     /// The failure sentence, or `matches`.
@@ -44,6 +50,100 @@ impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
+}
+
+impl fmt::Debug for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Explanation")
+            .field("pattern", &self.pattern)
+            .field("anchor", &format_args!("{}", self.anchor_name))
+            .field("matched", &self.matched)
+            .field("depth", &self.depth)
+            .field(
+                "node",
+                &format_args!("{}", self.node_name.as_deref().unwrap_or("None")),
+            )
+            .field("position", &self.position)
+            .field("message", &self.message)
+            .finish()
+    }
+}
+
+/// Why no rule of a list of rule sets rewrites one node ([`explain_rules`]): each
+/// rule that could start there, in the order the rewriter tries them, with its
+/// explanation (where its pattern first failed, or `matches`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RulesExplanation {
+    /// The node, as the printer names it.
+    pub node: String,
+    /// Each rule and its explanation, in priority order.
+    pub rules: Vec<(&'static str, Explanation)>,
+    /// Rules whose pattern cannot start at this node's op (not tried).
+    pub not_anchored: usize,
+}
+
+impl RulesExplanation {
+    /// The rules whose pattern matches at the node (a rule then did not fire only
+    /// because its match was unsafe or its replacement failed).
+    pub fn matching(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.rules
+            .iter()
+            .filter(|(_, e)| e.matched)
+            .map(|(rule, _)| *rule)
+    }
+}
+
+impl fmt::Display for RulesExplanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "at {}: {} rule(s) could start here",
+            self.node,
+            self.rules.len()
+        )?;
+        if self.not_anchored > 0 {
+            write!(f, " ({} other(s) start at other ops)", self.not_anchored)?;
+        }
+        for (rule, e) in &self.rules {
+            write!(f, "\n  rule `{rule}`: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why no rule of `sets` fired at `node`: every rule whose pattern can start at the
+/// node's op, in the order the rewriter tries them (priority, then set order, then
+/// declaration order), each with [`explain`]'s answer (the first step of its pattern
+/// that failed, or `matches`).
+pub fn explain_rules(
+    sets: &[&'static crate::RuleSet],
+    graph: &Graph,
+    node: NodeId,
+) -> RulesExplanation {
+    let names = Names::new(graph);
+    let op = graph.node(node).map(|n| n.op_name());
+    let rules = crate::pattern::dispatch::Dispatch::for_sets(sets)
+        .rules()
+        .to_vec();
+    let mut out = RulesExplanation {
+        node: match graph.node(node) {
+            Some(_) => crate::printer::node_line(graph, &names, node),
+            None => format!("{} (not a node of the graph)", names.get(Value::from(node))),
+        },
+        rules: Vec::new(),
+        not_anchored: 0,
+    };
+    for rule in rules {
+        let anchored = rule.pattern.anchors.is_empty()
+            || op.is_some_and(|op| rule.pattern.anchors.iter().any(|a| a.name == op));
+        if anchored {
+            out.rules
+                .push((rule.name, explain_named(rule.pattern, graph, node, &names)));
+        } else {
+            out.not_anchored += 1;
+        }
+    }
+    out
 }
 
 /// Why `pattern` does or does not match with its first root at output 0 of `node`.
@@ -82,9 +182,11 @@ pub fn explain_named(
     let mut e = Explanation {
         pattern: pattern.name,
         anchor: node,
+        anchor_name: names.get(Value::from(node)),
         matched: false,
         depth: 0,
         node: Some(node),
+        node_name: Some(names.get(Value::from(node))),
         position: "the root".into(),
         message: String::new(),
     };
@@ -93,6 +195,7 @@ pub fn explain_named(
             e.matched = true;
             e.depth = m.nodes.len();
             e.node = None;
+            e.node_name = None;
             e.message = "matches".into();
         }
         Err(None) => {
@@ -107,6 +210,7 @@ pub fn explain_named(
         Err(Some(f)) => {
             e.depth = f.depth;
             e.node = Some(f.value.node);
+            e.node_name = Some(names.get(Value::from(f.value.node)));
             e.position = match f.pat {
                 Some(p) => position(pattern, p),
                 None => "the root".into(),

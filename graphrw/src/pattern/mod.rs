@@ -158,7 +158,7 @@
 //!     operands: &[OperandSpec { name: "input", arity: Arity::Required }],
 //!     attrs: &[AttrSpec { name: "factor", kind: AttrKind::Float, default: AttrDefault::Float(1.0) }],
 //!     outputs: OutputCount::Fixed(1), commutative: false, class: OpClass::Elementwise,
-//!     infer: Infer::Like, decompose: None, builtin: None,
+//!     infer: Infer::Fn(|i, _| Ok(vec![i[0].clone()])), decompose: None, builtin: None,
 //! };
 //! graphrw::pattern! {
 //!     fn scaled_relu(x: Tensor, f: f64) -> Tensor { SCALE(x, factor = f).relu() }
@@ -248,7 +248,9 @@ pub(crate) mod safety;
 mod tree;
 
 pub use bindings::{Bindings, Bound, Match, PatternMatch, TensorRef};
-pub use explain::{explain, explain_named, near_misses, Explanation};
+pub use explain::{
+    explain, explain_named, explain_rules, near_misses, Explanation, RulesExplanation,
+};
 pub use node_matcher::NodeMatcher;
 pub use options::{find_with, match_at_with, MatchFilter, MatchOptions};
 pub use rule::{ReplaceFn, Rule, RuleSet};

@@ -45,8 +45,12 @@ pub const fn user_attr_index(op: &OpDef, name: &str, kind: Option<AttrKind>) -> 
     panic!("the user op has no attribute of this name: check the name against the op's `OpDef` (its `attrs`)")
 }
 
-/// The user op itself, after checking at compile time that it takes `n` operands.
+/// The user op itself, after checking at compile time that it takes `n` operands and
+/// that its declaration is sound ([`OpDef::checked`]: `like` needs a decomposition).
 pub const fn user_op_with_operands(op: &'static OpDef, n: usize, more: bool) -> &'static OpDef {
+    if matches!(op.infer, crate::ops::Infer::Like) && op.decompose.is_none() {
+        panic!("the user op is declared `infer: Infer::Like` (metadata like its decomposition) but has no decomposition: give it `decompose: Some(..)` or an `Infer::Fn`");
+    }
     let mut min = 0;
     let mut max = 0;
     let mut unbounded = false;

@@ -15,7 +15,9 @@
 //! ([`Rewriter::with_strict`] makes it an error instead). Dead code is removed at the end (not
 //! first: as in FX, a match whose outputs nobody uses is still replaced). Configured
 //! egg-style with builder methods; FX's matching options come as [`MatchOptions`]
-//! ([`Rewriter::with_options`]).
+//! ([`Rewriter::with_options`]). How much is verified is a [`Verify`]
+//! ([`Rewriter::with_verify`]): by default, in debug builds, the whole graph at both
+//! ends of a run and only what each rewrite touched in between, so a run stays linear.
 //!
 //! ```
 //! # use graphrw::rewrite::Rewriter;
@@ -39,7 +41,7 @@ use crate::op_index::VACANT;
 use crate::pattern::dispatch::Dispatch;
 use crate::pattern::safety::safe_interior_verdict;
 use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
-use crate::verify::verify;
+use crate::verify::{verify, verify_patch, Touched};
 use crate::GraphError;
 
 pub use crate::pattern::{check_safe, Unsafe};
@@ -78,6 +80,48 @@ pub enum RewriteError {
         /// The verifier's error.
         source: Box<GraphError>,
     },
+    /// The graph failed the whole-graph check at the start of a run (it was given
+    /// broken) or at its end, after dead-code removal ([`Verify`]).
+    #[error("{when}: {source}")]
+    Invalid {
+        /// `"the graph given to the rewriter"` or `"after dead-code removal"`.
+        when: &'static str,
+        /// The verifier's error.
+        source: Box<GraphError>,
+    },
+}
+
+/// How much of the graph a run verifies ([`Rewriter::with_verify`]).
+///
+/// The default, [`Verify::default`], is [`Verify::Local`] in builds with debug
+/// assertions (`cargo test`, `cargo build`) and [`Verify::Off`] in release builds:
+/// a debug build then costs a constant amount of checking per rewrite, not a walk of
+/// the whole graph per rewrite ([`Verify::Full`]), so rewriting stays linear in the
+/// graph's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verify {
+    /// No check.
+    Off,
+    /// The whole graph once before the first rewrite and once after the last (after
+    /// dead-code removal).
+    Ends,
+    /// [`Verify::Ends`], and after each rewrite the nodes it touched: the new nodes,
+    /// the nodes rewired to them, the producers whose use lists changed, and no cycle
+    /// through the new nodes (within a budget; the end check covers the rest).
+    Local,
+    /// The whole graph before the first rewrite and after every one (quadratic: for
+    /// hunting a bug in a rule on a small graph).
+    Full,
+}
+
+impl Default for Verify {
+    fn default() -> Verify {
+        if cfg!(debug_assertions) {
+            Verify::Local
+        } else {
+            Verify::Off
+        }
+    }
 }
 
 /// One rewrite that happened.
@@ -122,6 +166,9 @@ pub struct Report {
     pub dead_removed: usize,
     /// Nodes taken from the worklist.
     pub visited: usize,
+    /// Nodes the verifier checked over the run ([`Verify`]): the whole graph at each
+    /// end, the touched nodes and the cycle search's visits after each rewrite.
+    pub verified: usize,
     /// Full match attempts (a rule tried at a node its decision tree let through).
     pub attempts: usize,
     /// Time spent.
@@ -172,7 +219,7 @@ impl fmt::Display for Report {
 pub struct Rewriter {
     sets: Vec<&'static RuleSet>,
     iteration_limit: Option<usize>,
-    verify_each: bool,
+    verify: Verify,
     strict: bool,
     options: MatchOptions,
 }
@@ -184,7 +231,7 @@ impl Rewriter {
         Rewriter {
             sets: sets.to_vec(),
             iteration_limit: None,
-            verify_each: cfg!(debug_assertions),
+            verify: Verify::default(),
             strict: false,
             options: MatchOptions::new(),
         }
@@ -207,10 +254,16 @@ impl Rewriter {
         self
     }
 
-    /// Verify the graph after every rewrite (default: in debug builds).
-    pub fn with_verify_each(mut self, on: bool) -> Rewriter {
-        self.verify_each = on;
+    /// How much of the graph to verify ([`Verify`]; default [`Verify::default`]).
+    pub fn with_verify(mut self, verify: Verify) -> Rewriter {
+        self.verify = verify;
         self
+    }
+
+    /// `true`: verify the whole graph after every rewrite ([`Verify::Full`]); `false`:
+    /// verify nothing ([`Verify::Off`]).
+    pub fn with_verify_each(self, on: bool) -> Rewriter {
+        self.with_verify(if on { Verify::Full } else { Verify::Off })
     }
 
     /// Make a failing replacement an error ([`RewriteError::Replacement`]) instead of a
@@ -249,6 +302,15 @@ impl Rewriter {
         let mut queue = Worklist::default();
         // (rule, anchor) pairs whose replacement failed.
         let mut failed: HashSet<(&'static str, NodeId)> = HashSet::new();
+        // Producers whose use lists a rewrite changed (for the local check).
+        let mut producers: Vec<NodeId> = Vec::new();
+        if self.verify != Verify::Off {
+            report.verified += graph.node_count();
+            verify(graph).map_err(|source| RewriteError::Invalid {
+                when: "the graph given to the rewriter",
+                source: Box::new(source),
+            })?;
+        }
         queue.insert_live(graph);
         while let Some(id) = queue.pop() {
             report.visited += 1;
@@ -262,6 +324,15 @@ impl Rewriter {
                     continue;
                 };
                 let at = describe(graph, id);
+                if self.verify == Verify::Local {
+                    producers.clear();
+                    producers.extend(
+                        inside
+                            .iter()
+                            .filter_map(|&n| graph.node(n))
+                            .flat_map(|n| n.operands().iter().map(|v| v.node)),
+                    );
+                }
                 let patch = match apply::apply_safe(graph, m, rule.replace, &inside) {
                     Ok(patch) => patch,
                     Err(source) if self.strict => {
@@ -289,12 +360,35 @@ impl Rewriter {
                 if report.firings.len() > limit {
                     return Err(ping_pong(limit, &report));
                 }
-                if self.verify_each {
-                    verify(graph).map_err(|source| RewriteError::Verify {
-                        rule: rule.name,
-                        source: Box::new(source),
-                    })?;
-                }
+                let checked = match self.verify {
+                    Verify::Off | Verify::Ends => Ok(()),
+                    Verify::Local => {
+                        producers.extend(
+                            patch
+                                .added
+                                .iter()
+                                .filter_map(|&n| graph.node(n))
+                                .flat_map(|n| n.operands().iter().map(|v| v.node)),
+                        );
+                        producers.sort_unstable();
+                        producers.dedup();
+                        producers.retain(|n| graph.node(*n).is_some());
+                        let touched = Touched {
+                            added: &patch.added,
+                            rewired: &patch.rewired,
+                            producers: &producers,
+                        };
+                        verify_patch(graph, &touched, &mut report.verified)
+                    }
+                    Verify::Full => {
+                        report.verified += graph.node_count();
+                        verify(graph)
+                    }
+                };
+                checked.map_err(|source| RewriteError::Verify {
+                    rule: rule.name,
+                    source: Box::new(source),
+                })?;
                 for &n in &patch.rewired {
                     queue.insert(n);
                 }
@@ -311,6 +405,13 @@ impl Rewriter {
         }
         report.attempts = matcher.attempts();
         report.dead_removed = graph.remove_dead();
+        if self.verify != Verify::Off {
+            report.verified += graph.node_count();
+            verify(graph).map_err(|source| RewriteError::Invalid {
+                when: "after dead-code removal",
+                source: Box::new(source),
+            })?;
+        }
         report.time = start.elapsed();
         Ok(report)
     }

@@ -10,7 +10,7 @@ use crate::exec::{
 };
 use crate::generated::{builtin, register_grads_of, FusedKernel};
 use crate::grad::GradRegistry;
-use crate::rewrite::{Report, RewriteError, Rewriter};
+use crate::rewrite::{Report, RewriteError, Rewriter, Verify};
 use crate::{Graph, RuleSet};
 
 /// A list of generated kernels wired into a program in one call: the rules that fuse
@@ -86,7 +86,12 @@ impl Kernels {
 
     /// Fuses every decomposed form of the kernels in `graph`, to a fixed point.
     pub fn fuse(&self, graph: &mut Graph) -> Result<Report, RewriteError> {
-        Rewriter::new(&self.rules()).run(graph)
+        self.fuse_with(graph, Verify::default())
+    }
+
+    /// [`Kernels::fuse`], verifying as `verify` says ([`Verify`]).
+    pub fn fuse_with(&self, graph: &mut Graph, verify: Verify) -> Result<Report, RewriteError> {
+        Rewriter::new(&self.rules()).with_verify(verify).run(graph)
     }
 
     /// The executor of these kernels and their vjp kernels on the CPU.

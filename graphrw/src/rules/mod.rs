@@ -10,9 +10,9 @@ mod pipeline;
 pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
 pub use kernels::Kernels;
-pub use pipeline::{optimize, prepare, OptimizeError, Optimized};
+pub use pipeline::{optimize, optimize_with, prepare, OptimizeError, Optimized};
 
-use crate::rewrite::{Report, RewriteError, Rewriter};
+use crate::rewrite::{Report, RewriteError, Rewriter, Verify};
 
 /// The largest tensor, in bytes, that a rule evaluates while rewriting (the constant
 /// evaluation of input-independent mask parts in [`causal`]): 64 MiB. A value, or any
@@ -24,10 +24,15 @@ use crate::Graph;
 /// the transposes the fusion introduces, after which grouped kv heads are recognised on
 /// the fused nodes). Returns the reports of the two passes.
 pub fn fuse_attention(graph: &mut Graph) -> Result<Vec<Report>, RewriteError> {
+    fuse_attention_with(graph, Verify::default())
+}
+
+/// [`fuse_attention`], verifying as `verify` says ([`Verify`]).
+pub fn fuse_attention_with(graph: &mut Graph, verify: Verify) -> Result<Vec<Report>, RewriteError> {
     let [canonicalise, fuse] = ATTENTION_PASSES;
     Ok(vec![
-        Rewriter::new(canonicalise).run(graph)?,
-        Rewriter::new(fuse).run(graph)?,
+        Rewriter::new(canonicalise).with_verify(verify).run(graph)?,
+        Rewriter::new(fuse).with_verify(verify).run(graph)?,
     ])
 }
 

@@ -10,7 +10,7 @@ use thiserror::Error;
 use super::causal::{mark_causal, CausalReport};
 use crate::ops::Op;
 use crate::pattern::dispatch::Dispatch;
-use crate::rewrite::{Report, RewriteError};
+use crate::rewrite::{Report, RewriteError, Rewriter, Verify};
 use crate::{Graph, GraphError};
 
 /// Why [`optimize`] failed. The graph may be partly optimised (every finished pass left
@@ -63,10 +63,18 @@ pub struct Optimized {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn optimize(graph: &mut Graph) -> Result<Optimized, OptimizeError> {
+    optimize_with(graph, Verify::default())
+}
+
+/// [`optimize`], with each rewrite pass verifying as `verify` says ([`Verify`]; the
+/// default is [`Verify::Local`] in debug builds, [`Verify::Off`] in release builds).
+pub fn optimize_with(graph: &mut Graph, verify: Verify) -> Result<Optimized, OptimizeError> {
     let nodes_before = graph.node_count();
-    let attention = super::fuse_attention(graph)?;
+    let attention = super::fuse_attention_with(graph, verify)?;
     let causal = mark_causal(graph)?;
-    let kernels = crate::generated::fuse_kernels(graph)?;
+    let kernels = Rewriter::new(&crate::generated::builtin_rules())
+        .with_verify(verify)
+        .run(graph)?;
     let mut fused_nodes = BTreeMap::new();
     for op in graph
         .node_ids()
@@ -109,6 +117,15 @@ pub fn prepare() {
 }
 
 impl Optimized {
+    /// Nodes the verifier checked over every rewrite pass ([`Report::verified`]).
+    pub fn verified(&self) -> usize {
+        self.attention
+            .iter()
+            .chain(std::iter::once(&self.kernels))
+            .map(|r| r.verified)
+            .sum()
+    }
+
     /// Every match whose replacement failed and was rolled back, over all passes.
     pub fn skipped(&self) -> impl Iterator<Item = &crate::rewrite::Skip> + '_ {
         self.attention

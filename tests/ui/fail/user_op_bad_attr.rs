@@ -9,7 +9,7 @@ pub static SCALE: OpDef = OpDef {
     outputs: OutputCount::Fixed(1),
     commutative: false,
     class: OpClass::Elementwise,
-    infer: Infer::Like,
+    infer: Infer::Fn(|i, _| Ok(vec![i[0].clone()])),
     decompose: None,
     builtin: None,
 };

@@ -39,6 +39,7 @@ pub const SUPPORTED: &str = "a pattern body is `let name = ..;` bindings and one
 /// is too broken to lower.
 pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
     let before = errs.is_empty();
+    let errors_before = errs.count();
     let mut s = Sema {
         errs,
         params: Vec::new(),
@@ -160,9 +161,12 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
             "the pattern body ends without a result: end it with the expression to match (no `;`)",
         );
     }
-    // Unused parameters.
+    // Unused parameters, only in a body without errors: an error (a call with too many
+    // arguments, an empty body) leaves parameters unvisited, and "never used" would
+    // then be a second, misleading error about the same mistake.
+    let body_ok = s.errs.count() == errors_before;
     for (i, p) in s.params.iter().enumerate() {
-        if s.uses[i] == 0 {
+        if body_ok && s.uses[i] == 0 {
             s.errs.spanned(
                 &p.name,
                 format!("parameter `{}` is never used in the pattern body; use it or remove it (parameters are bound by matching, so each must appear in the body)", p.name),

@@ -503,6 +503,13 @@ impl OpRegistry {
 
     /// Adds a user op; an op of the same name is an error.
     pub fn register(&mut self, op: &'static OpDef) -> Result<(), GraphError> {
+        if let Err(message) = op.soundness() {
+            return Err(GraphError::Signature {
+                op: op.name,
+                node: None,
+                message: message.into(),
+            });
+        }
         if self.ops.contains_key(op.name) {
             return Err(GraphError::DuplicateOp(op.name.to_string()));
         }
