@@ -434,7 +434,6 @@ impl Graph {
     pub fn node_users(&self, id: NodeId) -> BTreeSet<NodeId> {
         self.node_uses(id).iter().map(|&(user, _)| user).collect()
     }
-
 }
 
 /// `v` as a small vector: inline when it fits (its elements copied at once, not pushed
@@ -547,7 +546,6 @@ pub fn normalize_attrs(
         })
         .collect()
 }
-
 
 mod build;
 mod edit;

@@ -327,5 +327,4 @@ impl Graph {
             *n = n.saturating_sub(1);
         }
     }
-
 }
