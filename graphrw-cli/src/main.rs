@@ -25,7 +25,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// `graphrw print model.onnx` to read it as a program, and `graphrw run MODEL_DIR` to
 /// check it against the ONNX test data beside it.
 #[derive(Parser)]
-#[command(name = "graphrw", version, about, long_about)]
+#[command(name = "graphrw", version, about, long_about, after_help = commands::env::help_section())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -133,7 +133,9 @@ enum Command {
     /// kernels. Prints the best time of `--repeat N` runs and the peak live memory.
     /// Exits with code 1 when an output is beyond tolerance. A tensor past the run
     /// budget (`GRAPHRW_MAX_TENSOR_BYTES` bytes; default: the machine's memory) is an
-    /// error before it is allocated.
+    /// error before it is allocated. The kernels' options (instruction set, threads,
+    /// weight packing, attention tuning) come from the `GRAPHRW_*` variables listed
+    /// in `graphrw --help`.
     ///
     /// Example: `graphrw run ../shared/corpus/llama_sdpa --repeat 5 --compare`
     Run {
@@ -167,6 +169,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The one place the environment is read: `GRAPHRW_*` onto the kernel options,
+    // installed for everything this thread runs (folding included) and given to plans.
+    let options = match commands::env::options_from_env() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {}", commands::error_text(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    let _options = options.install();
     let result = match cli.command {
         Command::Ops { filter } => commands::ops::run(filter.as_deref()),
         Command::Inspect { model } => commands::inspect::run(&model),
@@ -218,6 +230,7 @@ fn main() -> ExitCode {
                 repeat: repeat as usize,
                 compare,
                 profile,
+                kernel: options,
             },
         ),
     };

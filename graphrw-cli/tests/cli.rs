@@ -807,7 +807,7 @@ fn run_refuses_tensors_past_the_run_budget() {
     no_panic(&args, &out);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("budget of 1.0 MiB (GRAPHRW_MAX_TENSOR_BYTES)"),
+        text(&out.stderr).contains("budget of 1.0 MiB (max_tensor_bytes)"),
         "{}",
         text(&out.stderr)
     );

@@ -227,7 +227,15 @@ fn dump(dev: &Arc<CudaDevice>, dir: &str) -> Res<()> {
 
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dev = CudaDevice::get(0)?;
+    // This harness, like the command, maps its environment onto the kernel options
+    // (`GRAPHRW_SDPA_CFG` for the launch) and the NVRTC library (`GRAPHRW_NVRTC_LIB`).
+    let options = graphrw_kernels::options::vars::from_vars(|n| std::env::var(n).ok())?;
+    let _options = options.install();
+    let mut cuda_options = graphrw_kernels::cuda::CudaOptions::default();
+    if let Some(lib) = std::env::var_os("GRAPHRW_NVRTC_LIB") {
+        cuda_options = cuda_options.with_nvrtc_lib(lib);
+    }
+    let dev = CudaDevice::get_with(0, &cuda_options)?;
     eprintln!("device: {dev:?}");
     match args.first().map(String::as_str) {
         Some("bench") => {

@@ -15,6 +15,9 @@
 //! `CLOCK_PROCESS_CPUTIME_ID`) instead of wall time: on a
 //! machine shared with other jobs it does not count the time the threads waited for a
 //! core. With one thread (`RAYON_NUM_THREADS=1`) it is the call's time on an idle core.
+//!
+//! The kernel options come from the `graphrw` command's `GRAPHRW_*` variables
+//! (`graphrw_kernels::options::vars`), e.g. `GRAPHRW_SDPA_NO_AVX512=1` for the AVX2 path.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -98,6 +101,9 @@ fn run() -> Result<(), String> {
     if specs.is_empty() {
         return Err("give at least one shape DTYPE,D,S[,causal]".into());
     }
+    // This harness, like the command, maps its environment onto the kernel options.
+    let options = graphrw_kernels::options::vars::from_vars(|n| std::env::var(n).ok())?;
+    let _options = options.install();
     for spec in specs {
         let shape = [1, heads, spec.s, spec.d];
         let q = ramp(spec.dtype, &shape, 0)?;

@@ -6,16 +6,13 @@
 //! `Range(0, 2^33)` is an error that names the kernel, never an aborted process.
 //!
 //! The budget is, in order: the value given to [`set_max_tensor_bytes`], the
-//! environment variable [`MAX_TENSOR_BYTES_ENV`] (bytes), or the machine's total memory
-//! (`MemTotal` of `/proc/meminfo`; [`FALLBACK_MAX_TENSOR_BYTES`] where that cannot be
-//! read).
+//! [`KernelOptions::max_tensor_bytes`] installed on the calling thread (a plan's
+//! options, while it runs), or the machine's total memory (`MemTotal` of
+//! `/proc/meminfo`; [`FALLBACK_MAX_TENSOR_BYTES`] where that cannot be read).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{DType, KernelError};
-
-/// The environment variable that sets the run budget, in bytes.
-pub const MAX_TENSOR_BYTES_ENV: &str = "GRAPHRW_MAX_TENSOR_BYTES";
+use crate::{DType, KernelError, KernelOptions};
 
 /// The run budget where neither a setting nor the machine's memory is known (16 GiB).
 pub const FALLBACK_MAX_TENSOR_BYTES: u64 = 16 << 30;
@@ -23,7 +20,8 @@ pub const FALLBACK_MAX_TENSOR_BYTES: u64 = 16 << 30;
 /// The budget set by [`set_max_tensor_bytes`] (0: not set).
 static SET: AtomicU64 = AtomicU64::new(0);
 
-/// Sets the run budget to `bytes` for the whole process (0 goes back to the default).
+/// Sets the run budget to `bytes` for the whole process, over any options' (0 goes back
+/// to the options' or the default).
 pub fn set_max_tensor_bytes(bytes: u64) {
     SET.store(bytes, Ordering::Relaxed);
 }
@@ -31,22 +29,16 @@ pub fn set_max_tensor_bytes(bytes: u64) {
 /// The largest tensor, in bytes, a kernel may allocate (see the module docs).
 pub fn max_tensor_bytes() -> u64 {
     match SET.load(Ordering::Relaxed) {
-        0 => *DEFAULT.get_or_init(default_budget),
+        0 => KernelOptions::current().tensor_budget(),
         n => n,
     }
 }
 
-static DEFAULT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-
-fn default_budget() -> u64 {
-    if let Some(n) = std::env::var(MAX_TENSOR_BYTES_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&n| n > 0)
-    {
-        return n;
-    }
-    total_memory().unwrap_or(FALLBACK_MAX_TENSOR_BYTES)
+/// The budget where nothing sets one: the machine's total memory (read once), else
+/// [`FALLBACK_MAX_TENSOR_BYTES`].
+pub fn default_max_tensor_bytes() -> u64 {
+    static DEFAULT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(|| total_memory().unwrap_or(FALLBACK_MAX_TENSOR_BYTES))
 }
 
 /// `MemTotal` of `/proc/meminfo`, in bytes.
@@ -74,7 +66,7 @@ pub fn check_alloc_within(
         KernelError::invalid(
             op,
             format!(
-                "{dtype}{} is past the budget of {} ({MAX_TENSOR_BYTES_ENV})",
+                "{dtype}{} is past the budget of {} (max_tensor_bytes)",
                 short_shape(shape),
                 human_bytes(max_bytes)
             ),
@@ -133,5 +125,8 @@ mod tests {
         let e = check_alloc_within("full", &[usize::MAX, 3], DType::I64, u64::MAX).unwrap_err();
         assert!(e.to_string().starts_with("full: "), "{e}");
         assert!(max_tensor_bytes() > 0);
+        let _g = KernelOptions::default().with_max_tensor_bytes(64).install();
+        assert_eq!(max_tensor_bytes(), 64);
+        assert!(check_alloc("full", &[4, 5], DType::F32).is_err());
     }
 }

@@ -31,11 +31,14 @@ pub mod elementwise;
 mod error;
 pub mod fused;
 pub mod mapped;
+pub mod options;
 mod tensor;
 pub mod testing;
 
+pub use cpu::{CpuFeatures, Isa};
 pub use dtype::DType;
 pub use element::{Element, IntElement, Real};
 pub use error::KernelError;
 pub use mapped::{FileRange, MappedFile};
+pub use options::{KernelOptions, SdpaBlocks, SdpaCudaConfig, SdpaLoopOrder, SdpaTuning};
 pub use tensor::{Storage, Tensor};

@@ -2,9 +2,47 @@
 //! of dtypes, lengths, head dims, masks, causal and grouped heads, plus fully masked
 //! rows, edge sizes and errors.
 
+use graphrw_kernels::cpu::{CpuFeatures, Isa};
+use graphrw_kernels::fused::sdpa::{sdpa_tuned, selected_kernel_with, SdpaKernel};
 use graphrw_kernels::fused::{sdpa, FullyMaskedRows, SdpaOptions};
 use graphrw_kernels::testing::compare;
-use graphrw_kernels::{cpu, DType, KernelError, Tensor};
+use graphrw_kernels::{cpu, DType, KernelError, KernelOptions, SdpaTuning, Tensor};
+
+/// The kernel options that run the SDPA paths this CPU has, each once: the default
+/// (the best kernel), the packed path capped at AVX2, the operands read in place (with
+/// and without the AVX2 micro-tiles), the packed path's softmax step as a pass of its
+/// own, and the portable loops.
+fn variants() -> Vec<KernelOptions> {
+    let base = KernelOptions::default();
+    let tuned = |t: SdpaTuning| base.with_sdpa(t);
+    let all = [
+        base,
+        tuned(SdpaTuning::default().with_max_isa(Isa::Avx2Fma)),
+        tuned(SdpaTuning::default().with_pack(false)),
+        tuned(
+            SdpaTuning::default()
+                .with_pack(false)
+                .with_micro_kernels(false),
+        ),
+        tuned(SdpaTuning::default().with_fuse_softmax(false)),
+        base.with_max_isa(Isa::Baseline),
+    ];
+    let mut seen = Vec::new();
+    all.into_iter()
+        .filter(|o| {
+            // Options that run the same kernel the same way are one variant.
+            let key = (
+                selected_kernel_with(DType::F32, o),
+                selected_kernel_with(DType::BF16, o),
+                o.sdpa.fuse_softmax,
+                o.sdpa.micro_kernels,
+            );
+            let new = !seen.contains(&key);
+            seen.push(key);
+            new
+        })
+        .collect()
+}
 
 /// SplitMix64: deterministic inputs.
 struct Rng(u64);
@@ -133,8 +171,11 @@ fn check(c: Case, seed: u64) {
         enable_gqa: gqa,
         fully_masked_rows: FullyMaskedRows::Nan,
     };
-    let got = sdpa(&q, &k, &v, mask.as_ref(), &opts).unwrap();
-    assert_close(&got, &want, &format!("{c:?}"));
+    for kernel in variants() {
+        let got = sdpa_tuned(&q, &k, &v, mask.as_ref(), &opts, &kernel).unwrap();
+        let what = format!("{c:?} on {:?}", selected_kernel_with(c.dtype, &kernel));
+        assert_close(&got, &want, &what);
+    }
 }
 
 #[test]
@@ -624,31 +665,23 @@ fn errors_name_the_shapes() {
     ));
 }
 
-/// [`sdpa`] runs the best kernel this CPU has, unless a switch in the environment says
-/// otherwise, so the grids above test it: the AVX-512 packed path (bf16 on its dot
-/// products) where the CPU has AVX-512 F/BW/BF16, the AVX2 packed path where it has
-/// AVX2+FMA only or `GRAPHRW_SDPA_NO_AVX512` is set, the unpacked AVX2 path with
-/// `GRAPHRW_SDPA_NO_PACK` (and for f64), and the portable loops without AVX2+FMA or
-/// with `GRAPHRW_SDPA_BASELINE`. Run with each switch set to test that fallback.
+/// [`sdpa`] runs the best kernel this CPU has unless the options say otherwise, so the
+/// grids above, run on each of [`variants`], test every path: the AVX-512 packed path
+/// (bf16 on its dot products) where the CPU has AVX-512 F/BW/BF16, the AVX2 packed path
+/// where it has AVX2+FMA only or the SDPA cap is AVX2, the unpacked AVX2 path with
+/// packing off (and for f64), and the portable loops without AVX2+FMA or at the
+/// baseline cap.
 #[test]
 fn best_available_path_is_selected() {
-    use graphrw_kernels::fused::sdpa::{selected_kernel, SdpaKernel};
-    let set = |name: &str| std::env::var_os(name).is_some();
-    #[cfg(target_arch = "x86_64")]
-    let (avx512, avx2) = (
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512bf16"),
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
-    );
-    #[cfg(not(target_arch = "x86_64"))]
-    let (avx512, avx2) = (false, false);
-    let expected = |dtype: DType| {
-        if !avx2 || set("GRAPHRW_SDPA_BASELINE") {
+    let f = CpuFeatures::get();
+    let avx2 = f.avx2 && f.fma;
+    let avx512 = avx2 && Isa::Avx512.is_available() && f.avx512bf16;
+    let expected = |dtype: DType, o: &KernelOptions| {
+        if !avx2 || o.sdpa_isa() == Isa::Baseline {
             SdpaKernel::Plain
-        } else if set("GRAPHRW_SDPA_NO_PACK") || dtype == DType::F64 {
+        } else if !o.sdpa.pack || dtype == DType::F64 {
             SdpaKernel::Avx2
-        } else if !avx512 || set("GRAPHRW_SDPA_NO_AVX512") {
+        } else if !avx512 || o.sdpa_isa() < Isa::Avx512 {
             SdpaKernel::PackedAvx2
         } else if dtype == DType::BF16 {
             SdpaKernel::PackedAvx512Bf16
@@ -656,13 +689,35 @@ fn best_available_path_is_selected() {
             SdpaKernel::PackedAvx512
         }
     };
-    for dtype in [DType::BF16, DType::F32, DType::F16, DType::F64] {
-        assert_eq!(selected_kernel(dtype), expected(dtype), "{dtype:?}");
+    let base = KernelOptions::default();
+    let options = [
+        base,
+        base.with_sdpa(SdpaTuning::default().with_max_isa(Isa::Avx2Fma)),
+        base.with_sdpa(SdpaTuning::default().with_pack(false)),
+        base.with_max_isa(Isa::Avx2Fma),
+        base.with_max_isa(Isa::Baseline),
+        base.with_sdpa(SdpaTuning::default().with_max_isa(Isa::Baseline)),
+    ];
+    for o in &options {
+        for dtype in [DType::BF16, DType::F32, DType::F16, DType::F64] {
+            assert_eq!(
+                selected_kernel_with(dtype, o),
+                expected(dtype, o),
+                "{dtype:?} {o:?}"
+            );
+        }
     }
+    assert_eq!(
+        graphrw_kernels::fused::sdpa::selected_kernel(DType::F32),
+        expected(DType::F32, &base)
+    );
     if !avx512 {
         println!(
             "SKIPPED: the AVX-512 SDPA kernels need AVX-512 F, BW and BF16 (the grids ran {:?})",
-            selected_kernel(DType::F32)
+            variants()
+                .iter()
+                .map(|o| selected_kernel_with(DType::F32, o))
+                .collect::<Vec<_>>()
         );
     }
 }

@@ -572,13 +572,17 @@ impl Session {
     }
 }
 
-/// Runs one of graphrw-cli's subcommands with the GIL released; its exit code, or
-/// its error (the CLI prints `error: ...` and exits 1) as a `GraphrwError`.
+/// Runs one of graphrw-cli's subcommands with the GIL released, with the kernel options
+/// of the `GRAPHRW_*` variables installed (as the command does); its exit code, or its
+/// error (the CLI prints `error: ...` and exits 1) as a `GraphrwError`.
 fn cli<F>(py: Python<'_>, f: F) -> PyResult<u8>
 where
     F: FnOnce() -> commands::CmdResult + Send,
 {
     detached(py, || {
+        let options = commands::env::options_from_env()
+            .map_err(|e| Failure::new(Kind::InvalidArgument, e))?;
+        let _options = options.install();
         let code = f().map_err(|e| Failure::new(Kind::Internal, e))?;
         Ok(if code == ExitCode::SUCCESS { 0 } else { 1 })
     })
@@ -644,13 +648,15 @@ fn cli_run(
             .into_pyerr(py))
         }
     };
-    let opts = commands::run::RunOptions {
-        executors,
-        repeat: repeat.max(1),
-        compare,
-        profile,
-    };
     cli(py, || {
+        let opts = commands::run::RunOptions {
+            executors,
+            repeat: repeat.max(1),
+            compare,
+            profile,
+            // Installed by `cli` from the environment.
+            kernel: graphrw::KernelOptions::current(),
+        };
         commands::run::run(&model_dir, model.as_deref().map(Path::new), &opts)
     })
 }

@@ -51,4 +51,4 @@ pub use pattern::private as __private;
 
 /// Tensors and kernels (re-exported from `graphrw-kernels`).
 pub use graphrw_kernels as kernels;
-pub use graphrw_kernels::Tensor;
+pub use graphrw_kernels::{KernelOptions, Tensor};

@@ -8,10 +8,11 @@
 use graphrw::generated::{builtin, CudaLaunch};
 use graphrw::kernels::cuda;
 
-/// Points `GRAPHRW_NVRTC_LIB` at the NVRTC of the `nvidia-cuda-nvrtc` wheel when it is
-/// unset and the wheel is installed for `python3`.
+/// Names the NVRTC library to the CUDA runtime: the test harness's `GRAPHRW_NVRTC_LIB`,
+/// else the NVRTC of the `nvidia-cuda-nvrtc` wheel when it is installed for `python3`.
 fn find_wheel_nvrtc() {
-    if std::env::var_os("GRAPHRW_NVRTC_LIB").is_some() {
+    if let Some(path) = std::env::var_os("GRAPHRW_NVRTC_LIB") {
+        graphrw_kernels::cuda::set_nvrtc_library(path);
         return;
     }
     let script = "import glob, os, sys\n\
@@ -26,7 +27,7 @@ fn find_wheel_nvrtc() {
     };
     let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !path.is_empty() {
-        std::env::set_var("GRAPHRW_NVRTC_LIB", &path);
+        graphrw_kernels::cuda::set_nvrtc_library(path);
     }
 }
 

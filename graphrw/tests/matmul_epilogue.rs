@@ -6,11 +6,12 @@
 use std::sync::Arc;
 
 use graphrw::exec::{
-    default_stack, plan, reference_stack, EpilogueCpu, Executor, ReferenceCpu, EPILOGUE_CPU,
-    MATMUL_EPILOGUE,
+    default_stack, plan, plan_with, reference_stack, EpilogueCpu, Executor, ReferenceCpu,
+    EPILOGUE_CPU, MATMUL_EPILOGUE,
 };
 use graphrw::{verify, Builder, DType, Dim, Graph, Shape, Tensor, TensorMeta, Var};
 use graphrw_kernels::testing::compare::{assert_close_tensor, max_abs_diff_tensor, Tol};
+use graphrw_kernels::{cpu::Isa, KernelOptions};
 
 fn epilogue_stack() -> Vec<Arc<dyn Executor>> {
     vec![Arc::new(EpilogueCpu::default()), Arc::new(ReferenceCpu)]
@@ -470,74 +471,59 @@ fn a_node_the_kernel_refuses_runs_through_its_decomposition() {
     assert_eq!(p.graph().op_counts().get("transpose"), Some(&1), "{p}");
 }
 
-/// Whether the epilogue executor packs weights here: the CPU has the packed GEMM
-/// (x86-64 with AVX-512F) and `GRAPHRW_NO_PACKED_WEIGHTS=1` does not turn it off.
-fn packing_here() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    let gemm = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    let gemm = false;
-    let off = std::env::var_os("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1");
-    gemm && !off
+/// Whether the epilogue executor packs weights with `opts`: the options allow packing
+/// and AVX2+FMA or AVX-512, which the CPU has (the packed GEMM's kernels).
+fn packing_with(opts: &KernelOptions) -> bool {
+    opts.pack_weights && opts.isa() >= Isa::Avx2Fma
 }
 
-/// f32 weights are packed at their first run (where the CPU has the packed GEMM) and
-/// reused by the next: both runs agree with the reference stack, through the plain,
-/// residual-free MLP chains and the head-split QKV pieces (heads of 32 columns). Where
-/// the CPU lacks the packed GEMM, or `GRAPHRW_NO_PACKED_WEIGHTS=1`, nothing is packed
-/// and the results are the same.
+/// f32 weights are packed at their first run (where the CPU has the packed GEMM and the
+/// plan's options allow it) and reused by the next: both runs agree with the reference
+/// stack, through the plain, residual-free MLP chains and the head-split QKV pieces
+/// (heads of 32 columns), on the CPU's best kernel and on the AVX2+FMA one (forced by
+/// capping the instruction set; the same on a CPU without AVX-512). With packing off
+/// (`KernelOptions::pack_weights`), the instruction set capped below AVX2, or a CPU
+/// without the packed GEMM, nothing is packed and the results are the same.
 #[test]
 fn packed_weights_give_the_reference_results_run_after_run() {
-    if !packing_here() {
+    let base = KernelOptions::default();
+    let options = [
+        base,
+        base.with_pack_weights(false),
+        base.with_max_isa(Isa::Avx2Fma),
+        base.with_max_isa(Isa::Baseline),
+    ];
+    if !packing_with(&base) {
         println!(
-            "SKIPPED: packing weights needs AVX-512F and no GRAPHRW_NO_PACKED_WEIGHTS=1 \
-             (checked: nothing is packed, the results match)"
+            "SKIPPED: packing weights needs AVX2+FMA (checked: nothing is packed, the \
+             results match)"
         );
     }
-    for (g, inputs) in [
-        qkv_heads(DType::F32, 70, 2, 32),
-        mlp(DType::F32, 40, 64, 96, "tanh"),
-    ] {
-        let (want, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
-        let epilogue = Arc::new(EpilogueCpu::default());
-        let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
-        let p = plan(&g, &stack).unwrap();
-        for run in 0..2 {
-            let (got, _) = p.run(&inputs).unwrap();
-            assert_close_tensor(
-                &got[0],
-                &want[0],
-                Tol::new(1e-4, 1e-5),
-                &format!("run {run}\n{p}"),
-            );
-            if packing_here() {
-                assert!(epilogue.packed_bytes() > 0, "nothing was packed\n{p}");
-            } else {
-                assert_eq!(epilogue.packed_bytes(), 0, "packed anyway\n{p}");
+    for opts in options {
+        for (g, inputs) in [
+            qkv_heads(DType::F32, 70, 2, 32),
+            mlp(DType::F32, 40, 64, 96, "tanh"),
+        ] {
+            let (want, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
+            let epilogue = Arc::new(EpilogueCpu::default());
+            let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
+            let p = plan_with(&g, &stack, opts).unwrap();
+            for run in 0..2 {
+                let (got, _) = p.run(&inputs).unwrap();
+                assert_close_tensor(
+                    &got[0],
+                    &want[0],
+                    Tol::new(1e-4, 1e-5),
+                    &format!("run {run} with {opts:?}\n{p}"),
+                );
+                if packing_with(&opts) {
+                    assert!(epilogue.packed_bytes() > 0, "nothing was packed\n{p}");
+                } else {
+                    assert_eq!(epilogue.packed_bytes(), 0, "packed with {opts:?}\n{p}");
+                }
             }
         }
     }
-}
-
-/// `GRAPHRW_NO_PACKED_WEIGHTS=1` turns packing off (read once per process, so the test
-/// above runs again in a child process with it set, where it checks that nothing is
-/// packed and the results are the same).
-#[test]
-fn no_packed_weights_switch_turns_packing_off() {
-    let name = "packed_weights_give_the_reference_results_run_after_run";
-    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args([name, "--exact", "--nocapture", "--test-threads", "1"])
-        .env("GRAPHRW_NO_PACKED_WEIGHTS", "1")
-        .output()
-        .expect("the test binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{name} with GRAPHRW_NO_PACKED_WEIGHTS=1:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("1 passed"), "{stdout}");
-    assert!(stdout.contains("SKIPPED: packing weights"), "{stdout}");
 }
 
 /// Products of fewer than `cpu::PackedWeight::MIN_ROWS` rows run on the `gemm` crate:

@@ -41,7 +41,7 @@ pub fn run(
 ) -> CmdResult {
     match device {
         Device::Cpu => super::run::run(model_dir, model, opts),
-        Device::Cuda(ordinal) => cuda::run(model_dir, model, ordinal),
+        Device::Cuda(ordinal) => cuda::run(model_dir, model, ordinal, opts.kernel),
     }
 }
 
@@ -51,7 +51,7 @@ mod cuda {
 
     use super::CmdResult;
 
-    pub fn run(_: &Path, _: Option<&Path>, _: usize) -> CmdResult {
+    pub fn run(_: &Path, _: Option<&Path>, _: usize, _: graphrw::KernelOptions) -> CmdResult {
         Err("this graphrw was built without CUDA: build graphrw-cli with `--features cuda`".into())
     }
 }
@@ -61,7 +61,8 @@ mod cuda {
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
 
-    use graphrw::exec::{cuda_stack, plan, CudaExecutor, Executor};
+    use graphrw::exec::{cuda_stack, plan_with, CudaExecutor, Executor};
+    use graphrw::KernelOptions;
     use graphrw::Tensor;
 
     use super::super::run::{report_output, test_sets, verdict};
@@ -77,17 +78,28 @@ mod cuda {
             .collect()
     }
 
-    pub fn run(model_dir: &Path, model: Option<&Path>, ordinal: usize) -> CmdResult {
+    pub fn run(
+        model_dir: &Path,
+        model: Option<&Path>,
+        ordinal: usize,
+        kernel: KernelOptions,
+    ) -> CmdResult {
         let model_path = model
             .map(Path::to_path_buf)
             .unwrap_or_else(|| model_dir.join("model.onnx"));
         let graph = super::super::load(&model_path)?;
         let device_err = |e: graphrw::kernels::KernelError| format!("cuda:{ordinal}: {e}");
+        // NVRTC from `GRAPHRW_NVRTC_LIB`, named before the first compile.
+        graphrw::kernels::cuda::CudaDevice::get_with(
+            ordinal,
+            &super::super::env::cuda_options_from_env(),
+        )
+        .map_err(device_err)?;
         let cuda = CudaExecutor::new(ordinal).map_err(device_err)?;
         // cuda_stack with this executor first (so its name and device are at hand).
         let mut stack: Vec<Arc<dyn Executor>> = vec![Arc::new(cuda.clone())];
         stack.extend(cuda_stack(ordinal).map_err(device_err)?.into_iter().skip(1));
-        let p = plan(&graph, &stack)?;
+        let p = plan_with(&graph, &stack, kernel)?;
         let on_gpu = p.assignments().filter(|(_, e)| *e == cuda.name()).count();
         let total = p.assignments().count();
         println!(

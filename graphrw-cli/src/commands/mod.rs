@@ -3,6 +3,7 @@
 
 pub mod device;
 pub mod dot;
+pub mod env;
 pub mod explain;
 pub mod inspect;
 pub mod ops;

@@ -158,6 +158,9 @@ pub struct RunOptions {
     pub compare: bool,
     /// Print the best run's time per op (see [`profile_lines`]).
     pub profile: bool,
+    /// The options the plans' kernels run with (the command's come from the
+    /// environment, see [`super::env`]).
+    pub kernel: graphrw::KernelOptions,
 }
 
 impl Default for RunOptions {
@@ -167,6 +170,7 @@ impl Default for RunOptions {
             repeat: 1,
             compare: false,
             profile: false,
+            kernel: graphrw::KernelOptions::default(),
         }
     }
 }
@@ -187,7 +191,11 @@ struct Prepared {
 
 /// Optimises a copy of `graph` if `executors` asks for it (a failing rewrite is
 /// reported and the graph run as loaded) and plans it.
-fn prepare(graph: &Graph, executors: Executors) -> Result<Prepared, String> {
+fn prepare(
+    graph: &Graph,
+    executors: Executors,
+    kernel: graphrw::KernelOptions,
+) -> Result<Prepared, String> {
     let label = executors.label();
     let mut g = graph.clone();
     if executors.optimizes() {
@@ -199,7 +207,7 @@ fn prepare(graph: &Graph, executors: Executors) -> Result<Prepared, String> {
             }
         }
     }
-    let plan = exec::plan(&g, &executor_stack(executors))
+    let plan = exec::plan_with(&g, &executor_stack(executors), kernel)
         .map_err(|e| format!("planning on the {label} stack: {e}"))?;
     Ok(Prepared { executors, plan })
 }
@@ -333,13 +341,13 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
         model_path.display(),
         graph.node_count()
     );
-    let main = prepare(&graph, opts.executors)?;
+    let main = prepare(&graph, opts.executors, opts.kernel)?;
     let other = if opts.compare {
         let o = match opts.executors {
             Executors::Default => Executors::Reference,
             Executors::Reference => Executors::Default,
         };
-        Some(prepare(&graph, o)?)
+        Some(prepare(&graph, o, opts.kernel)?)
     } else {
         None
     };

@@ -9,7 +9,7 @@
 
 use std::sync::Weak;
 
-use crate::elementwise::Isa;
+use crate::cpu::Isa;
 use crate::tensor::Storage;
 use crate::{DType, Tensor};
 
@@ -38,12 +38,13 @@ impl PackedWeight {
     pub const MIN_ROWS: usize = 64;
 
     /// Packs columns `columns` (all when `None`) of `b`, an f32 matrix `[K, N]`, for the
-    /// kernel of the instruction set the generated kernels run with
-    /// ([`crate::elementwise::isa`]: AVX-512 where the CPU has it, else AVX2+FMA).
+    /// kernel of the instruction set the thread's options allow
+    /// ([`KernelOptions::isa`](crate::KernelOptions::isa): AVX-512 where the CPU has
+    /// it, else AVX2+FMA; capping `max_isa` at AVX2 forces the AVX2+FMA kernel).
     /// `None` where the packed GEMM does not run or does not win: see
     /// [`PackedWeight::new_for`].
     pub fn new(b: &Tensor, columns: Option<(usize, usize)>) -> Option<PackedWeight> {
-        PackedWeight::new_for(b, columns, crate::elementwise::isa())
+        PackedWeight::new_for(b, columns, crate::KernelOptions::current().isa())
     }
 
     /// [`PackedWeight::new`] for the kernel of `isa` (to force the AVX2+FMA kernel on a
@@ -79,7 +80,8 @@ impl PackedWeight {
     /// a budget before packing.
     pub fn size_for(k: usize, n: usize) -> usize {
         #[cfg(target_arch = "x86_64")]
-        let panel = super::packed_gemm::panel_width(crate::elementwise::isa()).unwrap_or(1);
+        let panel =
+            super::packed_gemm::panel_width(crate::KernelOptions::current().isa()).unwrap_or(1);
         #[cfg(not(target_arch = "x86_64"))]
         let panel = 1;
         (n.div_ceil(panel) * panel * k + 16) * std::mem::size_of::<f32>()
@@ -145,7 +147,7 @@ mod tests {
 
     /// Whether this CPU runs the packed GEMM (x86-64 with AVX2+FMA or AVX-512).
     fn packs_here() -> bool {
-        cfg!(target_arch = "x86_64") && crate::elementwise::isa() != Isa::Baseline
+        cfg!(target_arch = "x86_64") && crate::KernelOptions::current().isa() != Isa::Baseline
     }
 
     #[test]
@@ -159,7 +161,7 @@ mod tests {
             return;
         }
         let w = packed.expect("a weight the packed GEMM runs");
-        assert_eq!(w.isa(), crate::elementwise::isa());
+        assert_eq!(w.isa(), crate::KernelOptions::current().isa());
         assert!(w.packs(&b, Some((32, 96))));
         assert!(
             w.packs(&b.clone(), Some((32, 96))),
@@ -203,7 +205,10 @@ mod tests {
         let batch = Tensor::from_vec(vec![2, 4, 4], vec![1.0f32; 32]).expect("tensor");
         assert!(PackedWeight::new(&batch, None).is_none(), "rank 3");
         let b = matrix(64, 40, 4);
-        assert!(PackedWeight::new_for(&b, None, Isa::Baseline).is_none(), "no kernel");
+        assert!(
+            PackedWeight::new_for(&b, None, Isa::Baseline).is_none(),
+            "no kernel"
+        );
     }
 
     /// Each kernel the CPU has packs on request, whatever `new` would choose (the

@@ -13,8 +13,10 @@
 //!
 //! Kernel sources live in `src/cuda/kernels/*.cu` ([`kernels::SOURCES`]) and are compiled
 //! with NVRTC, specialised by preprocessor defines (dtype, head dims, mask kind, causal).
-//! NVRTC comes from `libnvrtc.so*` on the library path; `GRAPHRW_NVRTC_LIB` may name the
-//! library file directly (it is loaded first, so the loader finds it by its soname).
+//! NVRTC comes from `libnvrtc.so*` on the library path; [`CudaOptions::nvrtc_lib`] (given
+//! to [`CudaDevice::get_with`] or [`set_nvrtc_library`]) may name the library file
+//! directly (it is loaded first, so the loader finds it by its soname). The `graphrw`
+//! command sets it from `GRAPHRW_NVRTC_LIB`.
 //!
 //! ```no_run
 //! use graphrw_kernels::cuda::{self, CudaDevice, SdpaOptions};
@@ -220,14 +222,39 @@ pub(crate) fn cuda_err(what: &str, e: impl fmt::Debug) -> KernelError {
     }
 }
 
+/// Options of the CUDA runtime (`Default`: NVRTC found on the library path).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CudaOptions {
+    /// The NVRTC library file (`libnvrtc.so.*`) to load before the first compile.
+    pub nvrtc_lib: Option<std::path::PathBuf>,
+}
+
+impl CudaOptions {
+    /// Loads NVRTC from `path` (the file itself, e.g. a pip wheel's `libnvrtc.so.12`).
+    pub fn with_nvrtc_lib(mut self, path: impl Into<std::path::PathBuf>) -> CudaOptions {
+        self.nvrtc_lib = Some(path.into());
+        self
+    }
+}
+
+/// The NVRTC library named by [`set_nvrtc_library`] (loaded once, at the first compile).
+static NVRTC_LIB: Mutex<Option<std::path::PathBuf>> = Mutex::new(None);
+
+/// Names the NVRTC library file to load before the first kernel compile of this process
+/// (a later call, after NVRTC was loaded, has no effect).
+pub fn set_nvrtc_library(path: impl Into<std::path::PathBuf>) {
+    let mut lib = NVRTC_LIB.lock().unwrap_or_else(|e| e.into_inner());
+    *lib = Some(path.into());
+}
+
 fn preload_nvrtc() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
-        if let Ok(path) = std::env::var("GRAPHRW_NVRTC_LIB") {
+        let named = NVRTC_LIB.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(path) = named {
             // NVRTC opens its builtins library by soname: load the one beside it first.
-            let dir = std::path::Path::new(&path)
-                .parent()
-                .map(|p| p.to_path_buf());
+            let dir = path.parent().map(|p| p.to_path_buf());
             let builtins = dir
                 .and_then(|d| std::fs::read_dir(d).ok())
                 .into_iter()
@@ -238,12 +265,12 @@ fn preload_nvrtc() {
                         .and_then(|n| n.to_str())
                         .is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
                 });
-            for lib in builtins.chain(std::iter::once(path.clone().into())) {
+            for lib in builtins.chain(std::iter::once(path.clone())) {
                 // SAFETY: loading NVRTC runs only its initialisers; the handle is leaked so
                 // the library stays loaded for cudarc, which then finds it by its soname.
                 match unsafe { libloading::Library::new(&lib) } {
                     Ok(l) => std::mem::forget(l),
-                    Err(e) => eprintln!("graphrw-kernels: GRAPHRW_NVRTC_LIB: {e}"),
+                    Err(e) => eprintln!("graphrw-kernels: NVRTC library {}: {e}", lib.display()),
                 }
             }
         }
@@ -256,7 +283,7 @@ pub fn driver_available() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// Whether the NVRTC library can be loaded (see the module docs for `GRAPHRW_NVRTC_LIB`).
+/// Whether the NVRTC library can be loaded (see the module docs for [`CudaOptions`]).
 pub fn nvrtc_available() -> bool {
     preload_nvrtc();
     // SAFETY: only tries to dlopen the library and drops the handle.
@@ -285,8 +312,8 @@ pub fn compile_ptx(
     if !nvrtc_available() {
         return Err(KernelError::Unsupported {
             op: "cuda",
-            msg: "NVRTC (libnvrtc.so) not found: put it on the library path or set \
-                  GRAPHRW_NVRTC_LIB"
+            msg: "NVRTC (libnvrtc.so) not found: put it on the library path or name it \
+                  (CudaOptions::nvrtc_lib; the graphrw command: GRAPHRW_NVRTC_LIB)"
                 .into(),
         });
     }
@@ -356,6 +383,19 @@ impl CudaDevice {
     /// Errors (never panics) when the driver library is missing, there is no such device,
     /// or the device is older than compute capability 7.5.
     pub fn get(ordinal: usize) -> Result<Arc<CudaDevice>, KernelError> {
+        CudaDevice::open(ordinal)
+    }
+
+    /// [`CudaDevice::get`] with `options`: its NVRTC library is the one loaded at the
+    /// first compile of the process (when none was loaded yet).
+    pub fn get_with(ordinal: usize, options: &CudaOptions) -> Result<Arc<CudaDevice>, KernelError> {
+        if let Some(path) = &options.nvrtc_lib {
+            set_nvrtc_library(path.clone());
+        }
+        CudaDevice::open(ordinal)
+    }
+
+    fn open(ordinal: usize) -> Result<Arc<CudaDevice>, KernelError> {
         static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
         let mut map = DEVICES
             .get_or_init(Default::default)

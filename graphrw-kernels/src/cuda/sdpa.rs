@@ -65,21 +65,12 @@ fn choose(dtype: DType, d: usize, dv: usize) -> Config {
             m_tiles: 1,
         },
     };
-    // Tuning hook: GRAPHRW_SDPA_CFG="warps,block_n,m_tiles,q_in_regs".
-    if let Ok(s) = std::env::var("GRAPHRW_SDPA_CFG") {
-        let v: Vec<u32> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-        if let [w, n, mt, qr] = v[..] {
-            if (1..=8).contains(&w)
-                && n.is_multiple_of(16)
-                && (16..=128).contains(&n)
-                && (1..=2).contains(&mt)
-            {
-                cfg.warps = w;
-                cfg.block_n = n;
-                cfg.m_tiles = mt;
-                cfg.q_in_regs = qr != 0;
-            }
-        }
+    // Tuning hook: the options' `SdpaTuning::cuda`.
+    if let Some(t) = crate::KernelOptions::current().sdpa.cuda {
+        cfg.warps = t.warps;
+        cfg.block_n = t.block_n;
+        cfg.m_tiles = t.m_tiles;
+        cfg.q_in_regs = t.q_in_regs;
     }
     cfg
 }

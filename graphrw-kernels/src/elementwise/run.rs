@@ -103,42 +103,7 @@ fn check_srcs(op: &'static str, plan: &Plan, srcs: &[Src<'_>]) -> Result<(), Ker
     Ok(())
 }
 
-/// The instruction set the generated kernels' loops run with, chosen once per process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// The build target's own (baseline x86-64: SSE2, 4 f32 lanes; or a non-x86 target).
-    Baseline,
-    /// x86-64 with AVX2 and FMA: the loops compiled a second time with those target
-    /// features (8 f32 lanes, fused multiply-adds in the math polynomials).
-    Avx2Fma,
-    /// x86-64 with AVX-512 (F, VL, BW, DQ) besides AVX2 and FMA: the loops compiled a
-    /// third time, 16 f32 lanes (measured in the README's `ort_corpus.py` row).
-    Avx512,
-}
-
-impl Isa {
-    /// Whether this CPU runs code built for `self`.
-    pub fn is_available(self) -> bool {
-        match self {
-            Isa::Baseline => true,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma => {
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            }
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                Isa::Avx2Fma.is_available()
-                    && std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("avx512vl")
-                    && std::arch::is_x86_feature_detected!("avx512bw")
-                    && std::arch::is_x86_feature_detected!("avx512dq")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
-    }
-}
+pub use crate::cpu::Isa;
 
 thread_local! {
     /// [`with_isa`]'s choice for this thread, over [`isa`]'s.
@@ -146,16 +111,13 @@ thread_local! {
 }
 
 /// The [`Isa`] the generated kernels called on this thread run with: [`with_isa`]'s
-/// choice inside it, else the best this CPU has (detected once and cached):
-/// [`Isa::Avx512`], then [`Isa::Avx2Fma`], then [`Isa::Baseline`]. The environment
-/// variable `GRAPHRW_FUSED_NO_AVX512` stops at AVX2, `GRAPHRW_FUSED_BASELINE` at the
-/// baseline (to measure the difference).
+/// choice inside it, else [`KernelOptions::fused_isa`](crate::KernelOptions::fused_isa)
+/// of the options installed on this thread (by default the best this CPU has:
+/// [`Isa::Avx512`], then [`Isa::Avx2Fma`], then [`Isa::Baseline`]).
 pub fn isa() -> Isa {
-    use std::sync::OnceLock;
-    static ISA: OnceLock<Isa> = OnceLock::new();
     ISA_OVERRIDE
         .with(|o| o.get())
-        .unwrap_or_else(|| *ISA.get_or_init(detect_isa))
+        .unwrap_or_else(|| crate::KernelOptions::current().fused_isa())
 }
 
 /// Runs `f` with the generated kernels it calls on this thread built for `isa` (their
@@ -177,19 +139,6 @@ pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> Option<R> {
     }
     let _restore = Restore(before);
     Some(f())
-}
-
-fn detect_isa() -> Isa {
-    if std::env::var_os("GRAPHRW_FUSED_BASELINE").is_some() {
-        return Isa::Baseline;
-    }
-    if std::env::var_os("GRAPHRW_FUSED_NO_AVX512").is_none() && Isa::Avx512.is_available() {
-        Isa::Avx512
-    } else if Isa::Avx2Fma.is_available() {
-        Isa::Avx2Fma
-    } else {
-        Isa::Baseline
-    }
 }
 
 /// The body of a generated elementwise kernel (no reductions), run by [`run_map`].

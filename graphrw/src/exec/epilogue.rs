@@ -98,13 +98,16 @@ pub const EPILOGUE_CPU: &str = "cpu-matmul-epilogue";
 
 /// Forms and runs [`MATMUL_EPILOGUE`] nodes on the CPU.
 ///
-/// It keeps the f32 weight matrices it runs packed for the AVX-512 GEMM
-/// ([`cpu::PackedWeight`], which does not pack them again on every call): each is packed
+/// It keeps the f32 weight matrices it runs packed for the packed GEMM
+/// ([`cpu::PackedWeight`], which does not pack them again on every call; for its
+/// AVX-512 or AVX2+FMA kernel, by the plan's
+/// [`KernelOptions::isa`](graphrw_kernels::KernelOptions::isa)): each is packed
 /// at its first run and reused by the runs after, up to [`PACKED_LIMIT`] bytes in all.
 /// Weights mapped from an external data file are left unpacked, so a model whose
 /// weights live outside its `.onnx` (every large one) runs in the weights' memory plus
 /// its activations. A packed copy whose weight was dropped is dropped at the next
-/// packing. `GRAPHRW_NO_PACKED_WEIGHTS=1` turns packing off (to compare, say).
+/// packing. [`KernelOptions::pack_weights`](graphrw_kernels::KernelOptions::pack_weights)
+/// off (a plan's options) turns packing off (to compare, say).
 #[derive(Debug, Default)]
 pub struct EpilogueCpu {
     packed: Mutex<Vec<Arc<cpu::PackedWeight>>>,
@@ -138,10 +141,8 @@ impl EpilogueCpu {
         if a.numel() / (*k).max(1) < cpu::PackedWeight::MIN_ROWS {
             return None;
         }
-        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *OFF
-            .get_or_init(|| std::env::var_os("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1"))
-        {
+        // The plan's options, installed while it runs.
+        if !graphrw_kernels::KernelOptions::current().pack_weights {
             return None;
         }
         if w.dtype() != graphrw_kernels::DType::F32

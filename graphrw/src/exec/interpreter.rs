@@ -166,8 +166,21 @@ impl Plan {
         self.run_with(inputs, true)
     }
 
-    /// [`Plan::run`], timing each kernel call when `profile`.
+    /// [`Plan::run`], timing each kernel call when `profile`: on the plan's thread pool
+    /// where its options set one.
     fn run_with(
+        &self,
+        inputs: &[Tensor],
+        profile: bool,
+    ) -> Result<(Vec<Tensor>, RunReport), ExecError> {
+        match &self.threads {
+            Some(pool) => pool.install(|| self.run_here(inputs, profile)),
+            None => self.run_here(inputs, profile),
+        }
+    }
+
+    /// [`Plan::run_with`] on the calling thread.
+    fn run_here(
         &self,
         inputs: &[Tensor],
         profile: bool,
@@ -177,6 +190,8 @@ impl Plan {
         // Kernels called on this thread draw their large outputs from the plan's pool,
         // which gets each intermediate back after its last use.
         let _pool = self.pool.install();
+        // Kernels called on this thread run with the plan's options.
+        let _options = self.options.install();
         let reused_before = self.pool.reused_bytes();
         let g = &self.graph;
         let sched = &self.schedule;

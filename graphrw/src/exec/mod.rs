@@ -46,8 +46,9 @@ pub(crate) use generated::after_generated;
 pub use generated::{
     check_node, check_vjp_node, generated_executor, generated_executor_of, GENERATED_CPU,
 };
+pub use graphrw_kernels::KernelOptions;
 pub use interpreter::RunReport;
-pub use plan::{plan, Plan};
+pub use plan::{plan, plan_with, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
 pub use tile::{tile_executor, TileCpu, TILE_CPU};
 pub use value::{DeviceValue, RunValue};
@@ -94,6 +95,9 @@ pub enum ExecError {
     /// A graph error (the graph is malformed).
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// The [`KernelOptions`] cannot be applied (say, a thread pool cannot be made).
+    #[error("kernel options: {0}")]
+    Options(String),
 }
 
 /// The longest node description an [`ExecError`]'s first line shows.

@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use graphrw_kernels::cpu::BufferPool;
+use graphrw_kernels::KernelOptions;
 
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
@@ -33,6 +34,11 @@ pub struct Plan {
     pub(crate) pool: Arc<BufferPool>,
     /// The value slots of each step, worked out once.
     pub(crate) schedule: Schedule,
+    /// The options its kernels run with (installed on the running thread by the
+    /// interpreter, see [`KernelOptions::install`]).
+    pub(crate) options: KernelOptions,
+    /// The thread pool of [`KernelOptions::threads`], where set.
+    pub(crate) threads: Option<Arc<rayon::ThreadPool>>,
 }
 
 impl Plan {
@@ -52,6 +58,23 @@ impl Plan {
     pub fn executor_of(&self, node: NodeId) -> Option<&str> {
         self.assignments().find(|(n, _)| *n == node).map(|(_, e)| e)
     }
+
+    /// The options the plan's kernels run with.
+    pub fn options(&self) -> &KernelOptions {
+        &self.options
+    }
+}
+
+/// The thread pool of `options.threads`, where set.
+fn thread_pool(options: &KernelOptions) -> Result<Option<Arc<rayon::ThreadPool>>, ExecError> {
+    let Some(n) = options.threads else {
+        return Ok(None);
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build()
+        .map(|p| Some(Arc::new(p)))
+        .map_err(|e| ExecError::Options(format!("a pool of {n} threads: {e}")))
 }
 
 impl fmt::Debug for Plan {
@@ -181,8 +204,38 @@ fn graph_transforms(
     Ok(false)
 }
 
-/// Plans `graph` on `executors` (tried in order).
+/// Plans `graph` on `executors` (tried in order), its kernels to run with the default
+/// [`KernelOptions`] (the best instruction set this CPU has, every core).
 pub fn plan(graph: &Graph, executors: &[Arc<dyn Executor>]) -> Result<Plan, ExecError> {
+    plan_with(graph, executors, KernelOptions::default())
+}
+
+/// [`plan`] with the kernel options `options`: the instruction set, weight packing,
+/// SDPA tuning, threads and tensor budget of the plan's kernels (also installed while
+/// the executors plan and transform the graph).
+///
+/// ```
+/// use std::sync::Arc;
+/// use graphrw::exec::{plan_with, Executor, ReferenceCpu};
+/// use graphrw::{Builder, DType, KernelOptions, Tensor, TensorMeta};
+///
+/// let g = Builder::new();
+/// let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 3]));
+/// g.output(&[x.softmax(-1)?])?;
+/// let stack: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
+/// let opts = KernelOptions::default().with_threads(1).with_pack_weights(false);
+/// let p = plan_with(&g.finish(), &stack, opts)?;
+/// assert_eq!(p.options().threads, Some(1));
+/// p.run(&[Tensor::from_vec(vec![2, 3], vec![0f32; 6])?])?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn plan_with(
+    graph: &Graph,
+    executors: &[Arc<dyn Executor>],
+    options: KernelOptions,
+) -> Result<Plan, ExecError> {
+    let threads = thread_pool(&options)?;
+    let _options = options.install();
     let mut g = graph.clone();
     let mut expansions = 0usize;
     let limit = MAX_EXPANSIONS_PER_NODE.saturating_mul(graph.node_count().max(1));
@@ -230,6 +283,8 @@ pub fn plan(graph: &Graph, executors: &[Arc<dyn Executor>]) -> Result<Plan, Exec
             steps,
             pool: Arc::new(BufferPool::new()),
             schedule,
+            options,
+            threads,
         });
     }
 }

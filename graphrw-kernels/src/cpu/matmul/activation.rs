@@ -60,7 +60,7 @@ pub(super) fn activate_scalar<F: Real>(act: Activation, xs: &mut [F]) {
 /// build of the generated kernels' [`Isa`](crate::elementwise::Isa): AVX-512 or
 /// AVX2+FMA where the CPU has them. Measured (`[512, 64] x [64, 3072]` with an erf-GELU
 /// epilogue against none, best of 20, one Zen 4 thread, processes alternated with
-/// `GRAPHRW_FUSED_NO_AVX512=1`): the GELU pass 2.1 ms with AVX2, 1.2 ms with AVX-512.
+/// the fused kernels capped at AVX2): the GELU pass 2.1 ms with AVX2, 1.2 ms with AVX-512.
 pub(super) fn activate_f32(act: Activation, xs: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -163,9 +163,7 @@ mod tests {
             activate_f32_with::<false>(act, &mut plain);
             paths.push(("plain", plain));
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
+            if crate::cpu::Isa::Avx2Fma.is_available() {
                 let mut fast = xs.clone();
                 // SAFETY: avx2 and fma detected just above.
                 unsafe { activate_f32_fma(act, &mut fast) };
@@ -174,7 +172,7 @@ mod tests {
                 println!("SKIPPED: the {act:?} avx2+fma path needs AVX2 and FMA");
             }
             #[cfg(target_arch = "x86_64")]
-            if crate::elementwise::Isa::Avx512.is_available() {
+            if crate::cpu::Isa::Avx512.is_available() {
                 let mut wide = xs.clone();
                 // SAFETY: `is_available` detected every feature the function enables.
                 unsafe { activate_f32_avx512(act, &mut wide) };

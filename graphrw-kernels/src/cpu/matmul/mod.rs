@@ -12,8 +12,8 @@ mod shapes;
 mod tests;
 
 pub use activation::Activation;
-pub(crate) use gemm::{Gemm, TileStore};
 pub use gemm::GemmBackend;
+pub(crate) use gemm::{Gemm, TileStore};
 use product::{float_matmul, int_matmul};
 use shapes::shapes;
 

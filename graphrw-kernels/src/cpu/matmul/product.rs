@@ -11,8 +11,8 @@ use super::gemm::{Gemm, GemmBackend, Strided, TileStore, SEQUENTIAL_WORK};
 use super::shapes::Plan;
 use super::Epilogue;
 use crate::cpu::PackedWeight;
-use crate::{DType, Element, IntElement, Tensor};
 use crate::KernelError;
+use crate::{DType, Element, IntElement, Tensor};
 
 /// Per-matrix work (`m * k * n`) below which a batched matmul runs its matrices in
 /// parallel with rayon rather than relying on the GEMM's own threading.

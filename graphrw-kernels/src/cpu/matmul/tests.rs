@@ -4,7 +4,6 @@ use super::gemm::{row_split, ROW_BAND, SEQUENTIAL_WORK};
 use super::*;
 use crate::testing::compare::{assert_close, assert_close_tensor, Tol};
 
-
 /// Products split into one band of rows per thread (`row_split`) equal the
 /// sequential `matrixmultiply` product: row counts that are not a multiple of the
 /// band (a short last band), with and without the accumulated bias of the epilogue

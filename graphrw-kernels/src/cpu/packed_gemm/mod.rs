@@ -32,7 +32,7 @@ mod tests;
 use rayon::prelude::*;
 
 use super::matmul::TileStore;
-use crate::elementwise::Isa;
+use crate::cpu::Isa;
 
 /// A micro-kernel of the packed GEMM: one `MR x NR` tile of the product.
 pub(crate) trait Kernel {
@@ -487,4 +487,3 @@ const COPY_PAD: usize = 16;
 fn aliases(lda: usize) -> bool {
     (lda * std::mem::size_of::<f32>()).is_multiple_of(4096)
 }
-

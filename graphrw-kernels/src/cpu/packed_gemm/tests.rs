@@ -172,7 +172,10 @@ fn grid_case(pool: &rayon::ThreadPool, isa: Isa, (m, k, n): (usize, usize, usize
     for (i, w) in want.iter_mut().enumerate() {
         *w += bias[i % n] as f64;
     }
-    let what = format!("{isa:?} {m}x{k}x{n} at {} threads", pool.current_num_threads());
+    let what = format!(
+        "{isa:?} {m}x{k}x{n} at {} threads",
+        pool.current_num_threads()
+    );
     assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
 }
 

@@ -708,7 +708,7 @@ pub(super) mod tests {
     /// 1 at 0, NaN for NaN.
     #[test]
     fn exp8_matches_f64_exp() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        if !crate::cpu::Isa::Avx2Fma.is_available() {
             println!("SKIPPED: exp8_matches_f64_exp needs AVX2 and FMA");
             return;
         }
@@ -761,7 +761,7 @@ pub(super) mod tests {
     /// only checked to be tiny; exactly 0 at `s = -inf` and far below `u`, NaN for NaN.
     #[test]
     fn exp8_shifted_matches_f64_exp() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        if !crate::cpu::Isa::Avx2Fma.is_available() {
             println!("SKIPPED: exp8_shifted_matches_f64_exp needs AVX2 and FMA");
             return;
         }
@@ -807,7 +807,7 @@ pub(super) mod tests {
     /// -inf`) and a running one with some columns still at `-inf`.
     #[test]
     fn scores_softmax_packed_matches_separate_passes() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        if !crate::cpu::Isa::Avx2Fma.is_available() {
             println!("SKIPPED: scores_softmax_packed_matches_separate_passes needs AVX2 and FMA");
             return;
         }
@@ -872,7 +872,7 @@ pub(super) mod tests {
     /// still without a visible key (`m = -inf`), masked scores, and NaN.
     #[test]
     fn softmax_update_matches_generic() {
-        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        if !crate::cpu::Isa::Avx2Fma.is_available() {
             println!("SKIPPED: softmax_update_matches_generic needs AVX2 and FMA");
             return;
         }

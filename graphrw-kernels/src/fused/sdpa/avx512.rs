@@ -33,9 +33,8 @@ pub(super) const NR: usize = 16;
 /// AVX-512F, but one set keeps the contract simple (Zen 4, Sapphire Rapids and Cooper
 /// Lake have all three; Skylake-X and Ice Lake, without BF16, run the AVX2 path).
 pub(super) fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512bf16")
+    let f = crate::cpu::CpuFeatures::get();
+    f.avx512f && f.avx512bw && f.avx512bf16
 }
 /// Most 16-column vectors a micro-tile spans (24 accumulators with 8 rows).
 const MAXW: usize = 3;
@@ -900,8 +899,7 @@ mod tests {
     /// Whether the CPU lacks the features of [`available`] (then the tests say so and
     /// return).
     fn skip() -> bool {
-        let has =
-            available() && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        let has = available() && crate::cpu::Isa::Avx2Fma.is_available();
         if !has {
             println!(
                 "SKIPPED: the AVX-512 SDPA kernel tests need AVX-512 F, BW, BF16 and AVX2+FMA"

@@ -26,7 +26,7 @@
 //!   value micro-tile read V at a 512-byte stride: its rows shared 8 of L1's 64 sets,
 //!   see `packed.rs`). The extra memory is one
 //!   head of packed keys and values per thread, kept between calls up to 16 MiB.
-//!   `GRAPHRW_SDPA_NO_PACK=1` turns it off. Otherwise K and V are read in place:
+//!   [`SdpaTuning::pack`](crate::SdpaTuning::pack) off turns it off. Otherwise K and V are read in place:
 //! - On x86-64 with AVX2+FMA, both products of a tile (f32 compute) run on
 //!   register-blocked `6 x 16` micro-kernels written with intrinsics (`avx2.rs`: 12
 //!   `ymm` accumulators, each step two loads, six broadcasts, twelve FMAs); elsewhere
@@ -49,7 +49,8 @@
 //!   machine, two runs): torch's time over ours 1.10-1.20 not causal (D=128
 //!   1.10-1.18; main's build in the same rounds 1.04-1.13), causal 1.15-1.97
 //!   (1.11-1.81). Masked blocks and the diagonal
-//!   block keep the separate step (`GRAPHRW_SDPA_NO_FUSE=1` forces it everywhere).
+//!   block keep the separate step ([`SdpaTuning::fuse_softmax`](crate::SdpaTuning::fuse_softmax) off forces it
+//!   everywhere).
 //!   Block sizes re-checked with the fused step (96 x 96 against 96 x 192, 192 x 96,
 //!   48 x 192, 144 x 144 at D 64/128, S=1024): 96 x 96 stays, within the noise of
 //!   96 x 192.
@@ -64,12 +65,12 @@
 //!   `[Skv/8][D/2][8][2]` and queries `[Bq/16][D/2][16][2]` by masked gathers, values
 //!   `[Dv/16][Skv/2][16][2]` by `vpermw`), the scale applied to the f32 scores, the
 //!   online softmax in f32 and the probabilities rounded to bf16 (nearest even) in key
-//!   pairs for `P V`, as PyTorch's CPU kernel does. `GRAPHRW_SDPA_NO_AVX512=1` keeps
-//!   the AVX2 path ([`selected_kernel`] says which runs).
+//!   pairs for `P V`, as PyTorch's CPU kernel does. An SDPA instruction set capped at AVX2
+//!   ([`SdpaTuning::max_isa`](crate::SdpaTuning::max_isa)) keeps the AVX2 path ([`selected_kernel`] says which runs).
 //!   Measured on a 2-core Zen 4 (3.7 GHz, shared with another engineer's builds), one
 //!   thread, CPU time, against torch 2.15 (its AVX512 build): `benches/
 //!   torch_sdpa_compare.py --threads 1 --cpu-time --dtypes f32 --d 64,128 --s
-//!   512,1024,2048,4096 --rounds 2 --also-env GRAPHRW_SDPA_NO_AVX512=1`, then the same
+//!   512,1024,2048,4096 --rounds 2 --also-env GRAPHRW_SDPA_NO_AVX512=1` (the CLI's variable for that cap), then the same
 //!   with `--dtypes bf16,f16 --s 1024,2048`, the pair run twice. Torch's time over
 //!   ours (the AVX2 path's, timed in the same rounds, in brackets): f32 not causal
 //!   1.15-1.26 (1.09-1.18), D=64 1.21-1.26, D=128 1.15-1.21; causal 1.27-2.08
@@ -91,7 +92,7 @@
 //!   H=8, S=1024, D=64: 115-125 GFLOP/s (two runs), 56-61% of the 205 GFLOP/s the
 //!   FMA probe measures the same way, 2.2-2.6x the unfused reference (~50 GFLOP/s);
 //!   D=128: 131 GFLOP/s (64%), 1.8x. The auto-vectorised micro-kernels
-//!   (`GRAPHRW_SDPA_NO_MICRO=1`) gave 103-104 GFLOP/s (50-51%) in the same setting.
+//!   ([`SdpaTuning::micro_kernels`](crate::SdpaTuning::micro_kernels) off) gave 103-104 GFLOP/s (50-51%) in the same setting.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -108,8 +109,9 @@ mod tile;
 use rayon::prelude::*;
 
 use crate::cpu::attention_ref::Dims;
+use crate::cpu::Isa;
 use crate::macros::dispatch_float;
-use crate::{DType, Element, KernelError, Real, Tensor};
+use crate::{DType, Element, KernelError, KernelOptions, Real, SdpaBlocks, Tensor};
 use mask::{MaskData, MaskView};
 pub use peak::fma_peak_gflops;
 use tile::{Acc, HalfSrc, NR_Q};
@@ -117,7 +119,7 @@ use tile::{Acc, HalfSrc, NR_Q};
 /// Query rows per work item: a multiple of both the 16 query columns of the score
 /// micro-tile and the 6 rows of the value micro-tile, so no micro-tile is partial.
 ///
-/// Measured (`GRAPHRW_SDPA_BLOCKS=bq,bk`, one thread, CPU time of
+/// Measured ([`SdpaTuning::blocks`](crate::SdpaTuning::blocks), one thread, CPU time of
 /// `examples/sdpa_time --cpu-time`, B=1 H=8, f32, each configuration interleaved and
 /// repeated 3 times on the shared 2-core AVX2 machine). With the AVX2 softmax step,
 /// 96 x 96 took 3-5% less than 48 x 96 at D=64 and 128, S=1024, and less at S=2048
@@ -131,7 +133,7 @@ pub const BLOCK_Q: usize = 96;
 /// 16 and 6. Measured (`sdpa_time --cpu-time --heads 12`, one thread, causal, two
 /// interleaved runs on a 2-core Zen 4) against 96: AVX-512 path f32 D=64 S=512
 /// 79.6-80.8 -> 85.9-86.3 GFLOP/s, S=1024 about the same, bf16 S=512 122-123 ->
-/// 131-132; AVX2 path (`GRAPHRW_SDPA_NO_AVX512=1`) f32 S=512 55-73 -> 76-79, D=128
+/// 131-132; AVX2 path (SDPA capped at AVX2) f32 S=512 55-73 -> 76-79, D=128
 /// S=2048 85-93 -> 94-95. 32 rows measured within 2% of 48 (better on AVX-512, a
 /// partial value micro-tile on AVX2), 16 rows worse for bf16. Without a causal mask
 /// every block is full and 96 stays (the same runs: within the noise of 32 and 48).
@@ -219,19 +221,29 @@ pub fn sdpa(
     mask: Option<&Tensor>,
     opts: &SdpaOptions,
 ) -> Result<Tensor, KernelError> {
-    sdpa_with(q, k, v, mask, opts, env_path())
+    sdpa_tuned(q, k, v, mask, opts, &KernelOptions::current())
 }
 
-/// The path [`sdpa`] takes: `GRAPHRW_SDPA_NO_PACK` turns the packed path off,
-/// `GRAPHRW_SDPA_NO_AVX512` keeps it on AVX2 where the CPU has AVX-512 (to measure what
-/// each brings).
-fn env_path() -> Path {
-    if std::env::var_os("GRAPHRW_SDPA_NO_PACK").is_some() {
-        Path::Unpacked
-    } else if std::env::var_os("GRAPHRW_SDPA_NO_AVX512").is_some() {
-        Path::PackedAvx2
-    } else {
+/// [`sdpa`] with the kernel options `kernel` (its instruction set and
+/// [`SdpaTuning`](crate::SdpaTuning)) instead of the thread's current ones.
+pub fn sdpa_tuned(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    opts: &SdpaOptions,
+    kernel: &KernelOptions,
+) -> Result<Tensor, KernelError> {
+    sdpa_on(q, k, v, mask, opts, kernel, path_of(kernel))
+}
+
+/// The path `kernel` asks for: [`SdpaTuning::pack`](crate::SdpaTuning::pack) off reads
+/// K and V in place; the instruction set is capped by [`KernelOptions::sdpa_isa`].
+fn path_of(kernel: &KernelOptions) -> Path {
+    if kernel.sdpa.pack {
         Path::Best
+    } else {
+        Path::Unpacked
     }
 }
 
@@ -239,13 +251,15 @@ fn env_path() -> Path {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SdpaKernel {
-    /// Portable loops (no AVX2+FMA, or `GRAPHRW_SDPA_BASELINE` set).
+    /// Portable loops (no AVX2+FMA, or the SDPA instruction set capped at
+    /// [`Isa::Baseline`]).
     Plain,
     /// Operands read in place, AVX2+FMA micro-tiles (f64: the loops compiled for
-    /// AVX2+FMA); `GRAPHRW_SDPA_NO_PACK` forces it.
+    /// AVX2+FMA); [`SdpaTuning::pack`](crate::SdpaTuning::pack) off forces it.
     Avx2,
     /// Packed operands, AVX2+FMA `6 x 16` micro-tiles (f32, f16, bf16);
-    /// `GRAPHRW_SDPA_NO_AVX512` forces it where the CPU has AVX-512.
+    /// An SDPA instruction set capped at [`Isa::Avx2Fma`] forces it where the CPU has
+    /// AVX-512.
     PackedAvx2,
     /// Packed operands, AVX-512 `8 x 48` f32 micro-tiles (f32, f16), on CPUs with
     /// AVX-512F, BW and BF16.
@@ -255,47 +269,66 @@ pub enum SdpaKernel {
 }
 
 /// The implementation [`sdpa`] runs for inputs of `dtype` (with a head size above 0)
-/// on this CPU, with the environment's switches.
+/// on this CPU, with the thread's current [`KernelOptions`].
 pub fn selected_kernel(dtype: DType) -> SdpaKernel {
-    pick_kernel(dtype, env_path(), 1)
+    selected_kernel_with(dtype, &KernelOptions::current())
 }
 
-/// The implementation for `dtype` on `path` with head size `d` on this CPU.
-pub(crate) fn pick_kernel(dtype: DType, path: Path, d: usize) -> SdpaKernel {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // `GRAPHRW_SDPA_BASELINE` forces the baseline build (to measure the difference).
-        let baseline = std::env::var_os("GRAPHRW_SDPA_BASELINE").is_some();
-        if !baseline
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
+/// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` (with a
+/// head size above 0) on this CPU.
+pub fn selected_kernel_with(dtype: DType, kernel: &KernelOptions) -> SdpaKernel {
+    pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa())
+}
+
+/// The implementation for `dtype` on `path` with head size `d`, at instruction set
+/// `isa` (never above this CPU's: see [`KernelOptions::sdpa_isa`]).
+pub(crate) fn pick_kernel(dtype: DType, path: Path, d: usize, isa: Isa) -> SdpaKernel {
+    crate::isa_dispatch!(isa, {
+        Avx2Fma => {
             let f32_compute = dtype != DType::F64;
             if path != Path::Unpacked && d > 0 && f32_compute {
                 let avx2_only = matches!(path, Path::PackedAvx2 | Path::PackedAvx2Separate);
-                if !avx2_only && avx512::available() {
-                    return if dtype == DType::BF16 {
+                if !avx2_only && isa >= Isa::Avx512 && avx512::available() {
+                    if dtype == DType::BF16 {
                         SdpaKernel::PackedAvx512Bf16
                     } else {
                         SdpaKernel::PackedAvx512
-                    };
+                    }
+                } else {
+                    SdpaKernel::PackedAvx2
                 }
-                return SdpaKernel::PackedAvx2;
+            } else {
+                SdpaKernel::Avx2
             }
-            return SdpaKernel::Avx2;
-        }
-    }
-    let _ = (dtype, path, d);
-    SdpaKernel::Plain
+        },
+        _ => {
+            let _ = (dtype, path, d);
+            SdpaKernel::Plain
+        },
+    })
 }
 
-/// [`sdpa`] on the implementation `path` (tests force each).
+/// [`sdpa`] with the default options on the implementation `path` (tests force each).
+#[cfg(test)]
 pub(crate) fn sdpa_with(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     mask: Option<&Tensor>,
     opts: &SdpaOptions,
+    path: Path,
+) -> Result<Tensor, KernelError> {
+    sdpa_on(q, k, v, mask, opts, &KernelOptions::default(), path)
+}
+
+/// [`sdpa`] with `kernel` on the implementation `path`.
+fn sdpa_on(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    opts: &SdpaOptions,
+    kernel: &KernelOptions,
     path: Path,
 ) -> Result<Tensor, KernelError> {
     let dims = check(q, k, v, opts.enable_gqa)?;
@@ -326,7 +359,7 @@ pub(crate) fn sdpa_with(
                 Some(MaskView::new(data, m.shape(), &score_shape)?)
             }
         };
-        let out = run::<T>(&dims, q, k, v, mask.as_ref(), opts, scale, path)?;
+        let out = run::<T>(&dims, q, k, v, mask.as_ref(), opts, kernel, scale, path)?;
         Ok(Tensor::from_data(out_shape, out))
     })
 }
@@ -383,6 +416,12 @@ struct Problem<'a, T: Element> {
     /// On the packed path, a key block with no mask and no causal diagonal runs the
     /// softmax step inside the score pass (`avx2::scores_softmax_packed`).
     fuse_softmax: bool,
+    /// The in-place path's f32 tiles run the AVX2+FMA micro-kernels (`avx2.rs`): true
+    /// only where the options' instruction set, never above the CPU's, has both.
+    micro: bool,
+    /// The packed path's loop orders.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    loop_order: crate::SdpaLoopOrder,
 }
 
 /// Per-thread tiles, reused across work items.
@@ -435,6 +474,7 @@ pub(crate) enum Path {
     #[cfg_attr(not(test), allow(dead_code))]
     SeparateSoftmax,
     /// The packed path on AVX2 even where the CPU has AVX-512.
+    #[cfg_attr(not(test), allow(dead_code))]
     PackedAvx2,
     /// As `PackedAvx2`, with the softmax step a pass of its own.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -449,6 +489,7 @@ fn run<T: Element>(
     v: &Tensor,
     mask: Option<&MaskView<'_, T>>,
     opts: &SdpaOptions,
+    kernel: &KernelOptions,
     scale: f64,
     path: Path,
 ) -> Result<Vec<T>, KernelError>
@@ -461,11 +502,13 @@ where
     }
     // Every row is written by its work item (a value, or the fully-masked fill).
     let mut out = crate::cpu::pool::buffer::<T>(n_out);
+    let isa = kernel.sdpa_isa();
+    let chosen = pick_kernel(T::DTYPE, path, dims.d, isa);
     let avx512 = matches!(
-        pick_kernel(T::DTYPE, path, dims.d),
+        chosen,
         SdpaKernel::PackedAvx512 | SdpaKernel::PackedAvx512Bf16
     );
-    let (block_q, block_k) = block_sizes(opts.is_causal, avx512);
+    let (block_q, block_k) = block_sizes(opts.is_causal, avx512, kernel.sdpa.blocks);
     let prob = Problem {
         dims: *dims,
         q: q.as_slice::<T>()?,
@@ -489,12 +532,14 @@ where
         fully_masked: opts.fully_masked_rows,
         block_q,
         block_k,
-        // `GRAPHRW_SDPA_NO_FUSE` keeps the softmax step a pass of its own (to measure
-        // what the fusion brings).
+        // `SdpaTuning::fuse_softmax` off keeps the softmax step a pass of its own (to
+        // measure what the fusion brings).
         fuse_softmax: !matches!(path, Path::SeparateSoftmax | Path::PackedAvx2Separate)
-            && std::env::var_os("GRAPHRW_SDPA_NO_FUSE").is_none(),
+            && kernel.sdpa.fuse_softmax,
+        micro: kernel.sdpa.micro_kernels && isa >= Isa::Avx2Fma,
+        loop_order: kernel.sdpa.loop_order,
     };
-    let item = pick_item::<T>(path, dims.d);
+    let item = pick_item::<T>(chosen);
     let head_len = dims.sq * dims.dv;
     // A small problem runs on the calling thread: waking the pool's threads for it
     // costs more than it saves (the corpus models' attention is a few microseconds).
@@ -521,30 +566,25 @@ where
     Ok(out)
 }
 
-/// The block sizes: the constants ([`BLOCK_Q_CAUSAL`] query rows when causal,
-/// [`BLOCK_Q_CAUSAL_AVX512`] on the AVX-512 kernels), or `GRAPHRW_SDPA_BLOCKS=bq,bk`
-/// (for tuning).
-fn block_sizes(causal: bool, avx512: bool) -> (usize, usize) {
-    let env = std::env::var("GRAPHRW_SDPA_BLOCKS").ok();
-    let parsed = env.as_deref().and_then(|s| {
-        let (a, b) = s.split_once(',')?;
-        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
-    });
-    match parsed {
-        Some((bq, bk)) if bq > 0 && bk > 0 => (bq, bk),
+/// The block sizes: `tuned` ([`SdpaTuning::blocks`](crate::SdpaTuning::blocks)), else the
+/// constants ([`BLOCK_Q_CAUSAL`] query rows when causal, [`BLOCK_Q_CAUSAL_AVX512`] on the
+/// AVX-512 kernels).
+fn block_sizes(causal: bool, avx512: bool, tuned: Option<SdpaBlocks>) -> (usize, usize) {
+    match tuned {
+        Some(b) if b.q > 0 && b.k > 0 => (b.q, b.k),
         _ if causal && avx512 => (BLOCK_Q_CAUSAL_AVX512, BLOCK_K),
         _ if causal => (BLOCK_Q_CAUSAL, BLOCK_K),
         _ => (BLOCK_Q, BLOCK_K),
     }
 }
 
-/// The work-item function of [`pick_kernel`]'s choice.
-fn pick_item<T: Element>(path: Path, d: usize) -> ItemFn<T>
+/// The work-item function of [`pick_kernel`]'s choice `kernel`.
+fn pick_item<T: Element>(kernel: SdpaKernel) -> ItemFn<T>
 where
     T::Acc: Acc,
 {
     #[cfg(target_arch = "x86_64")]
-    match pick_kernel(T::DTYPE, path, d) {
+    match kernel {
         SdpaKernel::PackedAvx512 | SdpaKernel::PackedAvx512Bf16 => {
             return |p, s, bh, qb, o| {
                 // SAFETY: `item_packed512` requires AVX2, FMA and the AVX-512 features
@@ -571,7 +611,7 @@ where
         SdpaKernel::Plain => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (path, d);
+    let _ = kernel;
     item_plain::<T>
 }
 
@@ -713,7 +753,7 @@ fn process_item<T: Element, const FMA: bool>(
         };
 
         // S^T = K Q^T on the tile.
-        T::Acc::scores_tile::<FMA>(nk, d, kb, qt, bqp, s);
+        T::Acc::scores_tile::<FMA>(prob.micro, nk, d, kb, qt, bqp, s);
 
         if let Some(mask) = prob.mask {
             apply_mask(mask, bh, i0, nq, j0, nk, s, bqp, |x: T| x.to_acc());
@@ -726,7 +766,7 @@ fn process_item<T: Element, const FMA: bool>(
             }
         }
 
-        T::Acc::softmax_update::<FMA>(s, bqp, nk, m, l, alpha, mnew);
+        T::Acc::softmax_update::<FMA>(prob.micro, s, bqp, nk, m, l, alpha, mnew);
 
         let vb: &[T::Acc] = match prob.v_direct {
             Some(all) => &all[v_off + j0 * dv..v_off + (j0 + nk) * dv],
@@ -740,7 +780,7 @@ fn process_item<T: Element, const FMA: bool>(
             }
         };
         // O = alpha * O + P V.
-        T::Acc::values_tile::<FMA>(nk, bqp, dv, s, vb, alpha, o);
+        T::Acc::values_tile::<FMA>(prob.micro, nk, bqp, dv, s, vb, alpha, o);
         j0 += nk;
     }
 

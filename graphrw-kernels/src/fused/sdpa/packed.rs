@@ -63,18 +63,6 @@ impl Default for PackScratch {
     }
 }
 
-/// Loop orders of the two products (`GRAPHRW_SDPA_ORDER=qv`, `q`, `v` or empty, for
-/// tuning): whether the query panels (scores) and the value panels (values) are the
-/// outer loops.
-fn orders() -> (bool, bool) {
-    use std::sync::OnceLock;
-    static ORDERS: OnceLock<(bool, bool)> = OnceLock::new();
-    *ORDERS.get_or_init(|| match std::env::var("GRAPHRW_SDPA_ORDER") {
-        Ok(s) => (s.contains('q'), s.contains('v')),
-        Err(_) => (true, false),
-    })
-}
-
 /// Rows `range` of a `[.., width]` key or value tensor as f32: borrowed when f32,
 /// else converted into `buf`.
 pub(super) fn rows_f32<'b, T: Element>(
@@ -233,7 +221,7 @@ unsafe fn item_in<T: Element>(
     let kend = if prob.causal { skv.min(i0 + nq) } else { skv };
     ensure_packed(prob, ps, kvh, kend);
     let scale = prob.scale.to_f64() as f32;
-    let (q_outer, v_outer) = orders();
+    let crate::SdpaLoopOrder { q_outer, v_outer } = prob.loop_order;
 
     let PackScratch {
         kp,
@@ -346,6 +334,7 @@ pub(super) fn store_rows<T: Element>(
 pub(super) mod tests {
     use super::super::{pick_kernel, sdpa_with, FullyMaskedRows, Path, SdpaKernel, SdpaOptions};
     use crate::cpu::sdpa_reference;
+    use crate::cpu::Isa;
     use crate::{DType, Tensor};
 
     /// Deterministic pseudo-random values in `[lo, hi)` (xorshift).
@@ -454,16 +443,12 @@ pub(super) mod tests {
         }
     }
 
-    /// Whether the packed paths run: the CPU has AVX2+FMA (their least) and
-    /// `GRAPHRW_SDPA_BASELINE` does not force the portable loops (which the integration
-    /// tests then test); prints the skip where not.
+    /// Whether the packed paths run: the CPU has AVX2+FMA (their least); prints the
+    /// skip where not.
     fn has_avx2_fma() -> bool {
-        let has = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        let has = crate::cpu::Isa::Avx2Fma.is_available();
         if !has {
             println!("SKIPPED: the packed SDPA paths need AVX2 and FMA");
-        } else if std::env::var_os("GRAPHRW_SDPA_BASELINE").is_some() {
-            println!("SKIPPED: the packed SDPA paths need GRAPHRW_SDPA_BASELINE unset");
-            return false;
         }
         has
     }
@@ -520,7 +505,7 @@ pub(super) mod tests {
                         fully_masked_rows: FullyMaskedRows::Nan,
                     };
                     let what = format!("{dtype:?} sq {sq} skv {skv} d {d} dv {dv} causal {causal} mask {mask} hq {hq} hkv {hkv}");
-                    let best = pick_kernel(dtype, Path::Best, d);
+                    let best = pick_kernel(dtype, Path::Best, d, Isa::best());
                     let want_kernel = match (avx512, dtype) {
                         (false, _) => SdpaKernel::PackedAvx2,
                         (true, DType::BF16) => SdpaKernel::PackedAvx512Bf16,
@@ -528,7 +513,7 @@ pub(super) mod tests {
                     };
                     assert_eq!(best, want_kernel, "{what}");
                     assert_eq!(
-                        pick_kernel(dtype, Path::PackedAvx2, d),
+                        pick_kernel(dtype, Path::PackedAvx2, d, Isa::best()),
                         SdpaKernel::PackedAvx2
                     );
                     let packed = sdpa_with(&q, &k, &v, m.as_ref(), &opts, Path::Best).unwrap();

@@ -12,7 +12,7 @@ const CHAINS: usize = 12;
 /// or `None` without AVX2+FMA (or off x86-64).
 pub fn fma_peak_gflops(threads: usize, iters: usize) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if crate::cpu::Isa::Avx2Fma.is_available() {
         let threads = threads.max(1);
         let start = Instant::now();
         let sink: f32 = std::thread::scope(|s| {

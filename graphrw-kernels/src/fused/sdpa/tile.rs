@@ -47,6 +47,7 @@ pub(super) trait Acc: Real {
     /// block `qt` (`[d, ldq]`, `ldq` a multiple of [`NR_Q`]); `s` has stride `ldq`.
     #[inline(always)]
     fn scores_tile<const FMA: bool>(
+        micro: bool,
         nk: usize,
         d: usize,
         k: &[Self],
@@ -54,6 +55,7 @@ pub(super) trait Acc: Real {
         ldq: usize,
         s: &mut [Self],
     ) {
+        let _ = micro;
         scores_tile_generic::<Self, FMA>(nk, d, k, qt, ldq, s)
     }
 
@@ -63,6 +65,7 @@ pub(super) trait Acc: Real {
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn values_tile<const FMA: bool>(
+        micro: bool,
         nk: usize,
         ldp: usize,
         dv: usize,
@@ -71,6 +74,7 @@ pub(super) trait Acc: Real {
         alpha: &[Self],
         o: &mut [Self],
     ) {
+        let _ = micro;
         values_tile_generic::<Self, FMA>(nk, ldp, dv, pt, v, alpha, o)
     }
 
@@ -80,6 +84,7 @@ pub(super) trait Acc: Real {
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn softmax_update<const FMA: bool>(
+        micro: bool,
         s: &mut [Self],
         lds: usize,
         nk: usize,
@@ -88,6 +93,7 @@ pub(super) trait Acc: Real {
         alpha: &mut [Self],
         mnew: &mut [Self],
     ) {
+        let _ = micro;
         softmax_update_generic::<Self, FMA>(s, lds, nk, m, l, alpha, mnew)
     }
 
@@ -128,6 +134,7 @@ impl Acc for f32 {
 
     #[inline(always)]
     fn scores_tile<const FMA: bool>(
+        micro: bool,
         nk: usize,
         d: usize,
         k: &[f32],
@@ -136,16 +143,19 @@ impl Acc for f32 {
         s: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if FMA && avx2_fma() {
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        if FMA && micro {
+            // SAFETY: `micro` is true only where the CPU has AVX2 and FMA (see
+            // `Problem::micro`).
             unsafe { super::avx2::scores_tile(nk, d, k, qt, ldq, ldq, s, ldq) };
             return;
         }
+        let _ = micro;
         scores_tile_generic::<f32, FMA>(nk, d, k, qt, ldq, s)
     }
 
     #[inline(always)]
     fn values_tile<const FMA: bool>(
+        micro: bool,
         nk: usize,
         ldp: usize,
         dv: usize,
@@ -155,16 +165,19 @@ impl Acc for f32 {
         o: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if FMA && avx2_fma() {
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        if FMA && micro {
+            // SAFETY: `micro` is true only where the CPU has AVX2 and FMA (see
+            // `Problem::micro`).
             unsafe { super::avx2::values_tile(nk, ldp, dv, pt, ldp, v, alpha, o) };
             return;
         }
+        let _ = micro;
         values_tile_generic::<f32, FMA>(nk, ldp, dv, pt, v, alpha, o)
     }
 
     #[inline(always)]
     fn softmax_update<const FMA: bool>(
+        micro: bool,
         s: &mut [f32],
         lds: usize,
         nk: usize,
@@ -174,11 +187,13 @@ impl Acc for f32 {
         mnew: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if FMA && avx2_fma() && m.len().is_multiple_of(8) {
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        if FMA && micro && m.len().is_multiple_of(8) {
+            // SAFETY: `micro` is true only where the CPU has AVX2 and FMA (see
+            // `Problem::micro`).
             unsafe { super::avx2::softmax_update(s, lds, nk, m, l, alpha) };
             return;
         }
+        let _ = micro;
         softmax_update_generic::<f32, FMA>(s, lds, nk, m, l, alpha, mnew)
     }
 
@@ -240,20 +255,6 @@ impl Acc for f64 {
     fn exp_fast<const FMA: bool>(x: f64) -> f64 {
         x.exp()
     }
-}
-
-/// Whether the register-blocked AVX2+FMA tiles can run (detection is cached by std;
-/// `GRAPHRW_SDPA_NO_MICRO` turns them off, to measure what they bring).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn avx2_fma() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::env::var_os("GRAPHRW_SDPA_NO_MICRO").is_none()
-    })
 }
 
 /// [`Acc::scores_tile`] with the portable micro-kernels (auto-vectorised).

@@ -1,0 +1,247 @@
+//! The CPU's instruction-set features, detected once per process, and the [`Isa`]
+//! levels the kernels are compiled for.
+//!
+//! Every kernel that picks a SIMD build asks here ([`CpuFeatures::get`], [`Isa::best`])
+//! or through [`isa_dispatch!`](crate::isa_dispatch), never `is_x86_feature_detected!`
+//! itself. Which level a call may use is the smaller of the best this CPU has and the
+//! cap of the [`KernelOptions`](crate::KernelOptions) it runs with
+//! ([`KernelOptions::isa`](crate::KernelOptions::isa)), so the AVX2 paths can be tested
+//! on an AVX-512 machine.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+/// The x86-64 features the kernels use, as detected on this CPU (all false on other
+/// targets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CpuFeatures {
+    /// AVX2 (256-bit integer and float vectors).
+    pub avx2: bool,
+    /// FMA3 fused multiply-add.
+    pub fma: bool,
+    /// AVX-512 Foundation.
+    pub avx512f: bool,
+    /// AVX-512 vector-length extensions (512-bit instructions on 128/256-bit vectors).
+    pub avx512vl: bool,
+    /// AVX-512 byte and word instructions.
+    pub avx512bw: bool,
+    /// AVX-512 doubleword and quadword instructions.
+    pub avx512dq: bool,
+    /// AVX-512 BF16 dot products.
+    pub avx512bf16: bool,
+}
+
+impl CpuFeatures {
+    /// No feature: what a non-x86 target, or the portable build, may assume.
+    pub const NONE: CpuFeatures = CpuFeatures {
+        avx2: false,
+        fma: false,
+        avx512f: false,
+        avx512vl: false,
+        avx512bw: false,
+        avx512dq: false,
+        avx512bf16: false,
+    };
+
+    /// This CPU's features, detected on the first call and cached for the process.
+    pub fn get() -> CpuFeatures {
+        static DETECTED: OnceLock<CpuFeatures> = OnceLock::new();
+        *DETECTED.get_or_init(CpuFeatures::detect)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn detect() -> CpuFeatures {
+        use std::arch::is_x86_feature_detected as has;
+        CpuFeatures {
+            avx2: has!("avx2"),
+            fma: has!("fma"),
+            avx512f: has!("avx512f"),
+            avx512vl: has!("avx512vl"),
+            avx512bw: has!("avx512bw"),
+            avx512dq: has!("avx512dq"),
+            avx512bf16: has!("avx512bf16"),
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn detect() -> CpuFeatures {
+        CpuFeatures::NONE
+    }
+
+    /// Whether these features run code compiled for `isa`.
+    pub fn supports(self, isa: Isa) -> bool {
+        match isa {
+            Isa::Baseline => true,
+            Isa::Avx2Fma => self.avx2 && self.fma,
+            Isa::Avx512 => {
+                self.supports(Isa::Avx2Fma)
+                    && self.avx512f
+                    && self.avx512vl
+                    && self.avx512bw
+                    && self.avx512dq
+            }
+        }
+    }
+
+    /// The highest [`Isa`] these features run.
+    pub fn best_isa(self) -> Isa {
+        [Isa::Avx512, Isa::Avx2Fma]
+            .into_iter()
+            .find(|&isa| self.supports(isa))
+            .unwrap_or(Isa::Baseline)
+    }
+}
+
+/// The instruction-set levels the kernels are compiled for, lowest first (so `a <= b`
+/// means code for `a` runs wherever code for `b` does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// The build target's own (baseline x86-64: SSE2, 4 f32 lanes; or a non-x86 target):
+    /// the portable loops.
+    Baseline,
+    /// x86-64 with AVX2 and FMA (8 f32 lanes, fused multiply-adds).
+    Avx2Fma,
+    /// x86-64 with AVX-512 F, VL, BW and DQ besides AVX2 and FMA (16 f32 lanes).
+    Avx512,
+}
+
+impl Isa {
+    /// Every level, lowest first.
+    pub const ALL: [Isa; 3] = [Isa::Baseline, Isa::Avx2Fma, Isa::Avx512];
+
+    /// Whether this CPU runs code built for `self`.
+    pub fn is_available(self) -> bool {
+        CpuFeatures::get().supports(self)
+    }
+
+    /// The highest level this CPU runs (detected once).
+    pub fn best() -> Isa {
+        CpuFeatures::get().best_isa()
+    }
+
+    /// The level's name as [`FromStr`] reads it: `baseline`, `avx2` or `avx512`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Baseline => "baseline",
+            Isa::Avx2Fma => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Isa {
+    type Err = String;
+
+    /// `baseline` (also `portable`), `avx2` (also `avx2fma`) or `avx512`, any case.
+    fn from_str(s: &str) -> Result<Isa, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "baseline" | "portable" => Ok(Isa::Baseline),
+            "avx2" | "avx2fma" | "avx2+fma" => Ok(Isa::Avx2Fma),
+            "avx512" => Ok(Isa::Avx512),
+            other => Err(format!(
+                "unknown instruction set `{other}`: expected baseline, avx2 or avx512"
+            )),
+        }
+    }
+}
+
+/// Runs the first arm whose level the given [`Isa`](crate::cpu::Isa) reaches, else the
+/// `_` arm (the portable code):
+///
+/// ```ignore
+/// isa_dispatch!(opts.isa(), {
+///     Avx512 => unsafe { kernel_avx512(x) },  // SAFETY: ...
+///     Avx2Fma => unsafe { kernel_avx2(x) },   // SAFETY: ...
+///     _ => kernel_portable(x),
+/// })
+/// ```
+///
+/// The SIMD arms are compiled on x86-64 only, so they may name `#[target_feature]`
+/// functions and `std::arch::x86_64` items; other targets compile the `_` arm alone.
+/// A level only runs where the CPU has it when the `Isa` came from
+/// [`Isa::best`](crate::cpu::Isa::best) or [`KernelOptions::isa`](crate::KernelOptions::isa)
+/// (never higher than the CPU's).
+#[macro_export]
+macro_rules! isa_dispatch {
+    ($isa:expr, { $($level:ident => $body:expr,)+ _ => $fallback:expr $(,)? }) => {{
+        let isa: $crate::cpu::Isa = $isa;
+        let _ = isa;
+        #[allow(unused_labels)]
+        let out = 'dispatch: {
+            $(
+                #[cfg(target_arch = "x86_64")]
+                if isa >= $crate::cpu::Isa::$level {
+                    break 'dispatch ($body);
+                }
+            )+
+            $fallback
+        };
+        out
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_are_ordered_and_nested() {
+        assert!(Isa::Baseline < Isa::Avx2Fma && Isa::Avx2Fma < Isa::Avx512);
+        let avx2 = CpuFeatures {
+            avx2: true,
+            fma: true,
+            ..CpuFeatures::NONE
+        };
+        assert_eq!(avx2.best_isa(), Isa::Avx2Fma);
+        assert!(avx2.supports(Isa::Baseline) && !avx2.supports(Isa::Avx512));
+        let no_fma = CpuFeatures {
+            avx2: true,
+            ..CpuFeatures::NONE
+        };
+        assert_eq!(no_fma.best_isa(), Isa::Baseline);
+        let skx = CpuFeatures {
+            avx512f: true,
+            avx512vl: true,
+            avx512bw: true,
+            avx512dq: true,
+            ..avx2
+        };
+        assert_eq!(skx.best_isa(), Isa::Avx512);
+        assert_eq!(CpuFeatures::NONE.best_isa(), Isa::Baseline);
+        assert!(Isa::best().is_available());
+    }
+
+    #[test]
+    fn names_round_trip_and_bad_names_are_refused() {
+        for isa in Isa::ALL {
+            assert_eq!(isa.name().parse::<Isa>(), Ok(isa));
+        }
+        assert_eq!(" AVX2FMA ".parse::<Isa>(), Ok(Isa::Avx2Fma));
+        let e = "sse9".parse::<Isa>().unwrap_err();
+        assert!(e.contains("`sse9`") && e.contains("avx512"), "{e}");
+    }
+
+    #[test]
+    fn dispatch_takes_the_highest_arm_the_level_reaches() {
+        let pick = |isa: Isa| {
+            crate::isa_dispatch!(isa, {
+                Avx512 => "avx512",
+                Avx2Fma => "avx2",
+                _ => "portable",
+            })
+        };
+        assert_eq!(pick(Isa::Baseline), "portable");
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(pick(Isa::Avx2Fma), "avx2");
+            assert_eq!(pick(Isa::Avx512), "avx512");
+        }
+    }
+}
