@@ -15,6 +15,15 @@ load: use it on a shared machine.
     python3 benches/ort_compare.py ../shared/corpus/gpt2_eager/model.onnx
     python3 benches/ort_compare.py --dir /tmp/saved     # reuse a folder saved before
     python3 benches/ort_compare.py --rounds 3           # alternate graphrw and onnxruntime 3 times
+    python3 benches/ort_compare.py --model gpt2-small --rounds 3   # GPT-2 small, S = 128 and 512
+
+`--model gpt2-small` instead times `graphrw run` (the CLI, default stack, best of
+`--repeat` runs) against onnxruntime on GPT-2 small with random weights (built by
+`benches/gpt2_small.py` into `--cache`, about 650 MB per sequence length, once), batch 1,
+f32, default threads, at each `--seq`. Each side runs in its own process, alternating
+`--rounds` times; beside the best time it prints each side's peak RSS (the largest over
+the rounds, from the kernel's accounting of the child process), and `graphrw run`
+checks its logits against onnxruntime's (abs 1e-4 + rel 1e-3).
 
 cargo inherits the environment, so set CARGO_TARGET_DIR to reuse an existing build.
 Exits with status 2 (and says why) when onnxruntime or numpy is missing.
@@ -32,6 +41,14 @@ import time
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", help="an ONNX model (default: the embedded GPT-style one)")
+    ap.add_argument("--model", dest="kind", choices=["example", "gpt2-small"], default="example",
+                    help="the main example's model (default) or GPT-2 small")
+    ap.add_argument("--seq", type=int, nargs="+", default=[128, 512],
+                    help="gpt2-small: sequence lengths")
+    ap.add_argument("--repeat", type=int, default=3, help="gpt2-small: timed runs per round")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "graphrw_gpt2_small"),
+                    help="gpt2-small: folder for the generated models")
+    ap.add_argument("--ort-child", nargs=2, metavar=("DIR", "REPEAT"), help=argparse.SUPPRESS)
     ap.add_argument("--dir", help="a folder already written by `sdpa_fusion --save` (skips cargo)")
     ap.add_argument("--threads", type=int, default=0, help="threads on both sides: onnxruntime intra-op threads and RAYON_NUM_THREADS (0: defaults, one per core)")
     ap.add_argument("--rounds", type=int, default=1,
@@ -39,6 +56,8 @@ def main():
     ap.add_argument("--no-build", action="store_true",
                     help="run the example binary already in target/release/examples (no cargo)")
     args = ap.parse_args()
+    if args.ort_child:
+        return ort_child(args.ort_child[0], int(args.ort_child[1]), args.threads)
     if args.threads:
         # graphrw's threads: the example inherits the environment.
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)
@@ -51,6 +70,8 @@ def main():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
+    if args.kind == "gpt2-small":
+        return gpt2_small(args, root, target)
     example = os.path.join(target, "release", "examples", "sdpa_fusion")
     out_dir = args.dir
     if out_dir is None:
@@ -112,6 +133,91 @@ def main():
                        ("generated", "attention + generated")]:
         ms = times[f"{key}_ms"]
         print(f"{label:<24}{ms:10.2f}{times[f'{key}_peak_mib']:10.1f}{ms / ort_ms:15.2f}")
+
+
+def run_child(cmd):
+    """Runs `cmd` to the end; its stdout and its peak RSS in MiB (`ru_maxrss`)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return out, proc.returncode, usage.ru_maxrss / 1024.0
+
+
+def ort_child(model_dir, repeat, threads):
+    """In a process of its own: onnxruntime on a `gpt2_small.py` folder, one warm-up
+    run (session creation packs the weights) then `repeat` timed runs; prints the best
+    time in ms."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import numpy_helper, TensorProto
+
+    t = TensorProto()
+    with open(os.path.join(model_dir, "test_data_set_0", "input_0.pb"), "rb") as f:
+        t.ParseFromString(f.read())
+    ids = numpy_helper.to_array(t)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(os.path.join(model_dir, "model.onnx"), opts,
+                                providers=["CPUExecutionProvider"])
+    sess.run(None, {"input_ids": ids})
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        sess.run(None, {"input_ids": ids})
+        best = min(best, time.perf_counter() - t0)
+    print(f"best_ms {best * 1e3:.3f} onnxruntime {ort.__version__} numpy {np.__version__}")
+
+
+def gpt2_small(args, root, target):
+    """`--model gpt2-small`: `graphrw run` against onnxruntime at each `--seq`, each in
+    its own process, alternating `--rounds` times (see the module's docs)."""
+    import re
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpt2_small as gpt2
+
+    binary = os.path.join(target, "release", "graphrw")
+    if not args.no_build:
+        cmd = ["cargo", "build", "--release", "-p", "graphrw-cli"]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, cwd=root, check=True)
+    rows = []
+    for seq in args.seq:
+        model_dir = os.path.join(args.cache, f"s{seq}")
+        if not os.path.exists(os.path.join(model_dir, "test_data_set_0", "output_0.pb")):
+            print(f"writing GPT-2 small (S = {seq}) into {model_dir}", flush=True)
+            gpt2.write(model_dir, seq, with_ort_output=True)
+        g_ms, o_ms, g_rss, o_rss, check = float("inf"), float("inf"), 0.0, 0.0, "?"
+        for _ in range(max(1, args.rounds)):
+            out, rc, rss = run_child([binary, "run", model_dir, "--repeat", str(args.repeat)])
+            m = re.search(r"best of \d+ ([0-9.]+) ms", out)
+            err = re.search(r"max abs error (\S+), max rel error \S+: (.*)", out)
+            if rc != 0 or not m:
+                print(out)
+                print(f"graphrw run failed (exit {rc})")
+                sys.exit(1)
+            g_ms, g_rss = min(g_ms, float(m.group(1))), max(g_rss, rss)
+            check = f"max abs {err.group(1)} {err.group(2)}" if err else "?"
+            cmd = [sys.executable, os.path.abspath(__file__), "--ort-child", model_dir,
+                   str(args.repeat), "--threads", str(args.threads)]
+            out, rc, rss = run_child(cmd)
+            m = re.search(r"best_ms ([0-9.]+) (.*)", out)
+            if rc != 0 or not m:
+                print(out)
+                print(f"onnxruntime child failed (exit {rc})")
+                sys.exit(1)
+            o_ms, o_rss, ort_version = min(o_ms, float(m.group(1))), max(o_rss, rss), m.group(2)
+        rows.append((seq, g_ms, o_ms, g_rss, o_rss, check))
+    print(f"\nGPT-2 small, batch 1, f32, best of {args.repeat} runs x {max(1, args.rounds)} "
+          f"rounds each, {ort_version}")
+    print(f"{'S':>5}{'graphrw ms':>12}{'ort ms':>10}{'time ratio':>12}"
+          f"{'graphrw MiB':>13}{'ort MiB':>10}{'RSS ratio':>11}  logits vs ort")
+    for seq, g_ms, o_ms, g_rss, o_rss, check in rows:
+        print(f"{seq:>5}{g_ms:12.1f}{o_ms:10.1f}{g_ms / o_ms:12.2f}"
+              f"{g_rss:13.0f}{o_rss:10.0f}{g_rss / o_rss:11.2f}  {check}")
 
 
 if __name__ == "__main__":

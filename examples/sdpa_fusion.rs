@@ -220,7 +220,10 @@ fn run(
     stack: &[Arc<dyn Executor>],
     inputs: &[Tensor],
 ) -> Result<(Vec<Tensor>, RunReport), Box<dyn Error>> {
-    let p = plan(g, stack)?;
+    // The kernels' options from the `GRAPHRW_*` variables (`GRAPHRW_ISA=avx2` caps the
+    // packed GEMM and the other kernels at AVX2+FMA on an AVX-512 CPU, say).
+    let options = graphrw_kernels::options::vars::from_vars(|k| std::env::var(k).ok())?;
+    let p = graphrw::exec::plan_with(g, stack, options)?;
     let mut best: Option<(Vec<Tensor>, RunReport)> = None;
     for _ in 0..REPEATS {
         let (out, report) = p.run(inputs)?;

@@ -9,7 +9,10 @@
 //!
 //! Each shape is `[BATCH:]MxKxN` (a batched product multiplies `BATCH` pairs of
 //! matrices; without it `b` is one weight matrix). Prints one line per shape and
-//! backend: `SHAPE BACKEND best_ms GFLOP/s` with `2 BATCH M K N` flops. `--peak`
+//! backend: `SHAPE BACKEND best_ms GFLOP/s` with `2 BATCH M K N` flops. A product
+//! with one weight matrix (no `BATCH`) is also timed on the packed-weight GEMM with the
+//! weight packed beforehand, once per kernel the CPU has (`packed-Avx2Fma`,
+//! `packed-Avx512`), through `matmul_epilogue_with` as the planner's epilogue runs it. `--peak`
 //! first prints the FMA probe's rate (`fused::sdpa::fma_peak_gflops`), the ceiling. `--cpu-time`
 //! times by the CPU time of all the process's threads (Linux `CLOCK_PROCESS_CPUTIME_ID`), as
 //! `sdpa_time` does.
@@ -17,7 +20,10 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use graphrw_kernels::cpu::{matmul_with, GemmBackend};
+use graphrw_kernels::cpu::Isa;
+use graphrw_kernels::cpu::{
+    matmul_epilogue_with, matmul_with, Epilogue, GemmBackend, PackedWeight,
+};
 use graphrw_kernels::Tensor;
 
 #[path = "support/cpu_time.rs"]
@@ -114,8 +120,8 @@ fn run() -> Result<(), String> {
         let a = ramp(&a_shape, 0)?;
         let b = ramp(&b_shape, 1)?;
         let flops = 2.0 * (spec.batch.unwrap_or(1) * spec.m * spec.k * spec.n) as f64;
-        for (name, backend) in backends {
-            matmul_with(&a, &b, backend).map_err(|e| e.to_string())?;
+        let time = |f: &dyn Fn() -> Result<Tensor, String>| -> Result<f64, String> {
+            f()?;
             let mut best = f64::INFINITY;
             for _ in 0..repeat {
                 let t0 = Instant::now();
@@ -124,7 +130,7 @@ fn run() -> Result<(), String> {
                 } else {
                     0.0
                 };
-                let out = matmul_with(&a, &b, backend).map_err(|e| e.to_string())?;
+                let out = f()?;
                 let secs = if cpu_time {
                     process_cpu_seconds()? - c0
                 } else {
@@ -133,11 +139,37 @@ fn run() -> Result<(), String> {
                 best = best.min(secs);
                 std::hint::black_box(out);
             }
+            Ok(best)
+        };
+        let print = |name: &str, best: f64| {
             println!(
                 "{} {name} {:.3} {:.1}",
                 spec.text,
                 best * 1e3,
                 flops / best / 1e9
+            );
+        };
+        for (name, backend) in backends {
+            print(
+                name,
+                time(&|| matmul_with(&a, &b, backend).map_err(|e| e.to_string()))?,
+            );
+        }
+        if spec.batch.is_some() {
+            continue;
+        }
+        for isa in [Isa::Avx2Fma, Isa::Avx512] {
+            let Some(w) = PackedWeight::new_for(&b, None, isa) else {
+                continue;
+            };
+            let epilogue = Epilogue {
+                packed: Some(&w),
+                ..Epilogue::default()
+            };
+            let run = || matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto);
+            print(
+                &format!("packed-{isa:?}"),
+                time(&|| run().map_err(|e| e.to_string()))?,
             );
         }
     }

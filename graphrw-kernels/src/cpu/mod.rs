@@ -12,11 +12,11 @@ mod indexing;
 mod layout;
 pub(crate) mod matmul;
 mod norm;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod packed_gemm;
 mod packed_weight;
 pub mod pool;
 mod reduce;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod sgemm512;
 pub(crate) mod util;
 
 pub use attention_ref::sdpa_reference;

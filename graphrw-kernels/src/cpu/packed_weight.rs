@@ -1,5 +1,6 @@
-//! A constant weight packed once for the AVX-512 f32 GEMM, for executors that run the
-//! same weights many times ([`Epilogue::packed`](super::Epilogue::packed)).
+//! A constant weight packed once for the packed f32 GEMM (its AVX-512 or AVX2+FMA
+//! kernel), for executors that run the same weights many times
+//! ([`Epilogue::packed`](super::Epilogue::packed)).
 //!
 //! A packed weight remembers which tensor it packs by a weak handle on that tensor's
 //! storage and the window it views, so a cache of them neither keeps weights alive nor
@@ -8,21 +9,18 @@
 
 use std::sync::Weak;
 
+use crate::cpu::Isa;
 use crate::tensor::Storage;
 use crate::{DType, Tensor};
 
 #[cfg(target_arch = "x86_64")]
-type Packed = super::sgemm512::PackedB;
-/// Columns per packed panel.
-#[cfg(target_arch = "x86_64")]
-const PANEL: usize = super::sgemm512::NR;
-#[cfg(not(target_arch = "x86_64"))]
-const PANEL: usize = 32;
+type Packed = super::packed_gemm::PackedB;
 /// No packed GEMM off x86-64: [`PackedWeight::new`] gives `None`.
 #[cfg(not(target_arch = "x86_64"))]
 type Packed = std::convert::Infallible;
 
-/// Columns `columns` of an f32 matrix `[K, N]`, packed for the AVX-512 GEMM.
+/// Columns `columns` of an f32 matrix `[K, N]`, packed for the packed GEMM's kernel
+/// for one instruction set ([`PackedWeight::isa`]).
 #[derive(Debug)]
 pub struct PackedWeight {
     storage: Weak<Storage>,
@@ -39,12 +37,23 @@ impl PackedWeight {
     /// slower at 16 rows, where its 12-row tiles waste a third of their work.
     pub const MIN_ROWS: usize = 64;
 
-    /// Packs columns `columns` (all when `None`) of `b`, an f32 matrix `[K, N]`. `None`
-    /// where the packed GEMM does not run or does not win: a CPU without AVX-512F, off
-    /// x86-64, another dtype or rank, a column range outside `b`, no elements, or a
-    /// product deeper than eight times its width (measured slower than the `gemm`
-    /// crate: 0.98x at 32 times, 0.88x at 64 times).
+    /// Packs columns `columns` (all when `None`) of `b`, an f32 matrix `[K, N]`, for the
+    /// kernel of the instruction set the thread's options allow
+    /// ([`KernelOptions::isa`](crate::KernelOptions::isa): AVX-512 where the CPU has
+    /// it, else AVX2+FMA; capping `max_isa` at AVX2 forces the AVX2+FMA kernel).
+    /// `None` where the packed GEMM does not run or does not win: see
+    /// [`PackedWeight::new_for`].
     pub fn new(b: &Tensor, columns: Option<(usize, usize)>) -> Option<PackedWeight> {
+        PackedWeight::new_for(b, columns, crate::KernelOptions::current().isa())
+    }
+
+    /// [`PackedWeight::new`] for the kernel of `isa` (to force the AVX2+FMA kernel on a
+    /// CPU with AVX-512, say). `None` where the packed GEMM does not run or does not
+    /// win: a CPU without `isa`, [`Isa::Baseline`] (no packed kernel), off x86-64,
+    /// another dtype or rank, a column range outside `b`, no elements, or a product
+    /// deeper than eight times its width (measured slower than the `gemm` crate on
+    /// AVX-512: 0.98x at 32 times, 0.88x at 64 times).
+    pub fn new_for(b: &Tensor, columns: Option<(usize, usize)>, isa: Isa) -> Option<PackedWeight> {
         let &[k, n_all] = b.shape() else {
             return None;
         };
@@ -53,7 +62,10 @@ impl PackedWeight {
         if b.dtype() != DType::F32 || end > n_all || k == 0 || n == 0 || k > 8 * n {
             return None;
         }
-        let packed = pack(b, k, n, n_all, start)?;
+        if !isa.is_available() {
+            return None;
+        }
+        let packed = pack(b, (k, n), n_all, start, isa)?;
         Some(PackedWeight {
             storage: b.storage_handle(),
             offset: b.storage_offset(),
@@ -64,9 +76,25 @@ impl PackedWeight {
     }
 
     /// Bytes [`PackedWeight::new`] would hold for `n` columns of depth `k` (panels of
-    /// 32 columns, the last zero-padded), to check a budget before packing.
+    /// the kernel's width, the last zero-padded, plus 64 bytes to align them), to check
+    /// a budget before packing.
     pub fn size_for(k: usize, n: usize) -> usize {
-        n.div_ceil(PANEL) * PANEL * k * std::mem::size_of::<f32>()
+        #[cfg(target_arch = "x86_64")]
+        let panel =
+            super::packed_gemm::panel_width(crate::KernelOptions::current().isa()).unwrap_or(1);
+        #[cfg(not(target_arch = "x86_64"))]
+        let panel = 1;
+        (n.div_ceil(panel) * panel * k + 16) * std::mem::size_of::<f32>()
+    }
+
+    /// The instruction set whose kernel the weight is packed for.
+    pub fn isa(&self) -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.packed.isa()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        match self.packed {}
     }
 
     /// True when this packs columns `columns` (all when `None`) of `b` itself: the same
@@ -96,16 +124,13 @@ impl PackedWeight {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn pack(b: &Tensor, k: usize, n: usize, ldb: usize, col0: usize) -> Option<Packed> {
-    if !super::sgemm512::available() {
-        return None;
-    }
+fn pack(b: &Tensor, kn: (usize, usize), ldb: usize, col0: usize, isa: Isa) -> Option<Packed> {
     let data = b.acc_cow::<f32>();
-    Some(super::sgemm512::PackedB::pack(&data, k, n, ldb, col0))
+    super::packed_gemm::PackedB::pack(&data, kn, ldb, col0, isa)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn pack(_: &Tensor, _: usize, _: usize, _: usize, _: usize) -> Option<Packed> {
+fn pack(_: &Tensor, _: (usize, usize), _: usize, _: usize, _: Isa) -> Option<Packed> {
     None
 }
 
@@ -120,9 +145,9 @@ mod tests {
         Tensor::from_vec(vec![k, n], data).expect("tensor")
     }
 
-    /// Whether this CPU runs the packed GEMM (x86-64 with AVX-512).
+    /// Whether this CPU runs the packed GEMM (x86-64 with AVX2+FMA or AVX-512).
     fn packs_here() -> bool {
-        crate::cpu::Isa::Avx512.is_available()
+        cfg!(target_arch = "x86_64") && crate::KernelOptions::current().isa() != Isa::Baseline
     }
 
     #[test]
@@ -130,12 +155,13 @@ mod tests {
         let b = matrix(64, 96, 1);
         let packed = PackedWeight::new(&b, Some((32, 96)));
         if !packs_here() {
-            // No AVX-512F (or not x86-64): nothing is packed, anywhere.
+            // No AVX2+FMA (or not x86-64): nothing is packed, anywhere.
             assert!(packed.is_none(), "packed without the packed GEMM");
-            println!("SKIPPED: packing a weight needs x86-64 with AVX-512F");
+            println!("SKIPPED: packing a weight needs x86-64 with AVX2+FMA");
             return;
         }
         let w = packed.expect("a weight the packed GEMM runs");
+        assert_eq!(w.isa(), crate::KernelOptions::current().isa());
         assert!(w.packs(&b, Some((32, 96))));
         assert!(
             w.packs(&b.clone(), Some((32, 96))),
@@ -146,7 +172,8 @@ mod tests {
         let same_values = matrix(64, 96, 1);
         assert!(!w.packs(&same_values, Some((32, 96))), "another tensor");
         assert!(!w.is_orphan());
-        assert_eq!(w.nbytes(), 64 * 64 * 4);
+        // 64 columns are whole panels of either kernel, plus 64 bytes to align them.
+        assert_eq!(w.nbytes(), 64 * 64 * 4 + 64);
         assert_eq!(w.nbytes(), PackedWeight::size_for(64, 64));
         drop(b);
         assert!(w.is_orphan(), "the weight was dropped");
@@ -177,5 +204,29 @@ mod tests {
         assert!(PackedWeight::new(&f64s, None).is_none(), "f64");
         let batch = Tensor::from_vec(vec![2, 4, 4], vec![1.0f32; 32]).expect("tensor");
         assert!(PackedWeight::new(&batch, None).is_none(), "rank 3");
+        let b = matrix(64, 40, 4);
+        assert!(
+            PackedWeight::new_for(&b, None, Isa::Baseline).is_none(),
+            "no kernel"
+        );
+    }
+
+    /// Each kernel the CPU has packs on request, whatever `new` would choose (the
+    /// AVX2+FMA kernel forced on an AVX-512 CPU), with panels of its own width; a
+    /// kernel the CPU lacks packs nothing.
+    #[test]
+    fn packs_for_each_kernel_the_cpu_has() {
+        let b = matrix(64, 40, 5);
+        for (isa, panel) in [(Isa::Avx2Fma, 16), (Isa::Avx512, 32)] {
+            let packed = PackedWeight::new_for(&b, None, isa);
+            if !(cfg!(target_arch = "x86_64") && isa.is_available()) {
+                assert!(packed.is_none(), "{isa:?} packed without the CPU's support");
+                println!("SKIPPED: packing for {isa:?} needs a CPU with it");
+                continue;
+            }
+            let w = packed.expect("packed");
+            assert_eq!(w.isa(), isa);
+            assert_eq!(w.nbytes(), (40usize.div_ceil(panel) * panel * 64 + 16) * 4);
+        }
     }
 }

@@ -1,0 +1,199 @@
+//! The activations a fused matmul epilogue applies in place ([`Activation`]), with f32
+//! forms built for AVX-512 and AVX2+FMA where the CPU has them.
+
+use crate::Real;
+
+/// An activation applied elementwise to a product in the epilogue of
+/// [`matmul_epilogue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    /// No activation.
+    #[default]
+    Identity,
+    /// `max(x, 0)`.
+    Relu,
+    /// Exact GELU: `x/2 (1 + erf(x / sqrt 2))`.
+    Gelu,
+    /// GELU's tanh approximation: `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    GeluTanh,
+    /// `x sigmoid(x)` (SiLU / swish).
+    Silu,
+}
+
+impl Activation {
+    /// The activation on one compute-type value.
+    #[inline]
+    pub(super) fn apply<F: Real>(self, x: F) -> F {
+        let c = F::from_f64;
+        match self {
+            Activation::Identity => x,
+            Activation::Relu => {
+                if x > F::ZERO {
+                    x
+                } else {
+                    F::ZERO
+                }
+            }
+            Activation::Gelu => {
+                c(0.5) * x * (F::ONE + (x * c(std::f64::consts::FRAC_1_SQRT_2)).erf())
+            }
+            Activation::GeluTanh => {
+                let inner = c(0.797_884_560_802_865_4) * (x + c(0.044_715) * x * x * x);
+                c(0.5) * x * (F::ONE + inner.tanh())
+            }
+            Activation::Silu => x / (F::ONE + (F::ZERO - x).exp()),
+        }
+    }
+}
+
+/// [`Activation::apply`] over a slice, one scalar call per element.
+pub(super) fn activate_scalar<F: Real>(act: Activation, xs: &mut [F]) {
+    if act != Activation::Identity {
+        for x in xs {
+            *x = act.apply(*x);
+        }
+    }
+}
+
+/// The f32 activation on the branch-free functions of [`crate::elementwise::math`]
+/// (the loop vectorises; `libm`'s `tanhf`/`erff`/`expf` calls kept it scalar), in the
+/// build of the generated kernels' [`Isa`](crate::elementwise::Isa): AVX-512 or
+/// AVX2+FMA where the CPU has them. Measured (`[512, 64] x [64, 3072]` with an erf-GELU
+/// epilogue against none, best of 20, one Zen 4 thread, processes alternated with
+/// the fused kernels capped at AVX2): the GELU pass 2.1 ms with AVX2, 1.2 ms with AVX-512.
+pub(super) fn activate_f32(act: Activation, xs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::elementwise::{isa, Isa};
+        match isa() {
+            // SAFETY: `activate_f32_avx512` only requires the target features it
+            // enables, and `isa()` gives `Avx512` only where the CPU has them all.
+            Isa::Avx512 => return unsafe { activate_f32_avx512(act, xs) },
+            // SAFETY: `activate_f32_fma` only requires avx2 and fma, and `isa()` gives
+            // `Avx2Fma` only where the CPU has both.
+            Isa::Avx2Fma => return unsafe { activate_f32_fma(act, xs) },
+            Isa::Baseline => {}
+        }
+    }
+    activate_f32_with::<false>(act, xs);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+unsafe fn activate_f32_avx512(act: Activation, xs: &mut [f32]) {
+    activate_f32_with::<true>(act, xs)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn activate_f32_fma(act: Activation, xs: &mut [f32]) {
+    activate_f32_with::<true>(act, xs)
+}
+
+#[inline(always)]
+fn activate_f32_with<const FMA: bool>(act: Activation, xs: &mut [f32]) {
+    use crate::elementwise::math::{erf_with, exp_with, tanh_with};
+    match act {
+        Activation::Identity => {}
+        // `max` maps NaN to 0, as the scalar form does.
+        Activation::Relu => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Activation::Gelu => xs.iter_mut().for_each(|x| {
+            *x = 0.5 * *x * (1.0 + erf_with::<FMA>(*x * std::f32::consts::FRAC_1_SQRT_2))
+        }),
+        Activation::GeluTanh => xs.iter_mut().for_each(|x| {
+            let inner = 0.797_884_6 * (*x + 0.044_715 * *x * *x * *x);
+            *x = 0.5 * *x * (1.0 + tanh_with::<FMA>(inner))
+        }),
+        Activation::Silu => xs
+            .iter_mut()
+            .for_each(|x| *x = *x / (1.0 + exp_with::<FMA>(-*x))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gemm::Gemm;
+    use super::*;
+    use crate::testing::compare::{assert_close, Tol};
+
+    /// Inputs covering the branches of the fast functions: zero, both signs, tiny and
+    /// large magnitudes, the polynomial/exp split points, infinities and NaN.
+    fn inputs() -> Vec<f32> {
+        let mut xs = vec![
+            0.0,
+            -0.0,
+            1e-8,
+            -1e-8,
+            0.3,
+            0.625,
+            -0.625,
+            1.0,
+            -1.0,
+            3.9,
+            4.1,
+            -7.5,
+            20.0,
+            -20.0,
+            90.0,
+            -90.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        xs.extend((0..997).map(|i| (i as f32 - 498.0) * 0.0173));
+        xs
+    }
+
+    /// Every activation, every f32 path (plain, and AVX2+FMA and AVX-512 when the CPU
+    /// has them) against the scalar `libm` form computed in f64.
+    #[test]
+    fn f32_activation_paths_match_the_f64_scalar_form() {
+        let acts = [
+            Activation::Identity,
+            Activation::Relu,
+            Activation::Gelu,
+            Activation::GeluTanh,
+            Activation::Silu,
+        ];
+        let xs = inputs();
+        for act in acts {
+            let want: Vec<f64> = xs.iter().map(|&x| act.apply(x as f64)).collect();
+            let mut paths: Vec<(&str, Vec<f32>)> = Vec::new();
+            let mut plain = xs.clone();
+            activate_f32_with::<false>(act, &mut plain);
+            paths.push(("plain", plain));
+            #[cfg(target_arch = "x86_64")]
+            if crate::cpu::Isa::Avx2Fma.is_available() {
+                let mut fast = xs.clone();
+                // SAFETY: avx2 and fma detected just above.
+                unsafe { activate_f32_fma(act, &mut fast) };
+                paths.push(("avx2+fma", fast));
+            } else {
+                println!("SKIPPED: the {act:?} avx2+fma path needs AVX2 and FMA");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crate::cpu::Isa::Avx512.is_available() {
+                let mut wide = xs.clone();
+                // SAFETY: `is_available` detected every feature the function enables.
+                unsafe { activate_f32_avx512(act, &mut wide) };
+                paths.push(("avx512", wide));
+            } else {
+                println!("SKIPPED: the {act:?} avx512 path needs AVX-512 F, VL, BW and DQ");
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            println!("SKIPPED: the {act:?} avx2+fma and avx512 paths need x86-64");
+            let mut dispatched = xs.clone();
+            f32::activate(act, &mut dispatched);
+            paths.push(("dispatched", dispatched));
+            for (name, got) in &paths {
+                let got: Vec<f64> = got.iter().map(|&g| g as f64).collect();
+                assert_close(
+                    &got,
+                    &want,
+                    Tol::new(1e-6, 2e-6),
+                    &format!("{act:?} {name}"),
+                );
+            }
+        }
+    }
+}

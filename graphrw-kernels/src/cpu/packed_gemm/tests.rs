@@ -1,0 +1,350 @@
+//! The packed GEMM on every kernel this CPU has (the AVX2+FMA kernel on AVX-512 CPUs
+//! too) against a plain f64 reference.
+
+use super::*;
+use crate::testing::compare::{assert_close, Tol};
+
+fn widen(c: &[f32]) -> Vec<f64> {
+    c.iter().map(|&x| x as f64).collect()
+}
+
+fn reference(m: usize, k: usize, n: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut c = vec![0f64; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            for j in 0..n {
+                c[i * n + j] += a[i * k + p] as f64 * b[p * n + j] as f64;
+            }
+        }
+    }
+    c
+}
+
+fn values(len: usize, seed: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| (((i + seed * 31) * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+/// The kernels this CPU runs (AVX2+FMA, AVX-512), to run a test on each. For each one
+/// it lacks, checks the fallback's premise, that the GEMM refuses to run rather than
+/// compute, and prints the skip.
+fn kernels_here(test: &str) -> Vec<Isa> {
+    let mut here = Vec::new();
+    for isa in [Isa::Avx2Fma, Isa::Avx512] {
+        if isa.is_available() {
+            here.push(isa);
+            continue;
+        }
+        let packed = pack(&values(8 * 4, 1), (8, 4), 4, 0, isa);
+        let mut c = vec![0.0; 2 * 4];
+        let refused = gemm(
+            2,
+            &values(2 * 8, 2),
+            8,
+            &packed,
+            &mut c,
+            Layout::rows(4),
+            TileStore::default(),
+        )
+        .expect_err("the packed GEMM ran on a CPU without its instruction set");
+        assert!(refused.0.contains("lacks"), "{refused:?}");
+        println!("SKIPPED: {test} on {isa:?}, which this CPU lacks (checked: it refuses to run)");
+    }
+    here
+}
+
+/// [`PackedB::pack`] for a kernel that has a packed form.
+fn pack(b: &[f32], kn: (usize, usize), ldb: usize, col0: usize, isa: Isa) -> PackedB {
+    PackedB::pack(b, kn, ldb, col0, isa).expect("a kernel with a packed form")
+}
+
+#[test]
+fn tile_rectangles_cover_each_run_once() {
+    for panels in [1, 2, 5, 24] {
+        for tiles in [1, 2, 3, 43] {
+            let units = tiles * panels;
+            for threads in 1..=5 {
+                let mut seen = vec![0u8; units];
+                for t in 0..threads {
+                    let share = (units * t / threads, units * (t + 1) / threads);
+                    let mut count = 0;
+                    for ((r0, r1), (c0, c1)) in tile_rectangles(share, panels) {
+                        assert!(r0 < r1 && r1 <= tiles && c0 < c1 && c1 <= panels);
+                        for r in r0..r1 {
+                            for c in c0..c1 {
+                                let u = r * panels + c;
+                                assert!((share.0..share.1).contains(&u));
+                                seen[u] += 1;
+                                count += 1;
+                            }
+                        }
+                    }
+                    assert_eq!(count, share.1 - share.0);
+                }
+                assert!(seen.iter().all(|&s| s == 1), "{tiles}x{panels}, {threads}");
+            }
+        }
+    }
+}
+
+#[test]
+fn matches_the_reference_on_odd_shapes() {
+    for isa in kernels_here("matches_the_reference_on_odd_shapes") {
+        matches_the_reference_on_odd_shapes_on(isa);
+    }
+}
+
+fn matches_the_reference_on_odd_shapes_on(isa: Isa) {
+    for (m, k, n) in [
+        (1, 1, 1),
+        (13, 7, 33),
+        (12, 256, 32),
+        (25, 257, 65),
+        (97, 300, 31),
+        (200, 64, 96),
+    ] {
+        let a = values(m * k, 1);
+        let b = values(k * n, 2);
+        let packed = pack(&b, (k, n), n, 0, isa);
+        let mut c = vec![f32::NAN; m * n];
+        gemm(
+            m,
+            &a,
+            k,
+            &packed,
+            &mut c,
+            Layout::rows(n),
+            TileStore::default(),
+        )
+        .expect("gemm");
+        let want = reference(m, k, n, &a, &b);
+        assert_close(
+            &widen(&c),
+            &want,
+            Tol::scaled(1e-4),
+            &format!("{m}x{k}x{n}"),
+        );
+    }
+}
+
+/// Every kernel against the reference over a grid of shapes: sizes of 1, primes, sizes
+/// just off each kernel's tile (6, 12 rows; 16, 32 columns), no depth at all, and
+/// depths over several depth blocks; on one thread and on two (whose shares split
+/// tile rows and panels).
+#[test]
+fn matches_the_reference_on_a_grid_of_shapes() {
+    for isa in kernels_here("matches_the_reference_on_a_grid_of_shapes") {
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool");
+            for m in [1, 5, 7, 13, 67, 131] {
+                for n in [1, 15, 17, 33, 97] {
+                    for k in [0, 1, 3, 31, 257, 1031] {
+                        grid_case(&pool, isa, (m, k, n));
+                    }
+                }
+            }
+            // Large enough to split over threads (`work` of 2^20 and more).
+            for (m, k, n) in [(151, 1543, 67), (64, 2051, 96), (389, 129, 400)] {
+                grid_case(&pool, isa, (m, k, n));
+            }
+        }
+    }
+}
+
+/// One product of [`matches_the_reference_on_a_grid_of_shapes`], with a bias.
+fn grid_case(pool: &rayon::ThreadPool, isa: Isa, (m, k, n): (usize, usize, usize)) {
+    let a = values(m * k, m + k);
+    let b = values(k * n, k + n);
+    let bias = values(n, n);
+    let packed = pack(&b, (k, n), n, 0, isa);
+    let mut c = vec![f32::NAN; m * n];
+    let store = TileStore {
+        bias: Some(&bias),
+        ..TileStore::default()
+    };
+    pool.install(|| gemm(m, &a, k, &packed, &mut c, Layout::rows(n), store))
+        .expect("gemm");
+    let mut want = reference(m, k, n, &a, &b);
+    for (i, w) in want.iter_mut().enumerate() {
+        *w += bias[i % n] as f64;
+    }
+    let what = format!(
+        "{isa:?} {m}x{k}x{n} at {} threads",
+        pool.current_num_threads()
+    );
+    assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
+}
+
+/// Rows 4 KiB apart (copied at a padded stride first), more rows than a row block,
+/// several depth blocks, and thread counts whose shares end inside a tile row.
+#[test]
+fn aliased_rows_and_uneven_thread_shares_match_the_reference() {
+    for isa in kernels_here("aliased_rows_and_uneven_thread_shares_match_the_reference") {
+        aliased_rows_and_uneven_thread_shares_match_the_reference_on(isa);
+    }
+}
+
+fn aliased_rows_and_uneven_thread_shares_match_the_reference_on(isa: Isa) {
+    for threads in [1, 2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a thread pool");
+        for (m, k, n) in [(500, 1024, 40), (61, 2048, 70), (130, 1000, 96)] {
+            assert_eq!(aliases(k), k % 1024 == 0);
+            let a = values(m * k, 5);
+            let b = values(k * n, 6);
+            let packed = pack(&b, (k, n), n, 0, isa);
+            let mut c = vec![f32::NAN; m * n];
+            pool.install(|| {
+                gemm(
+                    m,
+                    &a,
+                    k,
+                    &packed,
+                    &mut c,
+                    Layout::rows(n),
+                    TileStore::default(),
+                )
+            })
+            .expect("gemm");
+            let want = reference(m, k, n, &a, &b);
+            let what = format!("{m}x{k}x{n} at {threads} threads");
+            assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
+        }
+    }
+}
+
+const ACCUMULATE: TileStore<'static, f32> = TileStore {
+    accumulate: true,
+    bias: None,
+    residual: None,
+};
+
+/// The bias and a residual added as tiles are stored: one and two depth blocks, no
+/// depth at all, ragged tiles, row-major and head-major results, onto the product,
+/// onto what the result holds, or onto a residual.
+#[test]
+fn stores_tiles_with_a_bias_and_residual() {
+    for isa in kernels_here("stores_tiles_with_a_bias_and_residual") {
+        stores_tiles_with_a_bias_and_residual_on(isa);
+    }
+}
+
+fn stores_tiles_with_a_bias_and_residual_on(isa: Isa) {
+    let shapes = [
+        (13, 7, 45, 45),
+        (100, 800, 70, 70),
+        (30, 0, 33, 33),
+        (29, 64, 128, 64),
+    ];
+    for (accumulate, with_residual) in [(false, false), (true, false), (false, true)] {
+        for (m, k, n, block) in shapes {
+            let a = values(m * k, 7);
+            let b = values(k * n, 8);
+            let bias = values(n, 9);
+            let packed = pack(&b, (k, n), n, 0, isa);
+            let layout = Layout {
+                ldc: block,
+                block,
+                block_stride: m * block,
+            };
+            let mut c = vec![0.25f32; m * n];
+            let residual = values(m * n, 10);
+            let store = TileStore {
+                accumulate,
+                bias: Some(&bias),
+                residual: with_residual.then_some(&residual[..]),
+            };
+            gemm(m, &a, k, &packed, &mut c, layout, store).expect("gemm");
+            let product = reference(m, k, n, &a, &b);
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            for i in 0..m {
+                for j in 0..n {
+                    let at = (j / block) * m * block + i * block + j % block;
+                    let before = match (accumulate, with_residual) {
+                        (true, _) => 0.25,
+                        (_, true) => residual[at] as f64,
+                        _ => 0.0,
+                    };
+                    got.push(c[at] as f64);
+                    want.push(product[i * n + j] + bias[j] as f64 + before);
+                }
+            }
+            let what = format!(
+                "{m}x{k}x{n}, accumulate {accumulate}, residual {with_residual} (row-major)"
+            );
+            assert_close(&got, &want, Tol::scaled(1e-4), &what);
+        }
+    }
+    // A bias shorter than the product's columns, a residual shorter than the
+    // result, or a residual with `accumulate`, is refused.
+    let packed = pack(&values(40, 1), (4, 10), 10, 0, isa);
+    let mut c = vec![0.0; 20];
+    let full = [0.0; 20];
+    let refused = [
+        TileStore {
+            bias: Some(&[0.0; 9]),
+            ..TileStore::default()
+        },
+        TileStore {
+            residual: Some(&[0.0; 19]),
+            ..TileStore::default()
+        },
+        TileStore {
+            residual: Some(&full),
+            accumulate: true,
+            ..TileStore::default()
+        },
+    ];
+    for store in refused {
+        let a = values(8, 2);
+        assert!(gemm(2, &a, 4, &packed, &mut c, Layout::rows(10), store).is_err());
+    }
+}
+
+#[test]
+fn writes_head_blocks_and_accumulates() {
+    for isa in kernels_here("writes_head_blocks_and_accumulates") {
+        writes_head_blocks_and_accumulates_on(isa);
+    }
+}
+
+fn writes_head_blocks_and_accumulates_on(isa: Isa) {
+    // Columns 8..136 of a 140-column weight as 2 heads of 64, onto a result holding
+    // 1.5 everywhere (accumulated), with 800 depths (two depth blocks).
+    let (m, k, n_all, col0, d) = (29, 800, 140, 8, 64);
+    let a = values(m * k, 3);
+    let b = values(k * n_all, 4);
+    let packed = pack(&b, (k, 2 * d), n_all, col0, isa);
+    let mut c = vec![1.5f32; 2 * m * d];
+    let layout = Layout {
+        ldc: d,
+        block: d,
+        block_stride: m * d,
+    };
+    gemm(m, &a, k, &packed, &mut c, layout, ACCUMULATE).expect("gemm");
+    let part: Vec<f32> = (0..k)
+        .flat_map(|p| b[p * n_all + col0..p * n_all + col0 + 2 * d].to_vec())
+        .collect();
+    let product = reference(m, k, 2 * d, &a, &part);
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for i in 0..m {
+        for j in 0..2 * d {
+            got.push(c[(j / d) * m * d + i * d + j % d] as f64);
+            want.push(product[i * 2 * d + j] + 1.5);
+        }
+    }
+    assert_close(&got, &want, Tol::scaled(1e-4), "head blocks (row-major)");
+    // Blocks that are not a multiple of the panel width are refused.
+    let bad = Layout {
+        ldc: 48,
+        block: 48,
+        block_stride: m * 48,
+    };
+    assert!(gemm(m, &a, k, &packed, &mut c, bad, TileStore::default()).is_err());
+}
