@@ -144,7 +144,7 @@ fn every_site_fuses_and_one_plan_runs_every_shape() {
             let (out, _) = p
                 .run(&tensors(set, "input"))
                 .unwrap_or_else(|e| panic!("{name} {}: {e}", set.display()));
-            for (i, want) in tensors(&set, "output").iter().enumerate() {
+            for (i, want) in tensors(set, "output").iter().enumerate() {
                 match within(&out[i], want) {
                     Ok(err) => println!(
                         "{name} {}: output {i} {:?}, max error {err:e}",

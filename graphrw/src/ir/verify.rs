@@ -497,7 +497,6 @@ pub(crate) fn verify_patch(
             });
         }
     }
-    drop(fail);
     if first.is_none() {
         first = cycle_through_patch(graph, touched, work).map(|on_cycle| {
             (
