@@ -104,10 +104,9 @@ pub const EPILOGUE_CPU: &str = "cpu-matmul-epilogue";
 /// AVX-512 or AVX2+FMA kernel, by the plan's
 /// [`KernelOptions::isa`](graphrw_kernels::KernelOptions::isa)): each is packed
 /// at its first run and reused by the runs after, up to [`PACKED_LIMIT`] bytes in all.
-/// A weight mapped from an external data file (every large model's) gives its pages
-/// back once packed ([`MappedFile::release_range`](graphrw_kernels::MappedFile::release_range)),
-/// so the process holds it once, packed, and the model still runs in about its
-/// weights' memory plus its activations. A packed copy whose weight was dropped is dropped at the next
+/// Weights mapped from an external data file are left unpacked, so a model whose
+/// weights live outside its `.onnx` (every large one) runs in the weights' memory plus
+/// its activations. A packed copy whose weight was dropped is dropped at the next
 /// packing. [`KernelOptions::pack_weights`](graphrw_kernels::KernelOptions::pack_weights)
 /// off (a plan's options) turns packing off (to compare, say).
 #[derive(Debug, Default)]
@@ -147,7 +146,9 @@ impl EpilogueCpu {
         if !graphrw_kernels::KernelOptions::current().pack_weights {
             return None;
         }
-        if w.dtype() != graphrw_kernels::DType::F32 {
+        if w.dtype() != graphrw_kernels::DType::F32
+            || w.file_range().is_some_and(|r| !r.file.holds_model())
+        {
             return None;
         }
         let mut cache = self.packed.lock().ok()?;
@@ -162,11 +163,6 @@ impl EpilogueCpu {
             return None;
         }
         let p = Arc::new(cpu::PackedWeight::new(w, columns)?);
-        // The packed copy replaces the mapped pages of an external weight (a later read
-        // of them, by another node, faults them in again).
-        if let Some(r) = w.file_range().filter(|r| !r.file.holds_model()) {
-            r.file.release_range(r.offset, r.len);
-        }
         cache.push(Arc::clone(&p));
         Some(p)
     }
