@@ -133,16 +133,10 @@ fn assert_fused_close_at_depth(got: &Tensor, want: &Tensor, dtype: DType, k: usi
     }
 }
 
-/// Whether this CPU runs the packed GEMM (x86-64 with AVX-512F).
+/// Whether this CPU runs a packed GEMM kernel (x86-64 with AVX2+FMA or AVX-512F, as
+/// the thread's options allow).
 fn packed_gemm_here() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    graphrw_kernels::KernelOptions::current().isa() >= graphrw_kernels::Isa::Avx2Fma
 }
 
 /// The product of `epilogue` again with the weight packed beforehand, against `want`
@@ -161,7 +155,7 @@ fn check_packed(
         assert!(packed.is_none(), "{what}: packed without the packed GEMM");
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
-            println!("SKIPPED: the packed-weight products need AVX-512F (checked: none is packed)")
+            println!("SKIPPED: the packed-weight products need AVX2+FMA or AVX-512F (checked: none is packed)")
         });
         return;
     }

@@ -40,6 +40,7 @@
 //!     class: OpClass::Elementwise,
 //!     infer: Infer::Fn(infer_scale),
 //!     decompose: None,
+//!     builtin: None, // not one of graphrw's built-in ops
 //! };
 //!
 //! # fn main() -> Result<(), graphrw::GraphError> {
@@ -102,6 +103,7 @@
 //!     class: OpClass::Elementwise,
 //!     infer: Infer::Like,
 //!     decompose: Some(multimul_like),
+//!     builtin: None,
 //! };
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
