@@ -4,7 +4,7 @@
 use crate::Real;
 
 /// An activation applied elementwise to a product in the epilogue of
-/// [`matmul_epilogue`].
+/// [`matmul_epilogue`](super::matmul_epilogue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Activation {
     /// No activation.
