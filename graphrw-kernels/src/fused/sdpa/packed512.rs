@@ -1,5 +1,5 @@
 //! The packed path (see `packed.rs`) on AVX-512, with the micro-kernels of
-//! `avx512.rs`: `8 x 48` score and value micro-tiles in f32 (f32 and f16 inputs), and
+//! `avx512/`: `8 x 48` score and value micro-tiles in f32 (f32 and f16 inputs), and
 //! for bf16 inputs both products on AVX-512 BF16 dot products (`vdpbf16ps`, two bf16
 //! products per f32 lane, f32 sums), the online softmax kept in f32 and the
 //! probabilities rounded to bf16 for the value product, as PyTorch's CPU kernel does.
