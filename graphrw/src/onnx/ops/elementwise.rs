@@ -1,7 +1,7 @@
 //! Elementwise ops without a one-to-one table row: `Identity`, `Dropout`, `Clip` and the
 //! parametric activations in; `ne`, `rsqrt`, `silu`, `dropout` and `masked_fill` out.
 
-use crate::graph::NodeId;
+use crate::graph::Node;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
 use crate::onnx::save::exporter::*;
@@ -153,42 +153,21 @@ impl<'m> Importer<'m> {
 }
 
 impl<'g> Exporter<'g> {
-    pub(crate) fn write_ne(
-        &mut self,
-        id: NodeId,
-        ins: &[Name],
-        outs: &[Name],
-    ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
-        let _attrs = node.attrs();
+    pub(crate) fn write_ne(&mut self, ins: &[Name], outs: &[Name]) -> Result<(), OnnxError> {
         let t = self.tmp("eq");
         self.push("Equal", ins, &[t], &[]);
         self.push("Not", &[t], outs, &[]);
         Ok(())
     }
 
-    pub(crate) fn write_rsqrt(
-        &mut self,
-        id: NodeId,
-        ins: &[Name],
-        outs: &[Name],
-    ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
-        let _attrs = node.attrs();
+    pub(crate) fn write_rsqrt(&mut self, ins: &[Name], outs: &[Name]) -> Result<(), OnnxError> {
         let t = self.tmp("sqrt");
         self.push("Sqrt", ins, &[t], &[]);
         self.push("Reciprocal", &[t], outs, &[]);
         Ok(())
     }
 
-    pub(crate) fn write_silu(
-        &mut self,
-        id: NodeId,
-        ins: &[Name],
-        outs: &[Name],
-    ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
-        let _attrs = node.attrs();
+    pub(crate) fn write_silu(&mut self, ins: &[Name], outs: &[Name]) -> Result<(), OnnxError> {
         let t = self.tmp("sigmoid");
         self.push("Sigmoid", ins, &[t], &[]);
         self.push("Mul", &[ins[0], t], outs, &[]);
@@ -197,11 +176,10 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_dropout(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         if attrs.bool("train").map_err(|e| self.bad(e))?
             && attrs.float("p").map_err(|e| self.bad(e))? != 0.0
@@ -214,11 +192,10 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_masked_fill(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let dtype = self.meta(node.operands()[0])?.dtype;
         let fill = attrs.float("value").map_err(|e| self.bad(e))?;

@@ -3,7 +3,7 @@
 //! `unsqueeze`, `split` and `slice` out, their shapes as initialisers or, when symbolic,
 //! as shape arithmetic (`shape_arith.rs`).
 
-use crate::graph::NodeId;
+use crate::graph::Node;
 use crate::meta::normalize_axis;
 use crate::meta::Dim;
 use crate::meta::SymExpr;
@@ -380,11 +380,10 @@ impl<'m> Importer<'m> {
 impl<'g> Exporter<'g> {
     pub(crate) fn write_transpose(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let r = self.meta(node.operands()[0])?.rank();
         let d0 = normalize_axis(attrs.int("dim0").map_err(|e| self.bad(e))?, r)
@@ -400,11 +399,10 @@ impl<'g> Exporter<'g> {
     /// `reshape` with symbolic arguments: written as shape arithmetic.
     fn write_reshape_sym(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let shape = attrs.sym_ints("shape").map_err(|e| self.bad(e))?;
         let s = self.sym_list(&shape)?;
@@ -415,11 +413,10 @@ impl<'g> Exporter<'g> {
     /// `expand` with symbolic arguments: written as shape arithmetic.
     fn write_expand_sym(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let size: Vec<SymExpr> = attrs
             .sym_ints("size")
@@ -441,11 +438,10 @@ impl<'g> Exporter<'g> {
     /// `slice` with symbolic arguments: written as shape arithmetic.
     fn write_slice_sym(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let mut i: Names8 = smallvec![ins[0]];
         for what in ["start", "end", "dim", "step"] {
@@ -458,14 +454,13 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_reshape(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         if attrs.get("shape").is_some_and(AttrValue::is_symbolic) {
-            return self.write_reshape_sym(id, ins, outs);
+            return self.write_reshape_sym(node, ins, outs);
         }
         let shape = attrs.ints("shape").map_err(|e| self.bad(e))?;
         let zero = shape.contains(&0);
@@ -478,14 +473,13 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_expand(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         if attrs.get("size").is_some_and(AttrValue::is_symbolic) {
-            return self.write_expand_sym(id, ins, outs);
+            return self.write_expand_sym(node, ins, outs);
         }
         let size: Vec<i64> = attrs
             .ints("size")
@@ -500,11 +494,10 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_unsqueeze(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let dim = attrs.int("dim").map_err(|e| self.bad(e))?;
         let a = self.init_ints("axes", &[dim])?;
@@ -514,11 +507,10 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_split(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let sizes = attrs.ints("split_sizes").map_err(|e| self.bad(e))?;
         let dim = attrs.int("dim").map_err(|e| self.bad(e))?;
@@ -529,17 +521,16 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_slice(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         if ["start", "end"]
             .iter()
             .any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic))
         {
-            return self.write_slice_sym(id, ins, outs);
+            return self.write_slice_sym(node, ins, outs);
         }
         let mut i: Names8 = smallvec![ins[0]];
         for what in ["start", "end", "dim", "step"] {

@@ -1,7 +1,7 @@
 //! Ops that make a tensor from nothing: `Constant`, `ConstantOfShape` and `Range` in;
 //! `full`/`zeros`/`ones`, `arange` and `sym_ints` out.
 
-use crate::graph::NodeId;
+use crate::graph::Node;
 use crate::meta::DType;
 use crate::onnx::encode::Attr;
 use crate::onnx::load::importer::*;
@@ -94,11 +94,10 @@ impl<'g> Exporter<'g> {
     /// `arange` with symbolic arguments: written as shape arithmetic.
     fn write_arange_sym(
         &mut self,
-        id: NodeId,
+        node: &Node,
         _ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
         let mut i = Names8::new();
@@ -123,11 +122,10 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_full(
         &mut self,
-        id: NodeId,
+        node: &Node,
         _ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let size = attrs.sym_ints("size").map_err(|e| self.bad(e))?;
         let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
@@ -149,11 +147,10 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_sym_ints(
         &mut self,
-        id: NodeId,
+        node: &Node,
         _ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         let values = attrs.sym_ints("values").map_err(|e| self.bad(e))?;
         let v = self.sym_list(&values)?;
@@ -168,17 +165,16 @@ impl<'g> Exporter<'g> {
 
     pub(crate) fn write_arange(
         &mut self,
-        id: NodeId,
+        node: &Node,
         ins: &[Name],
         outs: &[Name],
     ) -> Result<(), OnnxError> {
-        let node = self.graph.try_node(id).map_err(OnnxError::verify)?;
         let attrs = node.attrs();
         if ["start", "end", "step"]
             .iter()
             .any(|n| attrs.get(n).is_some_and(AttrValue::is_symbolic))
         {
-            return self.write_arange_sym(id, ins, outs);
+            return self.write_arange_sym(node, ins, outs);
         }
         let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
         let mut i = Names8::new();
