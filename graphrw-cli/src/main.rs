@@ -6,7 +6,7 @@
 
 #![warn(missing_docs)]
 
-mod commands;
+use graphrw_cli::commands;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

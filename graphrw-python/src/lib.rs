@@ -28,12 +28,10 @@ use graphrw::{rules, DType, Graph, NodeId, Tensor, Value};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyType};
 
-/// graphrw-cli's subcommands (`optimize`, `inspect`, `run`, `explain`), compiled into
-/// the extension for `python -m graphrw`. Unchanged source: the CLI stays the one
-/// place their behaviour and output are defined.
-#[allow(dead_code, missing_docs, unreachable_pub)]
-#[path = "../../graphrw-cli/src/commands/mod.rs"]
-mod commands;
+/// graphrw-cli's subcommands (`optimize`, `inspect`, `run`, `explain`) for
+/// `python -m graphrw`: the CLI stays the one place their behaviour and output are
+/// defined.
+use graphrw_cli::commands;
 
 /// Which exception of `graphrw._errors` a failure raises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
