@@ -33,7 +33,7 @@ fn main() -> Result<(), GraphError> {
 
     let heads_shape = [batch as i64, seq as i64, heads as i64, head_dim as i64];
     let split_heads = |t| split_heads(t, &heads_shape);
-    let qkv = x.matmul(w_qkv)?.split(&[hidden as i64; 3], -1)?;
+    let qkv = x.matmul(w_qkv)?.split_with(&[hidden as i64; 3], -1)?;
     let (q, k, v) = (
         split_heads(qkv[0])?,
         split_heads(qkv[1])?,

@@ -79,11 +79,11 @@ fn block<'b>(
     rng: &mut Rng,
 ) -> Result<Var<'b>, graphrw::GraphError> {
     let w = |rng: &mut Rng, shape: &[usize]| b.constant(rng.tensor(shape, 0.08));
-    let ln1 = x.layer_norm(Some(w(rng, &[HIDDEN])), Some(w(rng, &[HIDDEN])), -1, 1e-5)?;
+    let ln1 = x.layer_norm(Some(w(rng, &[HIDDEN])), Some(w(rng, &[HIDDEN])))?;
     let qkv = ln1
         .matmul(w(rng, &[HIDDEN, 3 * HIDDEN]))?
         .add(w(rng, &[3 * HIDDEN]))?
-        .split(&[HIDDEN as i64; 3], -1)?;
+        .split_with(&[HIDDEN as i64; 3], -1)?;
     let (q, k, v) = (
         split_heads(qkv[0])?,
         split_heads(qkv[1])?,
@@ -101,11 +101,11 @@ fn block<'b>(
         .matmul(w(rng, &[HIDDEN, HIDDEN]))?
         .add(w(rng, &[HIDDEN]))?
         .add(x)?;
-    let ln2 = h.layer_norm(Some(w(rng, &[HIDDEN])), Some(w(rng, &[HIDDEN])), -1, 1e-5)?;
+    let ln2 = h.layer_norm(Some(w(rng, &[HIDDEN])), Some(w(rng, &[HIDDEN])))?;
     let mlp = ln2
         .matmul(w(rng, &[HIDDEN, 4 * HIDDEN]))?
         .add(w(rng, &[4 * HIDDEN]))?
-        .gelu("tanh")?
+        .gelu_with("tanh")?
         .matmul(w(rng, &[4 * HIDDEN, HIDDEN]))?
         .add(w(rng, &[HIDDEN]))?;
     mlp.add(h)

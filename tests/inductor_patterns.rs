@@ -120,14 +120,14 @@ pattern! {
 replacement! {
     /// sfdp_1 as one node.
     pub fn sfdp_1_fused(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor for sfdp_1 {
-        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
+        query.scaled_dot_product_attention_with(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
     }
 }
 
 replacement! {
     /// sfdp_5 as one node (the mask carried along).
     pub fn sfdp_5_fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor, d: f64) -> Tensor for sfdp_5 {
-        query.scaled_dot_product_attention(key, value, Some(attn_mask), 0.0, false, Some(1.0 / d), false)?
+        query.scaled_dot_product_attention_with(key, value, Some(attn_mask), 0.0, false, Some(1.0 / d), false)?
     }
 }
 
@@ -198,7 +198,7 @@ fn graphs() -> Vec<(&'static str, Graph)> {
             .unwrap()
             .softmax(-1)
             .unwrap();
-        let o = p.dropout(0.1, false).unwrap().matmul(v).unwrap();
+        let o = p.dropout_with(0.1, false).unwrap().matmul(v).unwrap();
         b.output(&[o]).unwrap();
     });
     add("sfdp_4", &|b| {
@@ -210,7 +210,7 @@ fn graphs() -> Vec<(&'static str, Graph)> {
             .unwrap()
             .softmax(-1)
             .unwrap();
-        let o = p.dropout(0.1, false).unwrap().matmul(v).unwrap();
+        let o = p.dropout_with(0.1, false).unwrap().matmul(v).unwrap();
         b.output(&[o]).unwrap();
     });
     add("sfdp_6", &|b| {
@@ -222,7 +222,7 @@ fn graphs() -> Vec<(&'static str, Graph)> {
             .div(sqrt_d)
             .unwrap();
         let p = s.add(mask).unwrap().softmax(-1).unwrap();
-        let o = p.dropout(0.1, false).unwrap().matmul(v).unwrap();
+        let o = p.dropout_with(0.1, false).unwrap().matmul(v).unwrap();
         b.output(&[o]).unwrap();
     });
     add("sfdp_7", &|b| {
@@ -237,7 +237,7 @@ fn graphs() -> Vec<(&'static str, Graph)> {
             .unwrap()
             .softmax(-1)
             .unwrap()
-            .dropout(0.1, false)
+            .dropout_with(0.1, false)
             .unwrap()
             .cast(DType::F16)
             .unwrap();
@@ -322,7 +322,7 @@ fn graphs() -> Vec<(&'static str, Graph)> {
             .unwrap()
             .softmax(-1)
             .unwrap();
-        b.output(&[p.dropout(0.1, false).unwrap().matmul(v).unwrap()])
+        b.output(&[p.dropout_with(0.1, false).unwrap().matmul(v).unwrap()])
             .unwrap();
     });
     add("sfdp_15", &|b| {

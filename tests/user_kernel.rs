@@ -47,10 +47,10 @@ fn decomposed() -> (Graph, Vec<Value>) {
     let x = b.input("x", TensorMeta::new(DType::F32, [ROWS, WIDTH]));
     let gate = b.input("gate", TensorMeta::new(DType::F32, [WIDTH]));
     let h = x.mul(gate.mul(BETA).unwrap().sigmoid().unwrap()).unwrap();
-    let ss = h.mul(h).unwrap().sum(&[-1], true).unwrap();
+    let ss = h.mul(h).unwrap().sum_with(&[-1], true).unwrap();
     let y = h.div(ss.add(EPS).unwrap().sqrt().unwrap()).unwrap();
     let w = b.constant(data(&[ROWS, WIDTH], 9, 0.5, 1.5));
-    let loss = y.mul(w).unwrap().sum(&[], false).unwrap();
+    let loss = y.mul(w).unwrap().sum().unwrap();
     b.output(&[loss, y]).unwrap();
     let wrt = vec![x.value(), gate.value()];
     (b.finish(), wrt)

@@ -3,7 +3,9 @@
 //! Three expansions, chosen by the macro's argument:
 //! - `defs`: one `pub static NAME: OpDef` per op, `pub static BUILTIN: &[&OpDef]`, and
 //!   the `Op` enum with one variant per op (what `OpDef::builtin` holds);
-//! - `builder`: an `impl Builder` block with one method per op (`g.softmax(x, -1)`);
+//! - `builder`: an `impl Builder` block with one method per op (`g.softmax(x, -1)`), and
+//!   for an op with attribute defaults a short method that takes them (`g.gelu(x)`) beside
+//!   `_with`, which takes every attribute (`g.gelu_with(x, "tanh")`);
 //! - `var`: an `impl Var` block with one method per op whose first operand is a single
 //!   tensor (`x.softmax(-1)`).
 
@@ -294,15 +296,65 @@ fn is_buildable(op: &OpSpec) -> bool {
     !matches!(op.name, "input" | "constant")
 }
 
+/// Whether an op has an attribute with a default, so that it gets two builder methods:
+/// the short one (`g.gelu(x)`, defaults taken, as a pattern's call does) and `_with`
+/// (`g.gelu_with(x, "tanh")`, every attribute given).
+fn has_defaults(op: &OpSpec) -> bool {
+    op.attrs.iter().any(|a| a.default != DefaultValue::Required)
+}
+
+/// The name of an op's method that takes every attribute (`gelu_with`); the op's own
+/// name when it has no attribute with a default.
+fn method_with_ident(op: &OpSpec) -> Ident {
+    if has_defaults(op) {
+        format_ident!("{}_with", op.name)
+    } else {
+        method_ident(op.name)
+    }
+}
+
+/// An attribute's default as the argument of the `_with` method (`None`, `-1`, `&[]`,
+/// `"mean"`, `crate::DType::F32`); `None` for a required attribute.
+fn default_arg(a: &Attr) -> Option<TokenStream> {
+    Some(match a.default {
+        DefaultValue::Required => return None,
+        DefaultValue::Null => quote!(None),
+        DefaultValue::Int(v) => quote!(#v),
+        DefaultValue::Float(v) => quote!(#v),
+        DefaultValue::Bool(v) => quote!(#v),
+        DefaultValue::Ints(v) => quote!(&[#(#v),*]),
+        DefaultValue::Str(v) => quote!(#v),
+        DefaultValue::DType(v) => {
+            let d = dtype_variant(v);
+            quote!(crate::DType::#d)
+        }
+    })
+}
+
+/// `attrs` as text for a doc line: `approximate = "none"`.
+fn defaults_doc(op: &OpSpec) -> String {
+    op.attrs
+        .iter()
+        .filter(|a| a.default != DefaultValue::Required)
+        .map(|a| match a.default {
+            DefaultValue::Null => format!("`{}` = None", a.name),
+            d => format!("`{}` = {}", a.name, default_text(d)),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn builder_methods() -> TokenStream {
     let methods = BUILTIN_OPS.iter().filter(|op| is_buildable(op)).map(|op| {
-        let method = method_ident(op.name);
+        let full = method_with_ident(op);
         let def = static_ident(op.name);
         let doc = format!("Adds `{}`: {}{}", op.name, op.doc, attr_doc(op));
         let mut params = Vec::new();
+        let mut operand_names = Vec::new();
         let mut operand_exprs = Vec::new();
         for o in op.operands {
             let p = format_ident!("{}", o.name);
+            operand_names.push(p.clone());
             match o.arity {
                 Arity::Required => {
                     params.push(quote!(#p: impl Into<crate::Arg>));
@@ -318,30 +370,64 @@ fn builder_methods() -> TokenStream {
                 }
             }
         }
+        let operand_params = params.clone();
         let mut attr_exprs = Vec::new();
+        let mut short_params = Vec::new();
+        let mut short_args = Vec::new();
         for a in op.attrs {
             let (param, conv) = attr_param(a);
-            params.push(param);
+            params.push(param.clone());
             attr_exprs.push(conv);
+            match default_arg(a) {
+                Some(d) => short_args.push(d),
+                None => {
+                    short_params.push(param);
+                    let p = format_ident!("{}", a.name);
+                    short_args.push(quote!(#p));
+                }
+            }
         }
         let (ret, call) = match op.outputs {
             Outputs::Fixed(1) => (quote!(crate::Value), quote!(apply_one)),
             _ => (quote!(Vec<crate::Value>), quote!(apply_many)),
         };
-        quote! {
+        let full_method = quote! {
             #[doc = #doc]
             #[allow(clippy::too_many_arguments)]
-            pub fn #method(&self, #(#params),*) -> Result<#ret, crate::GraphError> {
+            pub fn #full(&self, #(#params),*) -> Result<#ret, crate::GraphError> {
                 self.#call(
                     &crate::ops::builtin::#def,
                     vec![#(#operand_exprs),*],
                     vec![#(#attr_exprs),*],
                 )
             }
+        };
+        if !has_defaults(op) {
+            return full_method;
+        }
+        let short = method_ident(op.name);
+        let short_doc = format!(
+            "Adds `{}` with its attributes' defaults ({}), as a pattern's `{}(..)` does; \
+             [`Self::{}`] gives every attribute. {}",
+            op.name,
+            defaults_doc(op),
+            op.name,
+            full,
+            op.doc
+        );
+        quote! {
+            #[doc = #short_doc]
+            #[allow(clippy::too_many_arguments)]
+            pub fn #short(&self, #(#operand_params,)* #(#short_params),*) -> Result<#ret, crate::GraphError> {
+                self.#full(#(#operand_names,)* #(#short_args),*)
+            }
+            #full_method
         }
     });
     quote! {
-        /// One method per built-in op (generated from the op table).
+        /// One method per built-in op (generated from the op table); an op with
+        /// attribute defaults has a short method that takes them and a `_with` one that
+        /// takes every attribute.
         impl crate::Builder {
             #(#methods)*
         }
@@ -351,7 +437,11 @@ fn builder_methods() -> TokenStream {
 fn var_methods() -> TokenStream {
     let methods = BUILTIN_OPS
         .iter()
-        .filter(|op| op.operands.first().is_some_and(|o| o.arity == Arity::Required))
+        .filter(|op| {
+            op.operands
+                .first()
+                .is_some_and(|o| o.arity == Arity::Required)
+        })
         .map(|op| {
             let method = method_ident(op.name);
             let doc = format!(
@@ -380,35 +470,75 @@ fn var_methods() -> TokenStream {
                     }
                 }
             }
+            let mut short_params = params.clone();
+            let mut short_args = args.clone();
             for a in op.attrs {
                 let (param, _) = attr_param(a);
                 let p = format_ident!("{}", a.name);
-                params.push(param);
+                params.push(param.clone());
                 args.push(quote!(#p));
+                if a.default == DefaultValue::Required {
+                    short_params.push(param);
+                    short_args.push(quote!(#p));
+                }
             }
-            match op.outputs {
-                Outputs::Fixed(1) => quote! {
-                    #[doc = #doc]
-                    #[allow(clippy::too_many_arguments)]
-                    pub fn #method(self, #(#params),*) -> Result<crate::Var<'b>, crate::GraphError> {
-                        let b = self.builder();
-                        b.#method(#(#args),*).map(|v| b.var(v))
-                    }
-                },
-                _ => quote! {
-                    #[doc = #doc]
-                    #[allow(clippy::too_many_arguments)]
-                    pub fn #method(self, #(#params),*) -> Result<Vec<crate::Var<'b>>, crate::GraphError> {
-                        let b = self.builder();
-                        b.#method(#(#args),*).map(|vs| vs.into_iter().map(|v| b.var(v)).collect())
-                    }
-                },
+            let full = method_with_ident(op);
+            let full_method = var_method(&full, &doc, &params, &full, &args, op.outputs);
+            if !has_defaults(op) {
+                return full_method;
             }
+            let short_doc = format!(
+                "`{}` with this value as `{}` and the attributes' defaults ({}); \
+                 [`Self::{}`] gives every attribute. {}",
+                op.name,
+                op.operands[0].name,
+                defaults_doc(op),
+                full,
+                op.doc
+            );
+            let short = var_method(
+                &method,
+                &short_doc,
+                &short_params,
+                &method,
+                &short_args,
+                op.outputs,
+            );
+            quote!(#short #full_method)
         });
     quote! {
         /// One method per built-in op whose first operand is a tensor (generated from the op table).
         impl<'b> crate::Var<'b> {
             #(#methods)*
         }
+    }
+}
+
+/// One `Var` method: `name(self, params) -> Var` calling the builder's `target(args)`.
+fn var_method(
+    name: &Ident,
+    doc: &str,
+    params: &[TokenStream],
+    target: &Ident,
+    args: &[TokenStream],
+    outputs: Outputs,
+) -> TokenStream {
+    match outputs {
+        Outputs::Fixed(1) => quote! {
+            #[doc = #doc]
+            #[allow(clippy::too_many_arguments)]
+            pub fn #name(self, #(#params),*) -> Result<crate::Var<'b>, crate::GraphError> {
+                let b = self.builder();
+                b.#target(#(#args),*).map(|v| b.var(v))
+            }
+        },
+        _ => quote! {
+            #[doc = #doc]
+            #[allow(clippy::too_many_arguments)]
+            pub fn #name(self, #(#params),*) -> Result<Vec<crate::Var<'b>>, crate::GraphError> {
+                let b = self.builder();
+                b.#target(#(#args),*).map(|vs| vs.into_iter().map(|v| b.var(v)).collect())
+            }
+        },
     }
 }

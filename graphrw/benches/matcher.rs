@@ -50,7 +50,7 @@ rule_set! {
     rule sfdp_1(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor {
         query.matmul(key.transpose(-2, -1)).div(inv_scale).softmax(-1).matmul(value)
     } => {
-        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
+        query.scaled_dot_product_attention_with(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
     }
 }
 
@@ -63,22 +63,22 @@ rule_set! {
     rule sfdp_2(query: Tensor, key: Tensor, value: Tensor, s: f64) -> Tensor {
         query.matmul(key.transpose(-2, -1)).mul(s).softmax(-1).matmul(value)
     } => {
-        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(s), false)?
+        query.scaled_dot_product_attention_with(key, value, None, 0.0, false, Some(s), false)?
     }
     rule sfdp_3(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64, p: f64) -> Tensor {
         query.matmul(key.transpose(-2, -1)).div(inv_scale).softmax(-1).dropout(p, false).matmul(value)
     } => {
-        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
+        query.scaled_dot_product_attention_with(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
     }
     rule sfdp_4(query: Tensor, key: Tensor, value: Tensor, s: f64, p: f64) -> Tensor {
         query.matmul(key.transpose(-2, -1)).mul(s).softmax(-1).dropout(p, false).matmul(value)
     } => {
-        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(s), false)?
+        query.scaled_dot_product_attention_with(key, value, None, 0.0, false, Some(s), false)?
     }
     rule sfdp_5(query: Tensor, key: Tensor, value: Tensor, mask: Tensor, d: f64) -> Tensor {
         query.matmul(key.transpose(-2, -1)).div(d).add(mask).softmax(-1).matmul(value)
     } => {
-        query.scaled_dot_product_attention(key, value, Some(mask), 0.0, false, Some(1.0 / d), false)?
+        query.scaled_dot_product_attention_with(key, value, Some(mask), 0.0, false, Some(1.0 / d), false)?
     }
     rule sfdp_11(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor {
         let q = query.permute([0, 2, 1, 3]);
@@ -89,14 +89,14 @@ rule_set! {
         let q = query.permute(&[0, 2, 1, 3])?;
         let k = key.permute(&[0, 2, 1, 3])?;
         let v = value.permute(&[0, 2, 1, 3])?;
-        q.scaled_dot_product_attention(k, v, None, 0.0, false, Some(1.0 / inv_scale), false)?
+        q.scaled_dot_product_attention_with(k, v, None, 0.0, false, Some(1.0 / inv_scale), false)?
     }
     rule sfdp_13(query: Tensor, key: Tensor, value: Tensor, p: f64) -> Tensor
     where rank(query) == 3
     {
         query.matmul(key.permute([0, 2, 1])).softmax(-1).dropout(p, false).matmul(value)
     } => {
-        query.scaled_dot_product_attention(key, value, None, 0.0, false, None, false)?
+        query.scaled_dot_product_attention(key, value, None)?
     }
     rule add_zero(x: Tensor) -> Tensor { x.add(0.0) } => { x }
     rule mul_one(x: Tensor) -> Tensor { x.mul(1.0) } => { x }
@@ -104,7 +104,7 @@ rule_set! {
     rule gelu_erf(x: Tensor) -> Tensor {
         x.mul(0.5).mul(x.mul(0.7071067811865476).erf().add(1.0))
     } => {
-        x.gelu("none")?
+        x.gelu()?
     }
     rule relu_relu(x: Tensor) -> Tensor { x.relu().relu() } => { x.relu()? }
     rule exp_log(x: Tensor) -> Tensor { x.log().exp() } => { x }
@@ -147,21 +147,16 @@ fn layer<'b>(b: &'b Builder, w: &Weights, x: Var<'b>) -> Var<'b> {
         .and_then(|o| o.matmul(c(&w.square)))
         .and_then(|o| o.add(c(&w.bias_model)))
         .unwrap();
-    let h = x
-        .add(attn)
-        .and_then(|h| h.layer_norm(None, None, -1, 1e-5))
-        .unwrap();
+    let h = x.add(attn).and_then(|h| h.layer_norm(None, None)).unwrap();
     // MLP block.
     let m = h
         .matmul(c(&w.up))
         .and_then(|m| m.add(c(&w.bias_hidden)))
-        .and_then(|m| m.gelu("none"))
+        .and_then(|m| m.gelu())
         .and_then(|m| m.matmul(c(&w.down)))
         .and_then(|m| m.add(c(&w.bias_model)))
         .unwrap();
-    h.add(m)
-        .and_then(|y| y.layer_norm(None, None, -1, 1e-5))
-        .unwrap()
+    h.add(m).and_then(|y| y.layer_norm(None, None)).unwrap()
 }
 
 /// An `layers`-layer transformer graph.

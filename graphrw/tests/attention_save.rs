@@ -66,7 +66,7 @@ fn build(c: &Case) -> Graph {
         }
     };
     let out = q
-        .scaled_dot_product_attention(k, v, mask, 0.0, c.causal, Some(0.3), c.gqa)
+        .scaled_dot_product_attention_with(k, v, mask, 0.0, c.causal, Some(0.3), c.gqa)
         .unwrap_or_else(|e| panic!("{}: {e}", c.name));
     b.output(&[out]).expect("output");
     b.finish()
@@ -267,9 +267,7 @@ fn dtype_of_saved_fused_attention_is_kept() {
     // f16 attention saves as f16 (the Attention op is typed by its inputs).
     let b = Builder::new();
     let q = b.constant(values(&[1, 2, 3, 4], 7).cast(DType::F16));
-    let out = q
-        .scaled_dot_product_attention(q, q, None, 0.0, false, None, false)
-        .expect("sdpa");
+    let out = q.scaled_dot_product_attention(q, q, None).expect("sdpa");
     b.output(&[out]).expect("output");
     let g = b.finish();
     let back = load_bytes(&to_bytes(&g).expect("save")).expect("load");

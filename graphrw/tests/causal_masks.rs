@@ -45,9 +45,7 @@ fn graph(
     let v = g.input("v", TensorMeta::new(DType::F32, [1, H, skv, D]));
     let pad = g.input("pad", TensorMeta::new(DType::Bool, [1usize, 1, 1, skv]));
     let mask = make(&g, pad);
-    let out = q
-        .scaled_dot_product_attention(k, v, Some(mask), 0.0, false, None, false)
-        .unwrap();
+    let out = q.scaled_dot_product_attention(k, v, Some(mask)).unwrap();
     g.output(&[out]).unwrap();
     g.finish()
 }
@@ -134,8 +132,8 @@ fn additive<'b>(g: &'b Builder, cond: Var<'b>, hide: f64) -> Var<'b> {
 }
 
 fn tril_bool(g: &Builder, sq: usize, skv: usize) -> Var<'_> {
-    let ones = g.ones(&[sq as i64, skv as i64], DType::Bool).unwrap();
-    g.var(g.tril(ones, 0).unwrap())
+    let ones = g.ones_with(&[sq as i64, skv as i64], DType::Bool).unwrap();
+    g.var(g.tril(ones).unwrap())
 }
 
 #[test]
@@ -150,8 +148,8 @@ fn triu_of_full_neg_inf_additive() {
         7,
         7,
         |g, _| {
-            let full = g.full(&[7, 7], f64::NEG_INFINITY, DType::F32).unwrap();
-            g.var(g.triu(full, 1).unwrap())
+            let full = g.full(&[7, 7], f64::NEG_INFINITY).unwrap();
+            g.var(g.triu_with(full, 1).unwrap())
         },
         Some(false),
     );
@@ -164,8 +162,8 @@ fn arange_comparisons() {
         5,
         5,
         |g, _| {
-            let i = g.var(g.arange(0.0, 5.0, 1.0, DType::I64).unwrap());
-            let j = g.var(g.arange(0.0, 5.0, 1.0, DType::I64).unwrap());
+            let i = g.var(g.arange(5.0).unwrap());
+            let j = g.var(g.arange(5.0).unwrap());
             i.unsqueeze(-1).unwrap().ge(j).unwrap()
         },
         Some(false),
@@ -174,8 +172,8 @@ fn arange_comparisons() {
         5,
         5,
         |g, _| {
-            let i = g.var(g.arange(0.0, 5.0, 1.0, DType::I64).unwrap());
-            let j = g.var(g.arange(0.0, 5.0, 1.0, DType::I64).unwrap());
+            let i = g.var(g.arange(5.0).unwrap());
+            let j = g.var(g.arange(5.0).unwrap());
             let hidden = j.gt(i.reshape(&[5, 1]).unwrap()).unwrap();
             hidden
                 .where_(
@@ -198,7 +196,10 @@ fn gpt2_bias_buffer_sliced() {
             let n = 16;
             let v: Vec<bool> = (0..n * n).map(|x| x % n <= x / n).collect();
             let bias = g.constant(Tensor::from_vec(vec![1, 1, n, n], v).unwrap());
-            bias.slice(2, 0, 9, 1).unwrap().slice(3, 0, 9, 1).unwrap()
+            bias.slice_with(2, 0, 9, 1)
+                .unwrap()
+                .slice_with(3, 0, 9, 1)
+                .unwrap()
         },
         Some(false),
     );
@@ -211,8 +212,8 @@ fn llama_prepare_4d_causal_mask_finite_min() {
         8,
         8,
         |g, _| {
-            let full = g.var(g.full(&[8, 8], f32::MIN as f64, DType::F32).unwrap());
-            let c = g.var(g.arange(0.0, 8.0, 1.0, DType::I64).unwrap());
+            let full = g.var(g.full(&[8, 8], f32::MIN as f64).unwrap());
+            let c = g.var(g.arange(8.0).unwrap());
             let cond = c.lt(c.add(1.0).unwrap().reshape(&[8, 1]).unwrap()).unwrap();
             cond.where_(0.0, full)
                 .unwrap()
@@ -295,8 +296,8 @@ fn query_and_key_lengths_differ() {
         4,
         9,
         |g, _| {
-            let ones = g.ones(&[4, 9], DType::Bool).unwrap();
-            g.var(g.tril(ones, 5).unwrap())
+            let ones = g.ones_with(&[4, 9], DType::Bool).unwrap();
+            g.var(g.tril_with(ones, 5).unwrap())
         },
         None,
     );
@@ -309,8 +310,8 @@ fn masks_that_are_not_the_triangle_are_left_alone() {
         6,
         6,
         |g, _| {
-            let ones = g.ones(&[6, 6], DType::Bool).unwrap();
-            let band = g.triu(g.tril(ones, 0).unwrap(), -2).unwrap();
+            let ones = g.ones_with(&[6, 6], DType::Bool).unwrap();
+            let band = g.triu_with(g.tril(ones).unwrap(), -2).unwrap();
             g.var(band)
         },
         None,
@@ -319,8 +320,8 @@ fn masks_that_are_not_the_triangle_are_left_alone() {
         6,
         6,
         |g, _| {
-            let ones = g.ones(&[6, 6], DType::Bool).unwrap();
-            g.var(g.tril(ones, -1).unwrap())
+            let ones = g.ones_with(&[6, 6], DType::Bool).unwrap();
+            g.var(g.tril_with(ones, -1).unwrap())
         },
         None,
     );
@@ -335,12 +336,8 @@ fn shared_masks_are_split_once() {
     let q = g.input("q", TensorMeta::new(DType::F32, [1usize, H, 6, D]));
     let pad = g.input("pad", TensorMeta::new(DType::Bool, [1usize, 1, 1, 6]));
     let mask = tril_bool(&g, 6, 6).and(pad).unwrap();
-    let a = q
-        .scaled_dot_product_attention(q, q, Some(mask), 0.0, false, None, false)
-        .unwrap();
-    let b = a
-        .scaled_dot_product_attention(a, a, Some(mask), 0.0, false, None, false)
-        .unwrap();
+    let a = q.scaled_dot_product_attention(q, q, Some(mask)).unwrap();
+    let b = a.scaled_dot_product_attention(a, a, Some(mask)).unwrap();
     g.output(&[b]).unwrap();
     let mut graph = g.finish();
     let x = vec![data(&[1, H, 6, D], 5), padding(6)];
@@ -361,11 +358,9 @@ fn a_triangle_that_depends_on_a_graph_input_stays_a_mask() {
     let g = Builder::new();
     let q = g.input("q", TensorMeta::new(DType::F32, [1usize, H, 5, D]));
     let pos = g.input("pos", TensorMeta::new(DType::I64, [5usize]));
-    let j = g.var(g.arange(0.0, 5.0, 1.0, DType::I64).unwrap());
+    let j = g.var(g.arange(5.0).unwrap());
     let mask = pos.unsqueeze(-1).unwrap().ge(j).unwrap();
-    let out = q
-        .scaled_dot_product_attention(q, q, Some(mask), 0.0, false, None, false)
-        .unwrap();
+    let out = q.scaled_dot_product_attention(q, q, Some(mask)).unwrap();
     g.output(&[out]).unwrap();
     let mut graph = g.finish();
     // Positions shifted by 2: every query sees keys 0..=pos, not the top-left triangle.

@@ -65,9 +65,7 @@ fn shared_transformer(layers: usize) -> Graph {
     let one = g.scalar(1.0, DType::F32);
     let half = g.scalar(0.5, DType::F32);
     for _ in 0..layers {
-        let n = h
-            .layer_norm(Some(ln_w), Some(ln_b), -1, 1e-5)
-            .expect("layer_norm");
+        let n = h.layer_norm(Some(ln_w), Some(ln_b)).expect("layer_norm");
         let (q, k, v) = (
             n.matmul(wq).expect("q"),
             n.matmul(wk).expect("k"),

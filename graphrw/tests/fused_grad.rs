@@ -71,7 +71,7 @@ fn loss_graph(k: &FusedKernel, rows: usize, n: usize, dtype: DType) -> (Graph, V
     let mut rng = Lcg(77);
     let w: Vec<f64> = (0..rows * n).map(|_| 1.0 + 0.25 * rng.next()).collect();
     let w = b.constant(Tensor::from_f64_slice(dtype, &[rows, n], &w).unwrap());
-    let loss = b.var(out[0]).mul(w).unwrap().sum(&[], false).unwrap();
+    let loss = b.var(out[0]).mul(w).unwrap().sum().unwrap();
     b.output(&[loss]).unwrap();
     (b.finish(), ins)
 }

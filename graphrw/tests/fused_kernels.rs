@@ -259,7 +259,7 @@ fn decomposed_chains_are_fused_in_each_common_spelling() {
     let ms = x
         .pow(2.0)
         .unwrap()
-        .mean(&[-1], true)
+        .mean_with(&[-1], true)
         .unwrap()
         .add(1e-6)
         .unwrap();
@@ -553,9 +553,9 @@ fn llama_rotary(
         .unwrap()
         .known()
         .unwrap() as i64;
-    let lo = g.slice(x, axis, 0, d / 2, 1).unwrap();
-    let hi = g.slice(x, axis, d / 2, end, 1).unwrap();
-    let rot = g.concat(&[g.neg(hi).unwrap(), lo], axis).unwrap();
+    let lo = g.slice_with(x, axis, 0, d / 2, 1).unwrap();
+    let hi = g.slice_with(x, axis, d / 2, end, 1).unwrap();
+    let rot = g.concat_with(&[g.neg(hi).unwrap(), lo], axis).unwrap();
     if swapped {
         let xc = g.mul(cos, x).unwrap();
         let rs = g.mul(sin, rot).unwrap();
@@ -586,18 +586,18 @@ fn rotary_chains_are_fused_in_the_spellings_exporters_write() {
         outs.push(g.var(llama_rotary(&g, kx, cos, sin, spelling)));
     }
     // Not rotate-half: halves swapped without the sign, and a split off the middle.
-    let lo = g.slice(q, 3, 0, 4, 1).unwrap();
-    let hi = g.slice(q, 3, 4, 8, 1).unwrap();
-    let roll = g.concat(&[hi, lo], -1).unwrap();
+    let lo = g.slice_with(q, 3, 0, 4, 1).unwrap();
+    let hi = g.slice_with(q, 3, 4, 8, 1).unwrap();
+    let roll = g.concat_with(&[hi, lo], -1).unwrap();
     outs.push(
         g.var(
             g.add(g.mul(q, cos).unwrap(), g.mul(roll, sin).unwrap())
                 .unwrap(),
         ),
     );
-    let lo = g.slice(q, 3, 0, 3, 1).unwrap();
-    let hi = g.slice(q, 3, 3, 8, 1).unwrap();
-    let off = g.concat(&[g.neg(hi).unwrap(), lo], -1).unwrap();
+    let lo = g.slice_with(q, 3, 0, 3, 1).unwrap();
+    let hi = g.slice_with(q, 3, 3, 8, 1).unwrap();
+    let off = g.concat_with(&[g.neg(hi).unwrap(), lo], -1).unwrap();
     outs.push(
         g.var(
             g.add(g.mul(q, cos).unwrap(), g.mul(off, sin).unwrap())

@@ -137,7 +137,7 @@ fn matcher_utils_05_variadic_arg_matching() {
     for (dims, keepdim, defaults) in [(&[][..], false, true), (&[0][..], true, false)] {
         let g = build(|b| {
             let x = b.input("x", meta(&[2, 3]));
-            b.output(&[x.sum(dims, keepdim).unwrap()]).unwrap();
+            b.output(&[x.sum_with(dims, keepdim).unwrap()]).unwrap();
         });
         assert_eq!(sum_any::PATTERN.find(&g).len(), 1);
         assert_eq!(sum_defaults::PATTERN.find(&g).len(), usize::from(defaults));

@@ -99,15 +99,17 @@ fn matcher_table_simple_pattern() {
         let (w1, w2) = (b.input("w1", meta()).value(), b.input("w2", meta()).value());
         let sum_cat = |a, c| {
             // keepdim, so that m1 and m2 can be concatenated again.
-            b.var(b.concat(&[a, c], 0).unwrap()).sum(&[], true).unwrap()
+            b.var(b.concat(&[a, c]).unwrap())
+                .sum_with(&[], true)
+                .unwrap()
         };
         let m1 = sum_cat(w1, w2);
         let m2 = sum_cat(w2, w1);
         let m3 = sum_cat(m1.value(), m2.value());
         let y = x
-            .add(m1.amax(&[], false).unwrap())
+            .add(m1.amax().unwrap())
             .unwrap()
-            .add(m2.amax(&[], false).unwrap())
+            .add(m2.amax().unwrap())
             .unwrap()
             .add(m3)
             .unwrap();
@@ -147,8 +149,8 @@ fn matcher_table_non_fully_contained_matches() {
             .collect();
         let b1 = b.input("b1", TensorMeta::new(DType::F32, [4usize, 4]));
         let site = || {
-            let c1 = b.var(b.concat(&ins[..2], 0).unwrap());
-            let c2 = b.var(b.concat(&ins[2..], 0).unwrap());
+            let c1 = b.var(b.concat(&ins[..2]).unwrap());
+            let c2 = b.var(b.concat(&ins[2..]).unwrap());
             let t = c1
                 .matmul(c2.transpose(0, 1).unwrap())
                 .unwrap()
@@ -158,8 +160,7 @@ fn matcher_table_non_fully_contained_matches() {
         };
         let (_, t0) = site();
         let (m3, _t1) = site();
-        b.output(&[t0.sum(&[], false).unwrap(), m3.sum(&[], false).unwrap()])
-            .unwrap();
+        b.output(&[t0.sum().unwrap(), m3.sum().unwrap()]).unwrap();
     });
     let p = &mm_cat_cat::PATTERN;
     assert_eq!(ff(p, &g, true, true), 1);
@@ -232,13 +233,9 @@ fn matcher_table_multiple_outputs_without_dependency() {
     // x = relu(x + 1); z = sum(x); y = sigmoid(x); return sigmoid(y) + sum(z).
     let g = build(|b| {
         let x = b.input("x", meta()).add(1.0).unwrap().relu().unwrap();
-        let z = x.sum(&[], false).unwrap();
+        let z = x.sum().unwrap();
         let y = x.sigmoid().unwrap();
-        b.output(&[y
-            .sigmoid()
-            .unwrap()
-            .add(z.sum(&[], false).unwrap())
-            .unwrap()])
+        b.output(&[y.sigmoid().unwrap().add(z.sum().unwrap()).unwrap()])
             .unwrap();
     });
     assert_eq!(table(&relu_sigmoid_sum::PATTERN, &g), [1, 0, 0, 0]);
@@ -249,7 +246,7 @@ fn matcher_table_multiple_outputs_multiple_overlapping_matches() {
     // relu(x + 1) feeds two sums and two sigmoids; every match leaves relu used outside.
     let g = build(|b| {
         let x = b.input("x", meta()).add(1.0).unwrap().relu().unwrap();
-        let (z, z1) = (x.sum(&[], false).unwrap(), x.sum(&[], false).unwrap());
+        let (z, z1) = (x.sum().unwrap(), x.sum().unwrap());
         let (y, y1) = (x.sigmoid().unwrap(), x.sigmoid().unwrap());
         let out = z.add(z1).unwrap().add(y).unwrap().add(y1).unwrap();
         b.output(&[out]).unwrap();
@@ -266,9 +263,9 @@ fn matcher_table_multiple_outputs_multiple_non_overlapping_matches() {
     // Two relu → (sum, sigmoid) groups, the first relu also feeding the second.
     let g = build(|b| {
         let x = b.input("x", meta()).add(1.0).unwrap().relu().unwrap();
-        let (z, y) = (x.sum(&[], false).unwrap(), x.sigmoid().unwrap());
+        let (z, y) = (x.sum().unwrap(), x.sigmoid().unwrap());
         let x = x.relu().unwrap();
-        let (z1, y1) = (x.sum(&[], false).unwrap(), x.sigmoid().unwrap());
+        let (z1, y1) = (x.sum().unwrap(), x.sigmoid().unwrap());
         let out = z.add(z1).unwrap().add(y).unwrap().add(y1).unwrap();
         b.output(&[out]).unwrap();
     });

@@ -138,7 +138,7 @@ rule_set! {
     pub static SUM_CAT;
     // FX replaces with `stack([w1, w2])` (not the same value); here an equal value.
     rule sum_cat_to_sums(w1: Tensor, w2: Tensor) -> Tensor { concat([w1, w2], 0).sum(..) }
-        => { w1.sum(&[], false)?.add(w2.sum(&[], false)?)? }
+        => { w1.sum()?.add(w2.sum()?)? }
 }
 rule_set! {
     pub static RELU_TO_NEG;
@@ -153,7 +153,7 @@ rule_set! {
     rule mm_cat_cat(b1: Tensor, w1: Tensor, w2: Tensor, x: Tensor, b2: Tensor) -> Tensor {
         concat([w1, w2], 0).matmul(concat([x, b2], 0).transpose(0, 1)).add(b1)
     } => {
-        b1.relu()?.add(w1.sum(&[], false)?)?.add(w2.sum(&[], false)?)?.add(x)?.add(b2)?
+        b1.relu()?.add(w1.sum()?)?.add(w2.sum()?)?.add(x)?.add(b2)?
     }
 }
 rule_set! {
@@ -195,7 +195,7 @@ rule_set! {
 rule_set! {
     pub static SUM_DEFAULTS;
     rule sum_all_to_sum_all_kept(x: Tensor) -> Tensor { x.sum() } => {
-        x.sum(&[0], false)?
+        x.sum_with(&[0], false)?
     }
 }
 rule_set! {
@@ -308,21 +308,18 @@ fn subgraph_rewriter_05_multiple_pattern_match() {
         let (w1, w2) = (b.input("w1", meta()), b.input("w2", meta()));
         let part = || {
             if fused {
-                w1.sum(&[], false)
-                    .unwrap()
-                    .add(w2.sum(&[], false).unwrap())
-                    .unwrap()
+                w1.sum().unwrap().add(w2.sum().unwrap()).unwrap()
             } else {
-                b.var(b.concat(&[w1.value(), w2.value()], 0).unwrap())
-                    .sum(&[], false)
+                b.var(b.concat(&[w1.value(), w2.value()]).unwrap())
+                    .sum()
                     .unwrap()
             }
         };
         let (m1, m2) = (part(), part());
         let out = x
-            .add(m1.amax(&[], false).unwrap())
+            .add(m1.amax().unwrap())
             .unwrap()
-            .add(m2.amax(&[], false).unwrap())
+            .add(m2.amax().unwrap())
             .unwrap();
         b.output(&[out]).unwrap();
     };
@@ -414,8 +411,8 @@ fn subgraph_rewriter_11_internal_nodes_cannot_have_unmatched_users() {
             b.input("b2", m.clone()),
         );
         let b1 = b.input("b1", bias.clone());
-        let c1 = b.var(b.concat(&[w1.value(), w2.value()], 0).unwrap());
-        let c2 = b.var(b.concat(&[x.value(), b2.value()], 0).unwrap());
+        let c1 = b.var(b.concat(&[w1.value(), w2.value()]).unwrap());
+        let c2 = b.var(b.concat(&[x.value(), b2.value()]).unwrap());
         let t = c2.transpose(0, 1).unwrap();
         let a1 = c1.matmul(t).unwrap().add(b1).unwrap();
         let a2 = c1.matmul(t).unwrap().add(b1).unwrap();
@@ -679,7 +676,7 @@ fn subgraph_rewriter_27_variable_arguments() {
     // in the pattern.
     let mut g = build(|b| {
         let x = b.input("x", meta());
-        b.output(&[x.sum(&[], false).unwrap()]).unwrap();
+        b.output(&[x.sum().unwrap()]).unwrap();
     });
     assert_eq!(
         run(&mut g, &SUM_DEFAULTS),

@@ -43,7 +43,7 @@ struct Attn<'a> {
 
 fn attn<'b>(b: &'b Builder, x: &[Var<'b>], a: Attn<'_>) -> Result<Var<'b>, graphrw::GraphError> {
     let mask = a.mask.map(|m| b.constant(bool_mask(m, 7, true)));
-    x[0].scaled_dot_product_attention(x[1], x[2], mask, 0.0, a.causal, a.scale, a.gqa)
+    x[0].scaled_dot_product_attention_with(x[1], x[2], mask, 0.0, a.causal, a.scale, a.gqa)
 }
 
 const CASES: &[Attn<'static>] = &[
@@ -134,7 +134,7 @@ fn attention_backward(dtype: DType, a: Attn<'_>) -> (Graph, Vec<Tensor>) {
         .collect();
     let n: usize = oshape.iter().product();
     let w = b.constant(Tensor::from_f64_slice(dtype, &oshape, &data(n, 5, -1.0, 1.0)).unwrap());
-    let loss = out.mul(w).unwrap().sum(&[], false).unwrap();
+    let loss = out.mul(w).unwrap().sum().unwrap();
     b.output(&[loss]).unwrap();
     let wrt: Vec<Value> = x.iter().map(|v| v.value()).collect();
     drop(x);
@@ -216,7 +216,7 @@ fn decomposed_cross_entropy_backward_matches_finite_differences() {
         for (ls, ignore) in [(0.0, -100), (0.2, 1)] {
             let e = fd_check(&[input(&[4, 5], -2.0, 2.0)], |b, x| {
                 let t = b.constant(targets(vec![3, 1, 0, 4]));
-                x[0].cross_entropy(t, ignore, ls, reduction)
+                x[0].cross_entropy_with(t, ignore, ls, reduction)
             });
             assert!(e < 1e-5, "{reduction} {ls} {ignore}");
         }
@@ -234,9 +234,9 @@ fn fused_cross_entropy_matches_the_decomposed_one() {
                 let b = Builder::new();
                 let x = b.input("x", meta(dtype, &[2, 3, c]));
                 let t = b.input("t", meta(DType::I64, &[2, 3]));
-                let loss = x.cross_entropy(t, ignore, ls, reduction).unwrap();
+                let loss = x.cross_entropy_with(t, ignore, ls, reduction).unwrap();
                 let loss = if reduction == "none" {
-                    loss.sum(&[], false).unwrap()
+                    loss.sum().unwrap()
                 } else {
                     loss
                 };

@@ -24,8 +24,8 @@ fn mlp_with_broadcast_bias_norm_and_softmax() {
             input(&[5, 2], -1.0, 1.0),
         ],
         |_, x| {
-            let h = x[0].matmul(x[1])?.add(x[2])?.gelu("tanh")?;
-            let h = h.layer_norm(None, None, -1, 1e-5)?;
+            let h = x[0].matmul(x[1])?.add(x[2])?.gelu_with("tanh")?;
+            let h = h.layer_norm(None, None)?;
             h.matmul(x[3])?.log_softmax(-1)
         },
     );
@@ -43,7 +43,7 @@ fn unfused_attention_block() {
         ],
         |b, x| {
             let scores = x[0].matmul(x[1].transpose(-2, -1)?)?.div(2.0)?;
-            let causal = b.var(b.tril(b.ones(&[3, 3], DType::Bool)?, 0)?);
+            let causal = b.var(b.tril(b.ones_with(&[3, 3], DType::Bool)?)?);
             let p = causal.where_(scores, f64::NEG_INFINITY)?.softmax(-1)?;
             p.matmul(x[2])?.permute(&[0, 2, 1, 3])?.reshape(&[1, 3, 8])
         },
@@ -55,7 +55,7 @@ fn a_value_used_twice_accumulates_and_unused_inputs_get_zeros() {
     let b = Builder::new();
     let x = b.input("x", f64s(&[3]));
     let unused = b.input("unused", f64s(&[2]));
-    let loss = x.mul(x).unwrap().add(x).unwrap().sum(&[], false).unwrap();
+    let loss = x.mul(x).unwrap().add(x).unwrap().sum().unwrap();
     b.output(&[loss]).unwrap();
     let wrt = [x.value(), unused.value()];
     let g = grad(&b.finish(), &wrt).unwrap();
@@ -78,7 +78,7 @@ fn given_cotangents_compute_a_vjp_of_every_output() {
     let b = Builder::new();
     let x = b.input("x", f64s(&[2, 3]));
     let y = x.mul(x).unwrap();
-    let z = x.sum(&[1], false).unwrap();
+    let z = x.sum_with(&[1], false).unwrap();
     b.output(&[y, z]).unwrap();
     let wrt = [x.value()];
     let g = grad_with(
@@ -139,7 +139,7 @@ fn errors_name_what_is_wrong() {
 
     let b = Builder::new();
     let x = b.input("x", f64s(&[4]));
-    let loss = x.dropout(0.1, true).unwrap().sum(&[], false).unwrap();
+    let loss = x.dropout_with(0.1, true).unwrap().sum().unwrap();
     b.output(&[loss]).unwrap();
     let xv = x.value();
     let e = grad(&b.finish(), &[xv]).unwrap_err().to_string();
@@ -160,7 +160,7 @@ fn the_finite_difference_check_catches_a_wrong_rule() {
     registry.register(&builtin::EXP, wrong_exp_vjp);
     let b = Builder::new();
     let x = b.input("x", f64s(&[3]));
-    let loss = x.exp().unwrap().sum(&[], false).unwrap();
+    let loss = x.exp().unwrap().sum().unwrap();
     b.output(&[loss]).unwrap();
     let wrt = [x.value()];
     let stack: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
@@ -288,7 +288,7 @@ fn custom_grad_rule_turns_the_gradient_of_a_times_b_into_one_multimul() {
     let a = b.input("a", f64s(&[3]));
     let bb = b.input("b", f64s(&[3]));
     let c = b.apply(&MYMUL, &[a.value(), bb.value()], &[]).unwrap()[0];
-    let loss = b.var(c).sum(&[], false).unwrap();
+    let loss = b.var(c).sum().unwrap();
     b.output(&[loss]).unwrap();
     let wrt = [a.value(), bb.value()];
     let forward = b.finish();
@@ -349,7 +349,7 @@ fn execution_transforms_claim_backward_nodes() {
     let b = Builder::new();
     let x = b.input("x", f64s(&[3]));
     let y = b.input("y", f64s(&[3]));
-    let loss = x.mul(y).unwrap().sum(&[], false).unwrap();
+    let loss = x.mul(y).unwrap().sum().unwrap();
     b.output(&[loss]).unwrap();
     let wrt = [x.value(), y.value()];
     let backward = grad(&b.finish(), &wrt).unwrap();

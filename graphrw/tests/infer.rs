@@ -502,11 +502,11 @@ fn concat_shapes() {
     let b = Builder::new();
     let a = b.input("a", f32s(&[2, 3])).value();
     let c = b.input("c", f32s(&[2, 5])).value();
-    let out = b.concat(&[a, c], 1).unwrap();
+    let out = b.concat_with(&[a, c], 1).unwrap();
     assert_eq!(b.meta(out).unwrap(), f32s(&[2, 8]));
-    let e = b.concat(&[a, c], 0).unwrap_err().to_string();
+    let e = b.concat(&[a, c]).unwrap_err().to_string();
     assert!(e.contains("concat"), "{e}");
-    assert!(b.concat(&[], 0).is_err());
+    assert!(b.concat(&[]).is_err());
 }
 
 #[test]
@@ -808,7 +808,7 @@ fn huge_dims_are_errors_not_overflows() {
     assert!(e.contains("overflow"), "{e}");
     let b = Builder::new();
     let a = b.input("a", f32s(&[big])).value();
-    let e = b.concat(&[a, a], 0).unwrap_err().to_string();
+    let e = b.concat(&[a, a]).unwrap_err().to_string();
     assert!(e.contains("concat") && e.contains("overflows"), "{e}");
     let w = f32s(&[1, 1, big, 1]);
     let x = f32s(&[1, 1, 4, 4]);

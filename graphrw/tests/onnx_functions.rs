@@ -61,22 +61,22 @@ fn attr_err(e: graphrw::ops::InferError) -> GraphError {
 
 fn layer_norm_like(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
     let eps = a.float("eps").map_err(attr_err)?;
-    let mean = b.mean(x[0], &[-1], true)?;
+    let mean = b.mean_with(x[0], &[-1], true)?;
     let c = b.sub(x[0], mean)?;
-    let var = b.mean(b.mul(c, c)?, &[-1], true)?;
+    let var = b.mean_with(b.mul(c, c)?, &[-1], true)?;
     let inv = b.rsqrt(b.add(var, eps)?)?;
     Ok(vec![b.add(b.mul(b.mul(c, inv)?, x[1])?, x[2])?])
 }
 
 fn rms_norm_like(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, GraphError> {
     let eps = a.float("eps").map_err(attr_err)?;
-    let ms = b.mean(b.mul(x[0], x[0])?, &[-1], true)?;
+    let ms = b.mean_with(b.mul(x[0], x[0])?, &[-1], true)?;
     let inv = b.rsqrt(b.add(ms, eps)?)?;
     Ok(vec![b.mul(b.mul(x[0], inv)?, x[1])?])
 }
 
 fn gelu_tanh_like(b: &Builder, x: &[Value], _: &Attrs) -> Result<Vec<Value>, GraphError> {
-    Ok(vec![b.gelu(x[0], "tanh")?])
+    Ok(vec![b.gelu_with(x[0], "tanh")?])
 }
 
 fn swiglu_like(b: &Builder, x: &[Value], _: &Attrs) -> Result<Vec<Value>, GraphError> {

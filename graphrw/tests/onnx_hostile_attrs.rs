@@ -170,7 +170,7 @@ fn built_graphs_get_the_same_checks() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("cumsum dim -3"), "{err}");
-    let err = b.gelu(x.value(), "quadratic").unwrap_err().to_string();
+    let err = b.gelu_with(x.value(), "quadratic").unwrap_err().to_string();
     assert!(err.contains("\"quadratic\""), "{err}");
     let idx = b.constant(Tensor::from_vec(vec![2], vec![1i64, 4]).expect("index"));
     let err = b

@@ -30,7 +30,7 @@ rule_set! {
         opt(p, |p| p.isnan().where_(0.0, p)).matmul(v)
     } => {
         let k: Var = kt.transpose(-2, -1)?;
-        q.scaled_dot_product_attention(k, v, mask, 0.0, false, s, false)?
+        q.scaled_dot_product_attention_with(k, v, mask, 0.0, false, s, false)?
     }
 }
 

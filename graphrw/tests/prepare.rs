@@ -19,7 +19,7 @@ fn layers(layers: usize) -> Graph {
     for l in 0..layers {
         let w = |shape: &[usize], s: usize| g.constant(f32s(shape, 10 * l + s));
         let n = h
-            .layer_norm(Some(w(&[8], 1)), Some(w(&[8], 2)), -1, 1e-5)
+            .layer_norm(Some(w(&[8], 1)), Some(w(&[8], 2)))
             .expect("layer_norm");
         let (q, k, v) = (
             n.matmul(w(&[8, 8], 3)).expect("q"),

@@ -51,7 +51,7 @@ fn build(n: u64, inputs: usize, steps: &[Step]) -> Graph {
                 2 => b.neg(pick(a)),
                 3 => b.relu(pick(a)),
                 4 => b.sigmoid(pick(a)),
-                _ => b.gelu(pick(a), "tanh"),
+                _ => b.gelu_with(pick(a), "tanh"),
             },
             Step::Binary(o, a, c) => match o {
                 0 => b.add(pick(a), pick(c)),
@@ -63,7 +63,7 @@ fn build(n: u64, inputs: usize, steps: &[Step]) -> Graph {
             Step::Transpose(a) => b.transpose(pick(a), 0, 1),
             Step::MatmulT(a, c) => b.matmul(pick(a), pick(c)),
             Step::SumLast(a) => b
-                .sum(pick(a), &[-1], true)
+                .sum_with(pick(a), &[-1], true)
                 .and_then(|s| b.expand(s, &[n as i64, n as i64])),
             Step::Reshape(a) => b
                 .reshape(pick(a), &[-1])

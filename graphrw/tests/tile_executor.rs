@@ -127,8 +127,8 @@ fn chain(dt: DType, m: usize, n: usize, steps: &[Step], extra_out: &[usize]) -> 
                     2 => b.neg(a),
                     3 => b.relu(a),
                     4 => b.sigmoid(a),
-                    5 => b.gelu(a, "tanh"),
-                    6 => b.gelu(a, "none"),
+                    5 => b.gelu_with(a, "tanh"),
+                    6 => b.gelu(a),
                     7 => b.silu(a),
                     8 => b.abs(a),
                     9 => b.sqrt(a),
@@ -137,7 +137,7 @@ fn chain(dt: DType, m: usize, n: usize, steps: &[Step], extra_out: &[usize]) -> 
                     12 => b.sin(a),
                     13 => b.erf(a),
                     14 => b.rsqrt(a),
-                    _ => b.dropout(a, 0.1, false),
+                    _ => b.dropout_with(a, 0.1, false),
                 }
             }
             Step::Binary(o, a, c) => {
@@ -350,7 +350,7 @@ fn what_it_cannot_take_goes_to_the_next_executor_unchanged() {
     }
     let b = Builder::new();
     let x = b.input("x", TensorMeta::new(DType::F32, [4usize]));
-    let y = x.exp().and_then(|v| v.sum(&[], false)).unwrap();
+    let y = x.exp().and_then(|v| v.sum()).unwrap();
     b.output(&[y]).unwrap();
     let p = plan(&b.finish(), &tile_stack()).unwrap();
     assert_eq!(groups(p.graph()), 0, "{p}");
@@ -458,7 +458,13 @@ fn pooled_group_outputs_are_overwritten() {
             TensorMeta::new(dt, Shape::known(&[m as u64, n as u64])),
         );
         let r = b.input("r", TensorMeta::new(dt, Shape::known(&[n as u64])));
-        let y = x.add(r).unwrap().gelu("tanh").unwrap().mul(2.0).unwrap();
+        let y = x
+            .add(r)
+            .unwrap()
+            .gelu_with("tanh")
+            .unwrap()
+            .mul(2.0)
+            .unwrap();
         let z = y
             .transpose(0, 1)
             .unwrap()

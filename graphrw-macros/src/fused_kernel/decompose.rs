@@ -100,7 +100,8 @@ pub fn decompose_fn(
                 }
             }
             Node::Reduce(r, a) => {
-                let m = format_ident!("{}", r.name());
+                // `_with`: the builder method that takes every attribute.
+                let m = format_ident!("{}_with", r.name());
                 let a = o(a);
                 quote!(__b.#m(#a, &[-1], true)?)
             }
@@ -144,7 +145,7 @@ pub fn decompose_fn(
                     __b.scalar(1.0, graphrw::DType::F32).value(),
                     1.0,
                 )?;
-                let __count = __b.sum(__ones, &[-1], true)?;
+                let __count = __b.sum_with(__ones, &[-1], true)?;
                 __b.cast(__count, __dt)?
             };
         }

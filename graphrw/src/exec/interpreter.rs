@@ -578,10 +578,10 @@ mod tests {
         );
         let w = |shape: &[usize]| b.constant(ramp(shape, 0.002));
         let y = x
-            .layer_norm(Some(w(&[h])), Some(w(&[h])), -1, 1e-5)
+            .layer_norm(Some(w(&[h])), Some(w(&[h])))
             .and_then(|y| y.matmul(w(&[h, 4 * h])))
             .and_then(|y| y.add(w(&[4 * h])))
-            .and_then(|y| y.gelu("tanh"))
+            .and_then(|y| y.gelu_with("tanh"))
             .and_then(|y| y.matmul(w(&[4 * h, h])))
             .and_then(|y| y.softmax(-1))
             .and_then(|y| y.add(x))

@@ -36,7 +36,7 @@
 //! let xin = b.input("x", graphrw::TensorMeta::new(graphrw::DType::F32, [3usize]));
 //! let attrs = [("beta", graphrw::ops::AttrValue::Float(1.0))];
 //! let y = b.var(b.apply(&swish::OP, &[xin.value()], &attrs)?[0]);
-//! b.output(&[y.sum(&[], false)?])?;
+//! b.output(&[y.sum()?])?;
 //! let wrt = [xin.value()];
 //! let backward = graphrw::grad::grad_with(
 //!     &b.finish(),
@@ -194,10 +194,10 @@ fn last_dim_halves(b: &Builder, x: Value, op: &'static str) -> Result<(i64, i64)
 /// last dimension must be known.
 pub fn rotate_half(b: &Builder, x: Value) -> Result<Value, GraphError> {
     let (_, h) = last_dim_halves(b, x, "rotate_half")?;
-    let lo = b.slice(x, -1, 0, h, 1)?;
-    let hi = b.slice(x, -1, h, i64::MAX, 1)?;
+    let lo = b.slice_with(x, -1, 0, h, 1)?;
+    let hi = b.slice_with(x, -1, h, i64::MAX, 1)?;
     let neg = b.neg(hi)?;
-    b.concat(&[neg, lo], -1)
+    b.concat_with(&[neg, lo], -1)
 }
 
 /// The transpose of [`rotate_half`] over the last dimension `d` of `g` (`h = d / 2`):
@@ -205,10 +205,10 @@ pub fn rotate_half(b: &Builder, x: Value) -> Result<Value, GraphError> {
 /// is even. The vjp of `rotate_half` in derived kernels.
 pub fn rotate_half_transpose(b: &Builder, g: Value) -> Result<Value, GraphError> {
     let (d, h) = last_dim_halves(b, g, "rotate_half")?;
-    let lo = b.slice(g, -1, 0, d - h, 1)?;
-    let hi = b.slice(g, -1, d - h, i64::MAX, 1)?;
+    let lo = b.slice_with(g, -1, 0, d - h, 1)?;
+    let hi = b.slice_with(g, -1, d - h, i64::MAX, 1)?;
     let neg = b.neg(lo)?;
-    b.concat(&[hi, neg], -1)
+    b.concat_with(&[hi, neg], -1)
 }
 
 /// Whether the attributes of a matched `concat([neg(slice(x, hi)), slice(x, lo)], dim)`

@@ -16,7 +16,7 @@
 //! let b = Builder::new();
 //! let x = b.input("x", TensorMeta::new(DType::F32, [3usize]));
 //! let y = b.input("y", TensorMeta::new(DType::F32, [3usize]));
-//! let loss = x.mul(y)?.sum(&[], false)?;
+//! let loss = x.mul(y)?.sum()?;
 //! b.output(&[loss])?;
 //! let wrt = [x.value(), y.value()];
 //! let g = grad(&b.finish(), &wrt)?;

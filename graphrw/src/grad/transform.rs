@@ -144,7 +144,7 @@ fn seed(state: &mut State<'_>, graph: &Graph, mode: Cotangents) -> Result<(), Gr
                     "output 0 is {meta}: only float outputs can be differentiated"
                 )));
             }
-            let one = b.full(&known_dims(&meta.shape)?, 1.0, meta.dtype)?;
+            let one = b.full_with(&known_dims(&meta.shape)?, 1.0, meta.dtype)?;
             state.accumulate(out, b.var(one))?;
         }
         Cotangents::Given => {
@@ -346,9 +346,9 @@ pub fn sum_to_shape<'b>(g: Var<'b>, target: &Shape) -> Result<Var<'b>, GradError
     if dims.is_empty() {
         return Ok(g);
     }
-    let mut s = g.sum(&dims, true)?;
+    let mut s = g.sum_with(&dims, true)?;
     if lead > 0 {
-        s = s.squeeze(&(0..lead as i64).collect::<Vec<_>>())?;
+        s = s.squeeze_with(&(0..lead as i64).collect::<Vec<_>>())?;
     }
     Ok(s)
 }
@@ -377,5 +377,5 @@ pub(super) fn zeros<'b>(
             meta.shape
         ))
     })?;
-    Ok(b.var(b.zeros(&dims, meta.dtype)?))
+    Ok(b.var(b.zeros_with(&dims, meta.dtype)?))
 }

@@ -350,10 +350,10 @@ fn matmul<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
         None
     };
     if ra == 1 {
-        ga = ga.map(|t| t.squeeze(&[-2])).transpose()?;
+        ga = ga.map(|t| t.squeeze_with(&[-2])).transpose()?;
     }
     if rb == 1 {
-        gb = gb.map(|t| t.squeeze(&[-1])).transpose()?;
+        gb = gb.map(|t| t.squeeze_with(&[-1])).transpose()?;
     }
     Ok(vec![ga, gb])
 }
@@ -384,7 +384,7 @@ fn reshape<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
 
 fn unsqueeze<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let dim = cx.attrs().int("dim").map_err(|e| bad(e.0))?;
-    Ok(vec![Some(g(cx)?.squeeze(&[dim])?)])
+    Ok(vec![Some(g(cx)?.squeeze_with(&[dim])?)])
 }
 
 fn concat<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
@@ -396,7 +396,7 @@ fn concat<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     for i in 0..cx.num_inputs() {
         let len = dims_of(cx.input(i))?[dim];
         out.push(if cx.needs_grad(i) {
-            Some(g.slice(dim as i64, start, start + len, 1)?)
+            Some(g.slice_with(dim as i64, start, start + len, 1)?)
         } else {
             None
         });
@@ -411,7 +411,7 @@ fn split<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
         .map(|i| cx.cotangent(i).map(Var::value))
         .collect::<Result<Vec<_>, _>>()?;
     let b = cx.builder();
-    Ok(vec![Some(b.var(b.concat(&parts, dim)?))])
+    Ok(vec![Some(b.var(b.concat_with(&parts, dim)?))])
 }
 
 /// Adds the rows of `g` along `dim` into a tensor of size `n` there, row `j` going to
@@ -421,7 +421,7 @@ fn scatter_rows<'b>(g: Var<'b>, dim: usize, index: Var<'b>, n: i64) -> Result<Va
     let b = g.builder();
     let rank = g.meta()?.rank();
     let index = index.lt(0i64)?.where_(index.add(n)?, index)?;
-    let classes = b.var(b.arange(0.0, n as f64, 1.0, DType::I64)?);
+    let classes = b.var(b.arange(n as f64)?);
     let dtype = g.meta()?.dtype;
     let onehot = index.unsqueeze(1)?.eq(classes)?.cast(dtype)?;
     let last = rank - 1;
@@ -463,12 +463,12 @@ fn slice<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
 
 fn tril<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let d = cx.attrs().int("diagonal").map_err(|e| bad(e.0))?;
-    Ok(vec![Some(g(cx)?.tril(d)?)])
+    Ok(vec![Some(g(cx)?.tril_with(d)?)])
 }
 
 fn triu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let d = cx.attrs().int("diagonal").map_err(|e| bad(e.0))?;
-    Ok(vec![Some(g(cx)?.triu(d)?)])
+    Ok(vec![Some(g(cx)?.triu_with(d)?)])
 }
 
 fn gather<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
@@ -509,13 +509,11 @@ fn gather_elements<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let b = cx.builder();
     let mut at = vec![1i64; r + 1];
     at[dim + 1] = n;
-    let classes = b
-        .var(b.arange(0.0, n as f64, 1.0, DType::I64)?)
-        .reshape(&at)?;
+    let classes = b.var(b.arange(n as f64)?).reshape(&at)?;
     let index = index.lt(0i64)?.where_(index.add(n)?, index)?;
     let hit = index.unsqueeze(dim as i64 + 1)?.eq(classes)?;
     let g = g(cx)?.unsqueeze(dim as i64 + 1)?;
-    let spread = hit.where_(g, 0.0)?.sum(&[dim as i64], false)?;
+    let spread = hit.where_(g, 0.0)?.sum_with(&[dim as i64], false)?;
     Ok(vec![Some(spread), None])
 }
 
@@ -523,7 +521,7 @@ fn cumsum<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     // Reverse cumulative sum: total - cumsum(g) + g.
     let dim = cx.attrs().int("dim").map_err(|e| bad(e.0))?;
     let g = g(cx)?;
-    let total = g.sum(&[dim], true)?;
+    let total = g.sum_with(&[dim], true)?;
     Ok(vec![Some(total.sub(g.cumsum(dim)?)?.add(g)?)])
 }
 
@@ -590,21 +588,21 @@ fn amax<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let gk = keep_dims(cx, g(cx)?, &dims)?;
     let hit = a.eq(outk)?.cast(a.meta()?.dtype)?;
     let dl: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-    let count = hit.sum(&dl, true)?;
+    let count = hit.sum_with(&dl, true)?;
     Ok(vec![Some(hit.mul(gk.div(count)?)?)])
 }
 
 fn softmax<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let dim = cx.attrs().int("dim").map_err(|e| bad(e.0))?;
     let (g, out) = (g(cx)?, cx.output(0));
-    let dot = g.mul(out)?.sum(&[dim], true)?;
+    let dot = g.mul(out)?.sum_with(&[dim], true)?;
     Ok(vec![Some(out.mul(g.sub(dot)?)?)])
 }
 
 fn log_softmax<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let dim = cx.attrs().int("dim").map_err(|e| bad(e.0))?;
     let (g, out) = (g(cx)?, cx.output(0));
-    let total = g.sum(&[dim], true)?;
+    let total = g.sum_with(&[dim], true)?;
     Ok(vec![Some(g.sub(out.exp()?.mul(total)?)?)])
 }
 

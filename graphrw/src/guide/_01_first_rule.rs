@@ -22,6 +22,23 @@
 //! # Ok::<(), graphrw::GraphError>(())
 //! ```
 //!
+//! Attributes with a default are left out, as in a pattern: `x.gelu()` is
+//! `gelu(x, approximate = "none")` and `x.sum()` sums every dim. The `_with` form of the
+//! same method takes every attribute, in the op's order (`graphrw ops gelu` lists them):
+//!
+//! ```
+//! use graphrw::{Builder, DType, TensorMeta};
+//!
+//! let g = Builder::new();
+//! let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 3]));
+//! let exact = x.gelu()?; // approximate = "none"
+//! let tanh = x.gelu_with("tanh")?;
+//! let rows = tanh.sum_with(&[-1], true)?; // dims, keepdim
+//! assert_eq!(rows.meta()?.shape.to_string(), "[2, 1]");
+//! # let _ = exact;
+//! # Ok::<(), graphrw::GraphError>(())
+//! ```
+//!
 //! A rule is a pattern and a replacement, both written as Rust-like functions inside
 //! [`rule_set!`](crate::rule_set). The pattern (left of `=>`) is compiled at compile
 //! time into a matcher; its parameters bind what it matched: `Tensor` parameters bind

@@ -87,7 +87,7 @@
 //! let kernels = Kernels::new(&[&swish::KERNEL]);
 //! let b = Builder::new();
 //! let x = b.input("x", TensorMeta::new(DType::F32, [2usize, 3]));
-//! let loss = x.mul(x.mul(1.0)?.sigmoid()?)?.sum(&[], false)?;
+//! let loss = x.mul(x.mul(1.0)?.sigmoid()?)?.sum()?;
 //! b.output(&[loss])?;
 //! let wrt = [x.value()];
 //! let mut graph = b.finish();

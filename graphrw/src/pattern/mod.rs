@@ -188,7 +188,7 @@
 //! replacement! {
 //!     fn sfdp_1_fused(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor
 //!     for sfdp_1 {
-//!         query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
+//!         query.scaled_dot_product_attention_with(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
 //!     }
 //! }
 //! static RULE: graphrw::Rule = graphrw::Rule::new("sfdp_1", &sfdp_1::PATTERN, sfdp_1_fused);

@@ -89,7 +89,7 @@ fn fused<'b>(
     let r = qm.rank();
     let gqa = r >= 3 && heads_grouping(&qm.shape.0[r - 3], &km.shape.0[r - 3]) == Some(true);
     let k = kt.transpose(-2, -1)?;
-    q.scaled_dot_product_attention(k, v, mask, 0.0, false, Some(scale), gqa)
+    q.scaled_dot_product_attention_with(k, v, mask, 0.0, false, Some(scale), gqa)
 }
 
 rule_set! {
@@ -115,7 +115,7 @@ rule_set! {
             v.unsqueeze(2).expand(ve).reshape(vr),
             mask, 0.0, false, s, false)
     } => {
-        q.scaled_dot_product_attention(k, v, Some(mask), 0.0, false, Some(s), true)?
+        q.scaled_dot_product_attention_with(k, v, Some(mask), 0.0, false, Some(s), true)?
     }
 
     rule grouped_kv_heads(q: Tensor, k: Tensor, v: Tensor, ke: Vec<i64>, kr: Vec<i64>, ve: Vec<i64>, vr: Vec<i64>, s: f64) -> Tensor
@@ -126,7 +126,7 @@ rule_set! {
             v.unsqueeze(2).expand(ve).reshape(vr),
             None, 0.0, false, s, false)
     } => {
-        q.scaled_dot_product_attention(k, v, None, 0.0, false, Some(s), true)?
+        q.scaled_dot_product_attention_with(k, v, None, 0.0, false, Some(s), true)?
     }
 }
 

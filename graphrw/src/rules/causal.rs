@@ -75,8 +75,8 @@ enum Hide {
 ///
 /// let g = Builder::new();
 /// let q = g.input("q", TensorMeta::new(DType::F32, [1usize, 2, 8, 4]));
-/// let tri = g.tril(g.ones(&[8, 8], DType::Bool)?, 0)?;
-/// let out = q.scaled_dot_product_attention(q, q, Some(g.var(tri)), 0.0, false, None, false)?;
+/// let tri = g.tril(g.ones_with(&[8, 8], DType::Bool)?)?;
+/// let out = q.scaled_dot_product_attention(q, q, Some(g.var(tri)))?;
 /// g.output(&[out])?;
 /// let mut graph = g.finish();
 /// let report = rules::causal::mark_causal(&mut graph)?;

@@ -89,7 +89,7 @@ pub fn fd_check_with(
         .collect();
     let n: usize = shape.iter().product();
     let w = b.constant(tensor(&shape, data(n, 99, 0.5, 1.5)));
-    let loss = out.mul(w).unwrap().sum(&[], false).unwrap();
+    let loss = out.mul(w).unwrap().sum().unwrap();
     b.output(&[loss]).unwrap();
     let wrt: Vec<Value> = xs.iter().map(|v| v.value()).collect();
     drop(xs);

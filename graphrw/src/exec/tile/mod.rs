@@ -18,7 +18,7 @@
 //! let g = Builder::new();
 //! let x = g.input("x", TensorMeta::new(DType::F32, [4usize, 3]));
 //! let b = g.input("b", TensorMeta::new(DType::F32, [3usize]));
-//! let y = x.add(b)?.gelu("tanh")?.mul(2.0)?;
+//! let y = x.add(b)?.gelu_with("tanh")?.mul(2.0)?;
 //! g.output(&[y])?;
 //! let stack: Vec<Arc<dyn Executor>> = vec![tile_executor(), Arc::new(ReferenceCpu)];
 //! let p = plan(&g.finish(), &stack)?;

@@ -92,7 +92,7 @@ fn masked_probs<'b>(
     mask: Option<Value>,
 ) -> Result<crate::Var<'b>, GraphError> {
     if let Some((sq, skv)) = causal {
-        let visible = b.tril(b.ones(&[sq, skv], DType::Bool)?, 0)?;
+        let visible = b.tril(b.ones_with(&[sq, skv], DType::Bool)?)?;
         scores = b.var(visible).where_(scores, f64::NEG_INFINITY)?;
     }
     if let Some(mask) = mask {
@@ -136,8 +136,8 @@ pub fn layer_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, Gra
         input.meta()?.rank(),
     )?;
     let eps = a.float("eps").map_err(&err)?;
-    let xc = input.sub(input.mean(&dims, true)?)?;
-    let var = xc.mul(xc)?.mean(&dims, true)?;
+    let xc = input.sub(input.mean_with(&dims, true)?)?;
+    let var = xc.mul(xc)?.mean_with(&dims, true)?;
     let mut y = xc.mul(var.add(eps)?.rsqrt()?)?;
     if let Some(&w) = x.get(1) {
         y = y.mul(w)?;
@@ -158,7 +158,7 @@ pub fn rms_norm(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, Graph
         input.meta()?.rank(),
     )?;
     let eps = a.float("eps").map_err(&err)?;
-    let ms = input.mul(input)?.mean(&dims, true)?;
+    let ms = input.mul(input)?.mean_with(&dims, true)?;
     let mut y = input.mul(ms.add(eps)?.rsqrt()?)?;
     if let Some(&w) = x.get(1) {
         y = y.mul(w)?;
@@ -234,7 +234,7 @@ pub fn sdpa_backward(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, 
     let p = masked_probs(b, scores, causal, x.get(5).copied())?;
     let dv = p.transpose(-2, -1)?.matmul(dout)?;
     let dp = dout.matmul(vr.transpose(-2, -1)?)?;
-    let ds = p.mul(dp.sub(dp.mul(p)?.sum(&[-1], true)?)?)?;
+    let ds = p.mul(dp.sub(dp.mul(p)?.sum_with(&[-1], true)?)?)?;
     let dq = ds.matmul(kr)?.mul(scale)?;
     let dk = ds.transpose(-2, -1)?.matmul(q)?.mul(scale)?;
     let (dk, dv) = match group {
@@ -249,7 +249,7 @@ pub fn sdpa_backward(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, 
                     known(&tm.shape.dims()[r - 2], "sequence length")? as i64,
                     known(&tm.shape.dims()[r - 1], "head dim")? as i64,
                 ]);
-                Ok(t.reshape(&shape)?.sum(&[r as i64 - 2], false)?.value())
+                Ok(t.reshape(&shape)?.sum_with(&[r as i64 - 2], false)?.value())
             };
             (b.var(fold(dk)?), b.var(fold(dv)?))
         }
@@ -273,7 +273,7 @@ fn cross_entropy_parts<'b>(
             node: None,
             message: "the class count must be known".into(),
         })? as i64;
-    let classes = b.var(b.arange(0.0, c as f64, 1.0, DType::I64)?);
+    let classes = b.var(b.arange(c as f64)?);
     let onehot = target.unsqueeze(-1)?.eq(classes)?;
     let valid = target.ne(ignore_index as f64)?;
     Ok((onehot, valid, c))
@@ -288,19 +288,17 @@ pub fn cross_entropy(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, 
     let (onehot, valid, _) =
         cross_entropy_parts(b, input, target, a.int("ignore_index").map_err(&err)?)?;
     let logp = input.log_softmax(-1)?;
-    let mut loss = onehot.where_(logp, 0.0)?.sum(&[-1], false)?.neg()?;
+    let mut loss = onehot.where_(logp, 0.0)?.sum_with(&[-1], false)?.neg()?;
     if ls != 0.0 {
-        let smooth = logp.mean(&[-1], false)?.neg()?;
+        let smooth = logp.mean_with(&[-1], false)?.neg()?;
         loss = loss.mul(1.0 - ls)?.add(smooth.mul(ls)?)?;
     }
     let loss = valid.where_(loss, 0.0)?;
     let dtype = input.meta()?.dtype;
     let out = match a.str("reduction").map_err(&err)? {
         "none" => loss,
-        "sum" => loss.sum(&[], false)?,
-        _ => loss
-            .sum(&[], false)?
-            .div(valid.cast(dtype)?.sum(&[], false)?)?,
+        "sum" => loss.sum()?,
+        _ => loss.sum()?.div(valid.cast(dtype)?.sum()?)?,
     };
     Ok(vec![out.value()])
 }
@@ -326,7 +324,7 @@ pub fn cross_entropy_backward(
     let row = match a.str("reduction").map_err(&err)? {
         "none" => g.unsqueeze(-1)?,
         "sum" => g,
-        _ => g.div(valid.cast(dtype)?.sum(&[], false)?)?,
+        _ => g.div(valid.cast(dtype)?.sum()?)?,
     };
     let d = valid.unsqueeze(-1)?.where_(d.mul(row)?, 0.0)?;
     Ok(vec![d.value()])
