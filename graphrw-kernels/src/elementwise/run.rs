@@ -122,9 +122,8 @@ pub fn isa() -> Isa {
 
 /// Runs `f` with the generated kernels it calls on this thread built for `isa` (their
 /// parallel chunks included); `None`, without running `f`, where this CPU lacks `isa`.
-/// For tests and measurements that compare the builds in one process. (The matmul
-/// epilogue's activation reads [`isa`] where it runs: its parallel passes, on rayon's
-/// threads, take the process's choice.)
+/// For tests and measurements that compare the builds in one process. Kernels read
+/// [`isa`] on the calling thread, before they split work over rayon's.
 pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> Option<R> {
     if !isa.is_available() {
         return None;

@@ -1,6 +1,7 @@
 //! The activations a fused matmul epilogue applies in place ([`Activation`]), with f32
 //! forms built for AVX-512 and AVX2+FMA where the CPU has them.
 
+use crate::cpu::Isa;
 use crate::Real;
 
 /// An activation applied elementwise to a product in the epilogue of
@@ -47,7 +48,7 @@ impl Activation {
 }
 
 /// [`Activation::apply`] over a slice, one scalar call per element.
-pub(super) fn activate_scalar<F: Real>(act: Activation, xs: &mut [F]) {
+pub(super) fn activate_scalar<F: Real>(act: Activation, _isa: Isa, xs: &mut [F]) {
     if act != Activation::Identity {
         for x in xs {
             *x = act.apply(*x);
@@ -61,18 +62,20 @@ pub(super) fn activate_scalar<F: Real>(act: Activation, xs: &mut [F]) {
 /// AVX2+FMA where the CPU has them. Measured (`[512, 64] x [64, 3072]` with an erf-GELU
 /// epilogue against none, best of 20, one Zen 4 thread, processes alternated with
 /// the fused kernels capped at AVX2): the GELU pass 2.1 ms with AVX2, 1.2 ms with AVX-512.
-pub(super) fn activate_f32(act: Activation, xs: &mut [f32]) {
+/// `isa` is [`crate::elementwise::isa`] read on the matmul's calling thread.
+pub(super) fn activate_f32(act: Activation, isa: Isa, xs: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use crate::elementwise::{isa, Isa};
-        match isa() {
+        // Checked again (detection is cached), so that no `Isa` value can reach code
+        // for features this CPU lacks.
+        match isa {
             // SAFETY: `activate_f32_avx512` only requires the target features it
-            // enables, and `isa()` gives `Avx512` only where the CPU has them all.
-            Isa::Avx512 => return unsafe { activate_f32_avx512(act, xs) },
-            // SAFETY: `activate_f32_fma` only requires avx2 and fma, and `isa()` gives
-            // `Avx2Fma` only where the CPU has both.
-            Isa::Avx2Fma => return unsafe { activate_f32_fma(act, xs) },
-            Isa::Baseline => {}
+            // enables, and `is_available` detected them all on this CPU.
+            Isa::Avx512 if isa.is_available() => return unsafe { activate_f32_avx512(act, xs) },
+            // SAFETY: `activate_f32_fma` only requires avx2 and fma, and
+            // `is_available` detected both on this CPU.
+            Isa::Avx2Fma if isa.is_available() => return unsafe { activate_f32_fma(act, xs) },
+            _ => {}
         }
     }
     activate_f32_with::<false>(act, xs);
@@ -183,7 +186,7 @@ mod tests {
             #[cfg(not(target_arch = "x86_64"))]
             println!("SKIPPED: the {act:?} avx2+fma and avx512 paths need x86-64");
             let mut dispatched = xs.clone();
-            f32::activate(act, &mut dispatched);
+            f32::activate(act, crate::elementwise::isa(), &mut dispatched);
             paths.push(("dispatched", dispatched));
             for (name, got) in &paths {
                 let got: Vec<f64> = got.iter().map(|&g| g as f64).collect();

@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::activation::{activate_f32, activate_scalar, Activation};
-use crate::cpu::PackedWeight;
+use crate::cpu::{Isa, PackedWeight};
 use crate::Real;
 
 /// Per-matrix work (`m * k * n`) below which [`GemmBackend::Auto`] takes
@@ -87,8 +87,10 @@ pub(crate) trait Gemm: Real {
         c: &mut [Self],
     );
 
-    /// Applies `act` to every element of `xs` in place.
-    fn activate(act: Activation, xs: &mut [Self]);
+    /// Applies `act` to every element of `xs` in place, with the generated kernels'
+    /// instruction set `isa` (chosen on the thread that called the matmul: the
+    /// activation may run on rayon's).
+    fn activate(act: Activation, isa: Isa, xs: &mut [Self]);
 
     /// `c = a @ w + bias + residual (+ c)` ([`TileStore`]) for `m` rows of `a` (row stride
     /// `w`'s depth) on the packed-weight GEMM, the result laid out by `layout`
@@ -275,8 +277,8 @@ fn gemm_crate<T: 'static + Copy>(
 macro_rules! impl_gemm {
     ($t:ty, $mm:path, $activate:path $(, $packed:path)?) => {
         impl Gemm for $t {
-            fn activate(act: Activation, xs: &mut [Self]) {
-                $activate(act, xs)
+            fn activate(act: Activation, isa: Isa, xs: &mut [Self]) {
+                $activate(act, isa, xs)
             }
             $(
                 fn gemm_packed(

@@ -10,7 +10,7 @@ use super::activation::Activation;
 use super::gemm::{Gemm, GemmBackend, Strided, TileStore, SEQUENTIAL_WORK};
 use super::shapes::Plan;
 use super::Epilogue;
-use crate::cpu::PackedWeight;
+use crate::cpu::{Isa, PackedWeight};
 use crate::KernelError;
 use crate::{DType, Element, IntElement, Tensor};
 
@@ -86,6 +86,8 @@ fn by_heads<T: Element>(
     if out.is_empty() || d == 0 {
         return;
     }
+    // Read here: the activation may run on rayon's threads.
+    let isa = crate::elementwise::isa();
     // With the weight packed: one product per batch entry, written head by head
     // (column blocks of `d`), where the packed GEMM takes blocks of that width.
     // The bias is added as each tile is stored; the activation follows.
@@ -104,7 +106,7 @@ fn by_heads<T: Element>(
             });
         if done {
             if act != Activation::Identity {
-                T::Acc::activate(act, out);
+                T::Acc::activate(act, isa, out);
             }
             return;
         }
@@ -126,7 +128,7 @@ fn by_heads<T: Element>(
         let a = &a[entry * rows * k..];
         T::Acc::gemm_with(backend, bias.is_some(), s, a, &b[col0 + h * d..], c);
         if act != Activation::Identity {
-            T::Acc::activate(act, c);
+            T::Acc::activate(act, isa, c);
         }
     };
     if rayon::current_num_threads() > 1 && out.len() * k >= SEQUENTIAL_WORK * 4 {
@@ -307,6 +309,8 @@ fn activate_rows<T: Element>(
 ) where
     T::Acc: Gemm,
 {
+    // Read here: `finish` may run on rayon's threads.
+    let isa: Isa = crate::elementwise::isa();
     let finish = |rows: &mut [T::Acc]| {
         if let Some(bias) = bias {
             for row in rows.chunks_mut(n.max(1)) {
@@ -315,7 +319,7 @@ fn activate_rows<T: Element>(
                 }
             }
         }
-        T::Acc::activate(act, rows);
+        T::Acc::activate(act, isa, rows);
     };
     if small {
         finish(out);
