@@ -122,7 +122,12 @@ def main():
         batch, m, k, n = parse(shape)
         gf = 2.0 * (batch or 1) * m * k * n / 1e6
         row = f"{shape:>16} {gf / theirs[shape]:7.1f} "
-        row += " ".join(f"{gf / ours[(shape, b)]:15.1f} {theirs[shape] / ours[(shape, b)]:6.2f}" for b in backends)
+        row += " ".join(
+            f"{gf / ours[(shape, b)]:15.1f} {theirs[shape] / ours[(shape, b)]:6.2f}"
+            if (shape, b) in ours
+            else f"{'-':>15} {'-':>6}"  # no packed weight for a product of two inputs
+            for b in backends
+        )
         print(row)
     return 0
 

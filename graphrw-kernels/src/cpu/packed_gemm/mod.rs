@@ -310,7 +310,7 @@ fn drive<K: Kernel>(
     };
     if threads == 1 || work < 1 << 20 {
         run((0, m), (0, panels));
-    } else if m >= threads * 2 * mr {
+    } else if m >= threads * 2 * mr && !splits_by_panels(m, k, panels * K::NR) {
         // Each thread an equal run of the micro-tiles, in row-major order.
         let tiles = m.div_ceil(mr);
         (0..threads).into_par_iter().for_each(|t| {
@@ -404,10 +404,16 @@ unsafe fn block<K: Kernel>(
     let mut copy = aliases(lda).then(|| A_COPY.take());
     let (mr, nr) = (K::MR, K::NR);
     let panels = b.panels();
+    if copy.is_none() && resident_rows(rows.1 - rows.0, k) {
+        // SAFETY: the caller's contract, which is `block_by_panels`'.
+        unsafe { block_by_panels::<K>(a, lda, b, rows, cols, c, layout, store) };
+        return;
+    }
     for pc in (0..k).step_by(K::KC) {
         let kc = K::KC.min(k - pc);
-        for ic in (rows.0..rows.1).step_by(K::MC) {
-            let mc = K::MC.min(rows.1 - ic);
+        let row_block = even_row_block(rows.1 - rows.0, K::MC, mr);
+        for ic in (rows.0..rows.1).step_by(row_block) {
+            let mc = row_block.min(rows.1 - ic);
             // The block's rows: in place, or copied at stride `kc + COPY_PAD`.
             let (block_a, block_lda): (&[f32], usize) = match copy.as_mut() {
                 Some(buf) => {
@@ -466,6 +472,95 @@ unsafe fn block<K: Kernel>(
     }
     if let Some(buf) = copy {
         A_COPY.set(buf);
+    }
+}
+
+/// Bytes of the left operand that stay in a core's L2 cache while the weight streams
+/// past: a quarter of 1 MiB, the smallest L2 of the x86-64 cores the kernels target
+/// (Zen 2 and later have 512 KiB, Intel since Skylake-SP 1 MiB or more).
+const RESIDENT_A_BYTES: usize = 256 << 10;
+
+/// Whether `rows` rows of depth `k` fit in [`RESIDENT_A_BYTES`]: then each weight panel
+/// is run over every depth before the next ([`block_by_panels`]), so each result tile
+/// is finished while in L1 instead of being written back once per depth block (the
+/// `128 x 768 x 50257` LM head of GPT-2 at S = 128: a 26 MB result written three times).
+fn resident_rows(rows: usize, k: usize) -> bool {
+    rows * k * std::mem::size_of::<f32>() <= RESIDENT_A_BYTES
+}
+
+/// Whether a product of `m` rows, depth `k` and `n` columns is split over threads by
+/// weight panels rather than by rows: when each thread's rows would not stay in cache
+/// but all of them together do ([`resident_rows`]), and the result is wider than tall.
+/// Each thread then reads its own columns of the weight once, where a split by rows
+/// made every thread stream the whole weight (154 MB for GPT-2's LM head).
+fn splits_by_panels(m: usize, k: usize, n: usize) -> bool {
+    n >= 2 * m && resident_rows(m, k)
+}
+
+/// Rows per row block for `rows` rows: at most `mc`, the blocks as equal as whole
+/// micro-tiles of `mr` rows allow. (256 rows in blocks of at most 240 were a block of
+/// 240 and one of 16, which streamed the whole weight again for 16 rows.)
+fn even_row_block(rows: usize, mc: usize, mr: usize) -> usize {
+    let blocks = rows.div_ceil(mc).max(1);
+    rows.div_ceil(blocks).next_multiple_of(mr).clamp(mr, mc.max(mr))
+}
+
+/// [`block`] for rows that stay in cache ([`resident_rows`]), read in place: weight panel
+/// by weight panel, each over every depth block, so that a result tile is stored once
+/// per depth block while it is still in L1.
+///
+/// # Safety
+/// As [`block`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_by_panels<K: Kernel>(
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    c: SharedOut,
+    layout: Layout,
+    store: TileStore<'_, f32>,
+) {
+    let (k, n) = (b.k, b.n);
+    let (mr, nr) = (K::MR, K::NR);
+    let panels = b.panels();
+    for q in cols.0..cols.1 {
+        let j0 = q * nr;
+        let w = nr.min(n - j0);
+        let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
+        for pc in (0..k).step_by(K::KC) {
+            let kc = K::KC.min(k - pc);
+            let bp = panels[(q * k + pc) * nr..].as_ptr();
+            let bias = match store.bias {
+                Some(bias) if pc == 0 => bias[j0..].as_ptr(),
+                _ => std::ptr::null(),
+            };
+            for i in (rows.0..rows.1).step_by(mr) {
+                let h = mr.min(rows.1 - i);
+                let at = col + i * layout.ldc;
+                let tile = c.0.wrapping_add(at);
+                let add_from: *const f32 = match store.residual {
+                    _ if pc > 0 || store.accumulate => tile,
+                    Some(r) => r[at..].as_ptr(),
+                    None => std::ptr::null(),
+                };
+                // SAFETY: as in `block`: rows `i..i + h` of `a` hold `kc` depths from
+                // `pc` at stride `lda`; the panel holds `kc` depths of `nr` floats from
+                // `bp`; `bias`, `add_from` and the tile are the caller's elements, and
+                // the CPU has `K`'s instructions.
+                unsafe {
+                    K::tile(
+                        kc,
+                        (a.as_ptr().add(i * lda + pc), lda),
+                        bp,
+                        (bias, add_from),
+                        (tile, layout.ldc),
+                        (h, w),
+                    );
+                }
+            }
+        }
     }
 }
 

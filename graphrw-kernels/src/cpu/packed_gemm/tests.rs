@@ -147,8 +147,14 @@ fn matches_the_reference_on_a_grid_of_shapes() {
                     }
                 }
             }
-            // Large enough to split over threads (`work` of 2^20 and more).
+            // Large enough to split over threads (`work` of 2^20 and more): by rows,
+            // and (wide results whose rows stay in cache) by weight panels.
             for (m, k, n) in [(151, 1543, 67), (64, 2051, 96), (389, 129, 400)] {
+                assert!(!splits_by_panels(m, k, n));
+                grid_case(&pool, isa, (m, k, n));
+            }
+            for (m, k, n) in [(40, 300, 400), (30, 1031, 301), (13, 257, 997)] {
+                assert!(splits_by_panels(m, k, n));
                 grid_case(&pool, isa, (m, k, n));
             }
         }
@@ -315,9 +321,18 @@ fn writes_head_blocks_and_accumulates() {
 }
 
 fn writes_head_blocks_and_accumulates_on(isa: Isa) {
+    // 29 rows stay in cache (panel by panel); 100 rows of 800 depths do not (depth
+    // block by depth block).
+    assert!(resident_rows(29, 800) && !resident_rows(100, 800));
+    for m in [29, 100] {
+        head_blocks_case(isa, m);
+    }
+}
+
+fn head_blocks_case(isa: Isa, m: usize) {
     // Columns 8..136 of a 140-column weight as 2 heads of 64, onto a result holding
     // 1.5 everywhere (accumulated), with 800 depths (two depth blocks).
-    let (m, k, n_all, col0, d) = (29, 800, 140, 8, 64);
+    let (k, n_all, col0, d) = (800, 140, 8, 64);
     let a = values(m * k, 3);
     let b = values(k * n_all, 4);
     let packed = pack(&b, (k, 2 * d), n_all, col0, isa);
@@ -347,4 +362,22 @@ fn writes_head_blocks_and_accumulates_on(isa: Isa) {
         block_stride: m * 48,
     };
     assert!(gemm(m, &a, k, &packed, &mut c, bad, TileStore::default()).is_err());
+}
+
+#[test]
+fn row_blocks_are_even_whole_tiles_within_the_limit() {
+    // (rows, limit, tile rows) -> rows per block
+    for ((rows, mc, mr), want) in [
+        ((256, 240, 6), 132),
+        ((240, 240, 6), 240),
+        ((241, 240, 6), 126),
+        ((5, 240, 6), 6),
+        ((0, 240, 6), 6),
+        ((1000, 480, 12), 336),
+    ] {
+        let got = even_row_block(rows, mc, mr);
+        assert_eq!(got, want, "{rows} rows, at most {mc}, tiles of {mr}");
+        assert!(got % mr == 0 && got <= mc);
+        assert!(rows.div_ceil(got) == rows.div_ceil(mc).max(1) || rows == 0);
+    }
 }
