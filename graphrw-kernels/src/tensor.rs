@@ -352,6 +352,15 @@ impl Tensor {
             .collect())
     }
 
+    /// The elements converted to `f64` one by one, read in place: for comparing or
+    /// summarising a large tensor without a second copy of it (as [`Self::to_f64_vec`]
+    /// makes).
+    pub fn iter_f64(&self) -> Box<dyn Iterator<Item = f64> + '_> {
+        dispatch!(self.dtype(), |T| Box::new(
+            self.slice_of::<T>().iter().map(|v| v.to_f64())
+        ))
+    }
+
     /// The only element converted to `f64`, for a tensor holding exactly one element
     /// (`None` otherwise); reads it in place, without building a vector.
     pub fn scalar_f64(&self) -> Option<f64> {
