@@ -377,7 +377,7 @@ fn row_blocks_are_even_whole_tiles_within_the_limit() {
     ] {
         let got = even_row_block(rows, mc, mr);
         assert_eq!(got, want, "{rows} rows, at most {mc}, tiles of {mr}");
-        assert!(got % mr == 0 && got <= mc);
+        assert!(got.is_multiple_of(mr) && got <= mc);
         assert!(rows.div_ceil(got) == rows.div_ceil(mc).max(1) || rows == 0);
     }
 }
