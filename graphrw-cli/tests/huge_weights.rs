@@ -471,10 +471,11 @@ fn cli_optimize_huge_weights_loads_in_onnxruntime() {
 
 /// `graphrw run` on a model whose one projection reads all of a 256 MiB external f32
 /// weight (`y = x @ Wp + bp`, 64 rows, sparse file): the weight is mapped, not copied,
-/// and never packed (the epilogue executor leaves weights mapped from external data
-/// unpacked), so the run peaks at about the weights' size: at most 5% over it plus
-/// 64 MiB (the binary, threads and 2 MiB activations), where a copy or a packed copy
-/// would double it. The outputs match the test data. Memory, not time.
+/// and packed for the GEMM block of rows by block of rows, each block's mapped pages
+/// given back once packed, so the run peaks at about the weights' size: at most 5%
+/// over it plus 64 MiB (the binary, threads and 2 MiB activations), where a copy, or
+/// a packed copy beside the mapped pages, would double it. The outputs match the test
+/// data. Memory, not time.
 #[test]
 fn cli_run_peaks_at_about_the_weights_size() {
     const K: usize = 8192;

@@ -124,6 +124,37 @@ impl MappedFile {
         }
     }
 
+    /// [`MappedFile::release_pages`] for the whole pages inside bytes
+    /// `offset..offset + len` alone (pages the range shares with its neighbours stay):
+    /// a kernel that keeps its own copy of a mapped weight (packed for a GEMM) gives
+    /// the pages back as it copies them, so the process holds the weight about once.
+    pub fn release_range(&self, offset: u64, len: u64) {
+        #[cfg(unix)]
+        if let Some(m) = &self.map {
+            const PAGE: u64 = 4096;
+            // SAFETY: `sysconf` has no preconditions.
+            let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+                .unwrap_or(PAGE)
+                .max(1);
+            let start = offset.div_ceil(page) * page;
+            let end = (offset.saturating_add(len).min(self.len) / page) * page;
+            if start >= end {
+                return;
+            }
+            // SAFETY: as in `release_pages`: a read-only, never-written file mapping,
+            // whose dropped pages read back the same file bytes; the range lies inside
+            // the map (`end <= self.len`) and starts on a page boundary. A hint: an
+            // error is ignored.
+            let _ = unsafe {
+                m.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start as usize,
+                    (end - start) as usize,
+                )
+            };
+        }
+    }
+
     /// The whole mapped file (empty for an empty file).
     pub fn as_bytes(&self) -> &[u8] {
         match &self.map {

@@ -195,8 +195,43 @@ fn chains_it_must_not_take_are_left_alone() {
     let g = b.finish();
     let inputs = vec![ramp(dt, &[4, 6], 9)];
     let fused = check_against_reference(&g, &epilogue_stack(), &inputs, dt);
-    // Only `q` (matmul + add, without the relu) fuses.
-    assert_eq!(fused, 1);
+    // Only `q`'s add (without the relu) folds into its product; the other two products
+    // run alone on the epilogue (a product by a constant weight, zero bias), their adds
+    // and the relu left as they were.
+    assert_eq!(fused, 3);
+    let p = plan(&g, &epilogue_stack()).unwrap();
+    let ops = p.graph().op_counts();
+    assert_eq!(ops.get("add").copied(), Some(2), "{p}");
+    assert_eq!(ops.get("relu").copied(), Some(1), "{p}");
+}
+
+/// A product by a constant weight with no bias (a language model's head) runs on the
+/// epilogue too, so its weight is packed like the other layers'; a product of two
+/// inputs stays a `matmul`.
+#[test]
+fn a_product_without_bias_runs_on_the_epilogue() {
+    let dt = DType::F32;
+    let rows = 70usize;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [rows, 48]));
+    let y = b.input("y", TensorMeta::new(dt, [48usize, 24]));
+    let w = b.constant(ramp(dt, &[48, 100], 1));
+    let head = x.matmul(w).unwrap();
+    let both_inputs = x.matmul(y).unwrap();
+    b.output(&[head, both_inputs]).unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[rows, 48], 2), ramp(dt, &[48, 24], 3)];
+    let epilogue = Arc::new(EpilogueCpu::default());
+    let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
+    assert_eq!(check_against_reference(&g, &stack, &inputs, dt), 1);
+    let p = plan(&g, &stack).unwrap();
+    assert_eq!(p.graph().op_counts().get("matmul").copied(), Some(1), "{p}");
+    if packing_with(&KernelOptions::default()) {
+        assert!(
+            epilogue.packed_bytes() > 0,
+            "the head's weight was not packed\n{p}"
+        );
+    }
 }
 
 #[test]

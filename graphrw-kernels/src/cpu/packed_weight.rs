@@ -123,10 +123,24 @@ impl PackedWeight {
     }
 }
 
+/// Packs `b`; a weight mapped from an external data file gives each block of its rows'
+/// pages back once they are packed
+/// ([`MappedFile::release_range`](crate::MappedFile::release_range)), so that packing
+/// it holds the weight about once (the packed copy and a block of rows), not twice.
+/// A later read of the weight (packing its other columns, or a kernel that does not
+/// use the packed copy) faults the pages in again from the page cache.
 #[cfg(target_arch = "x86_64")]
 fn pack(b: &Tensor, kn: (usize, usize), ldb: usize, col0: usize, isa: Isa) -> Option<Packed> {
     let data = b.acc_cow::<f32>();
-    super::packed_gemm::PackedB::pack(&data, kn, ldb, col0, isa)
+    let external = b.file_range().filter(|r| !r.file.holds_model());
+    let row_bytes = (ldb * std::mem::size_of::<f32>()) as u64;
+    super::packed_gemm::PackedB::pack_by_rows(&data, kn, ldb, col0, isa, &mut |rows| {
+        // From the weight's start: the page a block shares with the one before it
+        // goes too.
+        if let Some(r) = &external {
+            r.file.release_range(r.offset, rows.end as u64 * row_bytes);
+        }
+    })
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -104,10 +104,10 @@ pub const EPILOGUE_CPU: &str = "cpu-matmul-epilogue";
 /// AVX-512 or AVX2+FMA kernel, by the plan's
 /// [`KernelOptions::isa`](graphrw_kernels::KernelOptions::isa)): each is packed
 /// at its first run and reused by the runs after, up to [`PACKED_LIMIT`] bytes in all.
-/// Weights mapped from an external data file are left unpacked, so a model whose
-/// weights live outside its `.onnx` (every large one) runs in the weights' memory plus
-/// its activations. A packed copy whose weight was dropped is dropped at the next
-/// packing. [`KernelOptions::pack_weights`](graphrw_kernels::KernelOptions::pack_weights)
+/// A weight mapped from an external data file (every large model's) gives its pages
+/// back as it is packed, so the process holds it about once, packed; products of any
+/// number of rows then use the packed copy rather than fault the weight in again. A
+/// packed copy whose weight was dropped is dropped at the next packing. [`KernelOptions::pack_weights`](graphrw_kernels::KernelOptions::pack_weights)
 /// off (a plan's options) turns packing off (to compare, say).
 #[derive(Debug, Default)]
 pub struct EpilogueCpu {
@@ -138,22 +138,25 @@ impl EpilogueCpu {
         let [k, n_all] = w.shape() else {
             return None;
         };
-        // A product of few rows runs on the `gemm` crate whatever is packed.
-        if a.numel() / (*k).max(1) < cpu::PackedWeight::MIN_ROWS {
-            return None;
-        }
         // The plan's options, installed while it runs.
-        if !graphrw_kernels::KernelOptions::current().pack_weights {
+        if !graphrw_kernels::KernelOptions::current().pack_weights
+            || w.dtype() != graphrw_kernels::DType::F32
+        {
             return None;
         }
-        if w.dtype() != graphrw_kernels::DType::F32
-            || w.file_range().is_some_and(|r| !r.file.holds_model())
-        {
+        // A product of few rows runs on the `gemm` crate, but for a weight mapped from
+        // external data already packed: its pages were given back.
+        let few_rows = a.numel() / (*k).max(1) < cpu::PackedWeight::MIN_ROWS;
+        let external = w.file_range().is_some_and(|r| !r.file.holds_model());
+        if few_rows && !external {
             return None;
         }
         let mut cache = self.packed.lock().ok()?;
         if let Some(p) = cache.iter().find(|p| p.packs(w, columns)) {
             return Some(Arc::clone(p));
+        }
+        if few_rows {
+            return None;
         }
         let (start, end) = columns.unwrap_or((0, *n_all));
         let bytes = cpu::PackedWeight::size_for(*k, end.saturating_sub(start));
@@ -298,11 +301,25 @@ fn only_user(g: &Graph, v: Value) -> Option<(NodeId, u32)> {
 }
 
 /// A chain found in the graph: the nodes it replaces (in order), the operands of the
-/// fused node and its activation.
+/// fused node (no bias: a product by a constant weight alone, given a zero bias) and
+/// its activation.
 struct Chain {
     nodes: Vec<NodeId>,
-    operands: [Value; 3],
+    operands: [Option<Value>; 3],
     activation: &'static str,
+}
+
+/// The chain of a product by a constant 2-D weight with no bias after it (a language
+/// model's head): the epilogue runs it with a zero bias, so that the weight is packed
+/// like every other layer's. `None` for other products.
+fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value) -> Option<Chain> {
+    let wm = g.meta(w).ok()?;
+    let constant = g.node(w.node)?.payload().is_some();
+    (constant && wm.rank() == 2).then(|| Chain {
+        nodes: vec![id],
+        operands: [Some(a), Some(w), None],
+        activation: "none",
+    })
 }
 
 /// The activation of node `id` when it is one the epilogue runs.
@@ -354,12 +371,13 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
         return None;
     }
     let product = Value::new(id, 0);
-    let (user, slot) = only_user(g, product)?;
-    if !movable(user) {
-        return None;
-    }
+    let Some((user, slot)) = only_user(g, product).filter(|&(user, _)| movable(user)) else {
+        return bare_product(g, id, a, w);
+    };
     let unode = g.node(user)?;
-    let bias = *unode.operands().get(1usize.checked_sub(slot as usize)?)?;
+    let Some(&bias) = unode.operands().get(1usize.checked_sub(slot as usize)?) else {
+        return bare_product(g, id, a, w);
+    };
     match unode.op_name() {
         _ if unode.builtin() == Some(Op::Add)
             && unode.operands().len() == 2
@@ -368,15 +386,15 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
         "fused.bias_gelu" if slot == 0 && is_column_bias(g, product, bias) => {
             return Some(Chain {
                 nodes: vec![id, user],
-                operands: [a, w, bias],
+                operands: [Some(a), Some(w), Some(bias)],
                 activation: "gelu",
             });
         }
-        _ => return None,
+        _ => return bare_product(g, id, a, w),
     }
     let mut chain = Chain {
         nodes: vec![id, user],
-        operands: [a, w, bias],
+        operands: [Some(a), Some(w), Some(bias)],
         activation: "none",
     };
     if let Some((act_node, _)) = only_user(g, Value::new(user, 0)) {
@@ -411,11 +429,25 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
             AttrValue::Ints(Vec::new()),
             AttrValue::Int(0),
         ];
-        let operands: Vec<Value> = chain
-            .operands
-            .iter()
-            .map(|v| *renamed.get(v).unwrap_or(v))
-            .collect();
+        let rename = |v: Value| *renamed.get(&v).unwrap_or(&v);
+        let [Some(a), Some(w), bias] = chain.operands else {
+            continue;
+        };
+        let bias = match bias {
+            Some(bias) => rename(bias),
+            // Made after the renames: a new node may take the slot of a removed one.
+            None => {
+                let (dtype, n) = {
+                    let m = g.meta(old)?;
+                    (m.dtype, m.shape.as_known().and_then(|d| d.last().copied()))
+                };
+                let Some(n) = n else {
+                    continue;
+                };
+                g.add_constant(Tensor::zeros(dtype, &[n as usize]))
+            }
+        };
+        let operands = vec![rename(a), rename(w), bias];
         let id = g.add_node(&MATMUL_EPILOGUE, operands, attrs, None)?;
         let new = Value::new(id, 0);
         if g.meta(new)? != g.meta(old)? {

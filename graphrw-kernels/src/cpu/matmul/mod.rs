@@ -102,8 +102,9 @@ pub struct Epilogue<'a> {
     /// The weight `b` (with [`columns`](Self::columns)) packed beforehand
     /// ([`PackedWeight::new`]): an f32 product then runs on the packed-weight GEMM,
     /// which does not pack `b` again. Ignored where it does not pack this `b` and
-    /// these columns ([`PackedWeight::packs`]), for a batch of weights, and for
-    /// products of fewer than [`PackedWeight::MIN_ROWS`] rows.
+    /// these columns ([`PackedWeight::packs`]) and for a batch of weights. Used for any
+    /// number of rows: callers pack for products of [`PackedWeight::MIN_ROWS`] rows and
+    /// more.
     pub packed: Option<&'a PackedWeight>,
 }
 

@@ -165,10 +165,11 @@ where
 {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let (ldb, col0) = (plan.ldb, plan.col0);
-    // One weight matrix, packed beforehand for these columns: the packed-weight GEMM.
+    // One weight matrix, packed beforehand for these columns: the packed-weight GEMM,
+    // for any number of rows (the caller packs from `PackedWeight::MIN_ROWS` rows, and
+    // passes a weight whose mapped pages were given back for fewer too).
     let packed = epilogue.packed.filter(|w| {
         T::DTYPE == DType::F32
-            && m >= PackedWeight::MIN_ROWS
             && matches!(plan.offsets[..], [[_, 0]])
             && w.packs(b, epilogue.columns)
     });

@@ -74,6 +74,10 @@ pub(crate) fn panel_width(isa: Isa) -> Option<usize> {
     }
 }
 
+/// Rows of the weight [`PackedB::pack_by_rows`] packs before it reports them done: 64
+/// rows of a `[768, 50257]` LM head are 12 MiB.
+pub(crate) const PACK_ROWS: usize = 64;
+
 /// Floats of alignment of a packed matrix's start (64 bytes: a cache line, so no
 /// panel row's vector load crosses one).
 const ALIGN: usize = 16;
@@ -97,12 +101,27 @@ impl PackedB {
     /// `isa`'s kernel; `None` where no packed GEMM runs on `isa` ([`Isa::Baseline`]).
     ///
     /// Panics when `b` is too short for that (an internal bug: callers check shapes).
+    #[cfg(test)]
     pub(crate) fn pack(
+        b: &[f32],
+        kn: (usize, usize),
+        ldb: usize,
+        col0: usize,
+        isa: Isa,
+    ) -> Option<PackedB> {
+        PackedB::pack_by_rows(b, kn, ldb, col0, isa, &mut |_| {})
+    }
+
+    /// [`PackedB::pack`], [`PACK_ROWS`] rows of `b` at a time, calling `rows_done` with
+    /// each block of rows once they are packed (and not read again): a weight mapped
+    /// from a file gives those pages back as it goes.
+    pub(crate) fn pack_by_rows(
         b: &[f32],
         (k, n): (usize, usize),
         ldb: usize,
         col0: usize,
         isa: Isa,
+        rows_done: &mut dyn FnMut(std::ops::Range<usize>),
     ) -> Option<PackedB> {
         let nr = panel_width(isa)?;
         if k > 0 && n > 0 {
@@ -114,17 +133,21 @@ impl PackedB {
         let panels = n.div_ceil(nr);
         let mut data = vec![0f32; panels * k * nr + ALIGN];
         let start = data.as_ptr().align_offset(ALIGN * 4).min(ALIGN);
-        for (q, panel) in data[start..]
-            .chunks_exact_mut((k * nr).max(1))
-            .enumerate()
-            .take(panels)
-        {
-            let j0 = q * nr;
-            let w = nr.min(n - j0);
-            for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
-                let src = p * ldb + col0 + j0;
-                row[..w].copy_from_slice(&b[src..src + w]);
+        for p0 in (0..k).step_by(PACK_ROWS) {
+            let p1 = k.min(p0 + PACK_ROWS);
+            for (q, panel) in data[start..]
+                .chunks_exact_mut((k * nr).max(1))
+                .enumerate()
+                .take(panels)
+            {
+                let j0 = q * nr;
+                let w = nr.min(n - j0);
+                for (p, row) in panel.chunks_exact_mut(nr).enumerate().take(p1).skip(p0) {
+                    let src = p * ldb + col0 + j0;
+                    row[..w].copy_from_slice(&b[src..src + w]);
+                }
             }
+            rows_done(p0..p1);
         }
         Some(PackedB {
             isa,
@@ -502,7 +525,9 @@ fn splits_by_panels(m: usize, k: usize, n: usize) -> bool {
 /// 240 and one of 16, which streamed the whole weight again for 16 rows.)
 fn even_row_block(rows: usize, mc: usize, mr: usize) -> usize {
     let blocks = rows.div_ceil(mc).max(1);
-    rows.div_ceil(blocks).next_multiple_of(mr).clamp(mr, mc.max(mr))
+    rows.div_ceil(blocks)
+        .next_multiple_of(mr)
+        .clamp(mr, mc.max(mr))
 }
 
 /// [`block`] for rows that stay in cache ([`resident_rows`]), read in place: weight panel
