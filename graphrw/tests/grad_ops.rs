@@ -247,6 +247,7 @@ fn every_differentiable_op_is_checked_here() {
         }
         assert!(
             source.contains(&format!(".{}(", op.name))
+                || source.contains(&format!(".{}_with(", op.name))
                 || source.contains(&format!("\"{}\"", op.name)),
             "no gradient check mentions `{}`",
             op.name

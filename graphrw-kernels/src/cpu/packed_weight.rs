@@ -31,10 +31,11 @@ pub struct PackedWeight {
 }
 
 impl PackedWeight {
-    /// Products of fewer rows run on the `gemm` crate even with a packed weight (and
-    /// executors need not pack for them): measured on a 2-core Zen 4, the packed GEMM
-    /// is 10-40% faster from 64 rows up at 2 threads and level on one, but 10-40%
-    /// slower at 16 rows, where its 12-row tiles waste a third of their work.
+    /// Products of fewer rows are better left to the `gemm` crate, so executors pack
+    /// from this many rows (a packed weight passed for fewer is still used): measured
+    /// on a 2-core Zen 4, the packed GEMM is 10-40% faster from 64 rows up at 2 threads
+    /// and level on one, but 10-40% slower at 16 rows, where its 12-row tiles waste a
+    /// third of their work.
     pub const MIN_ROWS: usize = 64;
 
     /// Packs columns `columns` (all when `None`) of `b`, an f32 matrix `[K, N]`, for the

@@ -309,13 +309,22 @@ struct Chain {
     activation: &'static str,
 }
 
+/// The last dim of `v` where it is known (a product's width).
+fn width(g: &Graph, v: Value) -> Option<usize> {
+    let m = g.meta(v).ok()?;
+    let last = m.shape.dims().last()?.known()?;
+    usize::try_from(last).ok()
+}
+
 /// The chain of a product by a constant 2-D weight with no bias after it (a language
 /// model's head): the epilogue runs it with a zero bias, so that the weight is packed
 /// like every other layer's. `None` for other products.
 fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value) -> Option<Chain> {
     let wm = g.meta(w).ok()?;
     let constant = g.node(w.node)?.payload().is_some();
-    (constant && wm.rank() == 2).then(|| Chain {
+    // The zero bias needs the product's width.
+    let width_known = width(g, Value::new(id, 0)).is_some();
+    (constant && wm.rank() == 2 && width_known).then(|| Chain {
         nodes: vec![id],
         operands: [Some(a), Some(w), None],
         activation: "none",
@@ -415,7 +424,7 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
         .into_iter()
         .filter_map(|id| chain_at(g, id, movable))
         .collect();
-    let changed = !chains.is_empty();
+    let mut changed = false;
     // A chain may read the result of an earlier one (an MLP's second matmul reads the
     // first one's activation), replaced by then: operands are renamed as they go.
     let mut renamed: HashMap<Value, Value> = HashMap::new();
@@ -437,14 +446,11 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
             Some(bias) => rename(bias),
             // Made after the renames: a new node may take the slot of a removed one.
             None => {
-                let (dtype, n) = {
-                    let m = g.meta(old)?;
-                    (m.dtype, m.shape.as_known().and_then(|d| d.last().copied()))
-                };
-                let Some(n) = n else {
+                let dtype = g.meta(old)?.dtype;
+                let Some(n) = width(g, old) else {
                     continue;
                 };
-                g.add_constant(Tensor::zeros(dtype, &[n as usize]))
+                g.add_constant(Tensor::zeros(dtype, &[n]))
             }
         };
         let operands = vec![rename(a), rename(w), bias];
@@ -464,6 +470,7 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
         }
         g.replace_all_uses(old, new)?;
         renamed.insert(old, new);
+        changed = true;
         for &n in chain.nodes.iter().rev() {
             g.remove_node(n)?;
         }

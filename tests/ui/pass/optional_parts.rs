@@ -11,7 +11,7 @@ pattern! {
 
 replacement! {
     fn fused(q: Tensor, kt: Tensor, v: Tensor, s: Option<f64>, mask: Option<Tensor>) -> Tensor for attn {
-        q.scaled_dot_product_attention(kt.transpose(-2, -1)?, v, mask, 0.0, false, s, false)?
+        q.scaled_dot_product_attention_with(kt.transpose(-2, -1)?, v, mask, 0.0, false, s, false)?
     }
 }
 

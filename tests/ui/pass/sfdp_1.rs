@@ -16,7 +16,7 @@ pattern! {
 replacement! {
     /// One fused node.
     pub fn sfdp_1_fused(query: Tensor, key: Tensor, value: Tensor, inv_scale: f64) -> Tensor for sfdp_1 {
-        query.scaled_dot_product_attention(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
+        query.scaled_dot_product_attention_with(key, value, None, 0.0, false, Some(1.0 / inv_scale), false)?
     }
 }
 
