@@ -423,10 +423,8 @@ unsafe fn block<K: Kernel>(
     layout: Layout,
     store: TileStore<'_, f32>,
 ) {
-    let (k, n) = (b.k, b.n);
+    let k = b.k;
     let mut copy = aliases(lda).then(|| A_COPY.take());
-    let (mr, nr) = (K::MR, K::NR);
-    let panels = b.panels();
     if copy.is_none() && resident_rows(rows.1 - rows.0, k) {
         // SAFETY: the caller's contract, which is `block_by_panels`'.
         unsafe { block_by_panels::<K>(a, lda, b, rows, cols, c, layout, store) };
@@ -434,7 +432,7 @@ unsafe fn block<K: Kernel>(
     }
     for pc in (0..k).step_by(K::KC) {
         let kc = K::KC.min(k - pc);
-        let row_block = even_row_block(rows.1 - rows.0, K::MC, mr);
+        let row_block = even_row_block(rows.1 - rows.0, K::MC, K::MR);
         for ic in (rows.0..rows.1).step_by(row_block) {
             let mc = row_block.min(rows.1 - ic);
             // The block's rows: in place, or copied at stride `kc + COPY_PAD`.
@@ -452,43 +450,19 @@ unsafe fn block<K: Kernel>(
                 None => (&a[ic * lda + pc..], lda),
             };
             for q in cols.0..cols.1 {
-                let j0 = q * nr;
-                let w = nr.min(n - j0);
-                let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
-                let bp = panels[(q * k + pc) * nr..].as_ptr();
-                // The bias is added in the first depth block, onto the product alone.
-                let bias = match store.bias {
-                    Some(bias) if pc == 0 => bias[j0..].as_ptr(),
-                    _ => std::ptr::null(),
-                };
-                for ir in (0..mc).step_by(mr) {
-                    let h = mr.min(mc - ir);
-                    let at = col + (ic + ir) * layout.ldc;
-                    let tile = c.0.wrapping_add(at);
-                    // What the product is added to: the tile itself after the first
-                    // depth block (or with `accumulate`), else the residual's tile.
-                    let add_from: *const f32 = match store.residual {
-                        _ if pc > 0 || store.accumulate => tile,
-                        Some(r) => r[at..].as_ptr(),
-                        None => std::ptr::null(),
-                    };
-                    // SAFETY: rows `ir..ir + h` of the block hold `kc` depths at stride
-                    // `block_lda`; the packed panel holds `kc` depths of `nr` floats
-                    // from `bp`; `bias`, when not null, `w` values (`gemm` checked its
-                    // length); the tile's `h` rows and `w` columns are result elements
-                    // of this task (caller), and, in the residual, at the same offsets
-                    // (`gemm` checked its extent); the CPU has `K`'s instructions
-                    // (`gemm` checked `b.isa`).
-                    unsafe {
-                        K::tile(
-                            kc,
-                            (block_a.as_ptr().add(ir * block_lda), block_lda),
-                            bp,
-                            (bias, add_from),
-                            (tile, layout.ldc),
-                            (h, w),
-                        );
-                    }
+                // SAFETY: the block's rows `ic..ic + mc` start at `block_a` and hold
+                // `kc` depths at stride `block_lda`; the caller's contract covers the
+                // rest.
+                unsafe {
+                    panel_block::<K>(
+                        b,
+                        (q, pc, kc),
+                        (block_a.as_ptr(), block_lda),
+                        (ic, ic + mc),
+                        c,
+                        layout,
+                        store,
+                    );
                 }
             }
         }
@@ -547,44 +521,80 @@ unsafe fn block_by_panels<K: Kernel>(
     layout: Layout,
     store: TileStore<'_, f32>,
 ) {
-    let (k, n) = (b.k, b.n);
-    let (mr, nr) = (K::MR, K::NR);
-    let panels = b.panels();
+    let k = b.k;
     for q in cols.0..cols.1 {
-        let j0 = q * nr;
-        let w = nr.min(n - j0);
-        let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
         for pc in (0..k).step_by(K::KC) {
             let kc = K::KC.min(k - pc);
-            let bp = panels[(q * k + pc) * nr..].as_ptr();
-            let bias = match store.bias {
-                Some(bias) if pc == 0 => bias[j0..].as_ptr(),
-                _ => std::ptr::null(),
-            };
-            for i in (rows.0..rows.1).step_by(mr) {
-                let h = mr.min(rows.1 - i);
-                let at = col + i * layout.ldc;
-                let tile = c.0.wrapping_add(at);
-                let add_from: *const f32 = match store.residual {
-                    _ if pc > 0 || store.accumulate => tile,
-                    Some(r) => r[at..].as_ptr(),
-                    None => std::ptr::null(),
-                };
-                // SAFETY: as in `block`: rows `i..i + h` of `a` hold `kc` depths from
-                // `pc` at stride `lda`; the panel holds `kc` depths of `nr` floats from
-                // `bp`; `bias`, `add_from` and the tile are the caller's elements, and
-                // the CPU has `K`'s instructions.
-                unsafe {
-                    K::tile(
-                        kc,
-                        (a.as_ptr().add(i * lda + pc), lda),
-                        bp,
-                        (bias, add_from),
-                        (tile, layout.ldc),
-                        (h, w),
-                    );
-                }
+            // SAFETY: rows `rows.0..rows.1` of `a` hold `kc` depths from `pc` at stride
+            // `lda` (the caller's contract, which is `panel_block`'s for the rest).
+            unsafe {
+                panel_block::<K>(
+                    b,
+                    (q, pc, kc),
+                    (a.as_ptr().add(rows.0 * lda + pc), lda),
+                    rows,
+                    c,
+                    layout,
+                    store,
+                );
             }
+        }
+    }
+}
+
+/// Depths `pc..pc + kc` of weight panel `q` for the result's rows `rows.0..rows.1`, whose
+/// left-operand rows start at `a` (row `rows.0`, depth `pc`) at stride `lda`: one
+/// micro-tile per `K::MR` rows. The bias is added in the first depth block, onto the
+/// product alone; after it (or with `accumulate`) the product is added to the tile
+/// itself, else to the residual's tile.
+///
+/// # Safety
+/// The CPU has `K`'s instruction set; `a` holds those rows' `kc` depths at stride `lda`;
+/// `c` addresses, through `layout`, every element of those rows and the panel's
+/// columns, which no other thread writes during the call; the bias holds the panel's
+/// columns and the residual the same elements as `c` (`gemm` checked both).
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_block<K: Kernel>(
+    b: &PackedB,
+    (q, pc, kc): (usize, usize, usize),
+    (a, lda): (*const f32, usize),
+    rows: (usize, usize),
+    c: SharedOut,
+    layout: Layout,
+    store: TileStore<'_, f32>,
+) {
+    let (k, n, nr) = (b.k, b.n, K::NR);
+    let j0 = q * nr;
+    let w = nr.min(n - j0);
+    let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
+    let bp = b.panels()[(q * k + pc) * nr..].as_ptr();
+    let bias = match store.bias {
+        Some(bias) if pc == 0 => bias[j0..].as_ptr(),
+        _ => std::ptr::null(),
+    };
+    for i in (rows.0..rows.1).step_by(K::MR) {
+        let h = K::MR.min(rows.1 - i);
+        let at = col + i * layout.ldc;
+        let tile = c.0.wrapping_add(at);
+        let add_from: *const f32 = match store.residual {
+            _ if pc > 0 || store.accumulate => tile,
+            Some(r) => r[at..].as_ptr(),
+            None => std::ptr::null(),
+        };
+        // SAFETY: rows `i..i + h` of `a` hold `kc` depths at stride `lda`; the packed
+        // panel holds `kc` depths of `nr` floats from `bp`; `bias`, when not null, `w`
+        // values; the tile's `h` rows and `w` columns are result elements of this task,
+        // and, in the residual, at the same offsets; the CPU has `K`'s instructions
+        // (the function's contract).
+        unsafe {
+            K::tile(
+                kc,
+                (a.add((i - rows.0) * lda), lda),
+                bp,
+                (bias, add_from),
+                (tile, layout.ldc),
+                (h, w),
+            );
         }
     }
 }
