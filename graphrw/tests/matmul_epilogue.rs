@@ -582,3 +582,34 @@ fn weights_of_products_with_few_rows_are_not_packed() {
     assert_close_tensor(&got[0], &want[0], Tol::new(1e-4, 1e-5), &format!("{p}"));
     assert_eq!(epilogue.packed_bytes(), 0, "packed for 40 rows\n{p}");
 }
+
+/// The generated bias + GELU (`fused.bias_gelu`, erf form) after a product folds into
+/// it, as the `add` + `gelu` it replaces does.
+#[test]
+fn a_generated_bias_gelu_folds_into_the_product() {
+    let dt = DType::F32;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [70usize, 48]));
+    let w = b.constant(ramp(dt, &[48, 32], 1));
+    let bias = b.constant(ramp(dt, &[32], 2));
+    let product = x.matmul(w).unwrap();
+    let y = b
+        .call(&graphrw::generated::builtin::bias_gelu::OP)
+        .arg(product)
+        .arg(bias)
+        .build()
+        .unwrap();
+    b.output(&[y]).unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[70, 48], 3)];
+    // The default stack: its fused-kernel executor keeps the generated node whole
+    // (without it, the node is decomposed before the epilogue looks).
+    assert_eq!(
+        check_against_reference(&g, &default_stack(), &inputs, dt),
+        1
+    );
+    let p = plan(&g, &default_stack()).unwrap();
+    let ops = p.graph().op_counts();
+    assert_eq!(ops.get("fused.bias_gelu"), None, "{p}");
+    assert!(format!("{p}").contains("activation=\"gelu\""), "{p}");
+}

@@ -387,12 +387,11 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
     let Some(&bias) = unode.operands().get(1usize.checked_sub(slot as usize)?) else {
         return bare_product(g, id, a, w);
     };
-    match unode.op_name() {
-        _ if unode.builtin() == Some(Op::Add)
-            && unode.operands().len() == 2
-            && is_column_bias(g, product, bias) => {}
+    let bias_gelu = std::ptr::eq(unode.op(), &crate::generated::builtin::bias_gelu::OP);
+    match unode.builtin() {
+        Some(Op::Add) if unode.operands().len() == 2 && is_column_bias(g, product, bias) => {}
         // The generated bias + GELU (erf form) holds the bias itself: `x` is operand 0.
-        "fused.bias_gelu" if slot == 0 && is_column_bias(g, product, bias) => {
+        None if bias_gelu && slot == 0 && is_column_bias(g, product, bias) => {
             return Some(Chain {
                 nodes: vec![id, user],
                 operands: [Some(a), Some(w), Some(bias)],
