@@ -4,8 +4,8 @@
 //! plain values (bytes, strings, numbers, tuples) and raises the package's exceptions
 //! (`graphrw._errors`) with the same one-line messages as the `graphrw` command. It
 //! builds on graphrw's public API only ([`graphrw::onnx`], [`graphrw::rules`],
-//! [`graphrw::exec`]), and `python -m graphrw` runs graphrw-cli's own subcommand code,
-//! included by path, so the two print the same.
+//! [`graphrw::exec`]), and `python -m graphrw` runs graphrw-cli's own subcommand code
+//! (its library, `graphrw_cli::commands`), so the two print the same.
 //!
 //! Every entry point releases the GIL while it loads, optimises, saves or runs, and
 //! catches a panic as a last resort (raised as `GraphrwError`), so nothing unwinds
