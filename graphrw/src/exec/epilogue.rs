@@ -107,8 +107,9 @@ pub const EPILOGUE_CPU: &str = "cpu-matmul-epilogue";
 /// A weight mapped from an external data file (every large model's) gives its pages
 /// back as it is packed, so the process holds it about once, packed; products of any
 /// number of rows then use the packed copy rather than fault the weight in again. A
-/// packed copy whose weight was dropped is dropped at the next packing. [`KernelOptions::pack_weights`](graphrw_kernels::KernelOptions::pack_weights)
-/// off (a plan's options) turns packing off (to compare, say).
+/// packed copy whose weight was dropped is dropped at the next packing.
+/// [`KernelOptions::pack_weights`](graphrw_kernels::KernelOptions::pack_weights) off
+/// (a plan's options) turns packing off (to compare, say).
 #[derive(Debug, Default)]
 pub struct EpilogueCpu {
     packed: Mutex<Vec<Arc<cpu::PackedWeight>>>,
@@ -300,12 +301,14 @@ fn only_user(g: &Graph, v: Value) -> Option<(NodeId, u32)> {
     g.uses_sorted(v).into_iter().next()
 }
 
-/// A chain found in the graph: the nodes it replaces (in order), the operands of the
-/// fused node (no bias: a product by a constant weight alone, given a zero bias) and
-/// its activation.
+/// A chain found in the graph: the nodes it replaces (in order), the product's operands,
+/// its bias (none: a product by a constant weight alone, given a zero bias) and its
+/// activation.
 struct Chain {
     nodes: Vec<NodeId>,
-    operands: [Option<Value>; 3],
+    a: Value,
+    w: Value,
+    bias: Option<Value>,
     activation: &'static str,
 }
 
@@ -326,7 +329,9 @@ fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value) -> Option<Chain> {
     let width_known = width(g, Value::new(id, 0)).is_some();
     (constant && wm.rank() == 2 && width_known).then(|| Chain {
         nodes: vec![id],
-        operands: [Some(a), Some(w), None],
+        a,
+        w,
+        bias: None,
         activation: "none",
     })
 }
@@ -394,7 +399,9 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
         None if bias_gelu && slot == 0 && is_column_bias(g, product, bias) => {
             return Some(Chain {
                 nodes: vec![id, user],
-                operands: [Some(a), Some(w), Some(bias)],
+                a,
+                w,
+                bias: Some(bias),
                 activation: "gelu",
             });
         }
@@ -402,7 +409,9 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
     }
     let mut chain = Chain {
         nodes: vec![id, user],
-        operands: [Some(a), Some(w), Some(bias)],
+        a,
+        w,
+        bias: Some(bias),
         activation: "none",
     };
     if let Some((act_node, _)) = only_user(g, Value::new(user, 0)) {
@@ -438,12 +447,9 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
             AttrValue::Int(0),
         ];
         let rename = |v: Value| *renamed.get(&v).unwrap_or(&v);
-        let [Some(a), Some(w), bias] = chain.operands else {
-            continue;
-        };
-        let bias = match bias {
+        let bias = match chain.bias {
             Some(bias) => rename(bias),
-            // Made after the renames: a new node may take the slot of a removed one.
+            // Never looked up in `renamed`: a new node may take the slot of a removed one.
             None => {
                 let dtype = g.meta(old)?.dtype;
                 let Some(n) = width(g, old) else {
@@ -452,7 +458,7 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
                 g.add_constant(Tensor::zeros(dtype, &[n]))
             }
         };
-        let operands = vec![rename(a), rename(w), bias];
+        let operands = vec![rename(chain.a), rename(chain.w), bias];
         let id = g.add_node(&MATMUL_EPILOGUE, operands, attrs, None)?;
         let new = Value::new(id, 0);
         if g.meta(new)? != g.meta(old)? {
