@@ -48,7 +48,10 @@ pub(crate) trait Kernel {
     /// One tile: `c = a @ bp + bias + add_from` over `kc` depths for the `h` rows of
     /// `a` at stride `lda` (rows past `h` repeat the last, and are not stored), storing
     /// `w` columns at row stride `ldc`; `bias` (`w` values) and `add_from` (a tile laid
-    /// out as `c`'s, which may be `c` itself) are added unless null.
+    /// out as `c`'s, which may be `c` itself) are added unless null. `b` is `(bp,
+    /// ahead)`: while it reads depth `p` of `bp`, the kernel prefetches the same offset
+    /// from `ahead` (the weight block the driver runs next, or `bp` itself), a hint
+    /// that need not point into any allocation.
     ///
     /// # Safety
     /// The CPU has the kernel's instruction set; `a` readable for `h` rows of `kc`
@@ -58,7 +61,7 @@ pub(crate) trait Kernel {
     unsafe fn tile(
         kc: usize,
         a: (*const f32, usize),
-        bp: *const f32,
+        b: (*const f32, *const f32),
         add: (*const f32, *const f32),
         c: (*mut f32, usize),
         hw: (usize, usize),
@@ -450,6 +453,8 @@ unsafe fn block<K: Kernel>(
                 None => (&a[ic * lda + pc..], lda),
             };
             for q in cols.0..cols.1 {
+                // The next panel's block of the same depths, while this one runs.
+                let ahead = (q + 1 < cols.1).then_some((q + 1, pc));
                 // SAFETY: the block's rows `ic..ic + mc` start at `block_a` and hold
                 // `kc` depths at stride `block_lda`; the caller's contract covers the
                 // rest.
@@ -457,6 +462,7 @@ unsafe fn block<K: Kernel>(
                     panel_block::<K>(
                         b,
                         (q, pc, kc),
+                        ahead,
                         (block_a.as_ptr(), block_lda),
                         (ic, ic + mc),
                         c,
@@ -525,12 +531,19 @@ unsafe fn block_by_panels<K: Kernel>(
     for q in cols.0..cols.1 {
         for pc in (0..k).step_by(K::KC) {
             let kc = K::KC.min(k - pc);
+            // The weight streams in order: the next depth block, or the next panel's first.
+            let ahead = if pc + kc < k {
+                Some((q, pc + kc))
+            } else {
+                (q + 1 < cols.1).then_some((q + 1, 0))
+            };
             // SAFETY: rows `rows.0..rows.1` of `a` hold `kc` depths from `pc` at stride
             // `lda` (the caller's contract, which is `panel_block`'s for the rest).
             unsafe {
                 panel_block::<K>(
                     b,
                     (q, pc, kc),
+                    ahead,
                     (a.as_ptr().add(rows.0 * lda + pc), lda),
                     rows,
                     c,
@@ -546,7 +559,9 @@ unsafe fn block_by_panels<K: Kernel>(
 /// left-operand rows start at `a` (row `rows.0`, depth `pc`) at stride `lda`: one
 /// micro-tile per `K::MR` rows. The bias is added in the first depth block, onto the
 /// product alone; after it (or with `accumulate`) the product is added to the tile
-/// itself, else to the residual's tile.
+/// itself, else to the residual's tile. The first tile prefetches the weight block
+/// `ahead` (panel, depth), the one the caller runs next: the weight streams from
+/// memory behind the tiles instead of stalling the first tile of each block.
 ///
 /// # Safety
 /// The CPU has `K`'s instruction set; `a` holds those rows' `kc` depths at stride `lda`;
@@ -557,6 +572,7 @@ unsafe fn block_by_panels<K: Kernel>(
 unsafe fn panel_block<K: Kernel>(
     b: &PackedB,
     (q, pc, kc): (usize, usize, usize),
+    ahead: Option<(usize, usize)>,
     (a, lda): (*const f32, usize),
     rows: (usize, usize),
     c: SharedOut,
@@ -568,6 +584,7 @@ unsafe fn panel_block<K: Kernel>(
     let w = nr.min(n - j0);
     let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
     let bp = b.panels()[(q * k + pc) * nr..].as_ptr();
+    let ahead = ahead.map_or(bp, |(q, pc)| b.panels()[(q * k + pc) * nr..].as_ptr());
     let bias = match store.bias {
         Some(bias) if pc == 0 => bias[j0..].as_ptr(),
         _ => std::ptr::null(),
@@ -590,7 +607,7 @@ unsafe fn panel_block<K: Kernel>(
             K::tile(
                 kc,
                 (a.add((i - rows.0) * lda), lda),
-                bp,
+                (bp, if i == rows.0 { ahead } else { bp }),
                 (bias, add_from),
                 (tile, layout.ldc),
                 (h, w),
