@@ -1,7 +1,8 @@
 //! The matmul epilogue executor: at plan time, a `matmul` whose only use is an `add` of
 //! a bias along its columns, optionally followed by an activation (`relu`, `gelu` in
-//! either form, `silu`, or the generated `fused.bias_gelu` that already holds the
-//! bias), becomes one [`MATMUL_EPILOGUE`] node, run by
+//! either form, `silu`, the generated `fused.gelu_tanh` the rules make of GPT-2's
+//! written-out GELU, or the generated `fused.bias_gelu` that already holds the bias),
+//! becomes one [`MATMUL_EPILOGUE`] node, run by
 //! [`graphrw_kernels::cpu::matmul_epilogue_with`]: the GEMM accumulates onto the bias
 //! and the activation runs in place, so the product is written once and no
 //! intermediate is allocated. Two more forms fold into such a node:
@@ -33,7 +34,7 @@ use super::executor::{Executor, KernelFailure, NodeView};
 use super::ExecError;
 use crate::builder::Builder;
 use crate::graph::{Graph, NodeId, Value};
-use crate::meta::Device;
+use crate::meta::{Device, Dim, SymExpr};
 use crate::ops::builtin::{ADD, GELU, MATMUL, RELU, RESHAPE, SILU, SLICE, SPLIT, TRANSPOSE};
 use crate::ops::{
     Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, Op, OpClass, OpDef,
@@ -267,24 +268,25 @@ fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Val
     if heads <= 0 {
         return Ok(vec![out]);
     }
-    // `[.., S, N]` -> `[.., S, H, N / H]` -> `[.., H, S, N / H]`.
+    // `[.., S, N]` -> `[.., S, H, N / H]` -> `[.., H, S, N / H]`; the leading dims may
+    // be symbolic (a batch and a sequence bound at run time).
     let meta = b.var(out).meta()?;
-    let dims = meta
-        .shape
-        .as_known()
-        .ok_or_else(|| infer_error(format!("heads need a known shape, the product is {meta}")))?;
-    let (&n, lead) = dims
-        .split_last()
-        .ok_or_else(|| infer_error("heads need a product of rank 2 or more".into()))?;
-    let n = n as i64;
+    let dims = meta.shape.dims();
+    let n = dims
+        .last()
+        .and_then(Dim::known)
+        .and_then(|n| i64::try_from(n).ok())
+        .ok_or_else(|| infer_error(format!("heads need a known width, the product is {meta}")))?;
+    let lead = &dims[..dims.len() - 1];
     if lead.is_empty() || n % heads != 0 {
         return Err(infer_error(format!(
-            "{heads} heads of a product of shape {dims:?}"
+            "{heads} heads of a product of shape {}",
+            meta.shape
         )));
     }
-    let mut split: Vec<i64> = lead.iter().map(|&d| d as i64).collect();
-    split.extend([heads, n / heads]);
-    let y = b.apply(&RESHAPE, &[out], &[("shape", AttrValue::Ints(split))])?[0];
+    let mut split: Vec<SymExpr> = lead.iter().map(Dim::to_expr).collect();
+    split.extend([SymExpr::int(heads), SymExpr::int(n / heads)]);
+    let y = b.apply(&RESHAPE, &[out], &[("shape", AttrValue::sym_ints(split))])?[0];
     let y = b.apply(
         &TRANSPOSE,
         &[y],
@@ -339,6 +341,12 @@ fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value) -> Option<Chain> {
 /// The activation of node `id` when it is one the epilogue runs.
 fn activation_of(g: &Graph, id: NodeId) -> Option<&'static str> {
     let node = g.node(id)?;
+    // The generated tanh GELU (GPT-2's written-out form, which the rules fuse) is
+    // recognised by its op definition. (A written-out erf GELU after a bias becomes
+    // `fused.bias_gelu`, which `chain_at` takes.)
+    if std::ptr::eq(node.op(), &crate::generated::builtin::gelu_tanh::OP) {
+        return Some("gelu_tanh");
+    }
     match node.builtin()? {
         Op::Relu => Some("relu"),
         Op::Silu => Some("silu"),
@@ -357,10 +365,11 @@ fn is_column_bias(g: &Graph, product: Value, bias: Value) -> bool {
     let (Ok(pm), Ok(bm)) = (g.meta(product), g.meta(bias)) else {
         return false;
     };
-    let (Some(pd), Some(bd)) = (pm.shape.as_known(), bm.shape.as_known()) else {
+    // The product's leading dims may be symbolic; its width and the bias are known.
+    let (pd, Some(bd)) = (pm.shape.dims(), bm.shape.as_known()) else {
         return false;
     };
-    let Some(&n) = pd.last() else {
+    let Some(n) = pd.last().and_then(Dim::known) else {
         return false;
     };
     bm.dtype == pm.dtype
@@ -521,9 +530,7 @@ fn split_of(
     if !std::ptr::eq(split.op(), &SPLIT) || !movable(user) {
         return None;
     }
-    let meta = g.meta(out).ok()?;
-    let dims = meta.shape.as_known()?;
-    let (rank, n) = (dims.len() as i64, *dims.last()?);
+    let (rank, n) = (g.meta(out).ok()?.rank() as i64, width(g, out)? as u64);
     let dim = split.attrs().int("dim").ok()?;
     if dim != rank - 1 && dim != -1 {
         return None;
@@ -605,7 +612,8 @@ fn fold_residual(
     let (Ok(rm), Ok(om)) = (g.meta(residual), g.meta(out)) else {
         return Ok(false);
     };
-    if residual == out || rm != om || rm.device != Device::Cpu || rm.shape.as_known().is_none() {
+    // Equal metadata, symbolic dims included (equal dims are equal sizes at run time).
+    if residual == out || rm != om || rm.device != Device::Cpu {
         return Ok(false);
     }
     let mut operands = node.operands().to_vec();
@@ -623,24 +631,25 @@ fn fold_residual(
 /// `permute`), each the only use of the one before: `(H, the swap node)`.
 fn heads_of(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<(i64, NodeId)> {
     let out = Value::new(id, 0);
-    let dims = g.meta(out).ok()?.shape.as_known()?.to_vec();
+    let dims = g.meta(out).ok()?.shape.dims().to_vec();
     let (reshape, _) = only_user(g, out)?;
     let rnode = g.node(reshape)?;
     if !std::ptr::eq(rnode.op(), &RESHAPE) || !movable(reshape) {
         return None;
     }
-    let split = g
-        .meta(Value::new(reshape, 0))
-        .ok()?
-        .shape
-        .as_known()?
-        .to_vec();
+    // The leading dims (batch, sequence) may be symbolic, and must be the same dims
+    // after the reshape; the width, the heads and the head size are known.
+    let split = g.meta(Value::new(reshape, 0)).ok()?.shape.dims().to_vec();
     let r = dims.len();
     if r < 2 || split.len() != r + 1 || split[..r - 1] != dims[..r - 1] {
         return None;
     }
-    let (heads, d) = (split[r - 1], split[r]);
-    if heads == 0 || heads * d != dims[r - 1] {
+    let (n, heads, d) = (
+        dims[r - 1].known()?,
+        split[r - 1].known()?,
+        split[r].known()?,
+    );
+    if heads == 0 || heads.checked_mul(d) != Some(n) {
         return None;
     }
     let (swap, _) = only_user(g, Value::new(reshape, 0))?;
