@@ -613,3 +613,29 @@ fn a_generated_bias_gelu_folds_into_the_product() {
     assert_eq!(ops.get("fused.bias_gelu"), None, "{p}");
     assert!(format!("{p}").contains("activation=\"gelu\""), "{p}");
 }
+
+/// GPT-2's GELU, written out in its tanh form after a product and its bias: the rules
+/// make it a generated `fused.gelu_tanh`, which folds into the product as the built-in
+/// `gelu(approximate = "tanh")` does.
+#[test]
+fn a_written_out_tanh_gelu_folds_into_the_product() {
+    let dt = DType::F32;
+    let b = Builder::new();
+    let h = Projection::new(&b, dt, &[2, 9, 24], 40).out();
+    let cube = h.mul(h).unwrap().mul(h).unwrap().mul(0.044715).unwrap();
+    let inner = h.add(cube).unwrap().mul(0.7978845608028654).unwrap();
+    let t = inner.tanh().unwrap().add(1.0).unwrap();
+    let y = h.mul(0.5).unwrap().mul(t).unwrap();
+    b.output(&[y]).unwrap();
+    let mut g = b.finish();
+    let done = graphrw::rules::optimize(&mut g).unwrap();
+    assert_eq!(done.fused_nodes.get("fused.gelu_tanh"), Some(&1));
+    let inputs = vec![ramp(dt, &[2, 9, 24], 3)];
+    assert_eq!(
+        check_against_reference(&g, &default_stack(), &inputs, dt),
+        1
+    );
+    let p = plan(&g, &default_stack()).unwrap();
+    assert_eq!(p.graph().op_counts().get("fused.gelu_tanh"), None, "{p}");
+    assert!(format!("{p}").contains("activation=\"gelu_tanh\""), "{p}");
+}
