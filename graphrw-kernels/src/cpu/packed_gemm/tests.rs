@@ -321,10 +321,10 @@ fn writes_head_blocks_and_accumulates() {
 }
 
 fn writes_head_blocks_and_accumulates_on(isa: Isa) {
-    // 29 rows stay in cache (panel by panel); 100 rows of 800 depths do not (depth
+    // 29 rows stay in cache (panel by panel); 1320 rows of 800 depths do not (depth
     // block by depth block).
-    assert!(resident_rows(29, 800) && !resident_rows(100, 800));
-    for m in [29, 100] {
+    assert!(resident_rows(29, 800) && !resident_rows(1320, 800));
+    for m in [29, 1320] {
         head_blocks_case(isa, m);
     }
 }
