@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use graphrw::exec::{self, Executor, Plan};
+use graphrw::onnx::TensorPbChunks;
 use graphrw::{DType, Graph, Tensor};
 
 use super::CmdResult;
@@ -48,41 +49,83 @@ pub struct Error {
     pub ok: bool,
 }
 
-/// Compares `got` with `want` elementwise (NaN matches NaN).
-pub fn compare(got: &Tensor, want: &Tensor) -> Result<Error, String> {
-    if got.shape() != want.shape() {
-        return Err(format!(
-            "shape {:?}, expected {:?}",
-            got.shape(),
-            want.shape()
-        ));
+/// The running [`Error`] of a comparison, element by element.
+struct Differences {
+    atol: f64,
+    rtol: f64,
+    error: Error,
+}
+
+impl Differences {
+    /// A comparison with the tolerance of `dtype`.
+    fn new(dtype: DType) -> Differences {
+        let (atol, rtol) = tolerance(dtype);
+        Differences {
+            atol,
+            rtol,
+            error: Error {
+                ok: true,
+                ..Error::default()
+            },
+        }
     }
-    let (atol, rtol) = tolerance(want.dtype());
-    let mut e = Error {
-        ok: true,
-        ..Error::default()
-    };
-    // Element by element, in place: two f64 copies of GPT-2's logits were 100 MB, a
-    // sixth of `graphrw run`'s peak on it.
-    for (g, w) in got.iter_f64().zip(want.iter_f64()) {
+
+    /// Counts one element (NaN matches NaN).
+    fn add(&mut self, g: f64, w: f64) {
+        let e = &mut self.error;
         if g.is_nan() && w.is_nan() {
-            continue;
+            return;
         }
         let d = (g - w).abs();
         if d.is_nan() {
             e.ok = false;
             e.max_abs = f64::INFINITY;
-            continue;
+            return;
         }
         e.max_abs = e.max_abs.max(d);
         if w != 0.0 {
             e.max_rel = e.max_rel.max(d / w.abs());
         }
-        if d > atol + rtol * w.abs() {
+        if d > self.atol + self.rtol * w.abs() {
             e.ok = false;
         }
     }
-    Ok(e)
+}
+
+/// The shape mismatch of `got` against `want`, if any.
+fn shape_mismatch(got: &[usize], want: &[usize]) -> Result<(), String> {
+    if got == want {
+        return Ok(());
+    }
+    Err(format!("shape {got:?}, expected {want:?}"))
+}
+
+/// Compares `got` with `want` elementwise (NaN matches NaN).
+pub fn compare(got: &Tensor, want: &Tensor) -> Result<Error, String> {
+    shape_mismatch(got.shape(), want.shape())?;
+    let mut diff = Differences::new(want.dtype());
+    // Element by element, in place: two f64 copies of GPT-2's logits were 100 MB, a
+    // sixth of `graphrw run`'s peak on it.
+    for (g, w) in got.iter_f64().zip(want.iter_f64()) {
+        diff.add(g, w);
+    }
+    Ok(diff.error)
+}
+
+/// [`compare`] against a reference file read chunk by chunk
+/// ([`graphrw::onnx::open_tensor_pb`]): the reference is never held whole.
+pub fn compare_chunks(got: &Tensor, want: &TensorPbChunks) -> Result<Error, String> {
+    shape_mismatch(got.shape(), want.shape())?;
+    let mut diff = Differences::new(want.dtype());
+    let mut got_values = got.iter_f64();
+    want.for_each_chunk(&mut |chunk| {
+        // The chunk first: `zip` stops on it without taking an element of `got`.
+        for (w, g) in chunk.iter_f64().zip(got_values.by_ref()) {
+            diff.add(g, w);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(diff.error)
 }
 
 /// Files `prefix_N.pb` of `dir`, in order of N.
@@ -386,10 +429,9 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
             .iter()
             .map(|p| graphrw::onnx::read_tensor_pb(p).map(|(_, t)| t))
             .collect::<Result<_, _>>()?;
-        let expected: Vec<(String, Tensor)> = numbered(&set, "output_")?
-            .iter()
-            .map(graphrw::onnx::read_tensor_pb)
-            .collect::<Result<_, _>>()?;
+        // The reference outputs are read after the timed runs, one at a time and chunk
+        // by chunk, so the check adds little to the run's peak memory.
+        let expected = numbered(&set, "output_")?;
         if inputs.len() != graph.inputs().len() {
             return Err(format!(
                 "{set_name}: {} input files for {} graph inputs",
@@ -438,13 +480,14 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
             )
             .into());
         }
-        for (k, ((name, want), got)) in expected.iter().zip(&outputs).enumerate() {
-            let label = if name.is_empty() {
+        for (k, (path, got)) in expected.iter().zip(&outputs).enumerate() {
+            let want = graphrw::onnx::open_tensor_pb(path)?;
+            let label = if want.name().is_empty() {
                 format!("output {k}")
             } else {
-                format!("output {k} `{name}`")
+                format!("output {k} `{}`", want.name())
             };
-            all_ok &= report_output(&label, got, want);
+            all_ok &= print_comparison(&label, compare_chunks(got, &want));
         }
     }
     verdict(all_ok)
@@ -453,7 +496,12 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
 /// Prints one output's comparison with its expected value on one line; true when it
 /// is within tolerance.
 pub fn report_output(label: &str, got: &Tensor, want: &Tensor) -> bool {
-    match compare(got, want) {
+    print_comparison(label, compare(got, want))
+}
+
+/// Prints a comparison's line (see [`report_output`]); true when within tolerance.
+fn print_comparison(label: &str, comparison: Result<Error, String>) -> bool {
+    match comparison {
         Ok(e) => {
             println!(
                 "  {label}: max abs error {:.3e}, max rel error {:.3e}: {}",
@@ -525,5 +573,29 @@ mod tests {
                 .expect("same shape")
                 .ok
         );
+    }
+
+    #[test]
+    fn a_reference_read_in_chunks_is_compared_element_for_element() {
+        // 1.5M f32 values: two chunks of the reference file, so an element lost or
+        // shifted at a chunk's end would show.
+        let n = 1_500_000;
+        let values: Vec<f64> = (0..n).map(|i| (i % 977) as f64 / 8.0).collect();
+        let want = tensor(DType::F32, &values);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("output_0.pb");
+        graphrw::onnx::write_tensor_pb(&path, "y", &want).expect("written");
+        let file = graphrw::onnx::open_tensor_pb(&path).expect("opened");
+        let same = compare_chunks(&want, &file).expect("same shape");
+        assert!(same.ok && same.max_abs == 0.0);
+        // One wrong element past the first chunk, and one at the very end.
+        for at in [graphrw::onnx::CHUNK_BYTES / 4 + 3, n - 1] {
+            let mut off = values.clone();
+            off[at] += 1.0;
+            let e = compare_chunks(&tensor(DType::F32, &off), &file).expect("same shape");
+            assert!(!e.ok && e.max_abs == 1.0, "element {at}: {e:?}");
+        }
+        let short = tensor(DType::F32, &values[..n - 1]);
+        assert!(compare_chunks(&short, &file).is_err());
     }
 }

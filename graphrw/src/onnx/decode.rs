@@ -244,7 +244,10 @@ pub(crate) fn scan_model(bytes: &[u8], raw_from: usize) -> Result<ScannedModel<'
 
 /// One initialiser; its `raw_data`, when at least `raw_from` bytes, is left out and
 /// returned as a range of `payload` (the last occurrence wins, as in protobuf).
-fn initializer(payload: &[u8], raw_from: usize) -> Result<(TensorProto, Option<(usize, usize)>)> {
+pub(crate) fn initializer(
+    payload: &[u8],
+    raw_from: usize,
+) -> Result<(TensorProto, Option<(usize, usize)>)> {
     let mut last_raw = None;
     let mut fields = Fields::new(payload);
     while let Some(f) = fields.next_field()? {

@@ -31,6 +31,7 @@ pub mod proto;
 mod save;
 mod schemas;
 mod table;
+mod tensor_chunks;
 mod tensor_pb;
 mod test_set;
 mod upgrade;
@@ -41,6 +42,7 @@ pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET
 pub use save::{
     save, save_with, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
 };
+pub use tensor_chunks::{open_tensor_pb, TensorPbChunks, CHUNK_BYTES};
 pub use tensor_pb::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,
     write_tensor_pb, MAX_DIM,

@@ -135,7 +135,7 @@ fn onnx_type_name(t: i32) -> &'static str {
 
 /// Checked shape of a tensor proto: non-negative dims, each at most [`MAX_DIM`], and an
 /// element and byte count that fit `usize`.
-fn checked_shape(
+pub(super) fn checked_shape(
     t: &TensorProto,
     name: &str,
     dtype: DType,
