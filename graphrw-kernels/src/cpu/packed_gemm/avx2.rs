@@ -30,13 +30,13 @@ impl Kernel for Avx2 {
     unsafe fn tile(
         kc: usize,
         a: (*const f32, usize),
-        b: (*const f32, *const f32),
+        bp: *const f32,
         add: (*const f32, *const f32),
         c: (*mut f32, usize),
         hw: (usize, usize),
     ) {
         // SAFETY: the caller keeps [`Kernel::tile`]'s contract, which is `tile`'s.
-        unsafe { tile(kc, a, b, add, c, hw) }
+        unsafe { tile(kc, a, bp, add, c, hw) }
     }
 }
 
@@ -51,7 +51,7 @@ impl Kernel for Avx2 {
 unsafe fn tile(
     kc: usize,
     (a, lda): (*const f32, usize),
-    (bp, ahead): (*const f32, *const f32),
+    bp: *const f32,
     (bias, add_from): (*const f32, *const f32),
     (c, ldc): (*mut f32, usize),
     (h, w): (usize, usize),
@@ -66,10 +66,8 @@ unsafe fn tile(
     }
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
     for p in 0..kc {
-        // SAFETY: `p < kc`: `NR` floats at `p * NR` of `bp`, one at `p` of each row; a
-        // prefetch reads nothing (`wrapping_add`: `ahead` is a hint, maybe past the end).
+        // SAFETY: `p < kc`: `NR` floats at `p * NR` of `bp`, one at `p` of each row.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(p * NR) as *const i8);
             let b0 = _mm256_loadu_ps(bp.add(p * NR));
             let b1 = _mm256_loadu_ps(bp.add(p * NR + LANES));
             for (accr, &ar) in acc.iter_mut().zip(&row) {

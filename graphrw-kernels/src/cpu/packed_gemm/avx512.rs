@@ -24,13 +24,13 @@ impl Kernel for Avx512 {
     unsafe fn tile(
         kc: usize,
         a: (*const f32, usize),
-        b: (*const f32, *const f32),
+        bp: *const f32,
         add: (*const f32, *const f32),
         c: (*mut f32, usize),
         hw: (usize, usize),
     ) {
         // SAFETY: the caller keeps [`Kernel::tile`]'s contract, which is `tile`'s.
-        unsafe { tile(kc, a, b, add, c, hw) }
+        unsafe { tile(kc, a, bp, add, c, hw) }
     }
 }
 
@@ -45,7 +45,7 @@ impl Kernel for Avx512 {
 unsafe fn tile(
     kc: usize,
     (a, lda): (*const f32, usize),
-    (bp, ahead): (*const f32, *const f32),
+    bp: *const f32,
     (bias, add_from): (*const f32, *const f32),
     (c, ldc): (*mut f32, usize),
     (h, w): (usize, usize),
@@ -64,12 +64,8 @@ unsafe fn tile(
     }
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     for p in 0..kc {
-        // SAFETY: `p < kc`: `NR` floats at `p * NR` of `bp`, one at `p` of each row; a
-        // prefetch reads nothing (`wrapping_add`: `ahead` is a hint, maybe past the end).
+        // SAFETY: `p < kc`: `NR` floats at `p * NR` of `bp`, one at `p` of each row.
         unsafe {
-            let next = ahead.wrapping_add(p * NR) as *const i8;
-            _mm_prefetch::<_MM_HINT_T0>(next);
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64));
             let b0 = _mm512_loadu_ps(bp.add(p * NR));
             let b1 = _mm512_loadu_ps(bp.add(p * NR + 16));
             for (accr, &ar) in acc.iter_mut().zip(&row) {
