@@ -274,9 +274,10 @@ fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize, profile: bool) -> Result
     let mut outputs = Vec::new();
     let mut per_op = BTreeMap::new();
     for _ in 0..repeat.max(1) {
-        // The last run's outputs are dropped before the next run: held through it, they
-        // raised the peak by their size.
-        outputs.clear();
+        // The last run's outputs go back to the plan before the next run: held through
+        // it, they raised the peak by their size; dropped, the next run faulted their
+        // pages in afresh.
+        plan.recycle(std::mem::take(&mut outputs));
         let (out, report) = if profile {
             plan.run_profiled(inputs)
         } else {

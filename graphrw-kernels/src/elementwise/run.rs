@@ -387,7 +387,9 @@ pub fn run_rows<F: Compute, E: Element, K: RowKernel<F>>(
     check_srcs(op, plan, srcs)?;
     let n = plan.numel();
     let inner = plan.inner;
-    let mut out = vec![E::default(); n];
+    // Every row is written whole by the chunks below (`rows_chunk` stores each row it
+    // computes); a buffer from the plan's pool when one is installed, as in `run_map`.
+    let mut out = crate::cpu::pool::buffer::<E>(n);
     if n == 0 {
         return Ok(out);
     }

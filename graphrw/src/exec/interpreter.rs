@@ -567,6 +567,38 @@ mod tests {
         }
     }
 
+    /// Outputs given back with [`Plan::recycle`] are drawn on by the next run (which
+    /// reuses more than a run after the outputs were dropped) and overwritten whole; an
+    /// output whose storage the caller still shares is not taken.
+    #[test]
+    fn recycled_outputs_are_reused_and_overwritten() {
+        let g = block();
+        let (x1, x2) = (ramp(&[131, 128], 0.01), ramp(&[131, 128], -0.003));
+        let want2 = {
+            let fresh = plan(&g, &default_stack()).expect("plans");
+            fresh.run(std::slice::from_ref(&x2)).expect("runs").0[0].to_f64_vec()
+        };
+        let p = plan(&g, &default_stack()).expect("plans");
+        let (warm, _) = p.run(std::slice::from_ref(&x1)).expect("warm run");
+        let want1 = warm[0].to_f64_vec();
+        drop(warm);
+        let (dropped, after_drop) = p.run(std::slice::from_ref(&x1)).expect("runs");
+        assert_eq!(dropped[0].to_f64_vec(), want1);
+        p.recycle(dropped);
+        let (second, after_recycle) = p.run(std::slice::from_ref(&x2)).expect("runs");
+        assert!(
+            after_recycle.reused_bytes > after_drop.reused_bytes,
+            "the recycled output was not drawn on: {after_recycle:?} against {after_drop:?}"
+        );
+        assert_eq!(second[0].to_f64_vec(), want2, "a stale output buffer shows");
+        // A shared output stays the caller's.
+        let kept = second[0].clone();
+        p.recycle(second);
+        let (third, _) = p.run(std::slice::from_ref(&x1)).expect("runs");
+        assert_eq!(third[0].to_f64_vec(), want1);
+        assert_eq!(kept.to_f64_vec(), want2, "a shared output was overwritten");
+    }
+
     /// A small MLP block whose intermediates are all large enough to pool (64 KiB+) (layer norm, matmul + bias + GELU,
     /// matmul, softmax, residual add), built once.
     fn block() -> crate::Graph {
