@@ -227,8 +227,13 @@ fn run(
     let mut best: Option<(Vec<Tensor>, RunReport)> = None;
     for _ in 0..REPEATS {
         let (out, report) = p.run(inputs)?;
+        // The outputs not kept go back to the plan, which draws the next run's on them.
         if best.as_ref().is_none_or(|b| report.total < b.1.total) {
-            best = Some((out, report));
+            if let Some((old, _)) = best.replace((out, report)) {
+                p.recycle(old);
+            }
+        } else {
+            p.recycle(out);
         }
     }
     best.ok_or_else(|| "no run".into())

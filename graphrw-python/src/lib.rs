@@ -557,7 +557,7 @@ impl Session {
                 e => Failure::new(Kind::Run, e),
             })
         })?;
-        Ok(outputs
+        let raw = outputs
             .iter()
             .map(|t| {
                 (
@@ -566,7 +566,10 @@ impl Session {
                     PyByteArray::new(py, &t.to_raw_bytes()),
                 )
             })
-            .collect())
+            .collect();
+        // Copied out: the next run draws its outputs on these buffers.
+        plan.recycle(outputs);
+        Ok(raw)
     }
 }
 
