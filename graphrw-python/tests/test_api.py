@@ -88,6 +88,29 @@ def test_compute_on_the_fast_path() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_runs_reuse_buffers_and_keep_earlier_results() -> None:
+    """A session draws each run's outputs on the buffers of the last run's (large enough
+    to be pooled: 128 KiB here); every run is exact and an array returned before stays
+    as it was."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 128])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 128])
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    sess = graphrw.InferenceSession(model)
+    rng = np.random.default_rng(1)
+    kept = []
+    for n in (256, 256, 200, 256):
+        a = rng.standard_normal((n, 128)).astype(np.float32)
+        (got,) = sess.run(None, {"x": a})
+        want = np.exp(a - a.max(-1, keepdims=True))
+        want /= want.sum(-1, keepdims=True)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+        kept.append((got, got.copy()))
+    for got, copy in kept:
+        assert np.array_equal(got, copy)
+
+
 def test_bad_models_raise_load_error(tmp_path: Path) -> None:
     with pytest.raises(graphrw.LoadError, match="no_such.onnx"):
         graphrw.optimize(tmp_path / "no_such.onnx")
