@@ -599,6 +599,39 @@ mod tests {
         assert_eq!(kept.to_f64_vec(), want2, "a shared output was overwritten");
     }
 
+    /// A plan whose one kernel is a layer norm (a row kernel) writes its second run's
+    /// output into the recycled output of the first: no fresh memory in a warm run.
+    #[test]
+    fn a_row_kernel_draws_its_output_from_the_pool() {
+        let (s, h) = (256usize, 128usize);
+        let b = Builder::new();
+        let x = b.input(
+            "x",
+            TensorMeta::new(DType::F32, Shape::known(&[s as u64, h as u64])),
+        );
+        let w = |shape: &[usize]| b.constant(ramp(shape, 0.002)).value();
+        // The generated kernel's op, as the built-in rules leave it.
+        let op = crate::generated::builtin::layer_norm::KERNEL.op;
+        let eps = [("eps", crate::ops::AttrValue::Float(1e-5))];
+        let y = b
+            .apply(op, &[x.value(), w(&[h]), w(&[h])], &eps)
+            .expect("builds");
+        b.output(&[b.var(y[0])]).expect("output");
+        let g = b.finish();
+        let (x1, x2) = (ramp(&[s, h], 0.01), ramp(&[s, h], -0.003));
+        let p = plan(&g, &default_stack()).expect("plans");
+        let node = p.graph().nodes_with_op(op.name).next().expect("kept");
+        assert_eq!(p.executor_of(node), Some(crate::exec::GENERATED_CPU));
+        let (first, _) = p.run(std::slice::from_ref(&x1)).expect("runs");
+        let bytes = first[0].nbytes();
+        p.recycle(first);
+        let (second, report) = p.run(std::slice::from_ref(&x2)).expect("runs");
+        assert_eq!(report.reused_bytes, bytes, "{report:?}");
+        let fresh = plan(&g, &default_stack()).expect("plans");
+        let (want, _) = fresh.run(std::slice::from_ref(&x2)).expect("runs");
+        assert_eq!(second[0].to_f64_vec(), want[0].to_f64_vec());
+    }
+
     /// A small MLP block whose intermediates are all large enough to pool (64 KiB+) (layer norm, matmul + bias + GELU,
     /// matmul, softmax, residual add), built once.
     fn block() -> crate::Graph {
