@@ -102,8 +102,10 @@ impl Plan {
     /// output is fresh memory every run, and the kernel that writes it first faults in
     /// every page (GPT-2's logits at S = 512: 103 MB, 25 000 page faults a run).
     ///
-    /// A tensor whose storage another tensor still shares, or that the plan's pool
-    /// has no room for, is simply dropped; the values are never read again.
+    /// What the pool does not take is simply dropped, as
+    /// [`BufferPool::recycle`](graphrw_kernels::cpu::BufferPool::recycle) decides: a
+    /// tensor whose storage another tensor still shares, a small or memory-mapped one,
+    /// one past the pool's limit. The values are never read again.
     pub fn recycle(&self, outputs: impl IntoIterator<Item = Tensor>) {
         for t in outputs {
             self.pool.recycle(t);
