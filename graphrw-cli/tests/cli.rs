@@ -338,6 +338,19 @@ fn run_checks_a_model_and_its_optimised_copy_on_the_test_data() {
     let dir = corpus("gpt2_sdpa");
     let out = ok(&["run", dir.to_str().unwrap()]);
     assert!(out.contains("model: "), "{out}");
+    // The times come with the machine: the CPU, its vector extensions, the kernels' level.
+    let cpu = out.lines().find(|l| l.starts_with("cpu: ")).unwrap_or("");
+    assert!(
+        cpu.contains("AVX-512") && cpu.contains("; kernels: "),
+        "{out}"
+    );
+    let lowered = Command::new(env!("CARGO_BIN_EXE_graphrw"))
+        .args(["run", dir.to_str().unwrap()])
+        .env("GRAPHRW_ISA", "baseline")
+        .output()
+        .expect("graphrw runs");
+    let lowered = String::from_utf8_lossy(&lowered.stdout);
+    assert!(lowered.contains("; kernels: baseline\n"), "{lowered}");
     let scratch_dir = scratch("run");
     let scratch = scratch_dir.path();
     let fused = scratch.join("fused.onnx");

@@ -108,6 +108,12 @@ fn main() {
         .collect();
     models.sort();
     println!(
+        "cpu: {}; {}; kernels: {}",
+        graphrw::kernels::cpu::cpu_brand().unwrap_or_else(|| std::env::consts::ARCH.into()),
+        graphrw::kernels::cpu::CpuFeatures::get(),
+        graphrw::KernelOptions::default().isa()
+    );
+    println!(
         "{:<22} {:>14} {:>10} {:>10} {:>7} {:>10} {:>8}",
         "model", "shape", "fixed ms", "dyn ms", "dyn/fix", "new shape", "new/run"
     );

@@ -93,6 +93,61 @@ impl CpuFeatures {
     }
 }
 
+impl fmt::Display for CpuFeatures {
+    /// The vector extensions that decide the kernels, in words: `AVX2+FMA, no AVX-512`,
+    /// `AVX2+FMA, AVX-512 (F VL BW DQ BF16)` (the AVX-512 parts present), or
+    /// `no AVX2+FMA` (the portable loops only).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.avx2 && self.fma {
+            "AVX2+FMA"
+        } else {
+            "no AVX2+FMA"
+        })?;
+        let avx512: Vec<&str> = [
+            (self.avx512f, "F"),
+            (self.avx512vl, "VL"),
+            (self.avx512bw, "BW"),
+            (self.avx512dq, "DQ"),
+            (self.avx512bf16, "BF16"),
+        ]
+        .into_iter()
+        .filter_map(|(has, name)| has.then_some(name))
+        .collect();
+        if avx512.is_empty() {
+            f.write_str(", no AVX-512")
+        } else {
+            write!(f, ", AVX-512 ({})", avx512.join(" "))
+        }
+    }
+}
+
+/// The CPU's name as it reports it (the CPUID brand string, for example `AMD EPYC` or
+/// `Intel(R) Xeon(R) Platinum 8480+`), where the CPU has one; benchmarks print it beside
+/// their figures.
+pub fn cpu_brand() -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // The brand string takes extended leaves 0x8000_0002..=0x8000_0004; every x86-64
+        // CPU reports the highest extended leaf in leaf 0x8000_0000.
+        if __cpuid(0x8000_0000).eax < 0x8000_0004 {
+            return None;
+        }
+        let bytes: Vec<u8> = (0x8000_0002u32..=0x8000_0004)
+            .flat_map(|leaf| {
+                let r = __cpuid(leaf);
+                [r.eax, r.ebx, r.ecx, r.edx]
+            })
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        let name = String::from_utf8_lossy(&bytes);
+        let name = name.trim_matches(char::from(0)).trim();
+        (!name.is_empty()).then(|| name.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
 /// The instruction-set levels the kernels are compiled for, lowest first (so `a <= b`
 /// means code for `a` runs wherever code for `b` does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -216,6 +271,31 @@ mod tests {
         assert_eq!(skx.best_isa(), Isa::Avx512);
         assert_eq!(CpuFeatures::NONE.best_isa(), Isa::Baseline);
         assert!(Isa::best().is_available());
+    }
+
+    #[test]
+    fn features_read_as_words() {
+        let avx2 = CpuFeatures {
+            avx2: true,
+            fma: true,
+            ..CpuFeatures::NONE
+        };
+        assert_eq!(avx2.to_string(), "AVX2+FMA, no AVX-512");
+        assert_eq!(CpuFeatures::NONE.to_string(), "no AVX2+FMA, no AVX-512");
+        let spr = CpuFeatures {
+            avx512f: true,
+            avx512vl: true,
+            avx512bw: true,
+            avx512dq: true,
+            avx512bf16: true,
+            ..avx2
+        };
+        assert_eq!(spr.to_string(), "AVX2+FMA, AVX-512 (F VL BW DQ BF16)");
+        // The brand string, where there is one, is printable text without padding.
+        if let Some(name) = cpu_brand() {
+            assert!(!name.is_empty() && name.trim() == name, "{name:?}");
+            assert!(!name.contains('\0') && !name.contains("  "), "{name:?}");
+        }
     }
 
     #[test]
