@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+import machine  # benches/machine.py: the CPU line above the figures
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -58,6 +60,7 @@ def main():
     args = ap.parse_args()
     if args.ort_child:
         return ort_child(args.ort_child[0], int(args.ort_child[1]), args.threads)
+    print(machine.cpu_line(), flush=True)
     if args.threads:
         # graphrw's threads: the example inherits the environment.
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)

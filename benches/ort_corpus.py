@@ -38,6 +38,8 @@ import subprocess
 import sys
 import time
 
+import machine  # benches/machine.py: the CPU line above the figures
+
 
 def load_inputs(onnx, numpy_helper, model_dir, sess):
     inputs = {}
@@ -106,6 +108,7 @@ def main():
                     help="mean CPU time per run instead of best wall time (see above)")
     ap.add_argument("--bin", default=None, help="the graphrw binary (default: target/release/graphrw)")
     args = ap.parse_args()
+    print(machine.cpu_line(), flush=True)
     try:
         import numpy  # noqa: F401
         import onnx

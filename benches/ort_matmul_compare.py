@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+import machine  # benches/machine.py: the CPU line above the figures
+
 DEFAULT_SHAPES = "512x768x768,512x768x3072,512x3072x768,12:512x64x512,12:512x512x64,1x768x768,7x33x65"
 
 
@@ -89,6 +91,7 @@ def main():
     ap.add_argument("--cpu-time", action="store_true", help="time by process CPU time")
     ap.add_argument("--no-build", action="store_true", help="use the example already built")
     args = ap.parse_args()
+    print(machine.cpu_line(), flush=True)
     try:
         import numpy as np
         import onnxruntime as ort

@@ -24,6 +24,8 @@ import os
 import sys
 import tempfile
 
+import machine  # benches/machine.py: the CPU line above the figures
+
 PRODUCTS = ("Gemm", "MatMul", "FusedMatMul")
 
 
@@ -34,6 +36,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: default)")
     ap.add_argument("--top", type=int, default=20, help="lines to print")
     args = ap.parse_args()
+    print(machine.cpu_line(), flush=True)
     try:
         import onnxruntime as ort
         from onnx import TensorProto, numpy_helper

@@ -44,6 +44,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+import machine  # benches/machine.py: the CPU line above the figures
+
 ATTENTION_OPS = {
     "Attention",
     "MultiHeadAttention",
@@ -162,6 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--corpus", type=Path, default=here.parent / "shared" / "corpus")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
+    print(machine.cpu_line(), flush=True)
     models = sorted(m.parent for m in args.corpus.glob("*/model.onnx"))
     if not models:
         print(f"no models under {args.corpus}", file=sys.stderr)

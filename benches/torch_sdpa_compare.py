@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+import machine  # benches/machine.py: the CPU line above the figures
+
 
 def torch_time(torch, dtype, d, s, causal, heads, repeat, clock):
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
@@ -73,6 +75,7 @@ def main():
     ap.add_argument("--no-build", action="store_true",
                     help="run the sdpa_time binary already in target/release/examples (no cargo)")
     args = ap.parse_args()
+    print(machine.cpu_line(), flush=True)
     if args.also and args.also_env:
         ap.error("give --also or --also-env, not both")
     also_env = None
