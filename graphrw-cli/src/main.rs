@@ -169,6 +169,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    commands::end_quietly_on_closed_stdout();
     let cli = Cli::parse();
     // The one place the environment is read: `GRAPHRW_*` onto the kernel options,
     // installed for everything this thread runs (folding included) and given to plans.

@@ -964,3 +964,18 @@ fn shape_arithmetic_runs_at_any_shape_and_hostile_sizes_are_refused() {
         }
     }
 }
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    // `graphrw ops | head -1`, with the reader gone before graphrw writes anything.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_graphrw"))
+        .arg("ops")
+        .stdout(writer)
+        .output()
+        .expect("graphrw runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(141), "{err}");
+}

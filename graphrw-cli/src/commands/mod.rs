@@ -82,3 +82,28 @@ pub fn name_list(names: &[&str], budget: usize) -> String {
     }
     out
 }
+
+/// The exit status of a command whose standard output was closed before it finished
+/// (`graphrw ops | head -3`): 128 + SIGPIPE, what a shell reports for a Unix tool the
+/// closed pipe stopped.
+pub const CLOSED_STDOUT_STATUS: i32 = 141;
+
+/// Makes a closed standard output end the process quietly with
+/// [`CLOSED_STDOUT_STATUS`], as other Unix tools end, instead of the panic and backtrace
+/// of Rust's `println!` (which panics on a write error, and Rust ignores SIGPIPE).
+/// Every other panic still goes to the hook that was installed before.
+pub fn end_quietly_on_closed_stdout() {
+    let earlier = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("os error 32") {
+            std::process::exit(CLOSED_STDOUT_STATUS);
+        }
+        earlier(info)
+    }));
+}
