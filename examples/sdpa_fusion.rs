@@ -13,7 +13,9 @@
 //!
 //! `--save DIR` also writes what `benches/ort_compare.py` needs to run the same model in
 //! onnxruntime: `DIR/model.onnx` (the unfused model), `DIR/input_<i>.npy`,
-//! `DIR/output_<i>.npy` (graphrw's unfused outputs) and `DIR/graphrw_times.json`.
+//! `DIR/output_<i>.npy` (graphrw's unfused outputs) and `DIR/graphrw_times.json`; and the
+//! same inputs and outputs as an ONNX test set, `DIR/test_data_set_0/{input,output}_<i>.pb`,
+//! so that `graphrw run DIR --profile` and `benches/ort_profile.py DIR` take the folder.
 //!
 //! ```sh
 //! cargo run --release --example sdpa_fusion
@@ -406,6 +408,20 @@ fn main() -> Result<(), Box<dyn Error>> {
                     .to_string()
             })
             .collect();
+        // The same inputs and outputs as an ONNX test set, for `graphrw run DIR` (and
+        // `--profile`) and `benches/ort_profile.py DIR`.
+        let set = dir.join("test_data_set_0");
+        std::fs::create_dir_all(&set)?;
+        for (i, (t, name)) in inputs.iter().zip(&names).enumerate() {
+            onnx::write_tensor_pb(set.join(format!("input_{i}.pb")), name, t)?;
+        }
+        for (i, t) in a.iter().enumerate() {
+            onnx::write_tensor_pb(
+                set.join(format!("output_{i}.pb")),
+                &format!("output_{i}"),
+                t,
+            )?;
+        }
         let json = format!(
             "{{\"input_names\": {names:?}, \"repeats\": {REPEATS}, \"unfused_ms\": {:.3}, \"attention_ms\": {:.3}, \"generated_ms\": {:.3}, \"unfused_peak_mib\": {:.1}, \"attention_peak_mib\": {:.1}, \"generated_peak_mib\": {:.1}}}\n",
             ms(&ra), ms(&rb), ms(&rc), mib(&ra), mib(&rb), mib(&rc)
