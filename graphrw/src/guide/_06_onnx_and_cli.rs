@@ -81,7 +81,10 @@
 //! `test_data_set_*/input_N.pb` and `output_N.pb`), optimises the model, runs it on the
 //! default stack and compares with the expected outputs; `--executors reference` runs
 //! the model as loaded on the reference kernels, `--profile` prints where the time went
-//! per op. [`onnx::read_tensor_pb`](crate::onnx::read_tensor_pb) reads those `.pb`
-//! files from Rust.
+//! per op. Its times come with the machine they were taken on, one line such as
+//! `cpu: AMD EPYC; AVX2+FMA, no AVX-512; kernels: avx2` (the CPU, its vector
+//! extensions, and the level the kernels run at, which `GRAPHRW_ISA` lowers).
+//! [`onnx::read_tensor_pb`](crate::onnx::read_tensor_pb) reads those `.pb` files from
+//! Rust.
 //!
 //! Next: [using graphrw from your crate](super::_07_your_crate).
