@@ -107,12 +107,8 @@ fn main() {
         })
         .collect();
     models.sort();
-    println!(
-        "cpu: {}; {}; kernels: {}",
-        graphrw::kernels::cpu::cpu_brand().unwrap_or_else(|| std::env::consts::ARCH.into()),
-        graphrw::kernels::cpu::CpuFeatures::get(),
-        graphrw::KernelOptions::default().isa()
-    );
+    let isa = graphrw::KernelOptions::default().isa();
+    println!("{}", graphrw::kernels::cpu::machine_line(isa));
     println!(
         "{:<22} {:>14} {:>10} {:>10} {:>7} {:>10} {:>8}",
         "model", "shape", "fixed ms", "dyn ms", "dyn/fix", "new shape", "new/run"

@@ -405,7 +405,7 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
         model_path.display(),
         graph.node_count()
     );
-    println!("{}", cpu_line(&opts.kernel));
+    println!("{}", graphrw::kernels::cpu::machine_line(opts.kernel.isa()));
     let main = prepare(&graph, opts.executors, opts.kernel)?;
     if opts.profile {
         for l in fallback_lines(&main.plan) {
@@ -530,19 +530,6 @@ pub fn verdict(all_ok: bool) -> CmdResult {
         println!("some outputs are beyond tolerance (abs {ATOL:e} + rel {RTOL:e}; f16/bf16 outputs: a few ulps of their type)");
         Ok(ExitCode::FAILURE)
     }
-}
-
-/// The machine the times are for: the CPU's name, the vector extensions that decide
-/// the kernels, and the level they run at under `kernel` (`GRAPHRW_ISA` lowers it), as
-/// `cpu: AMD EPYC; AVX2+FMA, no AVX-512; kernels: avx2`.
-pub fn cpu_line(kernel: &graphrw::KernelOptions) -> String {
-    use graphrw::kernels::cpu::{cpu_brand, CpuFeatures};
-    format!(
-        "cpu: {}; {}; kernels: {}",
-        cpu_brand().unwrap_or_else(|| std::env::consts::ARCH.to_string()),
-        CpuFeatures::get(),
-        kernel.isa()
-    )
 }
 
 #[cfg(test)]

@@ -140,12 +140,29 @@ pub fn cpu_brand() -> Option<String> {
             })
             .flat_map(u32::to_le_bytes)
             .collect();
-        let name = String::from_utf8_lossy(&bytes);
-        let name = name.trim_matches(char::from(0)).trim();
-        (!name.is_empty()).then(|| name.split_whitespace().collect::<Vec<_>>().join(" "))
+        // Padded with NULs or spaces at either end: the words, one space apart.
+        let words: Vec<String> = String::from_utf8_lossy(&bytes)
+            .split(|c: char| c == '\0' || c.is_whitespace())
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect();
+        (!words.is_empty()).then(|| words.join(" "))
     }
     #[cfg(not(target_arch = "x86_64"))]
     None
+}
+
+/// The machine a time was taken on, as one line: the CPU's name ([`cpu_brand`], else the
+/// architecture), its vector extensions, and `isa`, the level the kernels run at (for a
+/// plan, [`KernelOptions::isa`](crate::KernelOptions::isa)):
+/// `cpu: AMD EPYC; AVX2+FMA, no AVX-512; kernels: avx2`. `graphrw run` and the benches
+/// print it beside their figures.
+pub fn machine_line(isa: Isa) -> String {
+    format!(
+        "cpu: {}; {}; kernels: {isa}",
+        cpu_brand().unwrap_or_else(|| std::env::consts::ARCH.to_string()),
+        CpuFeatures::get()
+    )
 }
 
 /// The instruction-set levels the kernels are compiled for, lowest first (so `a <= b`
@@ -296,6 +313,11 @@ mod tests {
             assert!(!name.is_empty() && name.trim() == name, "{name:?}");
             assert!(!name.contains('\0') && !name.contains("  "), "{name:?}");
         }
+        let line = machine_line(Isa::Baseline);
+        assert!(
+            line.starts_with("cpu: ") && line.ends_with("; kernels: baseline"),
+            "{line}"
+        );
     }
 
     #[test]

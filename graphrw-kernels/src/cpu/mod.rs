@@ -23,7 +23,7 @@ pub use attention_ref::sdpa_reference;
 pub use conv::conv2d;
 pub use creation::{arange, full};
 pub use elementwise::{binary, cast, dropout, masked_fill, unary, where_, BinaryOp, UnaryOp};
-pub use features::{cpu_brand, CpuFeatures, Isa};
+pub use features::{cpu_brand, machine_line, CpuFeatures, Isa};
 pub use indexing::{gather, gather_elements, gather_nd, index_select};
 #[cfg(feature = "cuda")]
 pub(crate) use indexing::{gather_nd_shape, GatherNdShape};
