@@ -165,6 +165,12 @@ enum Command {
         /// (fused ops under their own names), largest first.
         #[arg(long)]
         profile: bool,
+        /// For benches that alternate graphrw with another runtime run by run: print
+        /// `ready` once the model is planned, then wait for a line on stdin before each
+        /// timed run (up to `--repeat`, or the end of stdin) and print `run N T ms`
+        /// after it.
+        #[arg(long)]
+        paced: bool,
     },
 }
 
@@ -223,6 +229,7 @@ fn main() -> ExitCode {
             repeat,
             compare,
             profile,
+            paced,
         } => commands::device::run(
             &model_dir,
             model.as_deref(),
@@ -232,6 +239,7 @@ fn main() -> ExitCode {
                 repeat: repeat as usize,
                 compare,
                 profile,
+                paced,
                 kernel: options,
             },
         ),

@@ -979,3 +979,52 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(141), "{err}");
 }
+
+/// `run --paced` (for benches that alternate runtimes run by run): `ready` once the model
+/// is planned, one run per line read on stdin with its time, and the end of stdin ends
+/// the runs early; the outputs are still checked.
+#[test]
+fn a_paced_run_runs_once_per_line_read() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+
+    let dir = corpus("gpt2_sdpa");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_graphrw"))
+        .args(["run", dir.to_str().unwrap(), "--paced", "--repeat", "5"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("graphrw runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut next_line = || lines.next().expect("a line before the end").expect("utf-8");
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some("ready") {
+        seen.push(next_line());
+    }
+    for n in 1..=2 {
+        writeln!(stdin).expect("write a line");
+        let line = next_line();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.len(), 4, "{line}");
+        assert_eq!(
+            (words[0], words[1], words[3]),
+            ("run", &*n.to_string(), "ms")
+        );
+        let ms: f64 = words[2].parse().expect("a time");
+        assert!(ms > 0.0, "{line}");
+    }
+    drop(stdin);
+    let rest: Vec<String> =
+        std::iter::from_fn(|| lines.next().map(|l| l.expect("utf-8"))).collect();
+    let status = child.wait().expect("graphrw ends");
+    assert!(status.success(), "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains("best of 2 ")), "{rest:?}");
+    assert!(rest.iter().all(|l| !l.starts_with("run ")), "{rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("all outputs within tolerance")),
+        "{rest:?}"
+    );
+}

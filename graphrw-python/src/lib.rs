@@ -655,6 +655,7 @@ fn cli_run(
             repeat: repeat.max(1),
             compare,
             profile,
+            paced: false,
             // Installed by `cli` from the environment.
             kernel: graphrw::KernelOptions::current(),
         };

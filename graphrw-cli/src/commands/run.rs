@@ -203,6 +203,8 @@ pub struct RunOptions {
     pub compare: bool,
     /// Print the best run's time per op (see [`profile_lines`]).
     pub profile: bool,
+    /// Wait for a line on stdin before each timed run and print its time ([`paced`]).
+    pub paced: bool,
     /// The options the plans' kernels run with (the command's come from the
     /// environment, see [`super::env`]).
     pub kernel: graphrw::KernelOptions,
@@ -215,6 +217,7 @@ impl Default for RunOptions {
             repeat: 1,
             compare: false,
             profile: false,
+            paced: false,
             kernel: graphrw::KernelOptions::default(),
         }
     }
@@ -260,20 +263,79 @@ fn prepare(
 /// What the timed runs of one plan gave.
 struct Timed {
     outputs: Vec<Tensor>,
+    /// Runs made (fewer than asked when `--paced` reached the end of stdin).
+    runs: usize,
     best: Duration,
     peak_live_bytes: usize,
     /// Time and calls per op in the best run.
     per_op: BTreeMap<&'static str, (Duration, usize)>,
 }
 
-/// Runs `plan` `repeat` times (at least once; each kernel call timed when `profile`);
-/// the last outputs, the best time, the largest peak and the best run's time per op.
-fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize, profile: bool) -> Result<Timed, String> {
+/// `--paced`: a bench that alternates graphrw with another runtime run by run (so that
+/// each pair of runs sees the machine in the same state) starts each run by writing a
+/// line to stdin, and reads the run's time back from stdout.
+///
+/// Prints `ready` once the model is planned and its inputs read, then, for each line
+/// read, runs once and prints `run N T ms`. Ends after `repeat` runs or at the end of
+/// stdin, whichever comes first (at least one run).
+#[derive(Debug)]
+struct Pace {
+    runs: usize,
+}
+
+impl Pace {
+    /// Announces that the runs can start.
+    fn start() -> Pace {
+        println!("ready");
+        flush_stdout();
+        Pace { runs: 0 }
+    }
+
+    /// Waits for the go of the next run; false at the end of stdin (after one run).
+    fn next(&mut self) -> Result<bool, String> {
+        let mut line = String::new();
+        let read = std::io::stdin()
+            .read_line(&mut line)
+            .map_err(|e| format!("--paced: reading stdin: {e}"))?;
+        Ok(read > 0 || self.runs == 0)
+    }
+
+    /// Reports one run's time.
+    fn done(&mut self, time: Duration) {
+        self.runs += 1;
+        println!("run {} {:.3} ms", self.runs, time.as_secs_f64() * 1e3);
+        flush_stdout();
+    }
+}
+
+/// Flushes stdout for a reader waiting on a line (a closed pipe ends the command, as
+/// [`super::end_quietly_on_closed_stdout`] says).
+fn flush_stdout() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+/// Runs `plan` `repeat` times (at least once; each kernel call timed when `profile`;
+/// each run started by a line on stdin when `paced`, see [`Pace`]); the last outputs,
+/// the best time, the largest peak and the best run's time per op.
+fn timed(
+    plan: &Plan,
+    inputs: &[Tensor],
+    repeat: usize,
+    (profile, paced): (bool, bool),
+) -> Result<Timed, String> {
     let mut best = Duration::MAX;
     let mut peak = 0;
     let mut outputs = Vec::new();
     let mut per_op = BTreeMap::new();
+    let mut pace = paced.then(Pace::start);
+    let mut runs = 0;
     for _ in 0..repeat.max(1) {
+        if let Some(pace) = pace.as_mut() {
+            if !pace.next()? {
+                break;
+            }
+        }
         // The last run's outputs go back to the plan before the next run: held through
         // it, they raised the peak by their size; dropped, the next run faulted their
         // pages in afresh.
@@ -284,6 +346,10 @@ fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize, profile: bool) -> Result
             plan.run(inputs)
         }
         .map_err(|e| e.to_string())?;
+        runs += 1;
+        if let Some(pace) = pace.as_mut() {
+            pace.done(report.total);
+        }
         if report.total < best {
             best = report.total;
             per_op = report.per_op;
@@ -293,6 +359,7 @@ fn timed(plan: &Plan, inputs: &[Tensor], repeat: usize, profile: bool) -> Result
     }
     Ok(Timed {
         outputs,
+        runs,
         best,
         peak_live_bytes: peak,
         per_op,
@@ -372,11 +439,11 @@ fn max_difference(a: &[Tensor], b: &[Tensor]) -> f64 {
 }
 
 /// One line of timing: best time over the runs and peak live memory.
-fn timing_line(set_name: &str, executors: Executors, t: &Timed, repeat: usize) -> String {
+fn timing_line(set_name: &str, executors: Executors, t: &Timed) -> String {
     format!(
         "{set_name} [{}]: best of {} {:.3} ms, peak live {:.1} MiB",
         executors.label(),
-        repeat.max(1),
+        t.runs,
         t.best.as_secs_f64() * 1e3,
         t.peak_live_bytes as f64 / (1024.0 * 1024.0)
     )
@@ -445,24 +512,18 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
         if progress {
             eprintln!("running {set_name}…");
         }
-        let t = timed(&main.plan, &inputs, opts.repeat, opts.profile)
+        let t = timed(&main.plan, &inputs, opts.repeat, (opts.profile, opts.paced))
             .map_err(|e| format!("{set_name} [{}]: {e}", main.executors.label()))?;
-        println!(
-            "{}",
-            timing_line(&set_name, main.executors, &t, opts.repeat)
-        );
+        println!("{}", timing_line(&set_name, main.executors, &t));
         if opts.profile {
             for l in profile_lines(&t.per_op, t.best) {
                 println!("{l}");
             }
         }
         if let Some(other) = &other {
-            let u = timed(&other.plan, &inputs, opts.repeat, false)
+            let u = timed(&other.plan, &inputs, opts.repeat, (false, false))
                 .map_err(|e| format!("{set_name} [{}]: {e}", other.executors.label()))?;
-            println!(
-                "{}",
-                timing_line(&set_name, other.executors, &u, opts.repeat)
-            );
+            println!("{}", timing_line(&set_name, other.executors, &u));
             println!(
                 "{set_name}: max |{} - {}| {:.3e}, time {} / {} {:.2}",
                 main.executors.label(),
