@@ -16,6 +16,8 @@ load: use it on a shared machine.
     python3 benches/ort_compare.py --dir /tmp/saved     # reuse a folder saved before
     python3 benches/ort_compare.py --rounds 3           # alternate graphrw and onnxruntime 3 times
     python3 benches/ort_compare.py --model gpt2-small --rounds 3   # GPT-2 small, S = 128 and 512
+    python3 benches/ort_compare.py --paired 30 --no-build          # paired runs (below)
+    python3 benches/ort_compare.py --model gpt2-small --paired 30 --no-build
 
 `--model gpt2-small` instead times `graphrw run` (the CLI, default stack, best of
 `--repeat` runs) against onnxruntime on GPT-2 small with random weights (built by
@@ -24,6 +26,13 @@ f32, default threads, at each `--seq`. Each side runs in its own process, altern
 `--rounds` times; beside the best time it prints each side's peak RSS (the largest over
 the rounds, from the kernel's accounting of the child process), and `graphrw run`
 checks its logits against onnxruntime's (abs 1e-4 + rel 1e-3).
+
+`--paired N` is the measure for a machine whose speed drifts (a shared or virtual one,
+where best-of-N in two processes compares two different machines): `graphrw run
+--paced` and onnxruntime each keep the model loaded in a process of their own and run
+in turn, N pairs (`benches/paired.py`), and the table gives the median of the N ratios
+graphrw / onnxruntime with its quartiles, both median times and both peak RSS. For the
+main example it runs on the saved folder (the example times nothing else).
 
 cargo inherits the environment, so set CARGO_TARGET_DIR to reuse an existing build.
 Exits with status 2 (and says why) when onnxruntime or numpy is missing.
@@ -38,6 +47,7 @@ import tempfile
 import time
 
 import machine  # benches/machine.py: the CPU line above the figures
+import paired as paired_runs  # benches/paired.py: runs in turn, pair by pair
 
 
 def main():
@@ -51,6 +61,11 @@ def main():
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "graphrw_gpt2_small"),
                     help="gpt2-small: folder for the generated models")
     ap.add_argument("--ort-child", nargs=2, metavar=("DIR", "REPEAT"), help=argparse.SUPPRESS)
+    ap.add_argument("--paced", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--paired", type=int, metavar="N", default=0,
+                    help="run graphrw and onnxruntime in turn N times, each in its own process "
+                         "with the model loaded, and print the median of the N ratios "
+                         "(the measure to use on a machine whose speed drifts)")
     ap.add_argument("--dir", help="a folder already written by `sdpa_fusion --save` (skips cargo)")
     ap.add_argument("--threads", type=int, default=0, help="threads on both sides: onnxruntime intra-op threads and RAYON_NUM_THREADS (0: defaults, one per core)")
     ap.add_argument("--rounds", type=int, default=1,
@@ -59,7 +74,7 @@ def main():
                     help="run the example binary already in target/release/examples (no cargo)")
     args = ap.parse_args()
     if args.ort_child:
-        return ort_child(args.ort_child[0], int(args.ort_child[1]), args.threads)
+        return ort_child(args.ort_child[0], int(args.ort_child[1]), args.threads, args.paced)
     print(machine.cpu_line(), flush=True)
     if args.threads:
         # graphrw's threads: the example inherits the environment.
@@ -87,7 +102,16 @@ def main():
             cmd.append(os.path.abspath(args.model))
         cmd += ["--save", out_dir]
         print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, cwd=root, check=True)
+        subprocess.run(cmd, cwd=root, check=True, capture_output=args.paired > 0)
+    if args.paired:
+        binary = cli_binary(args, root, target)
+        g_ms, o_ms, rss, check, version = paired(out_dir, binary, args.paired, args.threads)
+        print(f"\n`graphrw run --paced` against onnxruntime, run in turn, {version}")
+        print(paired_runs.HEADER)
+        print_paired(os.path.basename(os.path.normpath(out_dir)), g_ms, o_ms, rss)
+        print(f"graphrw's outputs against the saved ones: {check}")
+        print(PAIRED_NOTE)
+        return None
 
     with open(os.path.join(out_dir, "graphrw_times.json")) as f:
         times = json.load(f)
@@ -147,31 +171,83 @@ def run_child(cmd):
     return out, proc.returncode, usage.ru_maxrss / 1024.0
 
 
-def ort_child(model_dir, repeat, threads):
-    """In a process of its own: onnxruntime on a `gpt2_small.py` folder, one warm-up
-    run (session creation packs the weights) then `repeat` timed runs; prints the best
-    time in ms."""
+def ort_child(model_dir, repeat, threads, paced=False):
+    """In a process of its own: onnxruntime on a folder with `model.onnx` and
+    `test_data_set_0/input_<i>.pb` (`gpt2_small.py`'s, or `sdpa_fusion --save`'s), one
+    warm-up run (session creation packs the weights) then `repeat` timed runs; prints
+    the best time in ms. `paced`: the protocol of `graphrw run --paced` (`ready`, then
+    one run per line read on stdin, each printed as `run N T ms`)."""
     import numpy as np
     import onnxruntime as ort
     from onnx import numpy_helper, TensorProto
 
-    t = TensorProto()
-    with open(os.path.join(model_dir, "test_data_set_0", "input_0.pb"), "rb") as f:
-        t.ParseFromString(f.read())
-    ids = numpy_helper.to_array(t)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
     sess = ort.InferenceSession(os.path.join(model_dir, "model.onnx"), opts,
                                 providers=["CPUExecutionProvider"])
-    sess.run(None, {"input_ids": ids})
+    feeds = {}
+    for i, meta in enumerate(sess.get_inputs()):
+        t = TensorProto()
+        with open(os.path.join(model_dir, "test_data_set_0", f"input_{i}.pb"), "rb") as f:
+            t.ParseFromString(f.read())
+        feeds[meta.name] = numpy_helper.to_array(t)
+    sess.run(None, feeds)
+    if paced:
+        print("ready", flush=True)
     best = float("inf")
-    for _ in range(max(1, repeat)):
+    for n in range(max(1, repeat)):
+        if paced and not sys.stdin.readline() and n > 0:
+            break
         t0 = time.perf_counter()
-        sess.run(None, {"input_ids": ids})
-        best = min(best, time.perf_counter() - t0)
+        sess.run(None, feeds)
+        took = time.perf_counter() - t0
+        best = min(best, took)
+        if paced:
+            print(f"run {n + 1} {took * 1e3:.3f} ms", flush=True)
     print(f"best_ms {best * 1e3:.3f} onnxruntime {ort.__version__} numpy {np.__version__}")
+
+
+def paired(model_dir, binary, pairs, threads):
+    """`--paired`: `graphrw run --paced` (A) and onnxruntime (B), each in its own
+    process with the model loaded, run in turn (`paired.alternate`). Both sides' times
+    in ms, their peak RSS (MiB), graphrw's check line and onnxruntime's version."""
+    import re
+
+    g = paired_runs.PacedChild([binary, "run", model_dir, "--paced", "--repeat",
+                                str(pairs + 1)])
+    o = paired_runs.PacedChild([sys.executable, os.path.abspath(__file__), "--ort-child",
+                                model_dir, str(pairs + 1), "--threads", str(threads),
+                                "--paced"])
+    g_ms, o_ms = paired_runs.alternate(g, o, pairs)
+    g_out, g_rc, g_rss = g.finish()
+    o_out, o_rc, o_rss = o.finish()
+    if g_rc != 0 or o_rc != 0:
+        print(g_out, o_out)
+        sys.exit(f"a child failed (graphrw exit {g_rc}, onnxruntime exit {o_rc})")
+    err = re.search(r"max abs error (\S+), max rel error \S+: (.*)", g_out)
+    check = f"max abs {err.group(1)} {err.group(2)}" if err else "?"
+    version = re.search(r"best_ms [0-9.]+ (.*)", o_out).group(1)
+    return g_ms, o_ms, (g_rss, o_rss), check, version
+
+
+def print_paired(label, g_ms, o_ms, rss):
+    """One row of `--paired`'s table: onnxruntime is A and graphrw B, so the ratios are
+    graphrw's time over onnxruntime's."""
+    print(paired_runs.row(label, o_ms, g_ms, (rss[1], rss[0])))
+
+
+PAIRED_NOTE = ("A: onnxruntime, B: graphrw. " + paired_runs.NOTE)
+
+
+def cli_binary(args, root, target):
+    """`graphrw`'s binary in `target`, built first unless `--no-build`."""
+    if not args.no_build:
+        cmd = ["cargo", "build", "--release", "-p", "graphrw-cli"]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, cwd=root, check=True)
+    return os.path.join(target, "release", "graphrw")
 
 
 def gpt2_small(args, root, target):
@@ -180,12 +256,8 @@ def gpt2_small(args, root, target):
     import re
 
     writer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt2_small.py")
-    binary = os.path.join(target, "release", "graphrw")
-    if not args.no_build:
-        cmd = ["cargo", "build", "--release", "-p", "graphrw-cli"]
-        print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, cwd=root, check=True)
-    rows = []
+    binary = cli_binary(args, root, target)
+    rows, paired_rows = [], []
     for seq in args.seq:
         model_dir = os.path.join(args.cache, f"s{seq}")
         if not os.path.exists(os.path.join(model_dir, "test_data_set_0", "output_0.pb")):
@@ -195,6 +267,11 @@ def gpt2_small(args, root, target):
             # across fork and exec).
             cmd = [sys.executable, writer, model_dir, "--seq", str(seq), "--ort"]
             subprocess.run(cmd, check=True)
+        if args.paired:
+            g_ms, o_ms, rss, check, ort_version = paired(model_dir, binary, args.paired,
+                                                         args.threads)
+            paired_rows.append((f"S = {seq}", g_ms, o_ms, rss, check))
+            continue
         g_ms, o_ms, g_rss, o_rss, check = float("inf"), float("inf"), 0.0, 0.0, "?"
         for _ in range(max(1, args.rounds)):
             out, rc, rss = run_child([binary, "run", model_dir, "--repeat", str(args.repeat)])
@@ -216,6 +293,16 @@ def gpt2_small(args, root, target):
                 sys.exit(1)
             o_ms, o_rss, ort_version = min(o_ms, float(m.group(1))), max(o_rss, rss), m.group(2)
         rows.append((seq, g_ms, o_ms, g_rss, o_rss, check))
+    if paired_rows:
+        print(f"\nGPT-2 small, batch 1, f32, `graphrw run --paced` against onnxruntime, run in "
+              f"turn, {ort_version}")
+        print(paired_runs.HEADER)
+        for label, g_ms, o_ms, rss, _ in paired_rows:
+            print_paired(label, g_ms, o_ms, rss)
+        for label, *_, check in paired_rows:
+            print(f"{label}: logits vs onnxruntime's: {check}")
+        print(PAIRED_NOTE)
+        return
     print(f"\nGPT-2 small, batch 1, f32, best of {args.repeat} runs x {max(1, args.rounds)} "
           f"rounds each, {ort_version}")
     print(f"{'S':>5}{'graphrw ms':>12}{'ort ms':>10}{'time ratio':>12}"
