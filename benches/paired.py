@@ -8,8 +8,14 @@ so "best of N" in one process against "best of N" in another compares two differ
 machines. Here both sides run as child processes that keep their model loaded and run
 once per line written to their stdin (`graphrw run --paced`, or onnxruntime through
 `ort_compare.py --ort-child DIR N --paced`); the driver alternates them (the order
-swapped every pair, one warm-up pair first) and reports the median of the per-pair
-time ratios B / A with its quartiles.
+swapped every pair, one warm-up pair first, `--gap` seconds between runs) and reports
+the median of the per-pair time ratios B / A with its quartiles.
+
+The gap matters: onnxruntime's intra-op threads spin for a while after each run, and a
+run started in another process before they stop shares the cores with them (on a
+2-vCPU Zen 4 and the main example's model, with 10 ms gaps, graphrw's runs just after
+onnxruntime's took 93-106 ms against 75-78 ms after its own; from 0.1 s on, 75-80 ms
+whichever ran before).
 
     python3 benches/paired.py DIR --pairs 30 --b-env GRAPHRW_ISA=baseline
     python3 benches/paired.py DIR --pairs 30 --b-binary /tmp/before/graphrw
@@ -67,7 +73,12 @@ class PacedChild:
         return "".join(self.out), self.proc.returncode, usage.ru_maxrss / 1024.0
 
 
-def alternate(a, b, pairs, gap=0.01):
+GAP_S = 0.1
+"""Default seconds between two runs: long enough for either side's idle threads to stop
+spinning (see the module's docs)."""
+
+
+def alternate(a, b, pairs, gap=GAP_S):
     """Runs `a` and `b` (`PacedChild`ren) in turn: one warm-up pair, then `pairs` pairs,
     A first in even pairs and B first in odd ones, `gap` seconds apart. Both sides'
     times in ms, pair by pair."""
@@ -129,6 +140,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir", help="a folder with model.onnx and test_data_set_0/")
     ap.add_argument("--pairs", type=int, default=30)
+    ap.add_argument("--gap", type=float, default=GAP_S, help="seconds between two runs")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
     default_binary = os.path.join(target, "release", "graphrw")
@@ -143,7 +155,7 @@ def main():
     for binary, env in [(args.a_binary, args.a_env), (args.b_binary, args.b_env)]:
         cmd = [binary, "run", args.model_dir, "--paced", "--repeat", runs]
         sides.append(PacedChild(cmd, env_with(env)))
-    a_ms, b_ms = alternate(sides[0], sides[1], args.pairs)
+    a_ms, b_ms = alternate(sides[0], sides[1], args.pairs, args.gap)
     done = [side.finish() for side in sides]
     for name, (out, rc, _) in zip("AB", done):
         if rc != 0:
