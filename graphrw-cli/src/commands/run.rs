@@ -1,5 +1,6 @@
 //! `graphrw run MODEL_DIR [--model FILE] [--executors default|reference] [--repeat N]
-//! [--compare] [--profile]`: run a model on its ONNX test data and compare with the expected outputs.
+//! [--compare] [--profile] [--paced]`: run a model on its ONNX test data and compare with
+//! the expected outputs.
 //!
 //! The fast path is the default: the graph is optimised ([`graphrw::rules::optimize`]:
 //! attention fusion, causal masks, generated kernels) and planned on

@@ -185,8 +185,8 @@ impl Plan {
     /// pool, it handed every kernel to the pool and slept until it was done, two thread
     /// wake-ups per kernel (GPT-2 small at S = 128: 900 context switches a run, 100 from
     /// a worker). Medians of 30 pairs of runs by `benches/paired.py`, worker over
-    /// main thread, 2-vCPU Zen 3 VM: 0.93-0.99 over three sets on GPT-2 small at
-    /// S = 128, 0.95 on the main example's model.
+    /// main thread: 0.982 on GPT-2 small at S = 128 and 0.987 on the main example's
+    /// model on a 2-vCPU Zen 4 (an A/A run 0.999), 0.93-0.99 and 0.95 on a Zen 3.
     fn run_with(
         &self,
         inputs: &[Tensor],
