@@ -12,7 +12,9 @@
 //! backend: `SHAPE BACKEND best_ms GFLOP/s` with `2 BATCH M K N` flops. A product
 //! with one weight matrix (no `BATCH`) is also timed on the packed-weight GEMM with the
 //! weight packed beforehand, once per kernel the CPU has (`packed-Avx2Fma`,
-//! `packed-Avx512`), through `matmul_epilogue_with` as the planner's epilogue runs it. `--peak`
+//! `packed-Avx512`), through `matmul_epilogue_with` as the planner's epilogue runs it;
+//! `--cold N` packs it N times and runs the copies in turn, so that with enough copies
+//! the weight comes from memory each call, as in a model larger than the caches. `--peak`
 //! first prints the FMA probe's rate (`fused::sdpa::fma_peak_gflops`), the ceiling. `--cpu-time`
 //! times by the CPU time of all the process's threads (Linux `CLOCK_PROCESS_CPUTIME_ID`), as
 //! `sdpa_time` does.
@@ -78,6 +80,7 @@ fn ramp(shape: &[usize], seed: usize) -> Result<Tensor, String> {
 fn run() -> Result<(), String> {
     let mut repeat = 5usize;
     let mut cpu_time = false;
+    let mut copies = 1usize;
     let mut specs = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -92,6 +95,14 @@ fn run() -> Result<(), String> {
                         None => println!("fma_peak threads={t} unavailable (no AVX2+FMA)"),
                     }
                 }
+            }
+            "--cold" => {
+                copies = args
+                    .next()
+                    .ok_or("--cold needs a value")?
+                    .parse::<usize>()
+                    .map_err(|e| format!("--cold: {e}"))?
+                    .max(1)
             }
             "--repeat" => {
                 repeat = args
@@ -159,14 +170,23 @@ fn run() -> Result<(), String> {
             continue;
         }
         for isa in [Isa::Avx2Fma, Isa::Avx512] {
-            let Some(w) = PackedWeight::new_for(&b, None, isa) else {
+            let packed: Vec<PackedWeight> = (0..copies)
+                .map_while(|_| PackedWeight::new_for(&b, None, isa))
+                .collect();
+            if packed.is_empty() {
                 continue;
+            }
+            // Each call the next copy: with `--cold`, more bytes than the caches hold.
+            let next = std::cell::Cell::new(0usize);
+            let run = || {
+                let w = &packed[next.get() % packed.len()];
+                next.set(next.get() + 1);
+                let epilogue = Epilogue {
+                    packed: Some(w),
+                    ..Epilogue::default()
+                };
+                matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)
             };
-            let epilogue = Epilogue {
-                packed: Some(&w),
-                ..Epilogue::default()
-            };
-            let run = || matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto);
             print(
                 &format!("packed-{isa:?}"),
                 time(&|| run().map_err(|e| e.to_string()))?,
