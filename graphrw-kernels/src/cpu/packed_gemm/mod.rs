@@ -44,6 +44,9 @@ pub(crate) trait Kernel {
     const KC: usize;
     /// Rows per block: the rows that pass over one weight micro-panel before the next.
     const MC: usize;
+    /// Whether each tile prefetches its share of the next weight block into L1
+    /// ([`panel_block`]).
+    const PREFETCH_NEXT_BLOCK: bool;
 
     /// One tile: `c = a @ bp + bias + add_from` over `kc` depths for the `h` rows of
     /// `a` at stride `lda` (rows past `h` repeat the last, and are not stored), storing
@@ -598,7 +601,7 @@ unsafe fn panel_block<K: Kernel>(
     };
     for (t, i) in (rows.0..rows.1).step_by(K::MR).enumerate() {
         let h = K::MR.min(rows.1 - i);
-        if let Some(ahead) = ahead {
+        if let Some(ahead) = ahead.filter(|_| K::PREFETCH_NEXT_BLOCK) {
             prefetch_share(ahead, (t, tiles));
         }
         let at = col + i * layout.ldc;
