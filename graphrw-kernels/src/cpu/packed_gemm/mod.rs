@@ -563,7 +563,8 @@ unsafe fn block_by_panels<K: Kernel>(
 /// left-operand rows start at `a` (row `rows.0`, depth `pc`) at stride `lda`: one
 /// micro-tile per `K::MR` rows. The bias is added in the first depth block, onto the
 /// product alone; after it (or with `accumulate`) the product is added to the tile
-/// itself, else to the residual's tile. Each tile first prefetches its share of the
+/// itself, else to the residual's tile. Where the kernel asks for it
+/// ([`Kernel::PREFETCH_NEXT_BLOCK`]), each tile first prefetches its share of the
 /// weight block `ahead` (panel, depth), the one the caller runs next, so the weight
 /// streams from memory behind the tiles instead of stalling the first tile of each
 /// block: spread over the tiles, the prefetches stay within the misses a core keeps
