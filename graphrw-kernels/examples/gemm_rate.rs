@@ -77,6 +77,15 @@ fn ramp(shape: &[usize], seed: usize) -> Result<Tensor, String> {
     Tensor::from_vec(shape.to_vec(), vals).map_err(|e| e.to_string())
 }
 
+/// The value after option `name`: a count, at least 1.
+fn count(name: &str, value: Option<String>) -> Result<usize, String> {
+    let value = value.ok_or_else(|| format!("{name} needs a value"))?;
+    let n = value
+        .parse::<usize>()
+        .map_err(|e| format!("{name} `{value}`: {e}"))?;
+    Ok(n.max(1))
+}
+
 fn run() -> Result<(), String> {
     let mut repeat = 5usize;
     let mut cpu_time = false;
@@ -96,22 +105,8 @@ fn run() -> Result<(), String> {
                     }
                 }
             }
-            "--cold" => {
-                copies = args
-                    .next()
-                    .ok_or("--cold needs a value")?
-                    .parse::<usize>()
-                    .map_err(|e| format!("--cold: {e}"))?
-                    .max(1)
-            }
-            "--repeat" => {
-                repeat = args
-                    .next()
-                    .ok_or("--repeat needs a value")?
-                    .parse::<usize>()
-                    .map_err(|e| format!("--repeat: {e}"))?
-                    .max(1)
-            }
+            "--cold" => copies = count(&a, args.next())?,
+            "--repeat" => repeat = count(&a, args.next())?,
             _ => specs.push(parse_spec(&a)?),
         }
     }
