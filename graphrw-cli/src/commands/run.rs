@@ -204,7 +204,8 @@ pub struct RunOptions {
     pub compare: bool,
     /// Print the best run's time per op (see [`profile_lines`]).
     pub profile: bool,
-    /// Wait for a line on stdin before each timed run and print its time ([`paced`]).
+    /// Print `ready` once planned, then wait for a line on stdin before each timed run
+    /// and print `run N T ms` after it, until `repeat` runs or the end of stdin.
     pub paced: bool,
     /// The options the plans' kernels run with (the command's come from the
     /// environment, see [`super::env`]).
