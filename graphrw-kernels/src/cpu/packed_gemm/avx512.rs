@@ -57,8 +57,6 @@ unsafe fn tile(
     (c, ldc): (*mut f32, usize),
     (h, w): (usize, usize),
 ) {
-    // SAFETY: row `min(r, h - 1) < h` of the caller's rows.
-    let row: [*const f32; MR] = std::array::from_fn(|r| unsafe { a.add(r.min(h - 1) * lda) });
     if !add_from.is_null() {
         for r in 0..h {
             // SAFETY: a prefetch reads nothing; the addresses are the tile's rows.
@@ -75,6 +73,9 @@ unsafe fn tile(
         // (the function's contract).
         unsafe { full_tile_steps(kc, (a, lda), bp, &mut acc) };
     } else {
+        // Rows past `h` repeat the last.
+        // SAFETY: row `min(r, h - 1) < h` of the caller's rows.
+        let row: [*const f32; MR] = std::array::from_fn(|r| unsafe { a.add(r.min(h - 1) * lda) });
         for p in 0..kc {
             // SAFETY: `p < kc`: `NR` floats at `p * NR` of `bp`, one at `p` of each row.
             unsafe {

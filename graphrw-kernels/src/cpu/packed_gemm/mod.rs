@@ -594,7 +594,9 @@ unsafe fn panel_block<K: Kernel>(
     let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
     let bp = b.panels()[(q * k + pc) * nr..].as_ptr();
     // The next block: `KC` depths or what is left of the panel.
-    let ahead = ahead.map(|(q, pc)| &b.panels()[(q * k + pc) * nr..][..K::KC.min(k - pc) * nr]);
+    let ahead = ahead
+        .filter(|_| K::PREFETCH_NEXT_BLOCK)
+        .map(|(q, pc)| &b.panels()[(q * k + pc) * nr..][..K::KC.min(k - pc) * nr]);
     let tiles = (rows.1 - rows.0).div_ceil(K::MR);
     let bias = match store.bias {
         Some(bias) if pc == 0 => bias[j0..].as_ptr(),
@@ -602,7 +604,7 @@ unsafe fn panel_block<K: Kernel>(
     };
     for (t, i) in (rows.0..rows.1).step_by(K::MR).enumerate() {
         let h = K::MR.min(rows.1 - i);
-        if let Some(ahead) = ahead.filter(|_| K::PREFETCH_NEXT_BLOCK) {
+        if let Some(ahead) = ahead {
             prefetch_share(ahead, (t, tiles));
         }
         let at = col + i * layout.ldc;
