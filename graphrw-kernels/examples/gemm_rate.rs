@@ -14,7 +14,9 @@
 //! weight packed beforehand, once per kernel the CPU has (`packed-Avx2Fma`,
 //! `packed-Avx512`), through `matmul_epilogue_with` as the planner's epilogue runs it;
 //! `--cold N` packs it N times and runs the copies in turn, so that with enough copies
-//! the weight comes from memory each call, as in a model larger than the caches. `--peak`
+//! the weight comes from memory each call, as in a model larger than the caches; `--act NAME`
+//! (`relu`, `gelu`, `gelu_tanh`, `silu`) adds that activation to the packed products'
+//! epilogue (the rate still counts the product's flops alone). `--peak`
 //! first prints the FMA probe's rate (`fused::sdpa::fma_peak_gflops`), the ceiling. `--cpu-time`
 //! times by the CPU time of all the process's threads (Linux `CLOCK_PROCESS_CPUTIME_ID`), as
 //! `sdpa_time` does.
@@ -24,7 +26,7 @@ use std::time::Instant;
 
 use graphrw_kernels::cpu::Isa;
 use graphrw_kernels::cpu::{
-    matmul_epilogue_with, matmul_with, Epilogue, GemmBackend, PackedWeight,
+    matmul_epilogue_with, matmul_with, Activation, Epilogue, GemmBackend, PackedWeight,
 };
 use graphrw_kernels::Tensor;
 
@@ -86,8 +88,24 @@ fn count(name: &str, value: Option<String>) -> Result<usize, String> {
     Ok(n.max(1))
 }
 
+/// The activation named `name` (as `--act` takes it).
+fn activation(name: Option<String>) -> Result<Activation, String> {
+    match name.as_deref() {
+        Some("identity") => Ok(Activation::Identity),
+        Some("relu") => Ok(Activation::Relu),
+        Some("gelu") => Ok(Activation::Gelu),
+        Some("gelu_tanh") => Ok(Activation::GeluTanh),
+        Some("silu") => Ok(Activation::Silu),
+        other => Err(format!(
+            "--act `{}`: expected identity, relu, gelu, gelu_tanh or silu",
+            other.unwrap_or("")
+        )),
+    }
+}
+
 fn run() -> Result<(), String> {
     let mut repeat = 5usize;
+    let mut act = Activation::Identity;
     let mut cpu_time = false;
     let mut copies = 1usize;
     let mut specs = Vec::new();
@@ -106,6 +124,7 @@ fn run() -> Result<(), String> {
                 }
             }
             "--cold" => copies = count(&a, args.next())?,
+            "--act" => act = activation(args.next())?,
             "--repeat" => repeat = count(&a, args.next())?,
             _ => specs.push(parse_spec(&a)?),
         }
@@ -178,6 +197,7 @@ fn run() -> Result<(), String> {
                 next.set(next.get() + 1);
                 let epilogue = Epilogue {
                     packed: Some(w),
+                    activation: act,
                     ..Epilogue::default()
                 };
                 matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)

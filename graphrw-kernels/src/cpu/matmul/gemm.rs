@@ -92,7 +92,7 @@ pub(crate) trait Gemm: Real {
     /// activation may run on rayon's).
     fn activate(act: Activation, isa: Isa, xs: &mut [Self]);
 
-    /// `c = a @ w + bias + residual (+ c)` ([`TileStore`]) for `m` rows of `a` (row stride
+    /// `c = act(a @ w + bias + residual (+ c))` ([`TileStore`]) for `m` rows of `a` (row stride
     /// `w`'s depth) on the packed-weight GEMM, the result laid out by `layout`
     /// (`(ldc, block, block_stride)`, see `packed_gemm::Layout`). False, having done
     /// nothing, where it does not run (every type but f32, or shapes it refuses).
@@ -109,8 +109,9 @@ pub(crate) trait Gemm: Real {
 }
 
 /// What the packed-weight GEMM does as it stores each tile of its result: add the
-/// product to what the result holds, and add a bias per column and a residual (no
-/// pass of their own: the tile is in registers).
+/// product to what the result holds, add a bias per column and a residual (no
+/// pass of their own: the tile is in registers), and apply an activation (while the
+/// tile is in L1).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct TileStore<'a, T> {
     /// Add the product to what `c` holds (a residual written first) instead of
@@ -123,6 +124,10 @@ pub(crate) struct TileStore<'a, T> {
     /// Added as the first depth block's tiles are stored: a tensor laid out as the
     /// result (a residual connection), not with `accumulate`.
     pub(crate) residual: Option<&'a [T]>,
+    /// Applied to each tile as its last depth block is stored (after the bias and
+    /// residual), with the generated kernels' instruction set read on the calling
+    /// thread ([`Gemm::activate`]).
+    pub(crate) activation: Option<(Activation, Isa)>,
 }
 
 /// [`Gemm::gemm_packed`] for f32.

@@ -11,6 +11,7 @@ mod shapes;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use activation::activate_tile_f32;
 pub use activation::Activation;
 pub use gemm::GemmBackend;
 pub(crate) use gemm::{Gemm, TileStore};
@@ -55,7 +56,10 @@ pub fn matmul_with(a: &Tensor, b: &Tensor, backend: GemmBackend) -> Result<Tenso
 /// `act(a @ b + bias)` in one kernel: without an activation the bias (shape `[N]`,
 /// broadcast over rows) is written into the result first and the GEMM accumulates onto
 /// it; with one, the bias is added in the activation's pass, which runs in place over
-/// the result in parallel row blocks. No intermediate tensor is allocated. Float dtypes only; `bias` must share `a`'s dtype. Shapes follow
+/// the result in parallel row blocks. On the packed-weight GEMM
+/// ([`Epilogue::packed`]) both are applied as each tile is stored instead. No
+/// intermediate tensor is allocated. Float dtypes only; `bias` must share `a`'s dtype.
+/// Shapes follow
 /// [`matmul`]; `b` must have rank 2 or more (the bias runs along its columns).
 /// [`matmul_epilogue_with`] also takes a column range and a residual.
 pub fn matmul_epilogue(

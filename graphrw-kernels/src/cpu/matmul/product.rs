@@ -90,12 +90,13 @@ fn by_heads<T: Element>(
     let isa = crate::elementwise::isa();
     // With the weight packed: one product per batch entry, written head by head
     // (column blocks of `d`), where the packed GEMM takes blocks of that width.
-    // The bias is added as each tile is stored; the activation follows.
+    // The bias is added and the activation applied as each tile is stored.
     if let Some(w) = packed {
         let store = TileStore {
             accumulate: false,
             bias,
             residual: None,
+            activation: (act != Activation::Identity).then_some((act, isa)),
         };
         let done = out
             .chunks_mut(heads * rows * d)
@@ -105,9 +106,6 @@ fn by_heads<T: Element>(
                 T::Acc::gemm_packed(w, rows, a, c, (d, d, rows * d), store)
             });
         if done {
-            if act != Activation::Identity {
-                T::Acc::activate(act, isa, out);
-            }
             return;
         }
     }
@@ -206,20 +204,19 @@ where
         return Ok(out.into_iter().map(T::from_acc).collect());
     }
     let small = out.len() < SEQUENTIAL_WORK;
-    // With the weight packed, the bias and residual are added as each tile of the
-    // result is stored (no pass of their own); an activation follows. Where the packed
-    // GEMM refuses (it does not on shapes checked above), the plain route below runs.
+    // With the weight packed, the bias and residual are added and the activation
+    // applied as each tile of the result is stored (no pass of their own). Where the
+    // packed GEMM refuses (it does not on shapes checked above), the plain route below
+    // runs.
     if let Some(w) = packed {
         let store = TileStore {
             accumulate: false,
             bias,
             residual: residual.as_deref(),
+            activation: (act != Activation::Identity).then(|| (act, crate::elementwise::isa())),
         };
         let oa = plan.offsets[0][0];
         if T::Acc::gemm_packed(w, m, &a[oa..], &mut out, (n, n.max(1), 0), store) {
-            if act != Activation::Identity {
-                activate_rows::<T>(act, None, n, small, &mut out);
-            }
             return Ok(out.into_iter().map(T::from_acc).collect());
         }
     }

@@ -31,7 +31,7 @@ mod tests;
 
 use rayon::prelude::*;
 
-use super::matmul::TileStore;
+use super::matmul::{activate_tile_f32, TileStore};
 use crate::cpu::Isa;
 
 /// A micro-kernel of the packed GEMM: one `MR x NR` tile of the product.
@@ -223,7 +223,7 @@ impl Layout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GemmShapeError(pub(crate) String);
 
-/// `c = a @ b + bias + residual (+ c)` ([`TileStore`]) for `a` of `m` rows (row stride `lda`,
+/// `c = act(a @ b + bias + residual (+ c))` ([`TileStore`]) for `a` of `m` rows (row stride `lda`,
 /// `b.k()` columns) and packed `b`, the result laid out by `layout`.
 ///
 /// Refused when the CPU lacks the instruction set `b` is packed for, when a slice is too
@@ -298,7 +298,10 @@ pub(crate) fn gemm(
                     None if store.accumulate => c[e],
                     None => 0.0,
                 };
-                c[e] = base + add;
+                c[e] = match store.activation {
+                    Some((act, _)) => act.apply(base + add),
+                    None => base + add,
+                };
             }
         }
         return Ok(());
@@ -563,7 +566,8 @@ unsafe fn block_by_panels<K: Kernel>(
 /// left-operand rows start at `a` (row `rows.0`, depth `pc`) at stride `lda`: one
 /// micro-tile per `K::MR` rows. The bias is added in the first depth block, onto the
 /// product alone; after it (or with `accumulate`) the product is added to the tile
-/// itself, else to the residual's tile. Where the kernel asks for it
+/// itself, else to the residual's tile; the last depth block's tiles are then activated
+/// ([`TileStore::activation`]) while in L1. Where the kernel asks for it
 /// ([`Kernel::PREFETCH_NEXT_BLOCK`]), each tile first prefetches its share of the
 /// weight block `ahead` (panel, depth), the one the caller runs next, so the weight
 /// streams from memory behind the tiles instead of stalling the first tile of each
@@ -628,6 +632,11 @@ unsafe fn panel_block<K: Kernel>(
                 (tile, layout.ldc),
                 (h, w),
             );
+        }
+        if let Some((act, isa)) = store.activation.filter(|_| pc + kc == k) {
+            // SAFETY: the tile just stored: `h` rows of `w` result elements of this
+            // task at stride `ldc`, which no other thread accesses (the contract).
+            unsafe { activate_tile_f32(act, isa, tile, layout.ldc, (h, w)) };
         }
     }
 }

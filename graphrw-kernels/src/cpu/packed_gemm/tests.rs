@@ -230,6 +230,7 @@ const ACCUMULATE: TileStore<'static, f32> = TileStore {
     accumulate: true,
     bias: None,
     residual: None,
+    activation: None,
 };
 
 /// The bias and a residual added as tiles are stored: one and two depth blocks, no
@@ -266,6 +267,7 @@ fn stores_tiles_with_a_bias_and_residual_on(isa: Isa) {
                 accumulate,
                 bias: Some(&bias),
                 residual: with_residual.then_some(&residual[..]),
+                activation: None,
             };
             gemm(m, &a, k, &packed, &mut c, layout, store).expect("gemm");
             let product = reference(m, k, n, &a, &b);
@@ -311,6 +313,71 @@ fn stores_tiles_with_a_bias_and_residual_on(isa: Isa) {
     for store in refused {
         let a = values(8, 2);
         assert!(gemm(2, &a, 4, &packed, &mut c, Layout::rows(10), store).is_err());
+    }
+}
+
+/// The activation applied once to each tile, after its last depth block (never to a
+/// partial sum): one, two and four depth blocks, no depth at all, ragged tiles, rows
+/// copied first (a depth of 1024 floats, 4 KiB apart), row-major and head-major
+/// results, onto the product with a bias or onto what the result holds.
+#[test]
+fn activates_each_tile_after_its_last_depth_block() {
+    use crate::cpu::matmul::Activation;
+    let activations = [
+        Activation::GeluTanh,
+        Activation::Gelu,
+        Activation::Silu,
+        Activation::Relu,
+    ];
+    let shapes = [
+        (13, 7, 45, 45),
+        (100, 800, 70, 70),
+        (30, 0, 33, 33),
+        (29, 64, 128, 64),
+        (40, 1024, 40, 40),
+    ];
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    for isa in kernels_here("activates_each_tile_after_its_last_depth_block") {
+        for act in activations {
+            for accumulate in [false, true] {
+                for (m, k, n, block) in shapes {
+                    let a = values(m * k, 3);
+                    // Small enough that the activations' curved parts are reached.
+                    let b: Vec<f32> = values(k * n, 4).iter().map(|x| x * 0.1).collect();
+                    let bias = values(n, 5);
+                    let packed = pack(&b, (k, n), n, 0, isa);
+                    let layout = Layout {
+                        ldc: block,
+                        block,
+                        block_stride: m * block,
+                    };
+                    let mut c = vec![0.25f32; m * n];
+                    let store = TileStore {
+                        accumulate,
+                        bias: (!accumulate).then_some(&bias[..]),
+                        residual: None,
+                        activation: Some((act, crate::elementwise::isa())),
+                    };
+                    pool.install(|| gemm(m, &a, k, &packed, &mut c, layout, store))
+                        .expect("gemm");
+                    let product = reference(m, k, n, &a, &b);
+                    let (mut got, mut want) = (Vec::new(), Vec::new());
+                    for i in 0..m {
+                        for j in 0..n {
+                            let at = (j / block) * m * block + i * block + j % block;
+                            let before = if accumulate { 0.25 } else { bias[j] as f64 };
+                            got.push(c[at] as f64);
+                            want.push(act.apply(product[i * n + j] + before));
+                        }
+                    }
+                    let what = format!("{isa:?} {act:?} {m}x{k}x{n}, accumulate {accumulate}");
+                    assert_close(&got, &want, Tol::scaled(1e-4), &what);
+                }
+            }
+        }
     }
 }
 
