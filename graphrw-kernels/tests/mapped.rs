@@ -72,6 +72,50 @@ fn aligned_f32_is_viewed_in_place_and_computes() {
     assert_eq!((fr.offset, fr.len), (64, 48));
 }
 
+/// Elements of at most `READ_COPY_BYTES` are read through the file into a copy of
+/// their own (a read through the map would map the page-cache folio around them, up to
+/// megabytes of neighbouring weights); larger ones are read in place.
+#[test]
+fn small_tensors_are_read_through_the_file_large_ones_in_place() {
+    use graphrw_kernels::mapped::READ_COPY_BYTES;
+    let small_len = 300;
+    let large_len = READ_COPY_BYTES / 4 + 16;
+    let values: Vec<f32> = (0..small_len + large_len)
+        .map(|i| (i % 97) as f32 * 0.25 - 7.0)
+        .collect();
+    let path = f32_file("small_copy", 64, &values, 0);
+    let file = MappedFile::open(&path).expect("map");
+    let map = file.as_bytes().as_ptr_range();
+    let small = Tensor::from_mapped(&file, 64, DType::F32, &[small_len]).expect("small");
+    let large_at = 64 + 4 * small_len as u64;
+    let large = Tensor::from_mapped(&file, large_at, DType::F32, &[large_len]).expect("large");
+    let small_data = small.as_slice::<f32>().expect("f32");
+    let large_data = large.as_slice::<f32>().expect("f32");
+    assert_eq!(small_data, &values[..small_len]);
+    assert_eq!(large_data, &values[small_len..]);
+    let in_map = |p: *const f32| map.contains(&p.cast::<u8>());
+    assert!(
+        !in_map(small_data.as_ptr()),
+        "a small tensor is read from its copy"
+    );
+    assert!(
+        in_map(large_data.as_ptr()),
+        "a large tensor is read in place"
+    );
+    // Both keep their file range, so a writer still copies them file to file.
+    assert_eq!(
+        small.file_range().expect("mapped").len,
+        4 * small_len as u64
+    );
+    assert!(large.file_range().is_some());
+    // Clones and views share the one copy.
+    let view = cpu::reshape(&small, &[small_len as i64, 1]).expect("reshape");
+    assert_eq!(
+        view.as_slice::<f32>().expect("f32").as_ptr(),
+        small_data.as_ptr()
+    );
+}
+
 #[test]
 fn f16_and_i64_map_in_place() {
     let path = tmp("f16");
