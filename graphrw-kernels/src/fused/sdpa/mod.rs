@@ -51,7 +51,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(crate) mod avx512;
 mod mask;
 #[cfg(target_arch = "x86_64")]
 mod packed;

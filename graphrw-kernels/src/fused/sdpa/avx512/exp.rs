@@ -11,10 +11,11 @@ pub(super) fn exp_shift(max: __m512) -> __m512 {
     _mm512_mask_mov_ps(max, ninf, _mm512_setzero_ps())
 }
 
-/// The polynomial of `2^f` for `f` in about `[-1/2, 1/2]` (`avx2::exp8`'s).
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+/// The polynomial of `2^f` for `f` in about `[-1/2, 1/2]` (`avx2::exp8`'s); also the
+/// matmul epilogue's tanh-GELU (`cpu::matmul::activation`).
+#[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) fn pow2_poly(f: __m512) -> __m512 {
+pub(crate) fn pow2_poly(f: __m512) -> __m512 {
     #[allow(clippy::approx_constant)]
     const C: [f32; 5] = [
         0.693_147,

@@ -24,7 +24,7 @@
 //! Modules: `scores` (score micro-kernels and the fused softmax pass), `values` (value
 //! micro-kernels), `pairs` (bf16 pair packing), `exp` (16-lane exponentials).
 
-mod exp;
+pub(crate) mod exp;
 mod pairs;
 mod scores;
 #[cfg(test)]
