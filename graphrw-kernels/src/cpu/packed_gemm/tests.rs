@@ -130,7 +130,7 @@ fn matches_the_reference_on_odd_shapes_on(isa: Isa) {
 }
 
 /// Every kernel against the reference over a grid of shapes: sizes of 1, primes, sizes
-/// just off each kernel's tile (6, 12 rows; 16, 32 columns), no depth at all, and
+/// just off each kernel's tile (6, 8, 12 rows; 16, 32 columns), no depth at all, and
 /// depths over several depth blocks; on one thread and on two (whose shares split
 /// tile rows and panels).
 #[test]
@@ -141,7 +141,8 @@ fn matches_the_reference_on_a_grid_of_shapes() {
                 .num_threads(threads)
                 .build()
                 .expect("a thread pool");
-            for m in [1, 5, 7, 13, 67, 131] {
+            // 8 and 20 rows end on a tile of 8 (AVX-512's 8-row loop).
+            for m in [1, 5, 7, 8, 13, 20, 67, 131] {
                 for n in [1, 15, 17, 33, 97] {
                     for k in [0, 1, 3, 31, 257, 1031] {
                         grid_case(&pool, isa, (m, k, n));
@@ -150,7 +151,12 @@ fn matches_the_reference_on_a_grid_of_shapes() {
             }
             // Large enough to split over threads (`work` of 2^20 and more): by rows,
             // and (wide results whose rows stay in cache) by weight panels.
-            for (m, k, n) in [(151, 1543, 67), (64, 2051, 96), (389, 129, 400)] {
+            for (m, k, n) in [
+                (151, 1543, 67),
+                (64, 2051, 96),
+                (389, 129, 400),
+                (128, 777, 70),
+            ] {
                 assert!(!splits_by_panels(m, k, n));
                 grid_case(&pool, isa, (m, k, n));
             }
