@@ -141,9 +141,9 @@ fn matches_the_reference_on_a_grid_of_shapes() {
                 .num_threads(threads)
                 .build()
                 .expect("a thread pool");
-            // 8 and 20 rows end on a tile of 8 (AVX-512's 8-row loop); with 9 and 67
-            // too, every remainder of 6 rows (the AVX2 kernel's tile) is here.
-            for m in [1, 5, 7, 8, 9, 13, 20, 67, 131] {
+            // Every remainder of 12 rows but 0 and 4 (in the shapes below) and of 6,
+            // the kernels' tiles: 8 and 20 end on AVX-512's 8-row loop.
+            for m in [1, 5, 7, 8, 9, 13, 14, 15, 20, 22, 67, 131] {
                 for n in [1, 15, 17, 33, 97] {
                     for k in [0, 1, 3, 31, 257, 1031] {
                         grid_case(&pool, isa, (m, k, n));
