@@ -130,6 +130,34 @@ unsafe fn tile(
     }
 }
 
+/// The start of a depth step of [`full_tile_steps`] and [`eight_row_steps`]: the two
+/// weight vectors loaded into `b0`, `b1`, then the FMAs of rows 0 to 7 (row `3 g + r`
+/// read at `a{3g} + r s`), each row's element broadcast inside its FMA.
+macro_rules! first_eight_rows {
+    () => {
+        concat!(
+            "vmovups {b0}, [{bp}]\n",
+            "vmovups {b1}, [{bp} + 64]\n",
+            "vfmadd231ps {c00}, {b0}, dword ptr [{a0}]{{1to16}}\n",
+            "vfmadd231ps {c01}, {b1}, dword ptr [{a0}]{{1to16}}\n",
+            "vfmadd231ps {c10}, {b0}, dword ptr [{a0} + {s}]{{1to16}}\n",
+            "vfmadd231ps {c11}, {b1}, dword ptr [{a0} + {s}]{{1to16}}\n",
+            "vfmadd231ps {c20}, {b0}, dword ptr [{a0} + {s} * 2]{{1to16}}\n",
+            "vfmadd231ps {c21}, {b1}, dword ptr [{a0} + {s} * 2]{{1to16}}\n",
+            "vfmadd231ps {c30}, {b0}, dword ptr [{a3}]{{1to16}}\n",
+            "vfmadd231ps {c31}, {b1}, dword ptr [{a3}]{{1to16}}\n",
+            "vfmadd231ps {c40}, {b0}, dword ptr [{a3} + {s}]{{1to16}}\n",
+            "vfmadd231ps {c41}, {b1}, dword ptr [{a3} + {s}]{{1to16}}\n",
+            "vfmadd231ps {c50}, {b0}, dword ptr [{a3} + {s} * 2]{{1to16}}\n",
+            "vfmadd231ps {c51}, {b1}, dword ptr [{a3} + {s} * 2]{{1to16}}\n",
+            "vfmadd231ps {c60}, {b0}, dword ptr [{a6}]{{1to16}}\n",
+            "vfmadd231ps {c61}, {b1}, dword ptr [{a6}]{{1to16}}\n",
+            "vfmadd231ps {c70}, {b0}, dword ptr [{a6} + {s}]{{1to16}}\n",
+            "vfmadd231ps {c71}, {b1}, dword ptr [{a6} + {s}]{{1to16}}",
+        )
+    };
+}
+
 /// The depth loop of a full `12 x 32` tile, `acc += a @ bp` over `kc >= 1` depths, each
 /// row's element broadcast inside the FMA that reads it (`{1to16}`), as MLAS's kernel
 /// does. Written with intrinsics, the compiler broadcast each element into a register
@@ -161,24 +189,7 @@ unsafe fn full_tile_steps(
     unsafe {
         std::arch::asm!(
             "2:",
-            "vmovups {b0}, [{bp}]",
-            "vmovups {b1}, [{bp} + 64]",
-            "vfmadd231ps {c00}, {b0}, dword ptr [{a0}]{{1to16}}",
-            "vfmadd231ps {c01}, {b1}, dword ptr [{a0}]{{1to16}}",
-            "vfmadd231ps {c10}, {b0}, dword ptr [{a0} + {s}]{{1to16}}",
-            "vfmadd231ps {c11}, {b1}, dword ptr [{a0} + {s}]{{1to16}}",
-            "vfmadd231ps {c20}, {b0}, dword ptr [{a0} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c21}, {b1}, dword ptr [{a0} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c30}, {b0}, dword ptr [{a3}]{{1to16}}",
-            "vfmadd231ps {c31}, {b1}, dword ptr [{a3}]{{1to16}}",
-            "vfmadd231ps {c40}, {b0}, dword ptr [{a3} + {s}]{{1to16}}",
-            "vfmadd231ps {c41}, {b1}, dword ptr [{a3} + {s}]{{1to16}}",
-            "vfmadd231ps {c50}, {b0}, dword ptr [{a3} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c51}, {b1}, dword ptr [{a3} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c60}, {b0}, dword ptr [{a6}]{{1to16}}",
-            "vfmadd231ps {c61}, {b1}, dword ptr [{a6}]{{1to16}}",
-            "vfmadd231ps {c70}, {b0}, dword ptr [{a6} + {s}]{{1to16}}",
-            "vfmadd231ps {c71}, {b1}, dword ptr [{a6} + {s}]{{1to16}}",
+            first_eight_rows!(),
             "vfmadd231ps {c80}, {b0}, dword ptr [{a6} + {s} * 2]{{1to16}}",
             "vfmadd231ps {c81}, {b1}, dword ptr [{a6} + {s} * 2]{{1to16}}",
             "vfmadd231ps {c90}, {b0}, dword ptr [{a9}]{{1to16}}",
@@ -294,24 +305,7 @@ unsafe fn eight_row_steps(
     unsafe {
         std::arch::asm!(
             "2:",
-            "vmovups {b0}, [{bp}]",
-            "vmovups {b1}, [{bp} + 64]",
-            "vfmadd231ps {c00}, {b0}, dword ptr [{a0}]{{1to16}}",
-            "vfmadd231ps {c01}, {b1}, dword ptr [{a0}]{{1to16}}",
-            "vfmadd231ps {c10}, {b0}, dword ptr [{a0} + {s}]{{1to16}}",
-            "vfmadd231ps {c11}, {b1}, dword ptr [{a0} + {s}]{{1to16}}",
-            "vfmadd231ps {c20}, {b0}, dword ptr [{a0} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c21}, {b1}, dword ptr [{a0} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c30}, {b0}, dword ptr [{a3}]{{1to16}}",
-            "vfmadd231ps {c31}, {b1}, dword ptr [{a3}]{{1to16}}",
-            "vfmadd231ps {c40}, {b0}, dword ptr [{a3} + {s}]{{1to16}}",
-            "vfmadd231ps {c41}, {b1}, dword ptr [{a3} + {s}]{{1to16}}",
-            "vfmadd231ps {c50}, {b0}, dword ptr [{a3} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c51}, {b1}, dword ptr [{a3} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c60}, {b0}, dword ptr [{a6}]{{1to16}}",
-            "vfmadd231ps {c61}, {b1}, dword ptr [{a6}]{{1to16}}",
-            "vfmadd231ps {c70}, {b0}, dword ptr [{a6} + {s}]{{1to16}}",
-            "vfmadd231ps {c71}, {b1}, dword ptr [{a6} + {s}]{{1to16}}",
+            first_eight_rows!(),
             "add {a0}, 4",
             "add {a3}, 4",
             "add {a6}, 4",

@@ -233,6 +233,23 @@ fn aliased_rows_and_uneven_thread_shares_match_the_reference_on(isa: Isa) {
     }
 }
 
+/// A result of `m` rows laid out in column blocks of `block` (head-major when `block`
+/// is a head's width; row-major when it is every column).
+fn column_blocks(m: usize, block: usize) -> Layout {
+    Layout {
+        ldc: block,
+        block,
+        block_stride: m * block,
+    }
+}
+
+impl Layout {
+    /// Where element `(i, j)` of the result lies.
+    fn at(&self, i: usize, j: usize) -> usize {
+        (j / self.block) * self.block_stride + i * self.ldc + j % self.block
+    }
+}
+
 const ACCUMULATE: TileStore<'static, f32> = TileStore {
     accumulate: true,
     bias: None,
@@ -263,11 +280,7 @@ fn stores_tiles_with_a_bias_and_residual_on(isa: Isa) {
             let b = values(k * n, 8);
             let bias = values(n, 9);
             let packed = pack(&b, (k, n), n, 0, isa);
-            let layout = Layout {
-                ldc: block,
-                block,
-                block_stride: m * block,
-            };
+            let layout = column_blocks(m, block);
             let mut c = vec![0.25f32; m * n];
             let residual = values(m * n, 10);
             let store = TileStore {
@@ -281,7 +294,7 @@ fn stores_tiles_with_a_bias_and_residual_on(isa: Isa) {
             let (mut got, mut want) = (Vec::new(), Vec::new());
             for i in 0..m {
                 for j in 0..n {
-                    let at = (j / block) * m * block + i * block + j % block;
+                    let at = column_blocks(m, block).at(i, j);
                     let before = match (accumulate, with_residual) {
                         (true, _) => 0.25,
                         (_, true) => residual[at] as f64,
@@ -356,11 +369,7 @@ fn activates_each_tile_after_its_last_depth_block() {
                     let b: Vec<f32> = values(k * n, 4).iter().map(|x| x * 0.1).collect();
                     let bias = values(n, 5);
                     let packed = pack(&b, (k, n), n, 0, isa);
-                    let layout = Layout {
-                        ldc: block,
-                        block,
-                        block_stride: m * block,
-                    };
+                    let layout = column_blocks(m, block);
                     let mut c = vec![0.25f32; m * n];
                     let store = TileStore {
                         accumulate,
@@ -374,7 +383,7 @@ fn activates_each_tile_after_its_last_depth_block() {
                     let (mut got, mut want) = (Vec::new(), Vec::new());
                     for i in 0..m {
                         for j in 0..n {
-                            let at = (j / block) * m * block + i * block + j % block;
+                            let at = column_blocks(m, block).at(i, j);
                             let before = if accumulate { 0.25 } else { bias[j] as f64 };
                             got.push(c[at] as f64);
                             want.push(act.apply(product[i * n + j] + before));
