@@ -228,3 +228,31 @@ fn cumsum_matches_reference() {
     }
     assert!(cpu::cumsum(&Tensor::zeros(DType::F32, &[2]), 1).is_err());
 }
+
+/// An embedding lookup drawing its output from a plan's pool: a recycled buffer of
+/// stale values is handed out, and every element is overwritten.
+#[test]
+fn gather_into_a_recycled_buffer_overwrites_it() {
+    use graphrw_kernels::cpu::pool::BufferPool;
+    use std::sync::Arc;
+    let (vocab, width, n) = (300, 256, 70);
+    let table: Vec<f32> = (0..vocab * width).map(|i| i as f32).collect();
+    let table = Tensor::from_vec(vec![vocab, width], table).unwrap();
+    let ids: Vec<i64> = (0..n as i64).map(|i| (i * 37) % vocab as i64).collect();
+    let ids = index(DType::I64, &[n], &ids);
+    let pool = Arc::new(BufferPool::new());
+    pool.raise_limit(1 << 30);
+    pool.recycle(Tensor::from_vec(vec![n * width], vec![f32::NAN; n * width]).unwrap());
+    let _installed = pool.install();
+    let got = cpu::gather(&table, &ids, 0).unwrap();
+    assert!(
+        pool.reused_bytes() > 0,
+        "the recycled buffer was not drawn on"
+    );
+    let got = got.as_slice::<f32>().unwrap();
+    for (r, row) in got.chunks(width).enumerate() {
+        let id = (r * 37) % vocab;
+        let want: Vec<f32> = (0..width).map(|j| (id * width + j) as f32).collect();
+        assert_eq!(row, want.as_slice(), "row {r}");
+    }
+}
