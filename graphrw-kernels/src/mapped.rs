@@ -251,16 +251,18 @@ pub struct MappedElements {
     len: usize,
     dtype: DType,
     /// Where the file's bytes are not aligned for the dtype (an inline `raw_data` sits
-    /// at any offset of its model file), or the elements are few
-    /// ([`READ_COPY_BYTES`]): an aligned copy, made the first time the elements are
+    /// at any offset of its model file), or the elements are few and in an external
+    /// data file ([`READ_COPY_BYTES`]): an aligned copy, made the first time the elements are
     /// read and shared by every clone. Writers copy the file range and never read it,
     /// so a weight nothing computes with is never copied.
     copy: Arc<OnceLock<Vec<u64>>>,
 }
 
-/// Bytes up to which a mapped tensor's elements are read through the file into a copy
-/// of their own (once, the first time they are read) instead of through the map: a
-/// bias or a norm's scale sits between weights in an external data file, and on a
+/// Bytes up to which a tensor mapped from an external data file (not a model file's
+/// inline `raw_data`, whose pages are never given back) has its elements read through
+/// the file into a copy of their own (once, the first time they are read) instead of
+/// through the map: a bias or a norm's scale sits between weights in an external data
+/// file, and on a
 /// kernel that keeps the file's page cache in large folios (Linux 6.x), one read
 /// through the map maps the whole folio around it, up to 4 MiB of the neighbouring
 /// weights. GPT-2 small at S = 128 (2-core Zen 4, Linux 6.18) grew from 533 to 622 MB
@@ -336,7 +338,7 @@ impl MappedElements {
         let bytes = self
             .file
             .bytes(self.start, self.len * std::mem::size_of::<T>())?;
-        let few = bytes.len() <= READ_COPY_BYTES;
+        let few = bytes.len() <= READ_COPY_BYTES && !self.file.model;
         if few || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
             let copy = self.copy.get_or_init(|| {
                 // Through the file where the elements are few (their map pages stay

@@ -72,9 +72,10 @@ fn aligned_f32_is_viewed_in_place_and_computes() {
     assert_eq!((fr.offset, fr.len), (64, 48));
 }
 
-/// Elements of at most `READ_COPY_BYTES` are read through the file into a copy of
-/// their own (a read through the map would map the page-cache folio around them, up to
-/// megabytes of neighbouring weights); larger ones are read in place.
+/// Elements of at most `READ_COPY_BYTES` in an external data file are read through the
+/// file into a copy of their own (a read through the map would map the page-cache
+/// folio around them, up to megabytes of neighbouring weights); larger ones, and a
+/// model file's inline ones, are read in place.
 #[test]
 fn small_tensors_are_read_through_the_file_large_ones_in_place() {
     use graphrw_kernels::mapped::READ_COPY_BYTES;
@@ -113,6 +114,19 @@ fn small_tensors_are_read_through_the_file_large_ones_in_place() {
     assert_eq!(
         view.as_slice::<f32>().expect("f32").as_ptr(),
         small_data.as_ptr()
+    );
+    // A model file's inline tensors are read in place, small or not: its pages are
+    // never given back, and a model of many small constants would pay a read each.
+    let model = MappedFile::open_model(&path).expect("map");
+    let inline = Tensor::from_mapped(&model, 64, DType::F32, &[small_len]).expect("inline");
+    let inline_data = inline.as_slice::<f32>().expect("f32");
+    assert_eq!(inline_data, &values[..small_len]);
+    assert!(
+        model
+            .as_bytes()
+            .as_ptr_range()
+            .contains(&inline_data.as_ptr().cast::<u8>()),
+        "an inline tensor is read in place"
     );
 }
 
