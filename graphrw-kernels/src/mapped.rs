@@ -252,9 +252,9 @@ pub struct MappedElements {
     dtype: DType,
     /// Where the file's bytes are not aligned for the dtype (an inline `raw_data` sits
     /// at any offset of its model file), or the elements are few and in an external
-    /// data file ([`READ_COPY_BYTES`]): an aligned copy, made the first time the elements are
-    /// read and shared by every clone. Writers copy the file range and never read it,
-    /// so a weight nothing computes with is never copied.
+    /// data file ([`READ_COPY_BYTES`]): an aligned copy, made the first time the
+    /// elements are read and shared by every clone. Writers copy the file range and
+    /// never read it, so a weight nothing computes with is never copied.
     copy: Arc<OnceLock<Vec<u64>>>,
 }
 
@@ -262,10 +262,9 @@ pub struct MappedElements {
 /// inline `raw_data`, whose pages are never given back) has its elements read through
 /// the file into a copy of their own (once, the first time they are read) instead of
 /// through the map: a bias or a norm's scale sits between weights in an external data
-/// file, and on a
-/// kernel that keeps the file's page cache in large folios (Linux 6.x), one read
-/// through the map maps the whole folio around it, up to 4 MiB of the neighbouring
-/// weights. GPT-2 small at S = 128 (2-core Zen 4, Linux 6.18) grew from 533 to 622 MB
+/// file, and on a kernel that keeps the file's page cache in large folios (Linux 6.x),
+/// one read through the map maps the whole folio around it, up to 4 MiB of the
+/// neighbouring weights. GPT-2 small at S = 128 (2-core Zen 4, Linux 6.18) grew from 533 to 622 MB
 /// resident at its second run, its biases' folios mapped back after the packed
 /// weights had given theirs back; with these copies it stays at 533 MB.
 pub const READ_COPY_BYTES: usize = 256 << 10;

@@ -128,12 +128,10 @@ fn gelu_tanh_with<const FMA: bool>(x: f32) -> f32 {
 
 /// `act` over `h` rows of `w` f32 values `ld` apart from `c`: a tile of the packed
 /// GEMM's result, activated as its last depth block is stored, while it is in L1,
-/// instead of in a pass of its own over the whole result. Measured with
-/// [`gelu_tanh_with`] (2-core Zen 4, AVX-512 kernel): the tanh-GELU cost `512 x 768 x
-/// 3072` 0.5-0.65 ms (`gemm_rate --repeat 30 --act gelu_tanh` against `--act
-/// identity`, three interleaved runs), where the pass after the product cost about
-/// 0.8 ms; the main example ran 0.983 of its time before (`benches/paired.py --pairs
-/// 40`, 32 of 40 pairs faster). AVX-512 has its own tanh-GELU (`gelu_tanh16`).
+/// instead of in a pass of its own over the whole result (that pass cost about 0.8
+/// ms of a `512 x 768 x 3072` product with a tanh-GELU, 2-core Zen 4). AVX-512 has its
+/// own tanh-GELU (`gelu_tanh16`); the other activations run [`activate_f32_with`] a
+/// vector's lanes at a time.
 ///
 /// # Safety
 /// `c` is valid for reads and writes of `h` rows of `w` floats at stride `ld`, and
@@ -161,6 +159,7 @@ pub(crate) unsafe fn activate_tile_f32(
         }
         _ => {}
     }
+    #[cfg(not(target_arch = "x86_64"))]
     let _ = isa;
     // SAFETY: the caller's contract.
     unsafe { activate_tile_with::<false, 8>(act, c, ld, (h, w)) }

@@ -59,8 +59,8 @@ pub fn matmul_with(a: &Tensor, b: &Tensor, backend: GemmBackend) -> Result<Tenso
 /// the result in parallel row blocks. On the packed-weight GEMM
 /// ([`Epilogue::packed`]) both are applied as each tile is stored instead. No
 /// intermediate tensor is allocated. Float dtypes only; `bias` must share `a`'s dtype.
-/// Shapes follow
-/// [`matmul`]; `b` must have rank 2 or more (the bias runs along its columns).
+/// Shapes follow [`matmul`]; `b` must have rank 2 or more (the bias runs along its
+/// columns).
 /// [`matmul_epilogue_with`] also takes a column range and a residual.
 pub fn matmul_epilogue(
     a: &Tensor,

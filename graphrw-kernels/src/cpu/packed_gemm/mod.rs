@@ -49,7 +49,7 @@ pub(crate) trait Kernel {
     const PREFETCH_NEXT_BLOCK: bool;
 
     /// One tile: `c = a @ bp + bias + add_from` over `kc` depths for the `h` rows of
-    /// `a` at stride `lda` (rows past `h` repeat the last, and are not stored), storing
+    /// `a` at stride `lda` (a tile of fewer than `MR` rows computes only those), storing
     /// `w` columns at row stride `ldc`; `bias` (`w` values) and `add_from` (a tile laid
     /// out as `c`'s, which may be `c` itself) are added unless null.
     ///
