@@ -243,13 +243,20 @@ impl Compute for f32 {
 /// `out` as f16 elements when `E` is `f16`.
 #[inline]
 fn as_f16_mut<E: Element>(out: &mut [E]) -> Option<&mut [f16]> {
-    if TypeId::of::<E>() != TypeId::of::<f16>() {
+    same_type_mut::<E, f16>(out)
+}
+
+/// `out` as a slice of `T` when `E` is `T` (the same type; else `None`): a kernel whose
+/// compute type is the output's storage type writes the output in place.
+#[inline]
+pub(crate) fn same_type_mut<E: 'static, T: 'static>(out: &mut [E]) -> Option<&mut [T]> {
+    if TypeId::of::<E>() != TypeId::of::<T>() {
         return None;
     }
     let (ptr, len) = (out.as_mut_ptr(), out.len());
-    // SAFETY: `E` is `f16` (same `TypeId`), so `out` is a valid, exclusively borrowed
-    // `[f16]` of `len` elements; the result reborrows it for the same lifetime.
-    Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<f16>(), len) })
+    // SAFETY: `E` is `T` (same `TypeId`), so `out` is a valid, exclusively borrowed
+    // `[T]` of `len` elements; the result reborrows it for the same lifetime.
+    Some(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>(), len) })
 }
 
 impl Compute for f64 {

@@ -105,6 +105,13 @@ impl Plan {
         (off, *inner)
     }
 
+    /// Whether operand `k` moves from row to row (false when every row reads the same
+    /// values: a weight or bias broadcast over the rows).
+    #[inline]
+    pub fn varies_by_row(&self, k: usize) -> bool {
+        self.strides[k].0.iter().any(|&s| s != 0)
+    }
+
     /// The number of operands planned.
     pub fn operands(&self) -> usize {
         self.strides.len()

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::load::{Compute, Src};
+use super::load::{same_type_mut, Compute, Src};
 use super::plan::Plan;
 use crate::broadcast::PAR_THRESHOLD;
 use crate::{Element, KernelError};
@@ -81,10 +81,14 @@ impl<'a> Row<'_, 'a> {
 
 impl Row<'_, '_> {
     /// Prefetches (a cache hint) positions `j .. j + len` of every operand that walks the
-    /// row (broadcast ones are read once and stay cached).
+    /// row and differs from row to row (a weight broadcast over the rows, or a value
+    /// broadcast along the row, is read once and stays cached).
     #[inline]
     fn prefetch(&self, j: usize, len: usize) {
         for (k, src) in self.srcs.iter().enumerate() {
+            if !self.plan.varies_by_row(k) {
+                continue;
+            }
             let (off, stride) = self.plan.row_start(k, self.row);
             if stride == 1 {
                 src.prefetch(off + j, len);
@@ -199,8 +203,15 @@ fn map_chunk<F: Compute, E: Element, K: MapKernel<F>, const FMA: bool>(
             Row { plan, srcs, row }.prefetch(j, TILE.min(inner - j).min(end - next));
         }
         let r = Row { plan, srcs, row };
-        kernel.tile::<FMA>(&r, j, &mut scratch, &mut obuf[..len]);
-        F::store(&obuf[..len], &mut chunk[pos - start..pos - start + len]);
+        let out = &mut chunk[pos - start..pos - start + len];
+        match same_type_mut::<E, F>(out) {
+            // The kernel writes every value of its tile: computed in place.
+            Some(out) => kernel.tile::<FMA>(&r, j, &mut scratch, out),
+            None => {
+                kernel.tile::<FMA>(&r, j, &mut scratch, &mut obuf[..len]);
+                F::store(&obuf[..len], out);
+            }
+        }
         pos += len;
     }
 }
@@ -285,8 +296,14 @@ fn rows_chunk<F: Compute, E: Element, K: RowKernel<F>, const FMA: bool>(
             srcs,
             row: first + i,
         };
-        kernel.row::<FMA>(&r, &mut scratch, &mut orow);
-        F::store(&orow, o);
+        match same_type_mut::<E, F>(o) {
+            // The kernel writes every value of its row: computed in place.
+            Some(o) => kernel.row::<FMA>(&r, &mut scratch, o),
+            None => {
+                kernel.row::<FMA>(&r, &mut scratch, &mut orow);
+                F::store(&orow, o);
+            }
+        }
     }
 }
 

@@ -64,7 +64,7 @@ fused_kernel! {
     pub fn layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: f64) -> Tensor {
         let d = x.sub(x.mean(dims = [-1], keepdim = true));
         let var = (d.pow(2.0) | d.mul(d)).mean(dims = [-1], keepdim = true).add(eps);
-        (d.div(var.sqrt()) | d.mul(var.rsqrt())).mul(weight).add(bias)
+        (d.mul(var.rsqrt()) | d.div(var.sqrt())).mul(weight).add(bias)
     }
 
     /// Softmax over the last dimension of `x * scale + mask` (an additive mask).
@@ -104,7 +104,7 @@ fused_kernel! {
         let h = x.add(residual);
         let d = h.sub(h.mean(dims = [-1], keepdim = true));
         let var = (d.pow(2.0) | d.mul(d)).mean(dims = [-1], keepdim = true).add(eps);
-        (d.div(var.sqrt()) | d.mul(var.rsqrt())).mul(weight).add(bias)
+        (d.mul(var.rsqrt()) | d.div(var.sqrt())).mul(weight).add(bias)
     }
 }
 
