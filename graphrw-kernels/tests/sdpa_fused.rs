@@ -6,12 +6,12 @@ use graphrw_kernels::cpu::{CpuFeatures, Isa};
 use graphrw_kernels::fused::sdpa::{sdpa_tuned, selected_kernel_with, SdpaKernel};
 use graphrw_kernels::fused::{sdpa, FullyMaskedRows, SdpaOptions};
 use graphrw_kernels::testing::compare;
-use graphrw_kernels::{cpu, DType, KernelError, KernelOptions, SdpaTuning, Tensor};
+use graphrw_kernels::{cpu, DType, KernelError, KernelOptions, SdpaBlocks, SdpaTuning, Tensor};
 
 /// The kernel options that run the SDPA paths this CPU has, each once: the default
 /// (the best kernel), the packed path capped at AVX2, the operands read in place (with
 /// and without the AVX2 micro-tiles), the packed path's softmax step as a pass of its
-/// own, and the portable loops.
+/// own, the packed paths with [`ODD_BLOCKS`], and the portable loops.
 fn variants() -> Vec<KernelOptions> {
     let base = KernelOptions::default();
     let tuned = |t: SdpaTuning| base.with_sdpa(t);
@@ -25,6 +25,14 @@ fn variants() -> Vec<KernelOptions> {
                 .with_micro_kernels(false),
         ),
         tuned(SdpaTuning::default().with_fuse_softmax(false)),
+        // Blocks that are not multiples of the key panels or of each other: a causal
+        // key block is cut where the diagonal starts, off the tuned sizes' grid.
+        tuned(SdpaTuning::default().with_blocks(ODD_BLOCKS)),
+        tuned(
+            SdpaTuning::default()
+                .with_max_isa(Isa::Avx2Fma)
+                .with_blocks(ODD_BLOCKS),
+        ),
         base.with_max_isa(Isa::Baseline),
     ];
     let mut seen = Vec::new();
@@ -36,6 +44,7 @@ fn variants() -> Vec<KernelOptions> {
                 selected_kernel_with(DType::BF16, o),
                 o.sdpa.fuse_softmax,
                 o.sdpa.micro_kernels,
+                o.sdpa.blocks.map(|b| (b.q, b.k)),
             );
             let new = !seen.contains(&key);
             seen.push(key);
@@ -43,6 +52,9 @@ fn variants() -> Vec<KernelOptions> {
         })
         .collect()
 }
+
+/// Query and key blocks off the tuned sizes' grid (see [`variants`]).
+const ODD_BLOCKS: SdpaBlocks = SdpaBlocks { q: 20, k: 44 };
 
 /// SplitMix64: deterministic inputs.
 struct Rng(u64);
