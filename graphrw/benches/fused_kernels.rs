@@ -1,6 +1,7 @@
 //! Generated fused kernels against the unfused chain (their decomposition on the
 //! reference executor) and against a plain copy of the same bytes, at 1 M and 16 M
-//! output elements (f32, rows of 1024; weights and biases `[1024]`, masks `[1, 1024]`).
+//! output elements (f32, rows of 1024; weights and biases `[1024]`, masks `[1, 1024]`)
+//! and at GPT-2 small's activations for a sequence of 512 (`gpt2_s512`: 512 rows of 768).
 //!
 //! Like is compared with like: `fused` and `unfused` are both plans of the same
 //! one-node graph run through the interpreter (`fused` on `[generated, reference]`, which
@@ -25,13 +26,18 @@ use graphrw::ops::AttrValue;
 use graphrw::{Builder, DType, Dim, Tensor, TensorMeta};
 use rayon::prelude::*;
 
-const ROW: usize = 1024;
+/// The sizes benched: label, rows, row length.
+const SIZES: [(&str, usize, usize); 3] = [
+    ("1M", 1 << 10, 1024),
+    ("16M", 1 << 14, 1024),
+    ("gpt2_s512", 512, 768),
+];
 
-fn shape_of(param: &str, rows: usize) -> Vec<usize> {
+fn shape_of(param: &str, rows: usize, row: usize) -> Vec<usize> {
     match param {
-        "weight" | "bias" => vec![ROW],
-        "mask" => vec![1, ROW],
-        _ => vec![rows, ROW],
+        "weight" | "bias" => vec![row],
+        "mask" => vec![1, row],
+        _ => vec![rows, row],
     }
 }
 
@@ -69,12 +75,13 @@ fn bench(c: &mut Criterion) {
     let generated: Vec<Arc<dyn Executor>> =
         vec![Arc::new(generated_executor()), Arc::new(ReferenceCpu)];
     let reference: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
-    for &(label, elems) in &[("1M", 1usize << 20), ("16M", 1usize << 24)] {
-        let rows = elems / ROW;
+    for (label, rows, row) in SIZES {
+        let elems = rows * row;
         let mut group = c.benchmark_group(format!("fused_kernels/{label}"));
         group.sample_size(10);
         for k in builtin::ALL {
-            let shapes: Vec<Vec<usize>> = k.tensors.iter().map(|t| shape_of(t, rows)).collect();
+            let shapes: Vec<Vec<usize>> =
+                k.tensors.iter().map(|t| shape_of(t, rows, row)).collect();
             let inputs: Vec<Tensor> = shapes
                 .iter()
                 .map(|s| {
