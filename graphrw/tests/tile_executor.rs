@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use graphrw::exec::tile::program::Program;
-use graphrw::exec::tile::{ELEMENTWISE_GROUP, TILE};
+use graphrw::exec::tile::{ELEMENTWISE_GROUP, MAX_GROUP, TILE};
 use graphrw::exec::{
     default_stack, plan, reference_stack, tile_executor, Executor, ReferenceCpu, TILE_CPU,
 };
@@ -293,6 +293,41 @@ fn a_group_that_would_make_a_cycle_is_not_formed() {
     assert_eq!(groups(&planned), 0, "{planned}");
     assert_eq!(planned.op_counts().get("exp"), Some(&1));
     assert_eq!(planned.op_counts().get("add"), Some(&1));
+}
+
+#[test]
+fn a_chain_longer_than_a_group_is_cut_into_groups() {
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(DType::F32, [4usize, 4]));
+    let mut v = x;
+    for i in 0..5 * MAX_GROUP + 3 {
+        v = match i % 3 {
+            0 => v.tanh().unwrap(),
+            1 => v.mul(1.5).unwrap(),
+            _ => v.add(x).unwrap(),
+        };
+    }
+    b.output(&[v]).unwrap();
+    let g = b.finish();
+    let planned = same_as_reference(&g, &[tensor(DType::F32, &[4, 4], 11)]);
+    // Groups of MAX_GROUP nodes and one of the 3 left.
+    assert_eq!(groups(&planned), 6, "{planned}");
+}
+
+#[test]
+fn two_groups_that_would_make_a_cycle_together_are_not_both_formed() {
+    // a2 = a1 + matmul(b1, x) and b2 = b1 + matmul(a1, x): {a1, a2} and {b1, b2} are each
+    // convex, but collapsed together each would feed the other.
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(DType::F32, [4usize, 4]));
+    let a1 = x.exp().unwrap();
+    let b1 = x.tanh().unwrap();
+    let a2 = a1.add(b1.matmul(x).unwrap()).unwrap();
+    let b2 = b1.add(a1.matmul(x).unwrap()).unwrap();
+    b.output(&[a2, b2]).unwrap();
+    let g = b.finish();
+    let planned = same_as_reference(&g, &[tensor(DType::F32, &[4, 4], 13)]);
+    assert_eq!(groups(&planned), 1, "{planned}");
 }
 
 #[test]

@@ -219,48 +219,119 @@ pub fn program_of(
 
 /// Replaces every group of movable nodes by one group node; true when any was.
 ///
-/// Groups are found again after each replacement: collapsing a group into one node
-/// joins all its inputs to all its outputs, which can make another group non-convex.
+/// Each pass finds the groups and replaces them all when that leaves the graph acyclic
+/// ([`replaceable_together`]): each group is convex on its own, but collapsing one joins
+/// all its inputs to all its outputs, which can close a cycle through another. Where it
+/// would, the pass replaces the first group only and the next pass finds the groups
+/// again. (A pass per group made a chain of 100 000 elementwise nodes quadratic.)
 pub fn group_graph(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, ExecError> {
     let mut changed = false;
     let mut skip: HashSet<NodeId> = HashSet::new();
     loop {
         let take = |n: NodeId| movable(n) && !skip.contains(&n);
-        let Some(members) = find_groups(g, &take)?.into_iter().next() else {
+        let mut groups = find_groups(g, &take)?;
+        if groups.is_empty() {
             return Ok(changed);
-        };
-        let (program, inputs, outs) = program_of(g, &members)?;
-        if outs.is_empty() {
-            // Nothing of it is used: leave it to dead-code removal.
-            skip.extend(members);
-            continue;
         }
-        let attrs = vec![
-            AttrValue::Str(program.text()),
-            AttrValue::Ints(program.output_attr()),
-        ];
-        let id = g.add_node(&ELEMENTWISE_GROUP, inputs, attrs, None)?;
-        for (i, &old) in outs.iter().enumerate() {
-            let new = Value::new(id, i as u32);
-            if g.meta(new)? != g.meta(old)? {
-                let message = format!(
-                    "group output {i} became {}, the node's is {}",
-                    g.meta(new)?,
-                    g.meta(old)?
-                );
-                g.remove_node(id)?;
-                return Err(ExecError::Transform {
-                    op: ELEMENTWISE_GROUP.name,
-                    message,
-                });
+        if !replaceable_together(g, &groups)? {
+            groups.truncate(1);
+        }
+        for members in groups {
+            if replace_group(g, &members)? {
+                changed = true;
+            } else {
+                // Nothing of it is used: leave it to dead-code removal.
+                skip.extend(members);
             }
         }
-        for (i, &old) in outs.iter().enumerate() {
-            g.replace_all_uses(old, Value::new(id, i as u32))?;
-        }
-        for &m in members.iter().rev() {
-            g.remove_node(m)?;
-        }
-        changed = true;
     }
+}
+
+/// Whether the graph stays acyclic with every group of `groups` (disjoint sets of
+/// nodes) collapsed into one node: a topological sort of the graph with each group as
+/// one vertex.
+fn replaceable_together(g: &Graph, groups: &[Vec<NodeId>]) -> Result<bool, ExecError> {
+    if groups.len() < 2 {
+        return Ok(true);
+    }
+    let group_of: HashMap<NodeId, usize> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(gi, members)| members.iter().map(move |&m| (m, gi)))
+        .collect();
+    // Vertices: the groups, then every other node.
+    let mut vertex: HashMap<NodeId, usize> = HashMap::new();
+    let mut count = groups.len();
+    for n in g.node_ids() {
+        let v = match group_of.get(&n) {
+            Some(&gi) => gi,
+            None => {
+                count += 1;
+                count - 1
+            }
+        };
+        vertex.insert(n, v);
+    }
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); count];
+    let mut indegree = vec![0usize; count];
+    for n in g.node_ids() {
+        let to = vertex[&n];
+        for v in g.try_node(n)?.operands() {
+            let Some(&from) = vertex.get(&v.node) else {
+                continue;
+            };
+            if from != to {
+                succ[from].push(to);
+                indegree[to] += 1;
+            }
+        }
+    }
+    let mut ready: Vec<usize> = (0..count).filter(|&v| indegree[v] == 0).collect();
+    let mut sorted = 0;
+    while let Some(v) = ready.pop() {
+        sorted += 1;
+        for &w in &succ[v] {
+            indegree[w] -= 1;
+            if indegree[w] == 0 {
+                ready.push(w);
+            }
+        }
+    }
+    Ok(sorted == count)
+}
+
+/// Replaces the group `members` (in topological order) by one group node; false, with
+/// the graph unchanged, when none of its values is used outside it.
+fn replace_group(g: &mut Graph, members: &[NodeId]) -> Result<bool, ExecError> {
+    let (program, inputs, outs) = program_of(g, members)?;
+    if outs.is_empty() {
+        return Ok(false);
+    }
+    let attrs = vec![
+        AttrValue::Str(program.text()),
+        AttrValue::Ints(program.output_attr()),
+    ];
+    let id = g.add_node(&ELEMENTWISE_GROUP, inputs, attrs, None)?;
+    for (i, &old) in outs.iter().enumerate() {
+        let new = Value::new(id, i as u32);
+        if g.meta(new)? != g.meta(old)? {
+            let message = format!(
+                "group output {i} became {}, the node's is {}",
+                g.meta(new)?,
+                g.meta(old)?
+            );
+            g.remove_node(id)?;
+            return Err(ExecError::Transform {
+                op: ELEMENTWISE_GROUP.name,
+                message,
+            });
+        }
+    }
+    for (i, &old) in outs.iter().enumerate() {
+        g.replace_all_uses(old, Value::new(id, i as u32))?;
+    }
+    for &m in members.iter().rev() {
+        g.remove_node(m)?;
+    }
+    Ok(true)
 }
