@@ -4,7 +4,7 @@
 use crate::graph::Value;
 use foldhash::HashMap as FastMap;
 use smallvec::SmallVec;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// A name the exporter gave (a value's or a node's): a span of its [`Arena`], so that
 /// names are copied as two numbers, not as strings.
@@ -113,6 +113,9 @@ pub(crate) struct NameSet {
     pub(crate) printed: [Vec<u64>; 2],
     /// Set by [`NameSet::defer`].
     pub(crate) deferred: Option<Deferred>,
+    /// Per base name that needed a suffix ([`unique`]), the next `k` to try: every
+    /// `base_j` below it is taken, so a thousand `x`s are named in linear time.
+    pub(crate) next_suffix: HashMap<String, u64>,
 }
 
 /// The fingerprints of a deferred [`NameSet`]: every one taken, in order, and those
@@ -176,6 +179,7 @@ impl NameSet {
             hashed: HashSet::with_capacity_and_hasher(n, Default::default()),
             printed: Default::default(),
             deferred: None,
+            next_suffix: HashMap::new(),
         }
     }
 
@@ -273,12 +277,39 @@ pub(crate) fn unique(taken: &mut NameSet, base: &str) -> String {
     if taken.insert(base) {
         return base.to_string();
     }
-    let mut k = 1;
+    // Names are never given back, so the suffixes tried for `base` before stay taken.
+    let mut k = taken.next_suffix.get(base).copied().unwrap_or(1);
     loop {
         let name = format!("{base}_{k}");
+        k += 1;
         if taken.insert(&name) {
+            taken.next_suffix.insert(base.to_string(), k);
             return name;
         }
-        k += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{unique, NameSet};
+
+    /// Suffixes count up per base, past the ones something else took, and the next
+    /// call for a base starts where the last one stopped (the same names as trying
+    /// from `_1` each time).
+    #[test]
+    fn unique_names_count_up_per_base() {
+        let mut taken = NameSet::default();
+        assert!(taken.insert("x_2"));
+        let names: Vec<String> = (0..5).map(|_| unique(&mut taken, "x")).collect();
+        assert_eq!(names, ["x", "x_1", "x_3", "x_4", "x_5"]);
+        assert_eq!(unique(&mut taken, "y"), "y");
+        assert_eq!(unique(&mut taken, "y"), "y_1");
+        // A name given outside `unique` after a base's run is skipped too.
+        assert!(taken.insert("x_6"));
+        assert_eq!(unique(&mut taken, "x"), "x_7");
+        for _ in 0..10_000 {
+            unique(&mut taken, "z");
+        }
+        assert_eq!(unique(&mut taken, "z"), "z_10000");
     }
 }
