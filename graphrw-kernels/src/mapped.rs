@@ -63,6 +63,14 @@ impl MappedFile {
     }
 
     fn open_as(path: &Path, model: bool) -> io::Result<Arc<MappedFile>> {
+        // Checked before opening too: opening a FIFO blocks until a writer comes, so a
+        // model folder holding one (as a data file's name) would hang the load.
+        if !std::fs::metadata(path)?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{}` is not a regular file", path.display()),
+            ));
+        }
         let file = File::open(path)?;
         let meta = file.metadata()?;
         if !meta.is_file() {

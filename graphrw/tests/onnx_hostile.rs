@@ -258,6 +258,55 @@ fn huge_and_negative_dims_are_errors_without_allocation() {
     }
 }
 
+/// Runs `f` on another thread and fails the test if it does not return within 20 s (a
+/// FIFO without a writer blocks `open` forever).
+#[cfg(unix)]
+fn within_20s<T: Send + 'static>(case: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{case}: blocked (or panicked) instead of refusing"))
+}
+
+#[test]
+#[cfg(unix)]
+fn fifos_and_devices_in_the_model_folder_are_refused_without_blocking() {
+    let dir = tempdir("fifo");
+    let fifo = |name: &str| {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(dir.join(name))
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mkfifo {name}");
+    };
+    // External data: a FIFO named by the tensor, inside the folder.
+    fifo("pipe.bin");
+    let d = dir.clone();
+    let msg = within_20s("external data FIFO", move || {
+        onnx::load_bytes_in(&add_model(external("pipe.bin", 0, 16)), Some(&d)).map(|_| ())
+    })
+    .expect_err("a FIFO as external data loaded");
+    assert!(msg.to_string().contains("not a regular file"), "{msg}");
+    // Test data: a FIFO, and a link to an endless device.
+    fifo("input_0.pb");
+    let p = dir.join("input_0.pb");
+    let msg = within_20s("test data FIFO", move || {
+        onnx::read_tensor_pb(&p).map(|_| ())
+    })
+    .expect_err("a FIFO as test data was read");
+    assert!(msg.to_string().contains("not a regular file"), "{msg}");
+    std::os::unix::fs::symlink("/dev/zero", dir.join("input_1.pb")).expect("symlink");
+    let p = dir.join("input_1.pb");
+    let msg = within_20s("test data /dev/zero", move || {
+        onnx::read_tensor_pb(&p).map(|_| ())
+    })
+    .expect_err("/dev/zero as test data was read");
+    assert!(msg.to_string().contains("not a regular file"), "{msg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn external_data_must_stay_in_the_model_folder() {
     let root = tempdir("ext");

@@ -37,8 +37,10 @@ pub const MAX_DIM: u64 = 1 << 48;
 /// ```
 pub fn read_tensor_pb(path: impl AsRef<Path>) -> Result<(String, Tensor), OnnxError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| OnnxError::io(path, e))?;
-    let proto = TensorProto::decode(bytes.as_slice()).map_err(|e| OnnxError::Decode {
+    // Mapped, not read: a FIFO or a device (`/dev/zero`) is refused instead of blocking
+    // or being read without end, and a big file of garbage costs no memory to refuse.
+    let file = MappedFile::open(path).map_err(|e| OnnxError::io(path, e))?;
+    let proto = TensorProto::decode(file.as_bytes()).map_err(|e| OnnxError::Decode {
         what: format!("tensor file {}", path.display()),
         message: e.to_string(),
     })?;
