@@ -441,11 +441,11 @@ impl Plan {
                 node.outputs().len()
             )));
         }
-        for (i, (t, m)) in outs.iter().zip(node.outputs()).enumerate() {
+        for (i, (t, static_meta)) in outs.iter().zip(node.outputs()).enumerate() {
             // Bound metadata with every dim known checks like static metadata.
             let m = match bound.and_then(|b| b.get(i)) {
                 Some(b) if !b.shape.is_symbolic() => b,
-                _ => m,
+                _ => static_meta,
             };
             let shape_ok = match m.shape.is_symbolic() {
                 false => {
@@ -463,8 +463,14 @@ impl Plan {
                 }
             };
             if t.dtype() != m.dtype || !shape_ok {
+                // Where the sizes came from the run's inputs, say so: an input size the
+                // model cannot take (a sequence past a position table) shows here.
+                let from_inputs = match std::ptr::eq(m, static_meta) {
+                    true => String::new(),
+                    false => format!(" ({static_meta} at this run's input sizes)"),
+                };
                 return Err(fail(format!(
-                    "kernel returned {} {:?}, expected {m}",
+                    "kernel returned {} {:?}, expected {m}{from_inputs}",
                     t.dtype(),
                     t.shape()
                 )));
