@@ -1,8 +1,9 @@
 //! Hostile model files cost memory in proportion to their size before they are refused:
 //! a file of bulk tiny protobuf fields (zero bytes, or one field repeated) is refused
 //! with one line by `graphrw inspect`, and its peak resident memory, measured with
-//! `/usr/bin/time` (a visible skip without it), stays near the file's size. No timings
-//! are asserted.
+//! `/usr/bin/time` (a visible skip without it), stays near the file's size; a model
+//! path that is a stream loads from a pipe, and an endless device (`/dev/zero`) is
+//! refused at its first bytes. No timings are asserted.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -64,5 +65,57 @@ fn bulk_tiny_fields_are_refused_near_the_files_size() {
             None => println!("SKIPPED peak memory check: /usr/bin/time not available"),
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A model path that cannot be mapped is read as a stream: a model piped in loads,
+/// and an endless device is refused at its first bytes instead of read without end.
+#[test]
+#[cfg(unix)]
+fn streams_load_and_endless_devices_are_refused() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let bin = env!("CARGO_BIN_EXE_graphrw");
+    let out = Command::new(bin)
+        .args(["inspect", "/dev/zero"])
+        .output()
+        .expect("run graphrw");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not an ONNX model"), "{stderr}");
+
+    // A small model (one Relu) through a pipe.
+    let b = graphrw::Builder::new();
+    let x = b.input(
+        "x",
+        graphrw::TensorMeta::new(graphrw::DType::F32, [2usize, 3]),
+    );
+    b.output(&[x.relu().expect("relu")]).expect("output");
+    let dir = tmp_dir("stream");
+    let path = dir.join("relu.onnx");
+    graphrw::onnx::save(&b.finish(), &path).expect("save");
+    let bytes = std::fs::read(&path).expect("read");
+    let mut child = Command::new(bin)
+        .args(["inspect", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run graphrw");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&bytes)
+        .expect("write the model");
+    let out = child.wait_with_output().expect("graphrw ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("relu"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -81,7 +81,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<Graph, OnnxError> {
     let file = match MappedFile::open_model(path) {
         Ok(f) => f,
         Err(_) => {
-            let bytes = std::fs::read(path).map_err(|e| OnnxError::io(path, e))?;
+            let bytes = read_stream(path).map_err(|e| OnnxError::io(path, e))?;
             return load_bytes_in(&bytes, Some(dir));
         }
     };
@@ -222,6 +222,57 @@ fn load_fast_with(
         }
     }
     imp.finish().ok()
+}
+
+/// Reads a model from what cannot be mapped (a pipe, a device), refusing it past the
+/// most a protobuf can hold or the run budget, whichever is less, and at once where
+/// its first bytes are no protobuf field (`/dev/zero`).
+fn read_stream(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let cap = crate::onnx::MAX_PROTO_BYTES.min(graphrw_kernels::budget::max_tensor_bytes());
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let mut file = std::fs::File::open(path)?;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut chunk) {
+            Ok(0) => return Ok(bytes),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if bytes.is_empty() && !starts_with_field_key(&chunk[..n]) {
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                "not an ONNX model: its first bytes are no protobuf field",
+            ));
+        }
+        if bytes.len() + n > cap {
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                format!("more than {cap} bytes: past protobuf's 2 GiB limit or the run budget"),
+            ));
+        }
+        if bytes.capacity() - bytes.len() < n {
+            // Doubling, but never past the cap.
+            let want = (bytes.capacity() * 2).clamp(1 << 20, cap.max(1 << 20));
+            bytes
+                .try_reserve_exact(want.max(bytes.len() + n) - bytes.len())
+                .map_err(|e| Error::new(ErrorKind::OutOfMemory, e.to_string()))?;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Whether `bytes` start with a protobuf field key: a field number from 1 and a wire
+/// type protobuf has (groups excepted). Only the key: the field itself may run past
+/// `bytes` (a model's graph, read a chunk at a time).
+fn starts_with_field_key(mut bytes: &[u8]) -> bool {
+    match varint(&mut bytes) {
+        Some(key) => key >> 3 > 0 && matches!(key & 7, 0 | 1 | 2 | 5),
+        // Too short to hold a whole key: left to the decoder.
+        None => bytes.len() < 10,
+    }
 }
 
 /// Decodes a model's protobuf.
