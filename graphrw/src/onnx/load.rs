@@ -277,7 +277,7 @@ fn starts_with_field_key(mut bytes: &[u8]) -> bool {
 
 /// Decodes a model's protobuf.
 fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
-    if let Some(model) = decode_by_node(bytes) {
+    if let Some(model) = decode_by_node(bytes)? {
         return Ok(model);
     }
     ModelProto::decode(bytes).map_err(|e| decode_error(bytes, &e.to_string()))
@@ -293,7 +293,20 @@ const GRAPH_NODE_TAG: u64 = 1;
 /// that is most of the decoded model's memory. `None` where the bytes are anything but
 /// a plain model with one graph and nodes without subgraphs (nesting limits are counted
 /// from the model down): the plain decoder then reads it, or says what is wrong.
-fn decode_by_node(bytes: &[u8]) -> Option<ModelProto> {
+///
+/// An error (not `None`) where the nodes alone would take more memory than the run budget
+/// allows, or a node has no op: a file of empty nodes, 2 bytes each, would otherwise be
+/// decoded whole (some 200 bytes a node) before anything looked at them.
+fn decode_by_node(bytes: &[u8]) -> Result<Option<ModelProto>, OnnxError> {
+    Ok(match decode_nodes_checked(bytes) {
+        Some(Ok(model)) => Some(model),
+        Some(Err(e)) => return Err(e),
+        None => None,
+    })
+}
+
+/// [`decode_by_node`], `None` where the plain decoder is to read the bytes.
+fn decode_nodes_checked(bytes: &[u8]) -> Option<Result<ModelProto, OnnxError>> {
     let mut model = ModelProto::default();
     let mut graph_bytes = None;
     for (tag, field) in fields(bytes)? {
@@ -312,10 +325,23 @@ fn decode_by_node(bytes: &[u8]) -> Option<ModelProto> {
         .clone()
         .filter(|(t, _)| *t == GRAPH_NODE_TAG)
         .count();
+    if let Err(e) = nodes_within(count, graphrw_kernels::budget::max_tensor_bytes()) {
+        return Some(Err(e));
+    }
     let mut nodes = Vec::with_capacity(count);
     for (tag, field) in graph_fields {
         if tag == GRAPH_NODE_TAG {
             let mut node = NodeProto::decode(length_delimited(field)?).ok()?;
+            if node.op_type.is_empty() {
+                let name = match node.name.as_str() {
+                    "" => String::new(),
+                    name => format!(" `{name}`"),
+                };
+                return Some(Err(OnnxError::Model(format!(
+                    "node {}{name} has no op_type",
+                    nodes.len()
+                ))));
+            }
             if node
                 .attribute
                 .iter()
@@ -333,7 +359,18 @@ fn decode_by_node(bytes: &[u8]) -> Option<ModelProto> {
     }
     graph.node = nodes;
     model.graph = Some(graph);
-    Some(model)
+    Some(Ok(model))
+}
+
+/// Refuses `count` nodes whose decoded form would take more than `budget` bytes.
+fn nodes_within(count: usize, budget: u64) -> Result<(), OnnxError> {
+    let node_bytes = count.saturating_mul(std::mem::size_of::<NodeProto>()) as u64;
+    if node_bytes > budget {
+        return Err(OnnxError::Model(format!(
+            "the graph has {count} nodes, which take {node_bytes} bytes to decode, past the run budget of {budget} bytes"
+        )));
+    }
+    Ok(())
 }
 
 /// The top-level fields of a message as (tag, the field's bytes with its key), or

@@ -36,7 +36,9 @@ fn int_attr(name: &str) -> AttributeProto {
 #[test]
 fn node_by_node_decoding_gives_the_plain_decoders_model_with_tight_lists() {
     let bytes = model(vec![int_attr("a")]).encode_to_vec();
-    let fast = decode_by_node(&bytes).expect("a plain model takes the node-by-node path");
+    let fast = decode_by_node(&bytes)
+        .expect("decodes")
+        .expect("a plain model takes the node-by-node path");
     assert_eq!(
         Some(&fast),
         ModelProto::decode(bytes.as_slice()).ok().as_ref()
@@ -236,15 +238,36 @@ fn other_inputs_take_the_plain_decoder() {
         g: Some(Box::new(GraphProto::default())),
         ..Default::default()
     };
-    assert_eq!(decode_by_node(&model(vec![sub]).encode_to_vec()), None);
+    assert!(matches!(
+        decode_by_node(&model(vec![sub]).encode_to_vec()),
+        Ok(None)
+    ));
     // The graph field twice (protobuf merges them).
     let mut twice = model(vec![]).encode_to_vec();
     twice.extend(model(vec![]).encode_to_vec());
-    assert_eq!(decode_by_node(&twice), None);
+    assert!(matches!(decode_by_node(&twice), Ok(None)));
     // A group (wire type 3), a cut varint, a length past the end.
-    assert_eq!(decode_by_node(&[0x0b]), None);
-    assert_eq!(decode_by_node(&[0x08, 0x80]), None);
-    assert_eq!(decode_by_node(&[0x3a, 0x05, 0x00]), None);
+    assert!(matches!(decode_by_node(&[0x0b]), Ok(None)));
+    assert!(matches!(decode_by_node(&[0x08, 0x80]), Ok(None)));
+    assert!(matches!(decode_by_node(&[0x3a, 0x05, 0x00]), Ok(None)));
     // No graph at all.
-    assert_eq!(decode_by_node(&[0x08, 0x07]), None);
+    assert!(matches!(decode_by_node(&[0x08, 0x07]), Ok(None)));
+}
+
+/// Nodes without an op, or more of them than the run budget can decode, are errors on
+/// the node-by-node path, before the rest is decoded (not left to the plain decoder,
+/// which would decode them all).
+#[test]
+fn empty_nodes_and_node_counts_past_the_budget_are_refused() {
+    let mut empty = model(vec![]);
+    if let Some(g) = empty.graph.as_mut() {
+        g.node.insert(0, NodeProto::default());
+    }
+    let err = decode_by_node(&empty.encode_to_vec()).expect_err("an empty node decoded");
+    assert!(err.to_string().contains("has no op_type"), "{err}");
+    let node = std::mem::size_of::<NodeProto>();
+    assert!(nodes_within(1000, 1000 * node as u64).is_ok());
+    let err = nodes_within(1001, 1000 * node as u64).expect_err("past the budget");
+    assert!(err.to_string().contains("past the run budget"), "{err}");
+    assert!(nodes_within(usize::MAX, u64::MAX - 1).is_err());
 }
