@@ -555,3 +555,31 @@ fn tensor_files_are_checked_too() {
     assert_eq!(back.to_f64_vec(), t.to_f64_vec());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Saving onto a path that is a folder or a FIFO is refused and leaves it as it was
+/// (the staged file would be renamed over it: `-o /dev/null` run as root replaced the
+/// device).
+#[test]
+#[cfg(unix)]
+fn saving_over_what_is_not_a_regular_file_is_refused() {
+    let dir = tempdir("save-over");
+    let b = graphrw::Builder::new();
+    let x = b.input("x", graphrw::TensorMeta::new(graphrw::DType::F32, [2usize]));
+    b.output(&[x.relu().expect("relu")]).expect("output");
+    let g = b.finish();
+    let folder = dir.join("a_folder");
+    std::fs::create_dir(&folder).expect("mkdir");
+    let fifo = dir.join("a_fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "mkfifo");
+    for path in [&folder, &fifo] {
+        let err = onnx::save(&g, path).expect_err("saved over it");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+    assert!(folder.is_dir());
+    assert!(std::fs::metadata(&fifo).is_ok_and(|m| !m.is_file() && !m.is_dir()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

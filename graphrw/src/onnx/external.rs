@@ -199,6 +199,17 @@ impl Staged {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into());
+        // The staged file is renamed onto `path`: a device, a FIFO or a folder there
+        // would be replaced (`-o /dev/null` as root), so it is refused instead.
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            return Err(OnnxError::io(
+                path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "exists and is not a regular file (a device, a FIFO or a folder): not replaced",
+                ),
+            ));
+        }
         let tmp = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
         // The error names the file the user asked for, not the staging name.
         let file = File::create(&tmp).map_err(|e| OnnxError::io(path, e))?;
