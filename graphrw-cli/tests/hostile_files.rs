@@ -5,26 +5,13 @@
 //! path that is a stream loads from a pipe, and an endless device (`/dev/zero`) is
 //! refused at its first bytes. No timings are asserted.
 
-use std::path::PathBuf;
 use std::process::Command;
+
+mod support;
+use support::{peak_kib, tmp_dir};
 
 /// Bytes of each hostile file.
 const LEN: usize = 16 << 20;
-
-fn tmp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("graphrw-hostile-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
-/// Peak resident memory in KiB from `/usr/bin/time -f PEAK_KIB=%M`.
-fn peak_kib(stderr: &str) -> Option<u64> {
-    stderr
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("PEAK_KIB=")?.trim().parse().ok())
-}
 
 #[test]
 fn bulk_tiny_fields_are_refused_near_the_files_size() {

@@ -25,6 +25,9 @@ use graphrw::onnx::{SaveOptions, WeightLayout, MAX_PROTO_BYTES};
 use graphrw::Tensor;
 use prost::Message;
 
+mod support;
+use support::{peak_kib, tmp_dir};
+
 const ROWS: usize = 8_400_000;
 const D: usize = 64;
 const W_BYTES: u64 = (ROWS * D * 4) as u64;
@@ -48,13 +51,6 @@ fn w2(i: usize, j: usize) -> f32 {
 }
 fn res(r: usize, col: usize) -> f32 {
     (r as f32 + 1.0) * 0.1 - col as f32 * 0.002
-}
-
-fn tmp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("graphrw-huge-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
 }
 
 fn le(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
@@ -357,14 +353,6 @@ fn python() -> Option<String> {
             .output()
             .is_ok_and(|o| o.status.success())
     })
-}
-
-/// Peak resident memory of a command, in KiB, through `/usr/bin/time` (None without it).
-fn peak_kib(stderr: &str) -> Option<u64> {
-    stderr
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("PEAK_KIB=")?.trim().parse().ok())
 }
 
 #[test]
