@@ -280,7 +280,8 @@ fn rows_chunk<F: Compute, E: Element, K: RowKernel<F>, const FMA: bool>(
     let inner = plan.inner;
     // The row kernel walks its row a tile at a time: tiles no longer than the row.
     let mut scratch = vec![F::ZERO; TILE.min(inner).max(1) * scratch_tiles.max(1)];
-    let mut orow = vec![F::ZERO; inner];
+    // The row in the compute type, where the output's storage type differs.
+    let mut orow = Vec::new();
     let rows = chunk.len() / inner.max(1);
     for (i, o) in chunk.chunks_mut(inner).enumerate() {
         if i + 1 < rows {
@@ -300,6 +301,7 @@ fn rows_chunk<F: Compute, E: Element, K: RowKernel<F>, const FMA: bool>(
             // The kernel writes every value of its row: computed in place.
             Some(o) => kernel.row::<FMA>(&r, &mut scratch, o),
             None => {
+                orow.resize(inner, F::ZERO);
                 kernel.row::<FMA>(&r, &mut scratch, &mut orow);
                 F::store(&orow, o);
             }

@@ -298,11 +298,7 @@ const GRAPH_NODE_TAG: u64 = 1;
 /// allows, or a node has no op: a file of empty nodes, 2 bytes each, would otherwise be
 /// decoded whole (some 200 bytes a node) before anything looked at them.
 fn decode_by_node(bytes: &[u8]) -> Result<Option<ModelProto>, OnnxError> {
-    Ok(match decode_nodes_checked(bytes) {
-        Some(Ok(model)) => Some(model),
-        Some(Err(e)) => return Err(e),
-        None => None,
-    })
+    decode_nodes_checked(bytes).transpose()
 }
 
 /// [`decode_by_node`], `None` where the plain decoder is to read the bytes.

@@ -254,23 +254,18 @@ fn replaceable_together(g: &Graph, groups: &[Vec<NodeId>]) -> Result<bool, ExecE
     if groups.len() < 2 {
         return Ok(true);
     }
-    let group_of: HashMap<NodeId, usize> = groups
+    // Vertices: the groups, then every other node.
+    let mut vertex: HashMap<NodeId, usize> = groups
         .iter()
         .enumerate()
         .flat_map(|(gi, members)| members.iter().map(move |&m| (m, gi)))
         .collect();
-    // Vertices: the groups, then every other node.
-    let mut vertex: HashMap<NodeId, usize> = HashMap::new();
     let mut count = groups.len();
     for n in g.node_ids() {
-        let v = match group_of.get(&n) {
-            Some(&gi) => gi,
-            None => {
-                count += 1;
-                count - 1
-            }
-        };
-        vertex.insert(n, v);
+        vertex.entry(n).or_insert_with(|| {
+            count += 1;
+            count - 1
+        });
     }
     let mut succ: Vec<Vec<usize>> = vec![Vec::new(); count];
     let mut indegree = vec![0usize; count];
