@@ -17,13 +17,18 @@
 //! the weight comes from memory each call, as in a model larger than the caches; `--act NAME`
 //! (`relu`, `gelu`, `gelu_tanh`, `silu`) adds that activation to the packed products'
 //! epilogue (the rate still counts the product's flops alone). `--peak`
-//! first prints the FMA probe's rate (`fused::sdpa::fma_peak_gflops`), the ceiling. `--cpu-time`
+//! first prints the probes (`cpu::probe`): the FMA rate at each vector width and the
+//! best of them (the ceiling), and the memory read bandwidth, on one thread and on all.
+//! The last line per shape, `SHAPE chosen MS GFLOP/s (KERNEL)`, is what a plan runs: the
+//! kernel the chooser (`cpu::choice`) measures as fastest for the shape. `--cpu-time`
 //! times by the CPU time of all the process's threads (Linux `CLOCK_PROCESS_CPUTIME_ID`), as
 //! `sdpa_time` does.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graphrw_kernels::cpu::choice::{self, ProductKernel};
+use graphrw_kernels::cpu::probe::{self, VectorWidth};
 use graphrw_kernels::cpu::Isa;
 use graphrw_kernels::cpu::{
     matmul_epilogue_with, matmul_with, Activation, Epilogue, GemmBackend, PackedWeight,
@@ -113,16 +118,7 @@ fn run() -> Result<(), String> {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--cpu-time" => cpu_time = true,
-            "--peak" => {
-                // The FMA probe's wall-time rate on one thread and on all of rayon's.
-                let threads = rayon::current_num_threads();
-                for t in [1, threads] {
-                    match graphrw_kernels::fused::sdpa::fma_peak_gflops(t, 20_000_000) {
-                        Some(g) => println!("fma_peak threads={t} {g:.1}"),
-                        None => println!("fma_peak threads={t} unavailable (no AVX2+FMA)"),
-                    }
-                }
-            }
+            "--peak" => print_peaks(),
             "--cold" => copies = count(&a, args.next())?,
             "--act" => act = activation(args.next())?,
             "--repeat" => repeat = count(&a, args.next())?,
@@ -207,8 +203,54 @@ fn run() -> Result<(), String> {
                 time(&|| run().map_err(|e| e.to_string()))?,
             );
         }
+        // What a plan runs: the kernel the chooser measures for this shape (its
+        // timing is the first call), then its packing, as the epilogue executor does.
+        let options = graphrw_kernels::KernelOptions::current();
+        let kernel = choice::global().kernel_for(&a, &b, None, &options);
+        let packed = match kernel {
+            ProductKernel::Packed(isa) => PackedWeight::new_any_depth(&b, None, isa),
+            ProductKernel::Gemm => None,
+        };
+        let epilogue = Epilogue {
+            packed: packed.as_ref(),
+            activation: act,
+            ..Epilogue::default()
+        };
+        let best = time(&|| {
+            matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto).map_err(|e| e.to_string())
+        })?;
+        println!(
+            "{} chosen {:.3} {:.1} ({kernel})",
+            spec.text,
+            best * 1e3,
+            flops / best / 1e9
+        );
     }
     Ok(())
+}
+
+/// The probes' rates on one thread and on all of rayon's: the FMA peak at each vector
+/// width and the best of them, then the memory read bandwidth.
+fn print_peaks() {
+    let threads = rayon::current_num_threads();
+    for t in [1, threads] {
+        for width in [VectorWidth::Ymm, VectorWidth::Zmm] {
+            if let Some(g) = probe::fma_peak_at(width, t, 20_000_000) {
+                println!("fma_peak threads={t} width={width:?} {g:.1}");
+            }
+        }
+        match probe::fma_peak_gflops(t, 20_000_000) {
+            Some(g) => println!("fma_peak threads={t} {g:.1}"),
+            None => println!("fma_peak threads={t} unavailable (no AVX2+FMA)"),
+        }
+    }
+    let bytes = probe::default_bandwidth_bytes();
+    for t in [1, threads] {
+        match probe::memory_bandwidth_gbs(t, bytes) {
+            Some(g) => println!("mem_bw threads={t} {:.0} MiB {g:.1} GB/s", bytes >> 20),
+            None => println!("mem_bw threads={t} unavailable (no memory for the buffer)"),
+        }
+    }
 }
 
 fn main() -> ExitCode {

@@ -10,6 +10,7 @@ use graphrw::exec::{
     EPILOGUE_CPU, MATMUL_EPILOGUE,
 };
 use graphrw::{verify, Builder, DType, Dim, Graph, Shape, Tensor, TensorMeta, Var};
+use graphrw_kernels::cpu::choice::{ProductChoice, ProductKernel};
 use graphrw_kernels::testing::compare::{assert_close_tensor, max_abs_diff_tensor, Tol};
 use graphrw_kernels::{cpu::Isa, KernelOptions};
 
@@ -224,9 +225,11 @@ fn a_product_without_bias_runs_on_the_epilogue() {
     let epilogue = Arc::new(EpilogueCpu::default());
     let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
     assert_eq!(check_against_reference(&g, &stack, &inputs, dt), 1);
-    let p = plan(&g, &stack).unwrap();
+    let rule = KernelOptions::default().with_product_kernel(ProductChoice::Rule);
+    let p = plan_with(&g, &stack, rule).unwrap();
     assert_eq!(p.graph().op_counts().get("matmul").copied(), Some(1), "{p}");
-    if packing_with(&KernelOptions::default()) {
+    p.run(&inputs).unwrap();
+    if packing_with(&rule) == Some(true) {
         assert!(
             epilogue.packed_bytes() > 0,
             "the head's weight was not packed\n{p}"
@@ -512,10 +515,17 @@ fn a_node_the_kernel_refuses_runs_through_its_decomposition() {
     assert_eq!(p.graph().op_counts().get("transpose"), Some(&1), "{p}");
 }
 
-/// Whether the epilogue executor packs weights with `opts`: the options allow packing
-/// and AVX2+FMA or AVX-512, which the CPU has (the packed GEMM's kernels).
-fn packing_with(opts: &KernelOptions) -> bool {
-    opts.pack_weights && opts.isa() >= Isa::Avx2Fma
+/// Whether the epilogue executor packs weights with `opts` (`None`: it may, as the
+/// products measure): the options allow packing and AVX2+FMA or AVX-512, which the CPU
+/// has (the packed GEMM's kernels), by the fixed rule (these products have 64 rows or
+/// more) or a packed kernel pinned; not with the `gemm` crate pinned.
+fn packing_with(opts: &KernelOptions) -> Option<bool> {
+    let can = opts.pack_weights && opts.isa() >= Isa::Avx2Fma;
+    match opts.product_kernel {
+        ProductChoice::Measure if can => None,
+        ProductChoice::Pin(ProductKernel::Gemm) => Some(false),
+        _ => Some(can),
+    }
 }
 
 /// f32 weights are packed at their first run (where the CPU has the packed GEMM and the
@@ -525,16 +535,23 @@ fn packing_with(opts: &KernelOptions) -> bool {
 /// capping the instruction set; the same on a CPU without AVX-512). With packing off
 /// (`KernelOptions::pack_weights`), the instruction set capped below AVX2, or a CPU
 /// without the packed GEMM, nothing is packed and the results are the same.
+///
+/// By default each product shape measures its kernel: the results are the same
+/// whichever wins.
 #[test]
 fn packed_weights_give_the_reference_results_run_after_run() {
     let base = KernelOptions::default();
+    let rule = base.with_product_kernel(ProductChoice::Rule);
     let options = [
+        rule,
+        rule.with_pack_weights(false),
+        rule.with_max_isa(Isa::Avx2Fma),
+        rule.with_max_isa(Isa::Baseline),
         base,
-        base.with_pack_weights(false),
-        base.with_max_isa(Isa::Avx2Fma),
-        base.with_max_isa(Isa::Baseline),
+        base.with_product_kernel(ProductChoice::Pin(ProductKernel::Gemm)),
+        base.with_product_kernel(ProductChoice::Pin(ProductKernel::Packed(Isa::Avx2Fma))),
     ];
-    if !packing_with(&base) {
+    if packing_with(&rule) != Some(true) {
         println!(
             "SKIPPED: packing weights needs AVX2+FMA (checked: nothing is packed, the \
              results match)"
@@ -557,27 +574,30 @@ fn packed_weights_give_the_reference_results_run_after_run() {
                     Tol::new(1e-4, 1e-5),
                     &format!("run {run} with {opts:?}\n{p}"),
                 );
-                if packing_with(&opts) {
-                    assert!(epilogue.packed_bytes() > 0, "nothing was packed\n{p}");
-                } else {
-                    assert_eq!(epilogue.packed_bytes(), 0, "packed with {opts:?}\n{p}");
+                match packing_with(&opts) {
+                    Some(true) => assert!(epilogue.packed_bytes() > 0, "nothing was packed\n{p}"),
+                    Some(false) => {
+                        assert_eq!(epilogue.packed_bytes(), 0, "packed with {opts:?}\n{p}")
+                    }
+                    None => {}
                 }
             }
         }
     }
 }
 
-/// Products of fewer than `cpu::PackedWeight::MIN_ROWS` rows run on the `gemm` crate:
-/// their weights are not packed, where the CPU has the packed GEMM too (2 x 20 rows
-/// here; the test above packs the same MLP's weights at 2 x 40).
+/// By the fixed rule, products of fewer than `cpu::PackedWeight::MIN_ROWS` rows run on
+/// the `gemm` crate: their weights are not packed, where the CPU has the packed GEMM too
+/// (2 x 20 rows here; the test above packs the same MLP's weights at 2 x 40).
 #[test]
-fn weights_of_products_with_few_rows_are_not_packed() {
+fn weights_of_products_with_few_rows_are_not_packed_by_the_rule() {
     const _: () = assert!(2 * 20 < graphrw_kernels::cpu::PackedWeight::MIN_ROWS);
     let (g, inputs) = mlp(DType::F32, 20, 64, 96, "tanh");
     let (want, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
     let epilogue = Arc::new(EpilogueCpu::default());
     let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
-    let p = plan(&g, &stack).unwrap();
+    let rule = KernelOptions::default().with_product_kernel(ProductChoice::Rule);
+    let p = plan_with(&g, &stack, rule).unwrap();
     let (got, _) = p.run(&inputs).unwrap();
     assert_close_tensor(&got[0], &want[0], Tol::new(1e-4, 1e-5), &format!("{p}"));
     assert_eq!(epilogue.packed_bytes(), 0, "packed for 40 rows\n{p}");

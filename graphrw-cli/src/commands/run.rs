@@ -402,6 +402,51 @@ pub fn profile_lines(
     lines
 }
 
+/// The `--profile` lines on products by a constant weight: each shape's kernel, calls,
+/// time and rate (over every run, warm-up included) with its share of this CPU's FMA
+/// peak ([`probe`](graphrw::kernels::cpu::probe)), then each measured choice with its
+/// candidates' rates on the sample they were timed on.
+pub fn product_lines(
+    chooser: &graphrw::kernels::cpu::choice::ProductChooser,
+    threads: usize,
+) -> Vec<String> {
+    let stats = chooser.stats();
+    if stats.is_empty() {
+        return Vec::new();
+    }
+    let peak = graphrw::kernels::cpu::probe::fma_peak_gflops(threads, 2_000_000);
+    let mut lines = vec![match peak {
+        Some(p) => format!("  products (FMA peak {p:.1} GFLOP/s on {threads} thread(s)):"),
+        None => "  products (no FMA probe on this CPU):".to_string(),
+    }];
+    for ((m, k, n), kernel, st) in stats {
+        let share = peak.map_or(String::new(), |p| {
+            format!(" {:>5.1}% of peak", 100.0 * st.gflops() / p)
+        });
+        lines.push(format!(
+            "  {:<40} {:>10.3} {:>6} calls {:>7.1} GFLOP/s{share}",
+            format!("{m}x{k}x{n} {kernel}"),
+            st.time.as_secs_f64() * 1e3,
+            st.calls,
+            st.gflops()
+        ));
+    }
+    for (key, chosen) in chooser.choices() {
+        let rates: Vec<String> = chosen
+            .candidates
+            .iter()
+            .map(|(kernel, g)| format!("{kernel} {g:.1}"))
+            .collect();
+        lines.push(format!(
+            "  chose {} for {key} (GFLOP/s: {}; measured in {:.2} ms)",
+            chosen.kernel,
+            rates.join(", "),
+            chosen.cost.as_secs_f64() * 1e3
+        ));
+    }
+    lines
+}
+
 /// The `--profile` lines on planning: how many nodes no executor took and ran as
 /// their op's decomposition, then each such node with every executor's refusal.
 pub fn fallback_lines(plan: &Plan) -> Vec<String> {
@@ -514,11 +559,19 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
         if progress {
             eprintln!("running {set_name}…");
         }
+        graphrw::kernels::cpu::choice::global().clear_stats();
         let t = timed(&main.plan, &inputs, opts.repeat, (opts.profile, opts.paced))
             .map_err(|e| format!("{set_name} [{}]: {e}", main.executors.label()))?;
         println!("{}", timing_line(&set_name, main.executors, &t));
         if opts.profile {
             for l in profile_lines(&t.per_op, t.best) {
+                println!("{l}");
+            }
+            let threads = opts
+                .kernel
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            for l in product_lines(graphrw::kernels::cpu::choice::global(), threads) {
                 println!("{l}");
             }
         }

@@ -4,6 +4,7 @@
 //! Dims are `i64`; negative dims count from the end and are validated against the rank.
 
 pub(crate) mod attention_ref;
+pub mod choice;
 mod conv;
 mod creation;
 mod elementwise;
@@ -16,6 +17,7 @@ mod norm;
 pub(crate) mod packed_gemm;
 mod packed_weight;
 pub mod pool;
+pub mod probe;
 mod reduce;
 pub(crate) mod util;
 

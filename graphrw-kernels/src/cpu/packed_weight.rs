@@ -31,8 +31,9 @@ pub struct PackedWeight {
 }
 
 impl PackedWeight {
-    /// Products of fewer rows are better left to the `gemm` crate, so executors pack
-    /// from this many rows (a packed weight passed for fewer is still used): measured
+    /// Products of fewer rows are left to the `gemm` crate by the fixed rule
+    /// ([`ProductChoice::Rule`](crate::cpu::choice::ProductChoice::Rule); by default
+    /// each shape measures its kernel instead): measured
     /// on a 2-core Zen 4, the packed GEMM is 10-40% faster from 64 rows up at 2 threads
     /// and level on one, but 10-40% slower at 16 rows, where its 12-row tiles waste a
     /// third of their work.
@@ -59,14 +60,46 @@ impl PackedWeight {
             return None;
         };
         let (start, end) = columns.unwrap_or((0, n_all));
+        if k > 8 * end.checked_sub(start)? {
+            return None;
+        }
+        PackedWeight::build(b, columns, isa, Release::Pages)
+    }
+
+    /// [`PackedWeight::new_for`] at any depth: for a product whose kernel was chosen
+    /// by measurement ([`crate::cpu::choice`]), where the depth rule does not apply.
+    pub fn new_any_depth(
+        b: &Tensor,
+        columns: Option<(usize, usize)>,
+        isa: Isa,
+    ) -> Option<PackedWeight> {
+        PackedWeight::build(b, columns, isa, Release::Pages)
+    }
+
+    /// A packing of a few columns to time the kernel on: a weight mapped from a file
+    /// keeps its pages (they are still read by whichever kernel wins).
+    pub(crate) fn sample(b: &Tensor, columns: (usize, usize), isa: Isa) -> Option<PackedWeight> {
+        PackedWeight::build(b, Some(columns), isa, Release::Keep)
+    }
+
+    fn build(
+        b: &Tensor,
+        columns: Option<(usize, usize)>,
+        isa: Isa,
+        release: Release,
+    ) -> Option<PackedWeight> {
+        let &[k, n_all] = b.shape() else {
+            return None;
+        };
+        let (start, end) = columns.unwrap_or((0, n_all));
         let n = end.checked_sub(start)?;
-        if b.dtype() != DType::F32 || end > n_all || k == 0 || n == 0 || k > 8 * n {
+        if b.dtype() != DType::F32 || end > n_all || k == 0 || n == 0 {
             return None;
         }
         if !isa.is_available() {
             return None;
         }
-        let packed = pack(b, (k, n), n_all, start, isa)?;
+        let packed = pack(b, (k, n), n_all, start, isa, release)?;
         Some(PackedWeight {
             storage: b.storage_handle(),
             offset: b.storage_offset(),
@@ -124,6 +157,15 @@ impl PackedWeight {
     }
 }
 
+/// Whether packing gives a mapped weight's pages back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// Give each packed block of rows back (a weight packed for good).
+    Pages,
+    /// Keep them (a sample packed to time a kernel).
+    Keep,
+}
+
 /// Packs `b`; a weight mapped from an external data file gives each block of its rows'
 /// pages back once they are packed
 /// ([`MappedFile::release_range`](crate::MappedFile::release_range)), so that packing
@@ -131,9 +173,18 @@ impl PackedWeight {
 /// A later read of the weight (packing its other columns, or a kernel that does not
 /// use the packed copy) faults the pages in again from the page cache.
 #[cfg(target_arch = "x86_64")]
-fn pack(b: &Tensor, kn: (usize, usize), ldb: usize, col0: usize, isa: Isa) -> Option<Packed> {
+fn pack(
+    b: &Tensor,
+    kn: (usize, usize),
+    ldb: usize,
+    col0: usize,
+    isa: Isa,
+    release: Release,
+) -> Option<Packed> {
     let data = b.acc_cow::<f32>();
-    let external = b.file_range().filter(|r| !r.file.holds_model());
+    let external = b
+        .file_range()
+        .filter(|r| release == Release::Pages && !r.file.holds_model());
     let row_bytes = (ldb * std::mem::size_of::<f32>()) as u64;
     super::packed_gemm::PackedB::pack_by_rows(&data, kn, ldb, col0, isa, &mut |rows| {
         // From the weight's start: the page a block shares with the one before it
@@ -145,7 +196,7 @@ fn pack(b: &Tensor, kn: (usize, usize), ldb: usize, col0: usize, isa: Isa) -> Op
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn pack(_: &Tensor, _: (usize, usize), _: usize, _: usize, _: Isa) -> Option<Packed> {
+fn pack(_: &Tensor, _: (usize, usize), _: usize, _: usize, _: Isa, _: Release) -> Option<Packed> {
     None
 }
 

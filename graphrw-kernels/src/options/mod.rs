@@ -26,6 +26,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::cpu::choice::ProductChoice;
 use crate::cpu::Isa;
 
 /// The settings kernels run with (see the [module docs](self)).
@@ -51,6 +52,9 @@ pub struct KernelOptions {
     pub max_tensor_bytes: Option<u64>,
     /// The fused SDPA kernels' tuning.
     pub sdpa: SdpaTuning,
+    /// How a product by a constant weight picks its kernel (default: measured on this
+    /// CPU, see [`crate::cpu::choice`]).
+    pub product_kernel: ProductChoice,
 }
 
 impl Default for KernelOptions {
@@ -62,6 +66,7 @@ impl Default for KernelOptions {
             threads: None,
             max_tensor_bytes: None,
             sdpa: SdpaTuning::default(),
+            product_kernel: ProductChoice::Measure,
         }
     }
 }
@@ -99,6 +104,12 @@ impl KernelOptions {
     /// Sets the largest tensor a kernel may allocate to `bytes` (0: the default).
     pub fn with_max_tensor_bytes(mut self, bytes: u64) -> KernelOptions {
         self.max_tensor_bytes = (bytes > 0).then_some(bytes);
+        self
+    }
+
+    /// Sets how products by a constant weight pick their kernel.
+    pub fn with_product_kernel(mut self, choice: ProductChoice) -> KernelOptions {
+        self.product_kernel = choice;
         self
     }
 

@@ -7,6 +7,7 @@
 //! | `GRAPHRW_ISA` | `KernelOptions::max_isa` | `baseline`, `avx2` or `avx512`: the highest instruction set any kernel uses |
 //! | `GRAPHRW_THREADS` | `KernelOptions::threads` | threads for a plan's kernels (default: one per core) |
 //! | `GRAPHRW_MAX_TENSOR_BYTES` | `KernelOptions::max_tensor_bytes` | the largest tensor a kernel may allocate, in bytes (default: the machine's memory) |
+//! | `GRAPHRW_PRODUCT_KERNEL` | `KernelOptions::product_kernel` | `measure` (default: each product shape times its candidate kernels once), `rule` (packed from 64 rows), or a kernel pinned: `gemm`, `packed-avx512`, `packed-avx2` |
 //! | `GRAPHRW_NO_PACKED_WEIGHTS=1` | `KernelOptions::pack_weights` off | matmul weights are not packed at their first run |
 //! | `GRAPHRW_FUSED_NO_AVX512` | `KernelOptions::fused_max_isa` = avx2 | the generated kernels stop at AVX2 |
 //! | `GRAPHRW_FUSED_BASELINE` | `KernelOptions::fused_max_isa` = baseline | the generated kernels run their portable build |
@@ -25,6 +26,7 @@
 //! not parse is an error naming the variable.
 
 use super::{KernelOptions, SdpaTuning};
+use crate::cpu::choice::ProductChoice;
 use crate::cpu::Isa;
 
 /// Every variable [`from_vars`] maps, with what it sets (for `--help`).
@@ -40,6 +42,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "GRAPHRW_MAX_TENSOR_BYTES",
         "N: the largest tensor a kernel may allocate (default: the machine's memory)",
+    ),
+    (
+        "GRAPHRW_PRODUCT_KERNEL",
+        "measure, rule, gemm, packed-avx512 or packed-avx2: how products pick their kernel",
     ),
     ("GRAPHRW_NO_PACKED_WEIGHTS", "1: do not pack matmul weights"),
     ("GRAPHRW_FUSED_NO_AVX512", "generated kernels stop at AVX2"),
@@ -107,6 +113,12 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<KernelOptions, 
     }
     if let Some(n) = number("GRAPHRW_MAX_TENSOR_BYTES")? {
         o = o.with_max_tensor_bytes(n);
+    }
+    if let Some(v) = parsed("GRAPHRW_PRODUCT_KERNEL") {
+        o = o.with_product_kernel(
+            v.parse::<ProductChoice>()
+                .map_err(|e| bad("GRAPHRW_PRODUCT_KERNEL", e))?,
+        );
     }
     if get("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1") {
         o = o.with_pack_weights(false);
@@ -186,9 +198,14 @@ mod tests {
             ("GRAPHRW_SDPA_BLOCKS", "48,96"),
             ("GRAPHRW_SDPA_ORDER", "v"),
             ("GRAPHRW_SDPA_CFG", "4,64,2,0"),
+            ("GRAPHRW_PRODUCT_KERNEL", "packed-avx2"),
         ])
         .unwrap();
         assert_eq!(o.max_isa, Some(Isa::Avx2Fma));
+        assert_eq!(
+            o.product_kernel,
+            ProductChoice::Pin(crate::cpu::choice::ProductKernel::Packed(Isa::Avx2Fma))
+        );
         assert_eq!(o.threads, Some(3));
         assert_eq!(o.max_tensor_bytes, Some(1 << 20));
         assert!(!o.pack_weights);
@@ -227,6 +244,7 @@ mod tests {
             ("GRAPHRW_SDPA_BLOCKS", "96"),
             ("GRAPHRW_SDPA_ORDER", "kq"),
             ("GRAPHRW_SDPA_CFG", "9,64,2,0"),
+            ("GRAPHRW_PRODUCT_KERNEL", "fastest"),
         ] {
             let e = from(&[(name, value)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}: ")), "{e}");

@@ -26,6 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use graphrw_kernels::cpu::{self, Activation, GemmBackend};
 use graphrw_kernels::Tensor;
@@ -100,15 +101,17 @@ pub const EPILOGUE_CPU: &str = "cpu-matmul-epilogue";
 
 /// Forms and runs [`MATMUL_EPILOGUE`] nodes on the CPU.
 ///
-/// It keeps the f32 weight matrices it runs packed for the packed GEMM
-/// ([`cpu::PackedWeight`], which does not pack them again on every call; for its
-/// AVX-512 or AVX2+FMA kernel, by the plan's
-/// [`KernelOptions::isa`](graphrw_kernels::KernelOptions::isa)): each is packed
-/// at its first run and reused by the runs after, up to [`PACKED_LIMIT`] bytes in all.
-/// A weight mapped from an external data file (every large model's) gives its pages
-/// back as it is packed, so the process holds it about once, packed; products of any
-/// number of rows then use the packed copy rather than fault the weight in again. A
-/// packed copy whose weight was dropped is dropped at the next packing.
+/// Each product picks its kernel through [`cpu::choice`]: by default the `gemm` crate
+/// and the packed GEMM on each instruction set the CPU has are timed on the first
+/// product of each shape and bucket of rows, and the fastest is kept (the plan's
+/// [`KernelOptions::product_kernel`](graphrw_kernels::KernelOptions::product_kernel)
+/// pins one or asks for the fixed rule instead). A weight whose product takes a packed
+/// kernel is packed at its first run and reused by the runs after
+/// ([`cpu::PackedWeight`]), up to [`PACKED_LIMIT`] bytes in all. A weight mapped from an
+/// external data file (every large model's) gives its pages back as it is packed, so
+/// the process holds it about once, packed; products of any number of rows then use
+/// the packed copy rather than fault the weight in again. A packed copy whose weight
+/// was dropped is dropped at the next packing.
 /// [`KernelOptions::pack_weights`](graphrw_kernels::KernelOptions::pack_weights) off
 /// (a plan's options) turns packing off (to compare, say).
 #[derive(Debug, Default)]
@@ -128,48 +131,60 @@ impl EpilogueCpu {
             .map_or(0, |c| c.iter().map(|p| p.nbytes()).sum())
     }
 
-    /// The packing of `columns` of weight `w` for a product with `a`: kept from an
-    /// earlier run, made now, or `None` where none is made (see the type's docs, and
-    /// [`cpu::PackedWeight::MIN_ROWS`]).
-    fn packed(
+    /// The kernel for the product of `a` by `columns` of weight `w`, with the packing
+    /// it runs on: the kernel [`cpu::choice`] picks (by measurement on this CPU unless
+    /// the options pin one or ask for the fixed rule), the packing kept from an earlier
+    /// run or made now. A weight already packed is not packed a second time for
+    /// another instruction set, and one mapped from external data whose pages were
+    /// given back runs on its packing whatever kernel won (memory first). Where no
+    /// packing is made (packing off, not f32, past [`PACKED_LIMIT`]), the `gemm` crate.
+    fn kernel(
         &self,
         a: &Tensor,
         w: &Tensor,
         columns: Option<(usize, usize)>,
-    ) -> Option<Arc<cpu::PackedWeight>> {
+    ) -> (cpu::choice::ProductKernel, Option<Arc<cpu::PackedWeight>>) {
+        use cpu::choice::ProductKernel;
+        let gemm = (ProductKernel::Gemm, None);
         let [k, n_all] = w.shape() else {
-            return None;
+            return gemm;
         };
         // The plan's options, installed while it runs.
-        if !graphrw_kernels::KernelOptions::current().pack_weights
-            || w.dtype() != graphrw_kernels::DType::F32
-        {
-            return None;
+        let options = graphrw_kernels::KernelOptions::current();
+        if !options.pack_weights || w.dtype() != graphrw_kernels::DType::F32 {
+            return gemm;
         }
-        // A product of few rows runs on the `gemm` crate, but for a weight mapped from
-        // external data already packed: its pages were given back.
-        let few_rows = a.numel() / (*k).max(1) < cpu::PackedWeight::MIN_ROWS;
+        let kernel = cpu::choice::global().kernel_for(a, w, columns, &options);
         let external = w.file_range().is_some_and(|r| !r.file.holds_model());
-        if few_rows && !external {
-            return None;
-        }
-        let mut cache = self.packed.lock().ok()?;
-        if let Some(p) = cache.iter().find(|p| p.packs(w, columns)) {
-            return Some(Arc::clone(p));
-        }
-        if few_rows {
-            return None;
-        }
+        let Ok(mut cache) = self.packed.lock() else {
+            return gemm;
+        };
+        let kept = cache.iter().find(|p| p.packs(w, columns)).cloned();
+        let isa = match (kernel, kept) {
+            (ProductKernel::Packed(_), Some(p)) => {
+                return (ProductKernel::Packed(p.isa()), Some(p))
+            }
+            (ProductKernel::Gemm, Some(p)) if external => {
+                return (ProductKernel::Packed(p.isa()), Some(p))
+            }
+            (ProductKernel::Gemm, _) => return gemm,
+            (ProductKernel::Packed(isa), None) => isa,
+        };
         let (start, end) = columns.unwrap_or((0, *n_all));
         let bytes = cpu::PackedWeight::size_for(*k, end.saturating_sub(start));
         cache.retain(|p| !p.is_orphan());
         let held: usize = cache.iter().map(|p| p.nbytes()).sum();
         if held + bytes > PACKED_LIMIT {
-            return None;
+            return gemm;
         }
-        let p = Arc::new(cpu::PackedWeight::new(w, columns)?);
-        cache.push(Arc::clone(&p));
-        Some(p)
+        match cpu::PackedWeight::new_any_depth(w, columns, isa) {
+            Some(p) => {
+                let p = Arc::new(p);
+                cache.push(Arc::clone(&p));
+                (ProductKernel::Packed(isa), Some(p))
+            }
+            None => gemm,
+        }
     }
 }
 
@@ -843,7 +858,7 @@ impl Executor for EpilogueCpu {
             _ => return Err(format!("3 or 4 operands expected, got {}", x.len()).into()),
         };
         let heads = node.attrs.int("heads")?;
-        let packed = self.packed(a, w, columns);
+        let (kernel, packed) = self.kernel(a, w, columns);
         let epilogue = cpu::Epilogue {
             bias: Some(bias),
             activation,
@@ -852,11 +867,13 @@ impl Executor for EpilogueCpu {
             heads: (heads > 0).then_some(heads as usize),
             packed: packed.as_deref(),
         };
-        Ok(vec![cpu::matmul_epilogue_with(
-            a,
-            w,
-            &epilogue,
-            GemmBackend::Auto,
-        )?])
+        let started = Instant::now();
+        let out = cpu::matmul_epilogue_with(a, w, &epilogue, GemmBackend::Auto)?;
+        if let [k, n_all] = w.shape() {
+            let n = columns.map_or(*n_all, |(start, end)| end - start);
+            let rows = a.numel() / (*k).max(1);
+            cpu::choice::global().record((rows, *k, n), kernel, started.elapsed());
+        }
+        Ok(vec![out])
     }
 }

@@ -57,17 +57,17 @@ mod mask;
 mod packed;
 #[cfg(target_arch = "x86_64")]
 mod packed512;
-mod peak;
 mod tile;
 
 use rayon::prelude::*;
 
 use crate::cpu::attention_ref::Dims;
+/// The FMA probe, where it was first needed (now [`crate::cpu::probe`]).
+pub use crate::cpu::probe::fma_peak_gflops;
 use crate::cpu::Isa;
 use crate::macros::dispatch_float;
 use crate::{DType, Element, KernelError, KernelOptions, Real, SdpaBlocks, Tensor};
 use mask::{MaskData, MaskView};
-pub use peak::fma_peak_gflops;
 use tile::{Acc, HalfSrc, NR_Q};
 
 /// Query rows per work item: a multiple of both the 16 query columns of the score

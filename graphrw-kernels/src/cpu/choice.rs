@@ -1,0 +1,497 @@
+//! Which kernel runs a product by a constant weight, chosen by measuring the
+//! candidates on this CPU rather than by the machine the kernels were tuned on.
+//!
+//! The candidates are the `gemm` crate and the packed GEMM on each instruction set the
+//! CPU has and the options allow ([`ProductKernel`]). For each product shape (depth,
+//! width) and bucket of row counts ([`RowBucket`]: 1, 2–16, 17–128, more) the first
+//! product of that shape times each candidate on the real operands: the same rows, a
+//! few of the weight's columns ([`SAMPLE_COLUMNS`], each candidate's packing of just
+//! those), each candidate run a few times and its best time kept. The fastest is kept
+//! for every later product of that shape and bucket in the process ([`global`]), so a
+//! shape bound only at run time (a decode step's rows) chooses on first sight, and the
+//! layers of a model that share a shape share one measurement. Timing a sample of
+//! columns keeps the choice's cost a fraction of one product per shape.
+//!
+//! [`ProductChoice`] (in [`KernelOptions::product_kernel`]) turns measuring off (the
+//! fixed rule: packed from [`PackedWeight::MIN_ROWS`] rows) or pins one kernel. The
+//! chooser also keeps, per shape, how long the products it chose ran
+//! ([`ProductChooser::record`]), for `graphrw run --profile`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::cpu::{matmul_epilogue_with, Epilogue, GemmBackend, Isa, PackedWeight};
+use crate::{DType, KernelOptions, Tensor};
+
+/// Columns of the weight each candidate is timed on (a multiple of both packed
+/// kernels' panel widths), or all of them when fewer.
+pub const SAMPLE_COLUMNS: usize = 128;
+
+/// Runs of each candidate while timing (the best counts), at most.
+const SAMPLE_RUNS: usize = 3;
+
+/// Time after which a candidate is not run again while timing.
+const SAMPLE_BUDGET: Duration = Duration::from_millis(2);
+
+/// A kernel for an f32 product by a constant weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProductKernel {
+    /// The `gemm` crate (packs the weight again on every call).
+    Gemm,
+    /// The packed-weight GEMM on one instruction set's kernel.
+    Packed(Isa),
+}
+
+impl fmt::Display for ProductKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProductKernel::Gemm => f.write_str("gemm"),
+            ProductKernel::Packed(Isa::Avx512) => f.write_str("packed-avx512"),
+            ProductKernel::Packed(Isa::Avx2Fma) => f.write_str("packed-avx2"),
+            ProductKernel::Packed(Isa::Baseline) => f.write_str("packed-baseline"),
+        }
+    }
+}
+
+impl FromStr for ProductKernel {
+    type Err = String;
+
+    /// `gemm`, `packed-avx512` or `packed-avx2`, any case.
+    fn from_str(s: &str) -> Result<ProductKernel, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "gemm" => Ok(ProductKernel::Gemm),
+            "packed-avx512" => Ok(ProductKernel::Packed(Isa::Avx512)),
+            "packed-avx2" => Ok(ProductKernel::Packed(Isa::Avx2Fma)),
+            other => Err(format!(
+                "unknown product kernel `{other}`: expected gemm, packed-avx512 or packed-avx2"
+            )),
+        }
+    }
+}
+
+/// How products by a constant weight pick their kernel
+/// ([`KernelOptions::product_kernel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ProductChoice {
+    /// Time the candidates on each shape's first product and keep the fastest.
+    #[default]
+    Measure,
+    /// The fixed rule: the packed GEMM from [`PackedWeight::MIN_ROWS`] rows (where it
+    /// packs the weight), else the `gemm` crate.
+    Rule,
+    /// Always this kernel where it runs (a packed kernel the CPU or the options do not
+    /// allow falls back to the rule).
+    Pin(ProductKernel),
+}
+
+impl FromStr for ProductChoice {
+    type Err = String;
+
+    /// `measure`, `rule`, or a kernel's name ([`ProductKernel::from_str`]).
+    fn from_str(s: &str) -> Result<ProductChoice, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "measure" => Ok(ProductChoice::Measure),
+            "rule" => Ok(ProductChoice::Rule),
+            other => other
+                .parse::<ProductKernel>()
+                .map(ProductChoice::Pin)
+                .map_err(|e| format!("{e}, measure or rule")),
+        }
+    }
+}
+
+/// Row counts that share a choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RowBucket {
+    /// One row (a decode step).
+    One,
+    /// 2 to 16 rows (a chunk of new tokens).
+    Few,
+    /// 17 to 128 rows.
+    Some,
+    /// More than 128 rows.
+    Many,
+}
+
+impl RowBucket {
+    /// The bucket of `rows` rows.
+    pub fn of(rows: usize) -> RowBucket {
+        match rows {
+            0 | 1 => RowBucket::One,
+            2..=16 => RowBucket::Few,
+            17..=128 => RowBucket::Some,
+            _ => RowBucket::Many,
+        }
+    }
+}
+
+impl fmt::Display for RowBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RowBucket::One => "1",
+            RowBucket::Few => "2-16",
+            RowBucket::Some => "17-128",
+            RowBucket::Many => ">128",
+        })
+    }
+}
+
+/// What a choice is kept for: a product shape and bucket of rows under one set of
+/// options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProductKey {
+    /// Depth (rows of the weight).
+    pub k: usize,
+    /// Columns of the weight the product reads.
+    pub n: usize,
+    /// Rows of the left operand.
+    pub rows: RowBucket,
+    /// The highest instruction set the options allow.
+    pub isa: Isa,
+    /// Threads the product may use.
+    pub threads: usize,
+}
+
+impl fmt::Display for ProductKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rows {} x {} x {}", self.rows, self.k, self.n)
+    }
+}
+
+/// A measured choice: the kernel kept and every candidate's rate on the sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chosen {
+    /// The fastest candidate.
+    pub kernel: ProductKernel,
+    /// Each candidate with its best rate on the sample, GFLOP/s.
+    pub candidates: Vec<(ProductKernel, f64)>,
+    /// Time the measurement took.
+    pub cost: Duration,
+}
+
+/// How the products of one shape ran ([`ProductChooser::record`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProductStat {
+    /// Calls.
+    pub calls: usize,
+    /// Their flops (`2 m k n` each).
+    pub flops: f64,
+    /// Their time.
+    pub time: Duration,
+}
+
+impl ProductStat {
+    /// The rate over all calls, GFLOP/s.
+    pub fn gflops(&self) -> f64 {
+        self.flops / self.time.as_secs_f64().max(1e-12) / 1e9
+    }
+}
+
+/// Kept choices and per-shape statistics; one per process ([`global`]).
+#[derive(Debug, Default)]
+pub struct ProductChooser {
+    choices: Mutex<HashMap<ProductKey, Chosen>>,
+    stats: Mutex<HashMap<(usize, usize, usize, ProductKernel), ProductStat>>,
+}
+
+/// The process's chooser: choices measured by one plan serve every other.
+pub fn global() -> &'static ProductChooser {
+    static CHOOSER: OnceLock<ProductChooser> = OnceLock::new();
+    CHOOSER.get_or_init(ProductChooser::default)
+}
+
+impl ProductChooser {
+    /// The kernel for `a @ w[.., columns]` (`a` of depth `w.shape()[0]`, `w` an f32
+    /// matrix) under `options`: by [`KernelOptions::product_kernel`]; when measuring,
+    /// the kept choice for its shape and bucket of rows, or one measured now on `a`
+    /// and `w`. Anything but an f32 matrix weight runs on the `gemm` crate.
+    pub fn kernel_for(
+        &self,
+        a: &Tensor,
+        w: &Tensor,
+        columns: Option<(usize, usize)>,
+        options: &KernelOptions,
+    ) -> ProductKernel {
+        let &[k, n_all] = w.shape() else {
+            return ProductKernel::Gemm;
+        };
+        let (start, end) = columns.unwrap_or((0, n_all));
+        let n = end.saturating_sub(start);
+        let rows = a.numel() / k.max(1);
+        if w.dtype() != DType::F32 || a.dtype() != DType::F32 || n == 0 || k == 0 {
+            return ProductKernel::Gemm;
+        }
+        let isa = options.isa();
+        let rule = || match isa {
+            Isa::Baseline => ProductKernel::Gemm,
+            _ if rows < PackedWeight::MIN_ROWS || k > 8 * n => ProductKernel::Gemm,
+            isa => ProductKernel::Packed(isa),
+        };
+        match options.product_kernel {
+            ProductChoice::Rule => rule(),
+            ProductChoice::Pin(ProductKernel::Packed(p)) if p > isa || p == Isa::Baseline => rule(),
+            ProductChoice::Pin(kernel) => kernel,
+            ProductChoice::Measure => {
+                let key = ProductKey {
+                    k,
+                    n,
+                    rows: RowBucket::of(rows),
+                    isa,
+                    threads: rayon::current_num_threads(),
+                };
+                if let Some(c) = self.choices.lock().ok().and_then(|c| c.get(&key).cloned()) {
+                    return c.kernel;
+                }
+                let chosen = measure(a, w, (start, end), isa);
+                let kernel = chosen.kernel;
+                if let Ok(mut c) = self.choices.lock() {
+                    c.entry(key).or_insert(chosen);
+                }
+                kernel
+            }
+        }
+    }
+
+    /// Every kept choice, by shape.
+    pub fn choices(&self) -> Vec<(ProductKey, Chosen)> {
+        let mut all: Vec<_> = self
+            .choices
+            .lock()
+            .map(|c| c.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default();
+        all.sort_by_key(|(k, _)| *k);
+        all
+    }
+
+    /// Records a product of `rows x k x n` on `kernel` that took `time`.
+    pub fn record(
+        &self,
+        (rows, k, n): (usize, usize, usize),
+        kernel: ProductKernel,
+        time: Duration,
+    ) {
+        if let Ok(mut stats) = self.stats.lock() {
+            let s = stats.entry((rows, k, n, kernel)).or_default();
+            s.calls += 1;
+            s.flops += 2.0 * (rows * k * n) as f64;
+            s.time += time;
+        }
+    }
+
+    /// The recorded products, by shape `(rows, k, n)` and kernel, most time first.
+    pub fn stats(&self) -> Vec<((usize, usize, usize), ProductKernel, ProductStat)> {
+        let mut all: Vec<_> = self
+            .stats
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .map(|(&(m, k, n, kernel), &st)| ((m, k, n), kernel, st))
+                    .collect()
+            })
+            .unwrap_or_default();
+        all.sort_by(|a, b| b.2.time.cmp(&a.2.time).then(a.0.cmp(&b.0)));
+        all
+    }
+
+    /// Forgets the recorded statistics (the choices stay).
+    pub fn clear_stats(&self) {
+        if let Ok(mut s) = self.stats.lock() {
+            s.clear();
+        }
+    }
+}
+
+/// The candidates under instruction set `isa`, the `gemm` crate first.
+pub fn candidates(isa: Isa) -> Vec<ProductKernel> {
+    let mut all = vec![ProductKernel::Gemm];
+    for packed in [Isa::Avx512, Isa::Avx2Fma] {
+        if cfg!(target_arch = "x86_64") && packed <= isa && packed.is_available() {
+            all.push(ProductKernel::Packed(packed));
+        }
+    }
+    all
+}
+
+/// Times every candidate on `a` and columns `start..start + SAMPLE_COLUMNS` of `w`
+/// (at most `end`), each packed for its kernel; the fastest wins (the `gemm` crate
+/// where a timing fails).
+fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Chosen {
+    let began = Instant::now();
+    let sample = (start, end.min(start + SAMPLE_COLUMNS));
+    let k = w.shape()[0];
+    let rows = a.numel() / k.max(1);
+    let flops = 2.0 * (rows * k * (sample.1 - sample.0)) as f64;
+    let mut rated = Vec::new();
+    for kernel in candidates(isa) {
+        let packed = match kernel {
+            ProductKernel::Gemm => None,
+            ProductKernel::Packed(p) => match PackedWeight::sample(w, sample, p) {
+                Some(packed) => Some(packed),
+                None => continue,
+            },
+        };
+        let epilogue = Epilogue {
+            columns: Some(sample),
+            packed: packed.as_ref(),
+            ..Epilogue::default()
+        };
+        if let Some(best) = best_time(|| matmul_epilogue_with(a, w, &epilogue, GemmBackend::Auto)) {
+            rated.push((kernel, flops / best.as_secs_f64().max(1e-12) / 1e9));
+        }
+    }
+    let kernel = rated
+        .iter()
+        .max_by(|x, y| x.1.total_cmp(&y.1))
+        .map_or(ProductKernel::Gemm, |r| r.0);
+    Chosen {
+        kernel,
+        candidates: rated,
+        cost: began.elapsed(),
+    }
+}
+
+/// The best time of up to [`SAMPLE_RUNS`] runs of `run` (fewer past
+/// [`SAMPLE_BUDGET`]); `None` where it fails.
+fn best_time<T, E>(mut run: impl FnMut() -> Result<T, E>) -> Option<Duration> {
+    let mut best = Duration::MAX;
+    let mut spent = Duration::ZERO;
+    for _ in 0..SAMPLE_RUNS {
+        let t = Instant::now();
+        let out = run().ok()?;
+        let took = t.elapsed();
+        std::hint::black_box(&out);
+        drop(out);
+        best = best.min(took);
+        spent += took;
+        if spent > SAMPLE_BUDGET {
+            break;
+        }
+    }
+    Some(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix(k: usize, n: usize) -> Tensor {
+        let data = (0..k * n)
+            .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
+            .collect();
+        Tensor::from_vec(vec![k, n], data).expect("tensor")
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for kernel in [
+            ProductKernel::Gemm,
+            ProductKernel::Packed(Isa::Avx512),
+            ProductKernel::Packed(Isa::Avx2Fma),
+        ] {
+            assert_eq!(kernel.to_string().parse::<ProductKernel>(), Ok(kernel));
+            assert_eq!(
+                kernel.to_string().parse::<ProductChoice>(),
+                Ok(ProductChoice::Pin(kernel))
+            );
+        }
+        assert_eq!(
+            "Measure".parse::<ProductChoice>(),
+            Ok(ProductChoice::Measure)
+        );
+        assert_eq!("rule".parse::<ProductChoice>(), Ok(ProductChoice::Rule));
+        let err = "fastest".parse::<ProductChoice>().unwrap_err();
+        assert!(
+            err.contains("`fastest`") && err.contains("measure"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn buckets_split_at_1_16_128() {
+        let b: Vec<_> = [0, 1, 2, 16, 17, 128, 129, 4096]
+            .map(RowBucket::of)
+            .to_vec();
+        use RowBucket::*;
+        assert_eq!(b, [One, One, Few, Few, Some, Some, Many, Many]);
+    }
+
+    /// A measured choice times every candidate the CPU has, is kept for its shape and
+    /// bucket, and a new bucket measures anew.
+    #[test]
+    fn measures_each_candidate_once_per_shape_and_bucket() {
+        let chooser = ProductChooser::default();
+        let opts = KernelOptions::default();
+        let w = matrix(96, 200);
+        let a = matrix(20, 96);
+        let first = chooser.kernel_for(&a, &w, Some((8, 200)), &opts);
+        let kept = chooser.choices();
+        assert_eq!(kept.len(), 1);
+        let (key, chosen) = &kept[0];
+        assert_eq!((key.k, key.n, key.rows), (96, 192, RowBucket::Some));
+        assert_eq!(chosen.kernel, first);
+        let timed: Vec<_> = chosen.candidates.iter().map(|c| c.0).collect();
+        assert_eq!(timed, candidates(opts.isa()));
+        assert!(chosen.candidates.iter().all(|c| c.1 > 0.0), "{chosen:?}");
+        // Another row count of the same bucket: the kept choice, nothing measured.
+        let again = chooser.kernel_for(&matrix(100, 96), &w, Some((8, 200)), &opts);
+        assert_eq!((again, chooser.choices().len()), (first, 1));
+        chooser.kernel_for(&matrix(1, 96), &w, Some((8, 200)), &opts);
+        assert_eq!(chooser.choices().len(), 2, "one row is a bucket of its own");
+    }
+
+    #[test]
+    fn rule_and_pins_measure_nothing() {
+        let chooser = ProductChooser::default();
+        let w = matrix(64, 64);
+        let isa = KernelOptions::default().isa();
+        let with = |choice| KernelOptions {
+            product_kernel: choice,
+            ..KernelOptions::default()
+        };
+        let few = matrix(4, 64);
+        let many = matrix(64, 64);
+        let rule = with(ProductChoice::Rule);
+        assert_eq!(
+            chooser.kernel_for(&few, &w, None, &rule),
+            ProductKernel::Gemm
+        );
+        let expected = match isa {
+            Isa::Baseline => ProductKernel::Gemm,
+            isa => ProductKernel::Packed(isa),
+        };
+        assert_eq!(chooser.kernel_for(&many, &w, None, &rule), expected);
+        let gemm = with(ProductChoice::Pin(ProductKernel::Gemm));
+        assert_eq!(
+            chooser.kernel_for(&many, &w, None, &gemm),
+            ProductKernel::Gemm
+        );
+        // A pinned kernel above the options' instruction set falls back to the rule.
+        let capped = KernelOptions {
+            max_isa: Some(Isa::Baseline),
+            ..with(ProductChoice::Pin(ProductKernel::Packed(Isa::Avx512)))
+        };
+        assert_eq!(
+            chooser.kernel_for(&many, &w, None, &capped),
+            ProductKernel::Gemm
+        );
+        assert!(chooser.choices().is_empty());
+    }
+
+    #[test]
+    fn records_add_up_per_shape_and_kernel() {
+        let chooser = ProductChooser::default();
+        let kernel = ProductKernel::Gemm;
+        chooser.record((2, 3, 4), kernel, Duration::from_millis(1));
+        chooser.record((2, 3, 4), kernel, Duration::from_millis(3));
+        let stats = chooser.stats();
+        assert_eq!(stats.len(), 1);
+        assert_eq!(stats[0].2.calls, 2);
+        assert_eq!(stats[0].2.flops, 96.0);
+        assert!((stats[0].2.gflops() - 96.0 / 4e-3 / 1e9).abs() < 1e-9);
+        chooser.clear_stats();
+        assert!(chooser.stats().is_empty());
+    }
+}
