@@ -6,7 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use graphrw::exec::{default_stack, plan, run_reference};
-use graphrw::{onnx, rules, verify, Builder, DType, Graph, Tensor, TensorMeta, Var};
+use graphrw::meta::SymExpr;
+use graphrw::ops::builtin::{EXPAND, RESHAPE};
+use graphrw::ops::AttrValue;
+use graphrw::{onnx, rules, verify, Builder, DType, Dim, Graph, Shape, Tensor, TensorMeta, Var};
 use graphrw_kernels::testing::compare::{assert_close_tensor, Tol};
 
 fn corpus() -> PathBuf {
@@ -158,6 +161,199 @@ fn planted_repeat_kv_becomes_enable_gqa() {
                 Tol::new(1e-5, 0.0),
                 &format!("masked {masked}, {what}"),
             );
+        }
+    }
+}
+
+fn decoders() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/decoders")
+}
+
+fn tensors(dir: &Path, prefix: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|i| dir.join(format!("{prefix}_{i}.pb")))
+        .take_while(|p| p.exists())
+        .map(|p| onnx::read_tensor_pb(&p).expect("tensor").1)
+        .collect()
+}
+
+/// The KV-cache decoder steps with 2 kv heads under 4 query heads, batch, new tokens
+/// and cache length symbolic (`tools/models/export_decoders.py`, both exporters): the
+/// `repeat_kv` of k and v is absorbed into `enable_gqa` at symbolic shapes, nothing is
+/// expanded, and one plan runs both test sets (other shapes than the export's).
+#[test]
+fn decoder_gqa_reads_unrepeated_kv_heads_at_symbolic_shapes() {
+    for model in ["gqa_torchscript", "gqa_dynamo"] {
+        let dir = decoders().join(model);
+        let mut g = onnx::load(dir.join("model.onnx")).expect("load");
+        rules::optimize(&mut g).unwrap_or_else(|e| panic!("{model}: {e}"));
+        verify(&g).expect("verified");
+        assert_eq!(gqa_nodes(&g), (1, 1, 1), "{model}: grouped heads\n{g}");
+        assert_eq!(
+            g.nodes_with_op("expand").count(),
+            0,
+            "{model}: expands left\n{g}"
+        );
+        let p = plan(&g, &default_stack()).expect("plan");
+        for set in ["test_data_set_0", "test_data_set_1"] {
+            let (out, _) = p.run(&tensors(&dir.join(set), "input")).expect("run");
+            let want = tensors(&dir.join(set), "output");
+            assert_eq!(out.len(), want.len(), "{model} {set}: outputs");
+            for (i, (got, want)) in out.iter().zip(&want).enumerate() {
+                assert_close_tensor(
+                    got,
+                    want,
+                    Tol::new(1e-4, 1e-3),
+                    &format!("{model} {set} output {i}"),
+                );
+            }
+        }
+    }
+}
+
+/// How a planted graph at symbolic shapes repeats its kv heads.
+#[derive(Clone, Copy, Debug)]
+enum Spelling {
+    /// `repeat_kv` with the targets as shape arithmetic: `expand([b, hk, r, t, d])`,
+    /// `reshape([b, hq, t, d])` with `b` and `t` symbolic.
+    Exact,
+    /// `-1` for the kept dims of the expand and for the heads of the reshape, the
+    /// unsqueeze counted from the end (`unsqueeze(-3)`).
+    Inferred,
+    /// The new dim after the sequence (`[b, hk, t, r, d]`), merged into the heads by
+    /// the reshape: not `repeat_kv` (kv heads would be interleaved with positions), so
+    /// it must stay.
+    NotRepeatKv,
+}
+
+/// `b` and `t` symbolic; 8 query heads over 2 kv heads of 4; `s` query positions.
+fn planted_symbolic(spelling: Spelling, masked: bool) -> Graph {
+    let (hq, hk, d, s) = (8i64, 2i64, 4i64, 3usize);
+    let rep = hq / hk;
+    let g = Builder::new();
+    let shape = |dims: [Dim; 4]| dims.into_iter().collect::<Shape>();
+    let (b, t) = (Dim::sym("b"), Dim::sym("t"));
+    let n = |x: i64| Dim::from(x as usize);
+    let q = g.input(
+        "q",
+        TensorMeta::new(DType::F32, shape([b.clone(), n(hq), Dim::from(s), n(d)])),
+    );
+    let k = g.input(
+        "k",
+        TensorMeta::new(DType::F32, shape([b.clone(), n(hk), t.clone(), n(d)])),
+    );
+    let v = g.input(
+        "v",
+        TensorMeta::new(DType::F32, shape([b.clone(), n(hk), t.clone(), n(d)])),
+    );
+    let mask = g.input(
+        "mask",
+        TensorMeta::new(DType::F32, shape([n(1), n(1), Dim::from(s), t.clone()])),
+    );
+    let (be, te, c) = (b.to_expr(), t.to_expr(), SymExpr::int);
+    let apply = |op, x: Var<'_>, attr: &str, dims: Vec<SymExpr>| {
+        let out = g
+            .apply(op, &[x.value()], &[(attr, AttrValue::sym_ints(dims))])
+            .expect("symbolic layout op");
+        g.var(out[0])
+    };
+    let repeat = |x: Var<'_>| match spelling {
+        Spelling::Exact => {
+            let x = x.unsqueeze(2).expect("unsqueeze");
+            let x = apply(
+                &EXPAND,
+                x,
+                "size",
+                vec![be.clone(), c(hk), c(rep), te.clone(), c(d)],
+            );
+            apply(
+                &RESHAPE,
+                x,
+                "shape",
+                vec![be.clone(), c(hq), te.clone(), c(d)],
+            )
+        }
+        Spelling::Inferred => {
+            let x = x.unsqueeze(-3).expect("unsqueeze");
+            let x = apply(&EXPAND, x, "size", vec![c(-1), c(-1), c(rep), c(-1), c(-1)]);
+            apply(
+                &RESHAPE,
+                x,
+                "shape",
+                vec![be.clone(), c(-1), te.clone(), c(d)],
+            )
+        }
+        Spelling::NotRepeatKv => {
+            let x = x.unsqueeze(3).expect("unsqueeze");
+            let x = apply(
+                &EXPAND,
+                x,
+                "size",
+                vec![be.clone(), c(hk), te.clone(), c(rep), c(d)],
+            );
+            apply(
+                &RESHAPE,
+                x,
+                "shape",
+                vec![be.clone(), c(hq), te.clone(), c(d)],
+            )
+        }
+    };
+    let (kr, vr) = (repeat(k), repeat(v));
+    let scores = q
+        .matmul(kr.transpose(-2, -1).expect("kt"))
+        .and_then(|x| x.div(2.0))
+        .expect("scores");
+    let scores = if masked {
+        scores.add(mask).expect("masked")
+    } else {
+        scores
+    };
+    let out = scores
+        .softmax(-1)
+        .and_then(|p| p.matmul(vr))
+        .expect("attention");
+    g.output(&[out]).expect("output");
+    g.finish()
+}
+
+/// The planted `repeat_kv` at symbolic batch and cache length becomes `enable_gqa`
+/// with nothing expanded, for each spelling, and one graph computes what it did at two
+/// bindings of the symbols; the look-alike that is not `repeat_kv` stays as it is.
+#[test]
+fn planted_repeat_kv_at_symbolic_shapes_becomes_enable_gqa() {
+    for spelling in [Spelling::Exact, Spelling::Inferred, Spelling::NotRepeatKv] {
+        for masked in [false, true] {
+            let what = format!("{spelling:?}, masked {masked}");
+            let before = planted_symbolic(spelling, masked);
+            let mut g = planted_symbolic(spelling, masked);
+            rules::fuse_attention(&mut g).unwrap_or_else(|e| panic!("{what}: {e}"));
+            verify(&g).expect("verified");
+            let grouped = !matches!(spelling, Spelling::NotRepeatKv);
+            let want = if grouped { (1, 1, 1) } else { (1, 0, 0) };
+            assert_eq!(gqa_nodes(&g), want, "{what}:\n{g}");
+            assert_eq!(
+                g.nodes_with_op("expand").count(),
+                if grouped { 0 } else { 2 },
+                "{what}:\n{g}"
+            );
+            let p = plan(&g, &default_stack()).expect("plan");
+            for (b, t) in [(1usize, 5usize), (2, 9)] {
+                let x = vec![
+                    data(&[b, 8, 3, 4], 1),
+                    data(&[b, 2, t, 4], 2),
+                    data(&[b, 2, t, 4], 3),
+                    data(&[1, 1, 3, t], 4),
+                ];
+                let want = run_reference(&before, &x).expect("before");
+                let got = p.run(&x).expect("run").0;
+                assert_close_tensor(
+                    &got[0],
+                    &want[0],
+                    Tol::new(1e-5, 0.0),
+                    &format!("{what}, b {b}, t {t}"),
+                );
+            }
         }
     }
 }
