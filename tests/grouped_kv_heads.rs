@@ -4,6 +4,9 @@
 //! fewer kv heads) and on a planted graph, with the outputs unchanged.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod support;
 
 use graphrw::exec::{default_stack, plan, run_reference};
 use graphrw::meta::SymExpr;
@@ -356,4 +359,79 @@ fn planted_repeat_kv_at_symbolic_shapes_becomes_enable_gqa() {
             }
         }
     }
+}
+
+/// Checks a written decoder (one ONNX `Attention` with `q_num_heads` 4 and
+/// `kv_num_heads` 2, no `Expand` or `Tile` left to repeat the kv heads), then runs it in
+/// onnxruntime on every test set given, comparing every output within 1e-4 + 1e-3 ·
+/// max|y|; exits with the reason on the first failure.
+const ORT_SCRIPT: &str = r#"
+import os, sys
+import numpy as np, onnx, onnxruntime as ort
+from onnx import helper, numpy_helper
+path, sets = sys.argv[1], sys.argv[2:]
+model = onnx.load(path)
+ops = [n.op_type for n in model.graph.node]
+att = [n for n in model.graph.node if n.op_type == "Attention"]
+if len(att) != 1:
+    sys.exit("%d Attention nodes, expected 1: %s" % (len(att), ops))
+heads = {a.name: helper.get_attribute_value(a) for a in att[0].attribute}
+if heads.get("q_num_heads") != 4 or heads.get("kv_num_heads") != 2:
+    sys.exit("Attention attributes %s, expected q_num_heads 4, kv_num_heads 2" % heads)
+for op in ("Expand", "Tile"):
+    if op in ops:
+        sys.exit("%s left in %s" % (op, ops))
+s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+def read(p):
+    t = onnx.TensorProto()
+    with open(p, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+for data in sets:
+    feeds = {i.name: read(os.path.join(data, "input_%d.pb" % k)) for k, i in enumerate(s.get_inputs())}
+    for k, got in enumerate(s.run(None, feeds)):
+        want = read(os.path.join(data, "output_%d.pb" % k))
+        if got.shape != want.shape:
+            sys.exit("%s output %d: shape %s, expected %s" % (data, k, got.shape, want.shape))
+        err = float(np.abs(got - want).max())
+        tol = 1e-4 + 1e-3 * float(np.abs(want).max())
+        if not err <= tol:
+            sys.exit("%s output %d: max error %g > tolerance %g" % (data, k, err, tol))
+        print(os.path.basename(data), k, got.shape, err)
+"#;
+
+/// What graphrw writes for the optimised gqa decoders is one ONNX `Attention` (opset
+/// 23) reading the 2 kv heads as they are, with `q_num_heads` and `kv_num_heads`, and
+/// onnxruntime runs it at both test sets' shapes (skipped without onnxruntime, failed
+/// under `CI=true`).
+#[test]
+fn onnxruntime_runs_the_written_gqa_decoders_reading_kv_heads_once() {
+    let Some(python) = support::python_or_skip() else {
+        return;
+    };
+    let scratch = std::env::temp_dir().join(format!("graphrw_gqa_{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let mut failures = Vec::new();
+    for model in ["gqa_torchscript", "gqa_dynamo"] {
+        let dir = decoders().join(model);
+        let mut g = onnx::load(dir.join("model.onnx")).expect("load");
+        rules::optimize(&mut g).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let path = scratch.join(format!("{model}.onnx"));
+        onnx::save(&g, &path).unwrap_or_else(|e| panic!("{model}: save: {e}"));
+        let run = Command::new(&python)
+            .args(["-c", ORT_SCRIPT])
+            .arg(&path)
+            .args(["test_data_set_0", "test_data_set_1"].map(|s| dir.join(s)))
+            .output()
+            .expect("python runs");
+        if run.status.success() {
+            let out = String::from_utf8_lossy(&run.stdout);
+            println!("{model}: onnxruntime {}", out.trim().replace('\n', "; "));
+        } else {
+            let err = String::from_utf8_lossy(&run.stderr);
+            failures.push(format!("{model}: {}", err.lines().last().unwrap_or("")));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
