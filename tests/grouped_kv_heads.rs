@@ -1,7 +1,10 @@
 //! The `grouped_kv_heads` rules: transformers' `repeat_kv` (unsqueeze, expand, reshape
 //! of k and v) in front of a fused attention becomes `enable_gqa` on the node, which then
 //! reads the kv heads unrepeated. Checked on the llama corpus models (8 query heads over
-//! fewer kv heads) and on a planted graph, with the outputs unchanged.
+//! fewer kv heads), on the KV-cache decoders of `tests/models/decoders` (batch, new
+//! tokens and cache length symbolic; both exporters) and on planted graphs at fixed and
+//! at symbolic shapes, with the outputs unchanged; the decoders saved as ONNX are one
+//! `Attention` with `kv_num_heads`, which onnxruntime runs at two shapes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

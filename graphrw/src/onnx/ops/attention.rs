@@ -90,8 +90,10 @@ fn grouped_heads(q: &TensorMeta, k: &TensorMeta) -> Option<(i64, i64)> {
         d.len().checked_sub(3).and_then(|i| d[i].known())
     };
     let (hq, hkv) = (heads(q)?, heads(k)?);
-    let grouped = hkv > 0 && hkv < hq && hq % hkv == 0;
-    grouped.then(|| Some((i64::try_from(hq).ok()?, i64::try_from(hkv).ok()?)))?
+    if hkv == 0 || hkv >= hq || hq % hkv != 0 {
+        return None;
+    }
+    Some((i64::try_from(hq).ok()?, i64::try_from(hkv).ok()?))
 }
 
 impl<'g> Exporter<'g> {

@@ -237,7 +237,7 @@ impl<'m> Importer<'m> {
 
     /// `Tile` that repeats only dims of size 1 is an `expand` to those counts: the
     /// TorchScript exporter writes `repeat_interleave` by one count as unsqueeze, tile,
-    /// flatten (a kv-head repetition, which [`crate::rules::attention`] then absorbs into
+    /// flatten (a kv-head repetition, which the attention rules then absorb into
     /// `enable_gqa`). Any other `Tile` (a dim of size other than 1 repeated) has no
     /// vocabulary op and stays opaque.
     pub(crate) fn tile(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
