@@ -230,11 +230,24 @@ enum Spelling {
     /// the reshape: not `repeat_kv` (kv heads would be interleaved with positions), so
     /// it must stay.
     NotRepeatKv,
+    /// One kv head, not repeated: the `matmul`s broadcast it over the query heads
+    /// (multi-query attention).
+    Broadcast,
 }
 
-/// `b` and `t` symbolic; 8 query heads over 2 kv heads of 4; `s` query positions.
+impl Spelling {
+    fn kv_heads(self) -> usize {
+        match self {
+            Spelling::Broadcast => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// `b` and `t` symbolic; 8 query heads over 2 kv heads (1 for `Broadcast`) of 4; `s`
+/// query positions.
 fn planted_symbolic(spelling: Spelling, masked: bool) -> Graph {
-    let (hq, hk, d, s) = (8i64, 2i64, 4i64, 3usize);
+    let (hq, hk, d, s) = (8i64, spelling.kv_heads() as i64, 4i64, 3usize);
     let rep = hq / hk;
     let g = Builder::new();
     let shape = |dims: [Dim; 4]| dims.into_iter().collect::<Shape>();
@@ -304,6 +317,7 @@ fn planted_symbolic(spelling: Spelling, masked: bool) -> Graph {
                 vec![be.clone(), c(hq), te.clone(), c(d)],
             )
         }
+        Spelling::Broadcast => g.var(x.value()),
     };
     let (kr, vr) = (repeat(k), repeat(v));
     let scores = q
@@ -324,11 +338,18 @@ fn planted_symbolic(spelling: Spelling, masked: bool) -> Graph {
 }
 
 /// The planted `repeat_kv` at symbolic batch and cache length becomes `enable_gqa`
-/// with nothing expanded, for each spelling, and one graph computes what it did at two
-/// bindings of the symbols; the look-alike that is not `repeat_kv` stays as it is.
+/// with nothing expanded, for each spelling (and so does one broadcast kv head), and one
+/// graph computes what it did at two bindings of the symbols; the look-alike that is
+/// not `repeat_kv` stays as it is.
 #[test]
 fn planted_repeat_kv_at_symbolic_shapes_becomes_enable_gqa() {
-    for spelling in [Spelling::Exact, Spelling::Inferred, Spelling::NotRepeatKv] {
+    let spellings = [
+        Spelling::Exact,
+        Spelling::Inferred,
+        Spelling::NotRepeatKv,
+        Spelling::Broadcast,
+    ];
+    for spelling in spellings {
         for masked in [false, true] {
             let what = format!("{spelling:?}, masked {masked}");
             let before = planted_symbolic(spelling, masked);
@@ -340,15 +361,19 @@ fn planted_repeat_kv_at_symbolic_shapes_becomes_enable_gqa() {
             assert_eq!(gqa_nodes(&g), want, "{what}:\n{g}");
             assert_eq!(
                 g.nodes_with_op("expand").count(),
-                if grouped { 0 } else { 2 },
+                if matches!(spelling, Spelling::NotRepeatKv) {
+                    2
+                } else {
+                    0
+                },
                 "{what}:\n{g}"
             );
             let p = plan(&g, &default_stack()).expect("plan");
             for (b, t) in [(1usize, 5usize), (2, 9)] {
                 let x = vec![
                     data(&[b, 8, 3, 4], 1),
-                    data(&[b, 2, t, 4], 2),
-                    data(&[b, 2, t, 4], 3),
+                    data(&[b, spelling.kv_heads(), t, 4], 2),
+                    data(&[b, spelling.kv_heads(), t, 4], 3),
                     data(&[1, 1, 3, t], 4),
                 ];
                 let want = run_reference(&before, &x).expect("before");
