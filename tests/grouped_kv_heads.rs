@@ -389,6 +389,72 @@ fn planted_repeat_kv_at_symbolic_shapes_becomes_enable_gqa() {
     }
 }
 
+/// `scaled_dot_product_attention` built with the default scale (unset: 1/sqrt(4)) on
+/// kv heads repeated at symbolic shapes, with and without a mask: the repetition is
+/// absorbed the same way, and the scale stays unset.
+#[test]
+fn repeat_kv_before_sdpa_with_the_default_scale_becomes_enable_gqa() {
+    for masked in [false, true] {
+        let build = || {
+            let g = Builder::new();
+            let meta =
+                |dims: [Dim; 4]| TensorMeta::new(DType::F32, dims.into_iter().collect::<Shape>());
+            let (b, t, n) = (Dim::sym("b"), Dim::sym("t"), |x: usize| Dim::from(x));
+            let q = g.input("q", meta([b.clone(), n(8), n(3), n(4)]));
+            let k = g.input("k", meta([b.clone(), n(2), t.clone(), n(4)]));
+            let v = g.input("v", meta([b.clone(), n(2), t.clone(), n(4)]));
+            let mask = g.input("mask", meta([n(1), n(1), n(3), t.clone()]));
+            let repeat = |x: Var<'_>| {
+                let x = x
+                    .unsqueeze(2)
+                    .and_then(|x| x.expand(&[-1, -1, 4, -1, -1]))
+                    .expect("expand");
+                let shape = vec![b.to_expr(), SymExpr::int(8), t.to_expr(), SymExpr::int(4)];
+                let out = g
+                    .apply(
+                        &RESHAPE,
+                        &[x.value()],
+                        &[("shape", AttrValue::sym_ints(shape))],
+                    )
+                    .expect("reshape");
+                g.var(out[0])
+            };
+            let out = q
+                .scaled_dot_product_attention(repeat(k), repeat(v), masked.then_some(mask))
+                .expect("sdpa");
+            g.output(&[out]).expect("output");
+            g.finish()
+        };
+        let before = build();
+        let mut g = build();
+        rules::fuse_attention(&mut g).expect("fusion");
+        verify(&g).expect("verified");
+        assert_eq!(gqa_nodes(&g), (1, 1, 1), "masked {masked}:\n{g}");
+        assert_eq!(g.nodes_with_op("expand").count(), 0, "{g}");
+        let sdpa = g.nodes_with_op("scaled_dot_product_attention").next();
+        let node = g.node(sdpa.expect("sdpa")).expect("node");
+        assert_eq!(node.attrs().opt_float("scale").expect("scale"), None, "{g}");
+        let x = vec![
+            data(&[2, 8, 3, 4], 1),
+            data(&[2, 2, 7, 4], 2),
+            data(&[2, 2, 7, 4], 3),
+            data(&[1, 1, 3, 7], 4),
+        ];
+        let want = run_reference(&before, &x).expect("before");
+        let got = plan(&g, &default_stack())
+            .expect("plan")
+            .run(&x)
+            .expect("run")
+            .0;
+        assert_close_tensor(
+            &got[0],
+            &want[0],
+            Tol::new(1e-5, 0.0),
+            &format!("masked {masked}"),
+        );
+    }
+}
+
 /// Checks a written decoder (one ONNX `Attention` with `q_num_heads` 4 and
 /// `kv_num_heads` 2, no `Expand` or `Tile` left to repeat the kv heads), then runs it in
 /// onnxruntime on every test set given, comparing every output within 1e-4 + 1e-3 ·

@@ -138,6 +138,37 @@ rule_set! {
     } => {
         q.scaled_dot_product_attention_with(k, v, None, 0.0, c, Some(s), true)?
     }
+
+    // The two above with the scale unset (1/sqrt(head dim)): the builder's default and
+    // an imported ONNX `Attention` without `scale`. `#[overlap]`: a `f64` parameter never
+    // binds an unset attribute, so no node matches both.
+    #[overlap]
+    rule grouped_kv_heads_masked_default_scale(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kd: i64, vd: i64, c: bool) -> Tensor
+    where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
+        check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
+    {
+        let kx = k.unsqueeze(kd).expand(_);
+        let kr = kx.reshape(_);
+        let vx = v.unsqueeze(vd).expand(_);
+        let vr = vx.reshape(_);
+        q.scaled_dot_product_attention(kr, vr, mask, 0.0, c, None, false)
+    } => {
+        q.scaled_dot_product_attention_with(k, v, Some(mask), 0.0, c, None, true)?
+    }
+
+    #[overlap]
+    rule grouped_kv_heads_default_scale(q: Tensor, k: Tensor, v: Tensor, kd: i64, vd: i64, c: bool) -> Tensor
+    where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
+        check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
+    {
+        let kx = k.unsqueeze(kd).expand(_);
+        let kr = kx.reshape(_);
+        let vx = v.unsqueeze(vd).expand(_);
+        let vr = vx.reshape(_);
+        q.scaled_dot_product_attention(kr, vr, None, 0.0, c, None, false)
+    } => {
+        q.scaled_dot_product_attention_with(k, v, None, 0.0, c, None, true)?
+    }
 }
 
 /// True when `repeated = reshape(expanded)`, `expanded = expand(unsqueeze(x, dim))` is
