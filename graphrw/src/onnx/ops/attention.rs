@@ -1,6 +1,7 @@
 //! The standard ONNX `Attention` op (opset 23) both ways: imported as
 //! `scaled_dot_product_attention` (views to 4-D, the mask written by graphrw's own export
-//! given back), and exported as `Attention` (padding masks expanded for onnxruntime).
+//! given back), and exported as `Attention` (padding masks expanded for onnxruntime;
+//! grouped kv heads go in unrepeated, with `q_num_heads` and `kv_num_heads`).
 
 use crate::graph::NodeId;
 use crate::graph::Value;

@@ -1,7 +1,8 @@
 //! Layout ops both ways: `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split` and `Slice`
-//! in (constant or symbolic shape arguments), and `Tile` of dims of size 1 (as `expand`); `transpose`, `reshape`, `expand`,
-//! `unsqueeze`, `split` and `slice` out, their shapes as initialisers or, when symbolic,
-//! as shape arithmetic (`shape_arith.rs`).
+//! in (constant or symbolic shape arguments), and `Tile` of dims of size 1 (as an
+//! `expand`); `transpose`, `reshape`, `expand`, `unsqueeze`, `split` and `slice` out,
+//! their shapes as initialisers or, when symbolic, as shape arithmetic
+//! (`shape_arith.rs`).
 
 use crate::graph::Node;
 use crate::meta::normalize_axis;
