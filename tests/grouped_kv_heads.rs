@@ -186,11 +186,13 @@ fn tensors(dir: &Path, prefix: &str) -> Vec<Tensor> {
 /// The KV-cache decoder steps with 2 kv heads under 4 query heads, batch, new tokens
 /// and cache length symbolic (`tools/models/export_decoders.py`, both exporters): the
 /// `repeat_kv` of k and v is absorbed into `enable_gqa` at symbolic shapes, nothing is
-/// expanded, and one plan runs both test sets (other shapes than the export's).
+/// expanded, and one plan runs both test sets (other shapes than the export's) and a
+/// decode step and a chunk over a 1023-token cache (against the model as loaded).
 #[test]
 fn decoder_gqa_reads_unrepeated_kv_heads_at_symbolic_shapes() {
     for model in ["gqa_torchscript", "gqa_dynamo"] {
         let dir = decoders().join(model);
+        let loaded = onnx::load(dir.join("model.onnx")).expect("load");
         let mut g = onnx::load(dir.join("model.onnx")).expect("load");
         rules::optimize(&mut g).unwrap_or_else(|e| panic!("{model}: {e}"));
         verify(&g).expect("verified");
@@ -212,6 +214,19 @@ fn decoder_gqa_reads_unrepeated_kv_heads_at_symbolic_shapes() {
                     Tol::new(1e-4, 1e-3),
                     &format!("{model} {set} output {i}"),
                 );
+            }
+        }
+        for (batch, seq, past) in [(1usize, 1usize, 1023usize), (2, 7, 1016)] {
+            let x = vec![
+                data(&[batch, seq, 64], 5),
+                data(&[batch, 2, past, 16], 6),
+                data(&[batch, 2, past, 16], 7),
+            ];
+            let want = run_reference(&loaded, &x).expect("as loaded");
+            let (out, _) = p.run(&x).expect("run");
+            for (i, (got, want)) in out.iter().zip(&want).enumerate() {
+                let what = format!("{model} batch {batch} seq {seq} past {past} output {i}");
+                assert_close_tensor(got, want, Tol::new(1e-4, 1e-3), &what);
             }
         }
     }
