@@ -11,7 +11,8 @@ past + seq, 16]. Forms:
 - `step`: one new token (seq = 1 when run; exported with seq dynamic too), no mask;
 - `chunk`: several new tokens after the cache, with the causal mask offset by the cache
   length (row i sees columns j <= past + i);
-- `gqa`: the chunk form with 2 kv heads shared by 4 query heads (`repeat_interleave`).
+- `gqa`: the chunk form with 2 kv heads shared by 4 query heads, repeated as
+  transformers' `repeat_kv` writes it (`k[:, :, None].expand(..).reshape(..)`).
 Each is exported by the TorchScript exporter (opset 17, dynamic axes) and by dynamo
 with dynamic shapes, with a test set at batch 2, seq 3, past 5 and another at batch 1,
 seq 1, past 9 (shapes other than the export's), computed by torch.

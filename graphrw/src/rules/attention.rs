@@ -6,7 +6,9 @@
 //! `kᵀ.transpose(-2, -1)` (canonicalisation then folds that transpose into the layout
 //! ops that made `kᵀ`). A missing scale is a scale of 1 (T5 scales nothing). Grouped
 //! kv heads written as `reshape(expand(unsqueeze(k, 2)))` (transformers' `repeat_kv`)
-//! become `enable_gqa` on the fused node, so k and v are never materialised per head.
+//! become `enable_gqa` on the fused node, so k and v are never materialised per head;
+//! at symbolic shapes too (batch, new tokens, cache length), where the expand and
+//! reshape targets are shape arithmetic: the rules read the shapes, not the targets.
 //!
 //! Semantics kept: the fused op gives zeros for query rows whose keys are all masked
 //! with `-inf`, which is what the guarded form computes; an additive mask of large
@@ -107,46 +109,112 @@ rule_set! {
         fused(q, kt, v, mask, s.unwrap_or(1.0))?
     }
 
-    rule grouped_kv_heads_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, ke: Vec<i64>, kr: Vec<i64>, ve: Vec<i64>, vr: Vec<i64>, s: f64) -> Tensor
-    where check(|k, ke, kr| repeats_kv_heads(&k, &ke, &kr)), check(|v, ve, vr| repeats_kv_heads(&v, &ve, &vr))
+    // `repeat_kv` is read from the metadata of its three nodes (see
+    // [`repeats_kv_heads`]), not from their attributes: at symbolic shapes the expand
+    // and reshape targets are shape arithmetic (`AttrValue::Dims`), which binds no
+    // `Vec<i64>` parameter, so they are matched with `_`.
+    rule grouped_kv_heads_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kd: i64, vd: i64, c: bool, s: f64) -> Tensor
+    where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
+        check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
     {
-        q.scaled_dot_product_attention(
-            k.unsqueeze(2).expand(ke).reshape(kr),
-            v.unsqueeze(2).expand(ve).reshape(vr),
-            mask, 0.0, false, s, false)
+        let kx = k.unsqueeze(kd).expand(_);
+        let kr = kx.reshape(_);
+        let vx = v.unsqueeze(vd).expand(_);
+        let vr = vx.reshape(_);
+        q.scaled_dot_product_attention(kr, vr, mask, 0.0, c, s, false)
     } => {
-        q.scaled_dot_product_attention_with(k, v, Some(mask), 0.0, false, Some(s), true)?
+        q.scaled_dot_product_attention_with(k, v, Some(mask), 0.0, c, Some(s), true)?
     }
 
-    rule grouped_kv_heads(q: Tensor, k: Tensor, v: Tensor, ke: Vec<i64>, kr: Vec<i64>, ve: Vec<i64>, vr: Vec<i64>, s: f64) -> Tensor
-    where check(|k, ke, kr| repeats_kv_heads(&k, &ke, &kr)), check(|v, ve, vr| repeats_kv_heads(&v, &ve, &vr))
+    rule grouped_kv_heads(q: Tensor, k: Tensor, v: Tensor, kd: i64, vd: i64, c: bool, s: f64) -> Tensor
+    where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
+        check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
     {
-        q.scaled_dot_product_attention(
-            k.unsqueeze(2).expand(ke).reshape(kr),
-            v.unsqueeze(2).expand(ve).reshape(vr),
-            None, 0.0, false, s, false)
+        let kx = k.unsqueeze(kd).expand(_);
+        let kr = kx.reshape(_);
+        let vx = v.unsqueeze(vd).expand(_);
+        let vr = vx.reshape(_);
+        q.scaled_dot_product_attention(kr, vr, None, 0.0, c, s, false)
     } => {
-        q.scaled_dot_product_attention_with(k, v, None, 0.0, false, Some(s), true)?
+        q.scaled_dot_product_attention_with(k, v, None, 0.0, c, Some(s), true)?
+    }
+
+    // The two above with the scale unset (1/sqrt(head dim)): the builder's default and
+    // an imported ONNX `Attention` without `scale`. `#[overlap]`: a `f64` parameter never
+    // binds an unset attribute, so no node matches both.
+    #[overlap]
+    rule grouped_kv_heads_masked_default_scale(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kd: i64, vd: i64, c: bool) -> Tensor
+    where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
+        check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
+    {
+        let kx = k.unsqueeze(kd).expand(_);
+        let kr = kx.reshape(_);
+        let vx = v.unsqueeze(vd).expand(_);
+        let vr = vx.reshape(_);
+        q.scaled_dot_product_attention(kr, vr, mask, 0.0, c, None, false)
+    } => {
+        q.scaled_dot_product_attention_with(k, v, Some(mask), 0.0, c, None, true)?
+    }
+
+    #[overlap]
+    rule grouped_kv_heads_default_scale(q: Tensor, k: Tensor, v: Tensor, kd: i64, vd: i64, c: bool) -> Tensor
+    where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
+        check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
+    {
+        let kx = k.unsqueeze(kd).expand(_);
+        let kr = kx.reshape(_);
+        let vx = v.unsqueeze(vd).expand(_);
+        let vr = vx.reshape(_);
+        q.scaled_dot_product_attention(kr, vr, None, 0.0, c, None, false)
+    } => {
+        q.scaled_dot_product_attention_with(k, v, None, 0.0, c, None, true)?
     }
 }
 
-/// True when `reshape(expand(unsqueeze(x, 2), expand), reshape)` is transformers'
-/// `repeat_kv`: `x` is `[b, h, s, d]`, the expand makes `[b, h, r, s, d]` and the
-/// reshape merges `h` and `r`, so query head `i` reads kv head `i / r` — exactly
-/// `enable_gqa`'s grouping.
-fn repeats_kv_heads(x: &crate::pattern::TensorRef<'_>, expand: &[i64], reshape: &[i64]) -> bool {
-    let Some(dims) = x.meta().shape.as_known() else {
+/// True when `repeated = reshape(expanded)`, `expanded = expand(unsqueeze(x, dim))` is
+/// transformers' `repeat_kv` (or `repeat_interleave` over the heads): `x` is
+/// `[.., h, s, d]`, the unsqueeze puts the new dim right after the heads, the expand
+/// `[.., h, r, s, d]` grows that dim only, and the reshape `[.., h·r, s, d]` merges it
+/// into the heads, so query head `i` reads kv head `i / r` — exactly `enable_gqa`'s
+/// grouping.
+///
+/// Read from the metadata, which holds at symbolic shapes too (batch, cache length):
+/// an expand and a reshape are fixed by their operand's and their output's shapes, so
+/// their targets (shape arithmetic there) need not be read. The unsqueeze's position is
+/// read from its attribute, as a dim of 1 elsewhere could look the same.
+fn repeats_kv_heads(
+    x: &crate::pattern::TensorRef<'_>,
+    dim: i64,
+    expanded: &crate::pattern::TensorRef<'_>,
+    repeated: &crate::pattern::TensorRef<'_>,
+) -> bool {
+    let r = x.rank();
+    if r < 3
+        || crate::meta::normalize_axis(dim, r + 1) != Some(r - 2)
+        || expanded.rank() != r + 1
+        || repeated.rank() != r
+    {
         return false;
-    };
-    let [b, h, s, d] = dims[..] else { return false };
-    let [eb, eh, r, es, ed] = expand[..] else {
-        return false;
-    };
-    let keeps = |e: i64, n: u64| e == -1 || e == n as i64;
-    keeps(eb, b)
-        && keeps(eh, h)
-        && keeps(es, s)
-        && keeps(ed, d)
-        && r >= 1
-        && reshape == [b as i64, h as i64 * r, s as i64, d as i64]
+    }
+    let (xd, ed, rd) = (
+        x.meta().shape.dims(),
+        expanded.meta().shape.dims(),
+        repeated.meta().shape.dims(),
+    );
+    let heads = xd[r - 3]
+        .to_expr()
+        .mul(&ed[r - 2].to_expr())
+        .and_then(crate::meta::Dim::from_expr);
+    // Every dim of `x` kept by the expand and by the reshape, but the heads by the
+    // reshape, which are `h·r`.
+    ed[..r - 2] == xd[..r - 2]
+        && ed[r - 1..] == xd[r - 2..]
+        && rd[..r - 3] == xd[..r - 3]
+        && rd[r - 2..] == xd[r - 2..]
+        && heads.as_ref() == Some(&rd[r - 3])
+}
+
+/// True when k and v have one head count (what `enable_gqa` groups both by).
+fn same_heads(k: &crate::pattern::TensorRef<'_>, v: &crate::pattern::TensorRef<'_>) -> bool {
+    k.rank() >= 3 && k.dim(-3).is_some() && k.dim(-3) == v.dim(-3)
 }

@@ -1,6 +1,7 @@
 //! The standard ONNX `Attention` op (opset 23) both ways: imported as
 //! `scaled_dot_product_attention` (views to 4-D, the mask written by graphrw's own export
-//! given back), and exported as `Attention` (padding masks expanded for onnxruntime).
+//! given back), and exported as `Attention` (padding masks expanded for onnxruntime;
+//! grouped kv heads go in unrepeated, with `q_num_heads` and `kv_num_heads`).
 
 use crate::graph::NodeId;
 use crate::graph::Value;
@@ -81,6 +82,21 @@ impl<'m> Importer<'m> {
     }
 }
 
+/// The query and kv head counts of an attention whose kv heads are fewer than its
+/// query heads (grouped, `enable_gqa`) and divide them, both known; else `None`. The
+/// heads are the dim before the sequence at every rank (the 4-D views keep it).
+fn grouped_heads(q: &TensorMeta, k: &TensorMeta) -> Option<(i64, i64)> {
+    let heads = |m: &TensorMeta| {
+        let d = m.shape.dims();
+        d.len().checked_sub(3).and_then(|i| d[i].known())
+    };
+    let (hq, hkv) = (heads(q)?, heads(k)?);
+    if hkv == 0 || hkv >= hq || hq % hkv != 0 {
+        return None;
+    }
+    Some((i64::try_from(hq).ok()?, i64::try_from(hkv).ok()?))
+}
+
 impl<'g> Exporter<'g> {
     pub(crate) fn attention(
         &mut self,
@@ -148,9 +164,16 @@ impl<'g> Exporter<'g> {
             }
         }
         let causal = i64::from(attrs.bool("is_causal").map_err(|e| self.bad(e))?);
-        let mut a: SmallVec<[Attr; 2]> = smallvec![a_int("is_causal", causal)];
+        let mut a: SmallVec<[Attr; 4]> = smallvec![a_int("is_causal", causal)];
         if let Some(scale) = attrs.opt_float("scale").map_err(|e| self.bad(e))? {
             a.push(a_float("scale", scale));
+        }
+        // Grouped kv heads (`enable_gqa`): k and v go in with their own, fewer heads
+        // (read once, never repeated), and the head counts are written out, so that
+        // a reader need not infer the grouping from the shapes.
+        if let Some((hq, hkv)) = grouped_heads(&q, &k) {
+            a.push(a_int("q_num_heads", hq));
+            a.push(a_int("kv_num_heads", hkv));
         }
         self.push_named(attn_name, "Attention", "", &ins, &attn_outs, &a);
         if let Some(out_meta) = out {

@@ -11,7 +11,7 @@
 //! | `elementwise.rs` | `Identity`, `Dropout`, `Clip`, `PRelu`/`LeakyRelu`/`Elu`/`Selu`/`Softplus` | `ne`, `rsqrt`, `silu`, `dropout`, `masked_fill` |
 //! | `contraction.rs` | `Gemm`, `Einsum` | (through the table) |
 //! | `normalization.rs` | `Softmax`/`LogSoftmax` before opset 13, `BatchNormalization` | (through the table, or `function.rs`) |
-//! | `shape.rs` | `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split`, `Slice` | `transpose`, `reshape`, `expand`, `unsqueeze`, `split`, `slice` |
+//! | `shape.rs` | `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split`, `Slice`, `Tile` of dims of 1 | `transpose`, `reshape`, `expand`, `unsqueeze`, `split`, `slice` |
 //! | `source.rs` | `Constant`, `ConstantOfShape`, `Range` | `full`/`zeros`/`ones`, `arange`, `sym_ints` |
 //! | `shape_arith.rs` | `Shape`, `Gather`, `Concat`, ... of shapes, folded symbolically | symbolic attributes as `Shape`/`Gather`/arithmetic |
 //! | `attention.rs` | `Attention` (opset 23) | `scaled_dot_product_attention` |
@@ -76,6 +76,7 @@ impl<'m> Importer<'m> {
             "Slice" => self.slice(at),
             "Unsqueeze" => self.unsqueeze(at),
             "Expand" => self.expand(at),
+            "Tile" => self.tile(at),
             "Split" => self.split(at),
             "Constant" => self.constant(at),
             "ConstantOfShape" => self.constant_of_shape(at),

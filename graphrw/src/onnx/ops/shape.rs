@@ -1,7 +1,8 @@
 //! Layout ops both ways: `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split` and `Slice`
-//! in (constant or symbolic shape arguments); `transpose`, `reshape`, `expand`,
-//! `unsqueeze`, `split` and `slice` out, their shapes as initialisers or, when symbolic,
-//! as shape arithmetic (`shape_arith.rs`).
+//! in (constant or symbolic shape arguments), and `Tile` of dims of size 1 (as an
+//! `expand`); `transpose`, `reshape`, `expand`, `unsqueeze`, `split` and `slice` out,
+//! their shapes as initialisers or, when symbolic, as shape arithmetic
+//! (`shape_arith.rs`).
 
 use crate::graph::Node;
 use crate::meta::normalize_axis;
@@ -225,6 +226,49 @@ impl<'m> Importer<'m> {
                     return Err(at.bad(format!("shape {} has a negative size {s}", shown())))
                 }
                 (Some(s), _) => s.clone(),
+            });
+        }
+        Ok(smallvec![self.op1(
+            at,
+            Op::Expand,
+            &[x],
+            &[("size", AttrValue::sym_ints(size))],
+        )?])
+    }
+
+    /// `Tile` that repeats only dims of size 1 is an `expand` to those counts: the
+    /// TorchScript exporter writes `repeat_interleave` by one count as unsqueeze, tile,
+    /// flatten (a kv-head repetition, which the attention rules then absorb into
+    /// `enable_gqa`). Any other `Tile` (a dim of size other than 1 repeated) has no
+    /// vocabulary op and stays opaque.
+    pub(crate) fn tile(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        if self.opset < 6 {
+            return Err(at.err("Tile before opset 6 (tiles and axis inputs) is not read"));
+        }
+        at.only_attrs(&[])?;
+        at.inputs_between(2, 2)?;
+        let x = self.req(at, 0)?;
+        let Some(repeats) = self.shape_arg(at, 1, "repeats")? else {
+            return Err(at.bad("input 1 (repeats) is required"));
+        };
+        limit_sym(at, "repeats", &repeats)?;
+        let meta = self.meta(x)?;
+        if repeats.len() != meta.rank() {
+            return Err(at.bad(format!(
+                "{} repeats for an input of rank {}",
+                repeats.len(),
+                meta.rank()
+            )));
+        }
+        let mut size = Vec::with_capacity(repeats.len());
+        for (rep, dim) in repeats.iter().zip(meta.shape.dims()) {
+            size.push(match rep.as_const() {
+                Some(1) => SymExpr::int(-1),
+                _ if rep.sign() == crate::meta::Sign::Negative => {
+                    return Err(at.bad(format!("repeats has a negative count {rep}")))
+                }
+                _ if dim.is_one() => rep.clone(),
+                _ => return Err(at.err(format!("repeats a dim of size {dim}, not 1"))),
             });
         }
         Ok(smallvec![self.op1(
