@@ -97,7 +97,7 @@ def summary(a_ms, b_ms):
     return q(a_ms, 0.5), q(b_ms, 0.5), q(ratios, 0.5), q(ratios, 0.25), q(ratios, 0.75)
 
 
-HEADER = (f"{'model':<12}{'exporter':<12}{'shape':>6}{'graphrw ms':>11}{'ort ms':>9}"
+HEADER = (f"{'model':<12}{'exporter':<12}{'shape':>14}{'graphrw ms':>11}{'ort ms':>9}"
           f"{'g/ort':>7}{'q1':>7}{'q3':>7}{'g MiB':>7}{'ort MiB':>8}")
 OPT_HEADER = f"{'ort-opt ms':>11}{'opt/ort':>8}{'q1':>7}{'q3':>7}"
 
@@ -106,7 +106,7 @@ def table_row(r, with_opt=False):
     """One line of the table for the result `r` (a dict: model, exporter, shape and
     either `error` or graphrw's `g_ms`, onnxruntime's `o_ms`, `rss` (graphrw, ort) and
     `check`; with `with_opt`, `opt` = (ort ms, ort-on-optimised ms) or `opt_error`)."""
-    head = f"{r['model']:<12}{r['exporter']:<12}{r['shape']:>6}"
+    head = f"{r['model']:<12}{r['exporter']:<12}{r['shape']:>14}"
     if "error" in r:
         return f"{head}  {r['error']}"
     o, g, med, q1, q3 = summary(r["o_ms"], r["g_ms"])
