@@ -185,7 +185,8 @@ def ensure_built(args):
             return exporter, folder
         print(f"building the decoder ({exporter}) into {folder}", flush=True)
         cmd = [sys.executable, os.path.abspath(__file__), "--build", exporter, folder]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              check=False)
         print(proc.stdout[-4000:], flush=True)
         if proc.returncode == 0:
             return exporter, folder
@@ -249,7 +250,8 @@ def generate_iobinding(sess, prompt, steps):
     t1 = time.perf_counter()
     past = PROMPT
     for _ in range(steps):
-        f = {"input_ids": greedy(out[0].numpy()), "attention_mask": np.ones((1, past + 1), np.int64),
+        f = {"input_ids": greedy(out[0].numpy()),
+             "attention_mask": np.ones((1, past + 1), np.int64),
              "position_ids": np.array([[past]], np.int64)}
         out = step(f, out[1:])
         past += 1
@@ -267,17 +269,18 @@ def generate_child(runtime, path, mode):
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        if mode == "iobinding":
-            loop = lambda steps: generate_iobinding(sess, prompt, steps)  # noqa: E731
-        else:
-            loop = lambda steps: generate_plain(lambda f: sess.run(OUTPUTS, f), prompt, steps)  # noqa: E731
         version = f"onnxruntime {ort.__version__}"
     else:
         import graphrw
 
         sess = graphrw.InferenceSession(path)
-        loop = lambda steps: generate_plain(lambda f: sess.run(OUTPUTS, f), prompt, steps)  # noqa: E731
         version = f"graphrw {graphrw.__version__}"
+
+    def loop(steps):
+        if mode == "iobinding":
+            return generate_iobinding(sess, prompt, steps)
+        return generate_plain(lambda f: sess.run(OUTPUTS, f), prompt, steps)
+
     loop(8)
     prompt_s, steps_s = loop(GENERATED)
     print(json.dumps(dict(prompt_ms=prompt_s * 1e3, tokens_per_s=GENERATED / steps_s,

@@ -58,7 +58,8 @@ def test_the_optimised_column_and_its_geomean():
     assert [float(f) for f in fields[10:14]] == [8.0, 0.8, 0.8, 0.8]
     line = realsize.geomean_line([r, result(opt_error="graphrw optimize failed")], True)
     assert line.endswith("ort on graphrw's optimised model / ort over 1 rows: 0.800")
-    assert "graphrw optimize failed" in realsize.table_row(result(opt_error="graphrw optimize failed"), True)
+    failed = result(opt_error="graphrw optimize failed")
+    assert "graphrw optimize failed" in realsize.table_row(failed, True)
 
 
 def test_the_error_line_is_the_last_that_names_an_error():
@@ -66,3 +67,12 @@ def test_the_error_line_is_the_last_that_names_an_error():
     assert realsize.last_error_line(out) == "error: node 3: unsupported op Foo"
     assert realsize.last_error_line("a\nb\n") == "b"
     assert realsize.last_error_line("") == "(no output)"
+
+
+def test_the_check_takes_the_worst_output():
+    out = ("  output 0 `logits`: max abs error 1.600e-5, max rel error 8.415e-2: ok\n"
+           "  output 1 `present_key_0`: max abs error 5.007e-4, max rel error 4.980e-5: "
+           "BEYOND TOLERANCE\n")
+    assert realsize.check_line(out, 1) == "abs 5.0e-04 rel 8.4e-02 BEYOND TOLERANCE"
+    assert realsize.check_line(out.splitlines()[0], 0) == "abs 1.6e-05 rel 8.4e-02 ok"
+    assert realsize.check_line("", 101) == "? (exit 101)"
