@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""graphrw against onnxruntime on real-width transformers, as torch's two ONNX exporters
-write them (issue #58 goal 5; with `--ort-optimized`, issue #52 goal 7).
+"""graphrw against onnxruntime on real-width transformers, by both torch exporters.
+
+Issue #58 goal 5; with `--ort-optimized`, issue #52 goal 7.
 
 Each model is built from a `transformers` config at its real width with 2 layers and
 random weights (seeded; nothing is downloaded), no KV cache (`use_cache=False`),
