@@ -57,16 +57,21 @@ class PacedChild:
 
     def run_once(self):
         """One run; its time in ms."""
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child has ended: reading its output to the end says so
         line = self._until(lambda line: line.startswith("run "))
         return float(line.split()[2])
 
     def finish(self):
         """Closes stdin and waits: the whole output, the exit code and the peak RSS in
         MiB (`ru_maxrss`)."""
-        if not self.proc.stdin.closed:
+        try:
             self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the child ended before reading the last line written to it
         self.out.append(self.proc.stdout.read())
         _, status, usage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
