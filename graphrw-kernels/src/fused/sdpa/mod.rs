@@ -52,6 +52,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+mod decode;
 mod mask;
 #[cfg(target_arch = "x86_64")]
 mod packed;
@@ -66,6 +67,7 @@ use crate::cpu::attention_ref::Dims;
 use crate::cpu::Isa;
 use crate::macros::dispatch_float;
 use crate::{DType, Element, KernelError, KernelOptions, Real, SdpaBlocks, Tensor};
+pub use decode::{DECODE_MAX_QUERIES, DECODE_MIN_KEYS};
 use mask::{MaskData, MaskView};
 pub use peak::fma_peak_gflops;
 use tile::{Acc, HalfSrc, NR_Q};
@@ -220,6 +222,12 @@ pub enum SdpaKernel {
     PackedAvx512,
     /// Packed operands, both products on AVX-512 BF16 dot products (bf16).
     PackedAvx512Bf16,
+    /// The decode path (`decode.rs`): at most [`DECODE_MAX_QUERIES`] query rows over
+    /// at least [`DECODE_MIN_KEYS`] keys (f32, f16, bf16), work split over key blocks,
+    /// each key/value row read once per key/value head; AVX2+FMA tiles where the SDPA
+    /// instruction set has them. [`SdpaTuning::decode`](crate::SdpaTuning::decode) off
+    /// turns it off.
+    Decode,
 }
 
 /// The implementation [`sdpa`] runs for inputs of `dtype` (with a head size above 0)
@@ -229,9 +237,48 @@ pub fn selected_kernel(dtype: DType) -> SdpaKernel {
 }
 
 /// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` (with a
-/// head size above 0) on this CPU.
+/// head size above 0) on this CPU, for shapes outside the decode path's (more than
+/// [`DECODE_MAX_QUERIES`] query rows or fewer than [`DECODE_MIN_KEYS`] keys; see
+/// [`selected_kernel_for`]).
 pub fn selected_kernel_with(dtype: DType, kernel: &KernelOptions) -> SdpaKernel {
     pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa())
+}
+
+/// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` with `sq`
+/// query rows, `skv` keys and a head size above 0: [`SdpaKernel::Decode`] where the
+/// decode path applies, else [`selected_kernel_with`]'s.
+pub fn selected_kernel_for(
+    dtype: DType,
+    sq: usize,
+    skv: usize,
+    kernel: &KernelOptions,
+) -> SdpaKernel {
+    if takes_decode(dtype, path_of(kernel), kernel, sq, skv, 1) {
+        SdpaKernel::Decode
+    } else {
+        selected_kernel_with(dtype, kernel)
+    }
+}
+
+/// Whether a call with these sizes takes the decode path:
+/// [`SdpaTuning::decode`](crate::SdpaTuning::decode) on, the default path (not forced by a test or packing
+/// off), f32/f16/bf16, a head size above 0, at most [`DECODE_MAX_QUERIES`] query rows
+/// and at least [`DECODE_MIN_KEYS`] keys (or
+/// [`SdpaTuning::decode_min_keys`](crate::SdpaTuning::decode_min_keys)).
+fn takes_decode(
+    dtype: DType,
+    path: Path,
+    kernel: &KernelOptions,
+    sq: usize,
+    skv: usize,
+    d: usize,
+) -> bool {
+    kernel.sdpa.decode
+        && path == Path::Best
+        && dtype != DType::F64
+        && d > 0
+        && sq <= DECODE_MAX_QUERIES
+        && skv >= kernel.sdpa.decode_min_keys.unwrap_or(DECODE_MIN_KEYS)
 }
 
 /// The implementation for `dtype` on `path` with head size `d`, at instruction set
@@ -493,6 +540,10 @@ where
         micro: kernel.sdpa.micro_kernels && isa >= Isa::Avx2Fma,
         loop_order: kernel.sdpa.loop_order,
     };
+    if takes_decode(T::DTYPE, path, kernel, dims.sq, dims.skv, dims.d) {
+        decode::run(&prob, isa >= Isa::Avx2Fma, &mut out);
+        return Ok(out);
+    }
     let item = pick_item::<T>(chosen);
     let head_len = dims.sq * dims.dv;
     // A small problem runs on the calling thread: waking the pool's threads for it
@@ -562,7 +613,8 @@ where
                 unsafe { item_avx2_fma(p, s, bh, qb, o) }
             };
         }
-        SdpaKernel::Plain => {}
+        // `pick_kernel` never chooses the decode path (`run` takes it before).
+        SdpaKernel::Plain | SdpaKernel::Decode => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = kernel;
