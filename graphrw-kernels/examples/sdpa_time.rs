@@ -134,7 +134,7 @@ fn run_decode(specs: &[String], repeat: usize, cpu_time: bool) -> Result<(), Str
     let options = graphrw_kernels::options::vars::from_vars(|n| std::env::var(n).ok())?;
     let _options = options.install();
     let general = options.with_sdpa(options.sdpa.with_decode(false));
-    let decode = options.with_sdpa(options.sdpa.with_decode(true));
+    let decode = options.with_sdpa(options.sdpa.with_decode(true).with_decode_min_keys(1));
     println!(
         "shape general_us materialised_us decode_us speedup decode_GB/s (threads {})",
         rayon::current_num_threads()

@@ -6,7 +6,8 @@
 
 use graphrw_kernels::cpu::Isa;
 use graphrw_kernels::fused::sdpa::{
-    sdpa_tuned, selected_kernel_for, SdpaKernel, DECODE_MAX_QUERIES, DECODE_MIN_KEYS,
+    sdpa_tuned, selected_kernel_for, SdpaKernel, DECODE_FEW_QUERIES, DECODE_MAX_QUERIES,
+    DECODE_MIN_KEYS, DECODE_MIN_KEYS_FEW,
 };
 use graphrw_kernels::fused::{FullyMaskedRows, SdpaOptions};
 use graphrw_kernels::testing::compare;
@@ -36,23 +37,35 @@ impl Rng {
 }
 
 /// The decode path at any cache length, at the instruction set cap `isa` (`None`: the
-/// best this CPU has).
-fn decode_options(isa: Option<Isa>) -> KernelOptions {
-    let mut t = SdpaTuning::default().with_decode_min_keys(1);
+/// best this CPU has), with or without the AVX2/AVX-512 tiles (`micro`; without, the
+/// portable loops compiled for AVX2+FMA).
+fn decode_options((isa, micro): Cap) -> KernelOptions {
+    let mut t = SdpaTuning::default()
+        .with_decode_min_keys(1)
+        .with_micro_kernels(micro);
     if let Some(isa) = isa {
         t = t.with_max_isa(isa);
     }
     KernelOptions::default().with_sdpa(t)
 }
 
+/// An instruction set cap and the micro-tiles switch (see [`decode_options`]).
+type Cap = (Option<Isa>, bool);
+
 /// The general kernel (decode path off).
 fn general_options() -> KernelOptions {
     KernelOptions::default().with_sdpa(SdpaTuning::default().with_decode(false))
 }
 
-/// The instruction set caps every case runs at: the CPU's best, AVX2 and the portable
+/// The instruction set caps every case runs at: the CPU's best (AVX-512 tiles where it
+/// has AVX-512), AVX2, the portable loops compiled for AVX2+FMA, and the portable
 /// loops (each only where the CPU has it: a cap above the CPU's is the CPU's).
-const CAPS: [Option<Isa>; 3] = [None, Some(Isa::Avx2Fma), Some(Isa::Baseline)];
+const CAPS: [Cap; 4] = [
+    (None, true),
+    (Some(Isa::Avx2Fma), true),
+    (Some(Isa::Avx2Fma), false),
+    (Some(Isa::Baseline), true),
+];
 
 /// `(atol, rtol)` as the general kernel's tests: absolute error relative to the
 /// output's largest magnitude, and relative error per element.
@@ -149,7 +162,7 @@ fn mask_of(c: &Case, rng: &mut Rng) -> Option<Tensor> {
 /// Runs one case on the decode path at every instruction set cap in `caps`, against the
 /// reference (no causal mask with a mask: the reference refuses the two together) or
 /// the general kernel, with fully masked rows both NaN and zero.
-fn check(c: Case, seed: u64, caps: &[Option<Isa>]) {
+fn check(c: Case, seed: u64, caps: &[Cap]) {
     let mut rng = Rng(seed);
     let q = rng.tensor(c.dtype, &[c.b, c.hq, c.sq, c.d], -2.0, 2.0);
     let k = rng.tensor(c.dtype, &[c.b, c.hkv, c.skv, c.d], -2.0, 2.0);
@@ -167,13 +180,13 @@ fn check(c: Case, seed: u64, caps: &[Option<Isa>]) {
     } else {
         cpu::sdpa_reference(&q, &k, &v, mask.as_ref(), c.causal, None, gqa).unwrap()
     };
-    for &isa in caps {
-        let kernel = decode_options(isa);
+    for &cap in caps {
+        let kernel = decode_options(cap);
         assert_eq!(
             selected_kernel_for(c.dtype, c.sq, c.skv, &kernel),
             SdpaKernel::Decode
         );
-        let what = format!("{c:?} at {:?}", kernel.sdpa_isa());
+        let what = format!("{c:?} at {:?}, tiles {}", kernel.sdpa_isa(), cap.1);
         opts.fully_masked_rows = FullyMaskedRows::Nan;
         let got = sdpa_tuned(&q, &k, &v, mask.as_ref(), &opts, &kernel).unwrap();
         assert_close(&got, &want, &what);
@@ -226,7 +239,7 @@ fn grid(dtype: DType, seed0: u64) {
                     mask,
                     causal,
                 };
-                let caps: &[Option<Isa>] = if skv > 1000 { &CAPS[..1] } else { &CAPS };
+                let caps: &[Cap] = if skv > 1000 { &CAPS[..1] } else { &CAPS };
                 check(case, n, caps);
                 n += 1;
             }
@@ -295,14 +308,26 @@ fn decode_path_is_selected_at_its_sizes() {
             sel(dtype, DECODE_MAX_QUERIES + 1, 4096, &base),
             SdpaKernel::Decode
         );
+        let few = DECODE_FEW_QUERIES;
         assert_ne!(
-            sel(dtype, 1, DECODE_MIN_KEYS - 1, &base),
+            sel(dtype, few + 1, DECODE_MIN_KEYS - 1, &base),
+            SdpaKernel::Decode
+        );
+        assert_eq!(
+            sel(dtype, few, DECODE_MIN_KEYS_FEW, &base),
+            SdpaKernel::Decode
+        );
+        assert_ne!(
+            sel(dtype, 1, DECODE_MIN_KEYS_FEW - 1, &base),
             SdpaKernel::Decode
         );
         assert_ne!(sel(dtype, 1, 4096, &general_options()), SdpaKernel::Decode);
         let no_pack = base.with_sdpa(SdpaTuning::default().with_pack(false));
         assert_ne!(sel(dtype, 1, 4096, &no_pack), SdpaKernel::Decode);
-        assert_eq!(sel(dtype, 1, 1, &decode_options(None)), SdpaKernel::Decode);
+        assert_eq!(
+            sel(dtype, 1, 1, &decode_options((None, true))),
+            SdpaKernel::Decode
+        );
     }
     assert_ne!(sel(DType::F64, 1, 4096, &base), SdpaKernel::Decode);
 }

@@ -40,6 +40,11 @@
 //!   exponentials and sums over each `Bk x 16` strip while it is in L1, with
 //!   `avx2::exp8_shifted`); masked blocks and the diagonal block take the separate
 //!   step (`avx2::softmax_update`).
+//! - **Decode** (`decode/`, f32/f16/bf16, at most [`DECODE_MAX_QUERIES`] query rows
+//!   over enough keys: see [`selected_kernel_for`]): a generation step over a key/value
+//!   cache, work split over key blocks and the query heads of a key/value head taken
+//!   together, so each key and value row is read once per key/value head; the partial
+//!   results merged by log-sum-exp.
 //! - **Unpacked** (elsewhere, and for f64): K and V are read in place, the products run
 //!   on portable loops written for LLVM's auto-vectoriser (on x86-64 the whole work item
 //!   is compiled a second time with `avx2,fma` enabled), and f16/bf16 key and value
@@ -67,7 +72,7 @@ use crate::cpu::attention_ref::Dims;
 use crate::cpu::Isa;
 use crate::macros::dispatch_float;
 use crate::{DType, Element, KernelError, KernelOptions, Real, SdpaBlocks, Tensor};
-pub use decode::{DECODE_MAX_QUERIES, DECODE_MIN_KEYS};
+pub use decode::{DECODE_FEW_QUERIES, DECODE_MAX_QUERIES, DECODE_MIN_KEYS, DECODE_MIN_KEYS_FEW};
 use mask::{MaskData, MaskView};
 pub use peak::fma_peak_gflops;
 use tile::{Acc, HalfSrc, NR_Q};
@@ -222,10 +227,11 @@ pub enum SdpaKernel {
     PackedAvx512,
     /// Packed operands, both products on AVX-512 BF16 dot products (bf16).
     PackedAvx512Bf16,
-    /// The decode path (`decode.rs`): at most [`DECODE_MAX_QUERIES`] query rows over
-    /// at least [`DECODE_MIN_KEYS`] keys (f32, f16, bf16), work split over key blocks,
-    /// each key/value row read once per key/value head; AVX2+FMA tiles where the SDPA
-    /// instruction set has them. [`SdpaTuning::decode`](crate::SdpaTuning::decode) off
+    /// The decode path (`decode/`): at most [`DECODE_MAX_QUERIES`] query rows over
+    /// at least [`DECODE_MIN_KEYS`] keys ([`DECODE_MIN_KEYS_FEW`] for at most
+    /// [`DECODE_FEW_QUERIES`] rows), f32, f16, bf16; work split over key blocks, each
+    /// key/value row read once per key/value head; AVX-512F or AVX2+FMA tiles as the
+    /// SDPA instruction set allows. [`SdpaTuning::decode`](crate::SdpaTuning::decode) off
     /// turns it off.
     Decode,
 }
@@ -261,10 +267,11 @@ pub fn selected_kernel_for(
 }
 
 /// Whether a call with these sizes takes the decode path:
-/// [`SdpaTuning::decode`](crate::SdpaTuning::decode) on, the default path (not forced by a test or packing
-/// off), f32/f16/bf16, a head size above 0, at most [`DECODE_MAX_QUERIES`] query rows
-/// and at least [`DECODE_MIN_KEYS`] keys (or
-/// [`SdpaTuning::decode_min_keys`](crate::SdpaTuning::decode_min_keys)).
+/// [`SdpaTuning::decode`](crate::SdpaTuning::decode) on, the default path (not forced by
+/// a test or packing off), f32/f16/bf16, a head size above 0, at most
+/// [`DECODE_MAX_QUERIES`] query rows, and at least [`DECODE_MIN_KEYS`] keys
+/// ([`DECODE_MIN_KEYS_FEW`] with at most [`DECODE_FEW_QUERIES`] query rows; or
+/// [`SdpaTuning::decode_min_keys`](crate::SdpaTuning::decode_min_keys) for any).
 fn takes_decode(
     dtype: DType,
     path: Path,
@@ -278,7 +285,15 @@ fn takes_decode(
         && dtype != DType::F64
         && d > 0
         && sq <= DECODE_MAX_QUERIES
-        && skv >= kernel.sdpa.decode_min_keys.unwrap_or(DECODE_MIN_KEYS)
+        && skv
+            >= kernel
+                .sdpa
+                .decode_min_keys
+                .unwrap_or(if sq <= DECODE_FEW_QUERIES {
+                    DECODE_MIN_KEYS_FEW
+                } else {
+                    DECODE_MIN_KEYS
+                })
 }
 
 /// The implementation for `dtype` on `path` with head size `d`, at instruction set
@@ -495,7 +510,7 @@ fn run<T: Element>(
     path: Path,
 ) -> Result<Vec<T>, KernelError>
 where
-    T::Acc: Acc,
+    T::Acc: decode::Tiles,
 {
     let n_out = dims.batch * dims.hq * dims.sq * dims.dv;
     if n_out == 0 || dims.skv == 0 {
@@ -541,7 +556,14 @@ where
         loop_order: kernel.sdpa.loop_order,
     };
     if takes_decode(T::DTYPE, path, kernel, dims.sq, dims.skv, dims.d) {
-        decode::run(&prob, isa >= Isa::Avx2Fma, &mut out);
+        let level = if isa >= Isa::Avx512 && kernel.sdpa.micro_kernels {
+            decode::Level::Avx512
+        } else if isa >= Isa::Avx2Fma {
+            decode::Level::Avx2
+        } else {
+            decode::Level::Plain
+        };
+        decode::run(&prob, level, &mut out);
         return Ok(out);
     }
     let item = pick_item::<T>(chosen);

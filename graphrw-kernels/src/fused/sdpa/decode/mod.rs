@@ -26,6 +26,9 @@
 //! interleaved; shared 2-core Intel Xeon, family 6 model 167 (AVX-512)): see the
 //! numbers in [`DECODE_MIN_KEYS`] and the table in `BENCHMARKS.md`'s decode section.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
 use rayon::prelude::*;
 
 use super::mask::MaskData;
@@ -35,9 +38,18 @@ use crate::{Element, Real};
 
 /// The most query rows (`Sq`) the decode path takes.
 pub const DECODE_MAX_QUERIES: usize = 16;
-/// The fewest keys (`Skv`) for which the decode path runs (below, the prefill kernel,
-/// whose cost is small there anyway).
+/// The fewest keys (`Skv`) for which the decode path runs with more than
+/// [`DECODE_FEW_QUERIES`] query rows (below, the general kernel is as fast or faster).
+/// Measured (one thread, CPU time, `sdpa_time --decode --cpu-time`, f32 Hq=32 Hkv=4
+/// D=64, general kernel -> decode path): Sq=16 Skv=64 88 -> 136 us, Skv=128 279 ->
+/// 225 us; Sq=8 Skv=16 34 -> 38 us, Skv=64 89 -> 70 us.
 pub const DECODE_MIN_KEYS: usize = 128;
+/// Query rows up to which the decode path runs from [`DECODE_MIN_KEYS_FEW`] keys on.
+pub const DECODE_FEW_QUERIES: usize = 4;
+/// The fewest keys for which the decode path runs with at most [`DECODE_FEW_QUERIES`]
+/// query rows. Measured as [`DECODE_MIN_KEYS`]: Sq=1 Skv=16 23 -> 9 us, Sq=4 Skv=16
+/// 32 -> 22 us (Hq=Hkv=32 D=128 Sq=1 Skv=16: 58 -> 41 us).
+pub const DECODE_MIN_KEYS_FEW: usize = 16;
 /// Keys per tile inside a task (the score tile is `TILE_K x rows`).
 const TILE_K: usize = 96;
 /// The fewest keys a task's block holds (fewer costs more in partials than it gains).
@@ -145,17 +157,110 @@ impl<F> Default for Scratch<F> {
     }
 }
 
-/// Runs the decode path into `out` (`[batch, Hq, Sq, Dv]`, every row written). `fma`:
-/// the SDPA instruction set has AVX2 and FMA (the tasks are compiled for them).
-pub(super) fn run<T: Element>(prob: &Problem<'_, T>, fma: bool, out: &mut [T])
+/// The instruction set the tasks are compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Level {
+    /// Portable loops.
+    Plain,
+    /// AVX2+FMA (the general kernel's in-place tiles).
+    Avx2,
+    /// AVX-512F tiles (`avx512.rs`) with AVX2+FMA.
+    Avx512,
+}
+
+/// The score and value tiles of a task: the general kernel's (`Acc`), or the AVX-512
+/// ones for f32 when `WIDE`.
+pub(super) trait Tiles: Acc {
+    /// [`Acc::scores_tile`], on the AVX-512 tiles when `WIDE`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn scores<const FMA: bool, const WIDE: bool>(
+        micro: bool,
+        nk: usize,
+        d: usize,
+        k: &[Self],
+        qt: &[Self],
+        ldq: usize,
+        s: &mut [Self],
+    ) {
+        Self::scores_tile::<FMA>(micro, nk, d, k, qt, ldq, s)
+    }
+
+    /// [`Acc::values_rows`], on the AVX-512 tiles when `WIDE`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn values<const FMA: bool, const WIDE: bool>(
+        micro: bool,
+        nk: usize,
+        nrows: usize,
+        ldp: usize,
+        dv: usize,
+        pt: &[Self],
+        v: &[Self],
+        alpha: &[Self],
+        o: &mut [Self],
+    ) {
+        Self::values_rows::<FMA>(micro, nk, nrows, ldp, dv, pt, v, alpha, o)
+    }
+}
+
+impl Tiles for f64 {}
+
+impl Tiles for f32 {
+    #[inline(always)]
+    fn scores<const FMA: bool, const WIDE: bool>(
+        micro: bool,
+        nk: usize,
+        d: usize,
+        k: &[f32],
+        qt: &[f32],
+        ldq: usize,
+        s: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if WIDE {
+            // SAFETY: `WIDE` tasks run only where the SDPA instruction set, never above
+            // the CPU's, is AVX-512 (`Level::Avx512`).
+            unsafe { avx512::scores_tile(nk, d, k, qt, ldq, ldq, s, ldq) };
+            return;
+        }
+        Self::scores_tile::<FMA>(micro, nk, d, k, qt, ldq, s)
+    }
+
+    #[inline(always)]
+    fn values<const FMA: bool, const WIDE: bool>(
+        micro: bool,
+        nk: usize,
+        nrows: usize,
+        ldp: usize,
+        dv: usize,
+        pt: &[f32],
+        v: &[f32],
+        alpha: &[f32],
+        o: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if WIDE {
+            // SAFETY: as in `scores`: the CPU has AVX-512F.
+            unsafe { avx512::values_tile(nk, nrows, dv, pt, ldp, v, alpha, o) };
+            return;
+        }
+        Self::values_rows::<FMA>(micro, nk, nrows, ldp, dv, pt, v, alpha, o)
+    }
+}
+
+/// Runs the decode path into `out` (`[batch, Hq, Sq, Dv]`, every row written) with the
+/// tasks compiled for `level` (at most the SDPA instruction set, never above the
+/// CPU's).
+pub(super) fn run<T: Element>(prob: &Problem<'_, T>, level: Level, out: &mut [T])
 where
-    T::Acc: Acc,
+    T::Acc: Tiles,
 {
     let dm = &prob.dims;
     let work = dm.batch * dm.hq * dm.sq * dm.skv * (dm.d + dm.dv);
     let parallel = work >= SEQUENTIAL_WORK && rayon::current_num_threads() > 1;
     let split = Split::new(prob, parallel);
-    let (task, combine) = kernels::<T>(fma);
+    let (task, combine) = kernels::<T>(level);
     let ntasks = split.tasks(dm.batch, dm.hkv);
     let mut parts = vec![<T::Acc as Real>::ZERO; ntasks * split.stride];
     let head_len = dm.sq * dm.dv;
@@ -189,27 +294,44 @@ type TaskFn<T> = fn(
 );
 type CombineFn<T> = fn(&Problem<'_, T>, &Split, &[<T as Element>::Acc], usize, &mut [T]);
 
-/// The task and combine functions: compiled for AVX2+FMA when `fma`, else portable.
-fn kernels<T: Element>(fma: bool) -> (TaskFn<T>, CombineFn<T>)
+/// The task and combine functions compiled for `level`.
+fn kernels<T: Element>(level: Level) -> (TaskFn<T>, CombineFn<T>)
 where
-    T::Acc: Acc,
+    T::Acc: Tiles,
 {
     #[cfg(target_arch = "x86_64")]
-    if fma {
-        return (
-            |p, sp, s, t, part| {
-                // SAFETY: `fma` is true only when the SDPA instruction set, never above
-                // the CPU's (`KernelOptions::sdpa_isa`), has AVX2 and FMA.
-                unsafe { task_avx2::<T>(p, sp, s, t, part) }
-            },
-            |p, sp, parts, bh, out| {
-                // SAFETY: as for the task above: the CPU has AVX2 and FMA.
-                unsafe { combine_avx2::<T>(p, sp, parts, bh, out) }
-            },
-        );
+    match level {
+        Level::Avx512 => {
+            return (
+                |p, sp, s, t, part| {
+                    // SAFETY: `Level::Avx512` only where the SDPA instruction set, never
+                    // above the CPU's (`KernelOptions::sdpa_isa`), is AVX-512 (with
+                    // AVX2 and FMA).
+                    unsafe { task_avx512::<T>(p, sp, s, t, part) }
+                },
+                |p, sp, parts, bh, out| {
+                    // SAFETY: as for the task: the CPU has AVX2 and FMA.
+                    unsafe { combine_avx2::<T>(p, sp, parts, bh, out) }
+                },
+            );
+        }
+        Level::Avx2 => {
+            return (
+                |p, sp, s, t, part| {
+                    // SAFETY: `Level::Avx2` only where the SDPA instruction set, never
+                    // above the CPU's, has AVX2 and FMA.
+                    unsafe { task_avx2::<T>(p, sp, s, t, part) }
+                },
+                |p, sp, parts, bh, out| {
+                    // SAFETY: as for the task: the CPU has AVX2 and FMA.
+                    unsafe { combine_avx2::<T>(p, sp, parts, bh, out) }
+                },
+            );
+        }
+        Level::Plain => {}
     }
-    let _ = fma;
-    (task::<T, false>, combine::<T, false>)
+    let _ = level;
+    (task::<T, false, false>, combine::<T, false>)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -221,9 +343,23 @@ unsafe fn task_avx2<T: Element>(
     t: usize,
     part: &mut [T::Acc],
 ) where
-    T::Acc: Acc,
+    T::Acc: Tiles,
 {
-    task::<T, true>(prob, split, scratch, t, part)
+    task::<T, true, false>(prob, split, scratch, t, part)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn task_avx512<T: Element>(
+    prob: &Problem<'_, T>,
+    split: &Split,
+    scratch: &mut Scratch<T::Acc>,
+    t: usize,
+    part: &mut [T::Acc],
+) where
+    T::Acc: Tiles,
+{
+    task::<T, true, true>(prob, split, scratch, t, part)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -250,14 +386,14 @@ fn reset<F: Copy>(buf: &mut Vec<F>, n: usize, fill: F) {
 /// rows' block maximum, block sum and unnormalised `P V` to `part` (`[m: rows][l:
 /// rows][o: rows x Dv]`, `rows` = the split's chunk rows).
 #[inline(always)]
-fn task<T: Element, const FMA: bool>(
+fn task<T: Element, const FMA: bool, const WIDE: bool>(
     prob: &Problem<'_, T>,
     split: &Split,
     scratch: &mut Scratch<T::Acc>,
     t: usize,
     part: &mut [T::Acc],
 ) where
-    T::Acc: Acc,
+    T::Acc: Tiles,
 {
     let dm = &prob.dims;
     let (hq, hkv, sq, skv, d, dv) = (dm.hq, dm.hkv, dm.sq, dm.skv, dm.d, dm.dv);
@@ -327,7 +463,7 @@ fn task<T: Element, const FMA: bool>(
             }
         };
         // S^T = K Q^T on the tile: one row per key, one column per query row.
-        T::Acc::scores_tile::<FMA>(prob.micro, nk, d, kb, qt, cols, s);
+        T::Acc::scores::<FMA, WIDE>(prob.micro, nk, d, kb, qt, cols, s);
 
         if let Some(mask) = prob.mask {
             let cs = mask.col_stride;
@@ -375,7 +511,7 @@ fn task<T: Element, const FMA: bool>(
             }
         };
         // O = alpha * O + P V, on the chunk's rows only.
-        T::Acc::values_rows::<FMA>(prob.micro, nk, nr, cols, dv, s, vb, alpha, o);
+        T::Acc::values::<FMA, WIDE>(prob.micro, nk, nr, cols, dv, s, vb, alpha, o);
         j0 += nk;
     }
 

@@ -1,0 +1,241 @@
+//! AVX-512F tiles of the decode path, reading the keys, values, transposed queries and
+//! probabilities where they lie (nothing packed: a decode step reads each key and value
+//! row once, so packing would cost as much as the products).
+//!
+//! Both are broadcast-and-FMA tiles with up to `8 x 48` results in 24 `zmm`
+//! accumulators: the scores `S^T = K Q^T` (8 keys x up to 3 vectors of 16 query
+//! columns, the key element broadcast), the values `O = alpha * O + P V` (8 query rows
+//! x up to 3 vectors of 16 value columns, the probability broadcast; the last vector
+//! of a row masked where `Dv` is not a multiple of 16).
+//!
+//! The tile functions check every slice length once, at entry, with real assertions;
+//! the micro-kernels then read through raw pointers within those bounds.
+
+use std::arch::x86_64::*;
+
+/// Rows of a micro-tile (keys for the scores, query rows for the values).
+const MR: usize = 8;
+/// Lanes of a vector.
+const NR: usize = 16;
+/// Most vectors a micro-tile spans.
+const MAXW: usize = 3;
+
+/// Splits `n` vectors into groups of at most [`MAXW`], as even as possible: yields
+/// `(first vector, vectors)`.
+fn groups(n: usize) -> impl Iterator<Item = (usize, usize)> {
+    let count = n.div_ceil(MAXW);
+    (0..count).map(move |g| {
+        let start = g * n / count;
+        (start, (g + 1) * n / count - start)
+    })
+}
+
+/// Calls `$f::<R, W>($args)` for the runtime `rows` (1 to 8) and `w` (1 to 3).
+macro_rules! dispatch_rw {
+    ($rows:expr, $w:expr, $f:ident($($args:expr),*)) => {
+        match ($rows, $w) {
+            (8, 3) => $f::<8, 3>($($args),*),
+            (8, 2) => $f::<8, 2>($($args),*),
+            (8, _) => $f::<8, 1>($($args),*),
+            (7, 3) => $f::<7, 3>($($args),*),
+            (7, 2) => $f::<7, 2>($($args),*),
+            (7, _) => $f::<7, 1>($($args),*),
+            (6, 3) => $f::<6, 3>($($args),*),
+            (6, 2) => $f::<6, 2>($($args),*),
+            (6, _) => $f::<6, 1>($($args),*),
+            (5, 3) => $f::<5, 3>($($args),*),
+            (5, 2) => $f::<5, 2>($($args),*),
+            (5, _) => $f::<5, 1>($($args),*),
+            (4, 3) => $f::<4, 3>($($args),*),
+            (4, 2) => $f::<4, 2>($($args),*),
+            (4, _) => $f::<4, 1>($($args),*),
+            (3, 3) => $f::<3, 3>($($args),*),
+            (3, 2) => $f::<3, 2>($($args),*),
+            (3, _) => $f::<3, 1>($($args),*),
+            (2, 3) => $f::<2, 3>($($args),*),
+            (2, 2) => $f::<2, 2>($($args),*),
+            (2, _) => $f::<2, 1>($($args),*),
+            (_, 3) => $f::<1, 3>($($args),*),
+            (_, 2) => $f::<1, 2>($($args),*),
+            (_, _) => $f::<1, 1>($($args),*),
+        }
+    };
+}
+
+/// `s[j * lds + c] = sum_p k[j * d + p] * qt[p * ldq + c]` for `j < nk`, `c < ncols`
+/// (`ncols` a multiple of 16, `ldq >= ncols`, `lds >= ncols`).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(in crate::fused::sdpa) unsafe fn scores_tile(
+    nk: usize,
+    d: usize,
+    k: &[f32],
+    qt: &[f32],
+    ldq: usize,
+    ncols: usize,
+    s: &mut [f32],
+    lds: usize,
+) {
+    assert!(ncols.is_multiple_of(NR) && ncols <= ldq && ncols <= lds);
+    assert!(k.len() >= nk * d && qt.len() >= d * ldq && s.len() >= nk * lds);
+    let (k, qt, s) = (k.as_ptr(), qt.as_ptr(), s.as_mut_ptr());
+    let mut j = 0;
+    while j < nk {
+        let rows = MR.min(nk - j);
+        for (v0, w) in groups(ncols / NR) {
+            let c = v0 * NR;
+            // SAFETY: rows `j..j + rows` of `k` (length `d`) are inside `k` (nk * d
+            // checked above); columns `c..c + 16 w <= ncols` of the `d` rows of `qt`
+            // and of the `rows` rows of `s` are inside them (`ncols <= ldq, lds`).
+            unsafe {
+                let (kp, qp, sp) = (k.add(j * d), qt.add(c), s.add(j * lds + c));
+                dispatch_rw!(rows, w, scores_micro(d, kp, qp, ldq, sp, lds));
+            }
+        }
+        j += rows;
+    }
+}
+
+/// One `R x 16 W` block of the scores: `R` keys (rows of `k`, stride `d`) against
+/// `16 W` query columns of `qt` (`d` rows of stride `ldq`).
+///
+/// # Safety
+/// AVX-512F; `k` readable for `R * d` floats, `qt` for `d` rows of `16 W` at stride
+/// `ldq`, `s` writable for `R` rows of `16 W` at stride `lds`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scores_micro<const R: usize, const W: usize>(
+    d: usize,
+    k: *const f32,
+    qt: *const f32,
+    ldq: usize,
+    s: *mut f32,
+    lds: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); W]; R];
+    for p in 0..d {
+        // SAFETY: `p < d`: row `p` of `qt` (16 W floats) and element `p` of each of the
+        // `R` key rows are inside the caller's bounds.
+        unsafe {
+            let q: [__m512; W] = std::array::from_fn(|w| _mm512_loadu_ps(qt.add(p * ldq + NR * w)));
+            for (r, accr) in acc.iter_mut().enumerate() {
+                let kv = _mm512_set1_ps(*k.add(r * d + p));
+                for (x, &qv) in accr.iter_mut().zip(&q) {
+                    *x = _mm512_fmadd_ps(kv, qv, *x);
+                }
+            }
+        }
+    }
+    for (r, accr) in acc.iter().enumerate() {
+        for (w, &x) in accr.iter().enumerate() {
+            // SAFETY: row `r < R` of `s`, 16 floats at `16 w < 16 W`, inside the
+            // caller's bounds.
+            unsafe { _mm512_storeu_ps(s.add(r * lds + NR * w), x) };
+        }
+    }
+}
+
+/// `o[i * dv + c] = alpha[i] * o[i * dv + c] + sum_j pt[j * ldp + i] * v[j * dv + c]`
+/// for `i < nrows`, `c < dv`, `j < nk`: the probabilities stored transposed.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(in crate::fused::sdpa) unsafe fn values_tile(
+    nk: usize,
+    nrows: usize,
+    dv: usize,
+    pt: &[f32],
+    ldp: usize,
+    v: &[f32],
+    alpha: &[f32],
+    o: &mut [f32],
+) {
+    assert!(nrows <= ldp && alpha.len() >= nrows);
+    assert!(pt.len() >= nk * ldp && v.len() >= nk * dv && o.len() >= nrows * dv);
+    let nvec = dv.div_ceil(NR);
+    // The lanes of the last vector inside `dv`.
+    let tail: __mmask16 = match dv % NR {
+        0 => 0xFFFF,
+        t => (1u16 << t) - 1,
+    };
+    let (ptp, vp, op) = (pt.as_ptr(), v.as_ptr(), o.as_mut_ptr());
+    let mut i = 0;
+    while i < nrows {
+        let rows = MR.min(nrows - i);
+        let al = alpha[i..i + rows].as_ptr();
+        for (v0, w) in groups(nvec) {
+            let c = v0 * NR;
+            let last = if v0 + w == nvec { tail } else { 0xFFFF };
+            // SAFETY: rows `i..i + rows` (< nrows <= ldp) of every `pt` row `j < nk`;
+            // columns `c..c + 16 w` of the `nk` rows of `v` and of the `rows` rows of
+            // `o`, the last vector's lanes past `dv` masked off (`last`): all inside
+            // the lengths checked above; `al` has `rows` elements.
+            unsafe {
+                let (pp, vq, oq) = (ptp.add(i), vp.add(c), op.add(i * dv + c));
+                dispatch_rw!(rows, w, values_micro(nk, pp, ldp, vq, dv, al, oq, dv, last));
+            }
+        }
+        i += rows;
+    }
+}
+
+/// One `R x 16 W` block of the values: `R` accumulator rows (stride `ldo`) rescaled by
+/// `alpha`, plus `R` probability columns of `pt` times `16 W` value columns; the last
+/// vector's loads and stores masked by `last`.
+///
+/// # Safety
+/// AVX-512F; `pt` readable for `nk` rows of `R` at stride `ldp`, `v` for `nk` rows of
+/// `16 (W - 1)` floats plus the `last` lanes at stride `ldv`, `o` readable and writable
+/// for `R` such rows at stride `ldo`; `alpha` readable for `R` floats.
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn values_micro<const R: usize, const W: usize>(
+    nk: usize,
+    pt: *const f32,
+    ldp: usize,
+    v: *const f32,
+    ldv: usize,
+    alpha: *const f32,
+    o: *mut f32,
+    ldo: usize,
+    last: __mmask16,
+) {
+    let mask = |w: usize| if w + 1 == W { last } else { 0xFFFF };
+    let mut acc = [[_mm512_setzero_ps(); W]; R];
+    for (r, accr) in acc.iter_mut().enumerate() {
+        // SAFETY: `r < R` elements of `alpha`; row `r` of `o`, the lanes of `mask(w)`.
+        unsafe {
+            let a = _mm512_set1_ps(*alpha.add(r));
+            for (w, x) in accr.iter_mut().enumerate() {
+                let y = _mm512_maskz_loadu_ps(mask(w), o.add(r * ldo + NR * w));
+                *x = _mm512_mul_ps(a, y);
+            }
+        }
+    }
+    for j in 0..nk {
+        // SAFETY: `j < nk`: row `j` of `v` (the lanes of `mask(w)`) and of `pt` (`R`
+        // floats).
+        unsafe {
+            let vr: [__m512; W] =
+                std::array::from_fn(|w| _mm512_maskz_loadu_ps(mask(w), v.add(j * ldv + NR * w)));
+            for (r, accr) in acc.iter_mut().enumerate() {
+                let p = _mm512_set1_ps(*pt.add(j * ldp + r));
+                for (x, &vv) in accr.iter_mut().zip(&vr) {
+                    *x = _mm512_fmadd_ps(p, vv, *x);
+                }
+            }
+        }
+    }
+    for (r, accr) in acc.iter().enumerate() {
+        for (w, &x) in accr.iter().enumerate() {
+            // SAFETY: as for the loads above.
+            unsafe { _mm512_mask_storeu_ps(o.add(r * ldo + NR * w), mask(w), x) };
+        }
+    }
+}
