@@ -223,7 +223,7 @@ fn grid(dtype: DType, seed0: u64) {
         for &sq in &QUERIES {
             for &(mask, causal) in &MASKS {
                 let (hq, hkv) = HEADS[(n % 4) as usize];
-                let d = if (n / 4) % 2 == 0 { 64 } else { 128 };
+                let d = if (n / 4).is_multiple_of(2) { 64 } else { 128 };
                 let case = Case {
                     dtype,
                     b: if mask == MaskKind::Padding || skv < 1000 {
@@ -266,7 +266,7 @@ fn grid_bf16() {
 /// sizes, on fewer combinations.
 #[test]
 fn long_caches_at_lower_caps_and_every_grouping() {
-    let mut n = 5000;
+    let mut n = 5000u64;
     for &(hq, hkv) in &HEADS {
         for d in [64, 128] {
             for (sq, skv, mask) in [
@@ -275,7 +275,7 @@ fn long_caches_at_lower_caps_and_every_grouping() {
                 (5, 300, MaskKind::None),
             ] {
                 let case = Case {
-                    dtype: if n % 2 == 0 { DType::F32 } else { DType::BF16 },
+                    dtype: if n.is_multiple_of(2) { DType::F32 } else { DType::BF16 },
                     b: 2,
                     hq,
                     hkv,
