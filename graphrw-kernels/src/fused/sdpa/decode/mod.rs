@@ -9,10 +9,10 @@
 //!   the query rows of every query head that reads that key/value head (`Hq / Hkv`
 //!   heads x `Sq` rows, packed together as the columns of one transposed query tile),
 //!   and one block of keys. So each key and value row is read once per key/value head,
-//!   not once per query head. The task walks its block [`TILE_K`] keys at a time with
-//!   the prefill kernel's tiles (`tile.rs`: the AVX2+FMA micro-kernels where the SDPA
-//!   instruction set has them, f16/bf16 keys and values converted to f32 a tile at a
-//!   time), and leaves its block-local row maxima, row sums and unnormalised `P V`.
+//!   not once per query head. The task walks its block [`TILE_K`] keys at a time (score
+//!   tile, mask, online-softmax step, value tile; f16/bf16 keys and values converted to
+//!   f32 a tile at a time), and leaves its block-local row maxima, row sums and
+//!   unnormalised `P V`.
 //! - The key block size is chosen so that there are about [`TASKS_PER_THREAD`] tasks
 //!   per thread of the pool, but never fewer than [`MIN_BLOCK_KEYS`] keys a block.
 //! - A combine step merges each row's partials (log-sum-exp: each block's sum and
@@ -21,10 +21,34 @@
 //! Masks, the causal triangle (top-left aligned: with one query row only key 0 is
 //! visible), the scale and fully masked rows behave as in the prefill kernel.
 //!
-//! Measured (`cargo run --release -p graphrw-kernels --example sdpa_time -- --decode`,
-//! B=1 Hq=32 Hkv=4 D=64, f32, best of 20, old path = `SdpaTuning::decode` off, runs
-//! interleaved; shared 2-core Intel Xeon, family 6 model 167 (AVX-512)): see the
-//! numbers in [`DECODE_MIN_KEYS`] and the table in `BENCHMARKS.md`'s decode section.
+//! Tiles by instruction set: AVX-512F in-place tiles (`avx512.rs`: `8 x 48`, nothing
+//! packed) at the AVX-512 level, the general kernel's AVX2+FMA in-place tiles at AVX2
+//! (or with [`SdpaTuning::micro_kernels`](crate::SdpaTuning::micro_kernels) off, its
+//! portable loops compiled for AVX2+FMA), its portable loops at the baseline. f64 runs
+//! the general kernel.
+//!
+//! Measured: `RAYON_NUM_THREADS=1 cargo run --release -p graphrw-kernels --example
+//! sdpa_time -- --decode --cpu-time --repeat 20 f32,32,4,64,1,1024 ...` (B=1 Hq=32
+//! Hkv=4 D=64; best of 20 CPU times, the three calls interleaved; Intel Xeon, family 6
+//! model 167, AVX-512, a 2-core VM shared with other builds, load average 6). General
+//! kernel on the grouped K/V -> the same on K/V materialised to 32 heads -> decode path,
+//! in microseconds:
+//!
+//! | dtype | Sq | Skv=256 | Skv=1024 | Skv=4096 |
+//! |---|---|---|---|---|
+//! | f32 | 1 | 414 / 765 / 61 | 1267 / 2616 / 208 | 6094 / 15713 / 1562 |
+//! | f32 | 16 | 334 / 655 / 380 | 1277 / 3529 / 1344 | 6281 / 16419 / 6161 |
+//! | bf16 | 1 | | 1667 / 2477 / 240 | |
+//! | bf16 | 16 | | 1938 / 2860 / 1416 | |
+//!
+//! One query row: 4-7x faster than the general kernel (10-13x than the materialised
+//! heads), reading K/V at 9-10 GB/s while they fit in L2 (2 MiB a core), 5 GB/s beyond.
+//! Sixteen query rows are compute bound (~100 GFLOP/s, as the general kernel's AVX-512
+//! packed path on the same shape), 2.6x faster than the materialised heads. With two
+//! threads (wall time, same machine, `RAYON_NUM_THREADS=2`) Sq=1: 80 / 264 / 1766 us
+//! for Skv 256 / 1024 / 4096, no faster than one: the VM's cores were busy with other
+//! builds. Capped at AVX2 (`GRAPHRW_SDPA_NO_AVX512=1`) Sq=1 Skv=1024 took 225 us, Sq=16
+//! 1694 us (the general kernel 1692 us).
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
