@@ -275,7 +275,11 @@ fn long_caches_at_lower_caps_and_every_grouping() {
                 (5, 300, MaskKind::None),
             ] {
                 let case = Case {
-                    dtype: if n.is_multiple_of(2) { DType::F32 } else { DType::BF16 },
+                    dtype: if n.is_multiple_of(2) {
+                        DType::F32
+                    } else {
+                        DType::BF16
+                    },
                     b: 2,
                     hq,
                     hkv,

@@ -239,3 +239,65 @@ unsafe fn values_micro<const R: usize, const W: usize>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Deterministic values in `[-1, 1)`.
+    fn ramp(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i + seed * 131) * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect()
+    }
+
+    fn close(a: f32, b: f32) -> bool {
+        (a - b).abs() <= 1e-4 * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn tiles_match_plain_loops_at_odd_sizes() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            println!("SKIPPED: no AVX-512F");
+            return;
+        }
+        for (nk, d, ncols) in [
+            (1, 1, 16),
+            (7, 5, 16),
+            (9, 64, 48),
+            (17, 33, 64),
+            (25, 8, 112),
+        ] {
+            let (k, qt) = (ramp(nk * d, 1), ramp(d * ncols, 2));
+            let mut s = vec![0.0f32; nk * ncols];
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe { super::scores_tile(nk, d, &k, &qt, ncols, ncols, &mut s, ncols) };
+            for j in 0..nk {
+                for c in 0..ncols {
+                    let want: f32 = (0..d).map(|p| k[j * d + p] * qt[p * ncols + c]).sum();
+                    assert!(close(s[j * ncols + c], want), "scores {nk} {d} {ncols}");
+                }
+            }
+        }
+        for (nk, nrows, ldp, dv) in [
+            (1, 1, 16, 1),
+            (5, 9, 16, 15),
+            (3, 17, 32, 17),
+            (8, 4, 16, 50),
+        ] {
+            let (pt, v, alpha) = (ramp(nk * ldp, 3), ramp(nk * dv, 4), ramp(nrows, 5));
+            let o0 = ramp(nrows * dv, 6);
+            let mut o = o0.clone();
+            // One element past the rows: the masked tail must leave it alone.
+            o.push(42.0);
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe { super::values_tile(nk, nrows, dv, &pt, ldp, &v, &alpha, &mut o) };
+            assert_eq!(o[nrows * dv], 42.0);
+            for i in 0..nrows {
+                for c in 0..dv {
+                    let pv: f32 = (0..nk).map(|j| pt[j * ldp + i] * v[j * dv + c]).sum();
+                    let want = alpha[i] * o0[i * dv + c] + pv;
+                    assert!(close(o[i * dv + c], want), "values {nk} {nrows} {dv}");
+                }
+            }
+        }
+    }
+}

@@ -600,3 +600,69 @@ fn combine<T: Element, const FMA: bool>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::attention_ref::Dims;
+    use crate::fused::sdpa::tile::HalfSrc;
+    use crate::SdpaLoopOrder;
+
+    /// A problem of these sizes with no data (enough for [`Split::new`]).
+    fn problem(dims: Dims, causal: bool) -> Problem<'static, f32> {
+        Problem {
+            dims,
+            q: &[],
+            k: &[],
+            v: &[],
+            k_direct: None,
+            v_direct: None,
+            k_half: HalfSrc::None,
+            v_half: HalfSrc::None,
+            q_f32: None,
+            k_f32: None,
+            v_f32: None,
+            q_half: HalfSrc::None,
+            call: 0,
+            mask: None,
+            causal,
+            scale: 1.0,
+            fully_masked: FullyMaskedRows::Nan,
+            block_q: 1,
+            block_k: 1,
+            fuse_softmax: false,
+            micro: false,
+            loop_order: SdpaLoopOrder::default(),
+        }
+    }
+
+    #[test]
+    fn blocks_are_not_tiny_and_cover_the_keys() {
+        let dims = |hq, hkv, sq, skv| Dims {
+            batch: 1,
+            hq,
+            hkv,
+            sq,
+            skv,
+            d: 64,
+            dv: 64,
+        };
+        let threads = rayon::current_num_threads();
+        for (hq, hkv, sq, skv) in [(32, 4, 1, 4096), (32, 32, 16, 1000), (32, 1, 16, 100)] {
+            let split = Split::new(&problem(dims(hq, hkv, sq, skv), false), true);
+            assert!(split.block >= MIN_BLOCK_KEYS && split.block.is_multiple_of(16));
+            assert!(split.blocks * split.block >= skv && (split.blocks - 1) * split.block < skv);
+            assert!(split.chunk_rows <= MAX_ROWS && split.chunks * split.chunk_rows >= split.rows);
+            let tasks = split.tasks(1, hkv);
+            assert!(tasks >= (TASKS_PER_THREAD * threads).min(skv / MIN_BLOCK_KEYS));
+        }
+        // One block on the calling thread; causal sees the first `sq` keys only.
+        let split = Split::new(&problem(dims(32, 4, 16, 4096), false), false);
+        assert_eq!((split.blocks, split.chunks, split.rows), (1, 1, 128));
+        let split = Split::new(&problem(dims(32, 4, 5, 4096), true), true);
+        assert_eq!((split.kend, split.blocks), (5, 1));
+        // 32 heads of 16 rows over one key/value head: four chunks of 128 rows.
+        let split = Split::new(&problem(dims(32, 1, 16, 4096), false), true);
+        assert_eq!((split.chunks, split.chunk_rows), (4, 128));
+    }
+}
