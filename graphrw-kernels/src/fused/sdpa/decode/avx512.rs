@@ -138,6 +138,108 @@ unsafe fn scores_micro<const R: usize, const W: usize>(
     }
 }
 
+/// Query rows up to which [`scores_rows`] runs instead of [`scores_tile`]: its cost per
+/// key grows with the rows (`rows x D / 16` FMAs, a reduction and a scattered store per
+/// row), [`scores_tile`]'s does not (`D` FMAs for up to 16 rows). Measured
+/// (`sdpa_time --decode --cpu-time`, one thread, f32 D=64 Skv=1024 Sq=1, Hkv=4,
+/// `scores_tile` -> `scores_rows`): 1 row (Hq=4) 166 -> 109 us, 2 rows (Hq=8) 165 ->
+/// 144 us, 4 rows 178 -> 199 us, 8 rows 185 -> 289 us; Hq=Hkv=32 1800 -> 1070 us.
+pub(in crate::fused::sdpa) const DOT_ROWS: usize = 2;
+
+/// `s[j * lds + r] = sum_p k[j * d + p] * q[r * d + p]` for `j < nk`, `r < nrows`:
+/// the transposed scores of a few query rows `q` (row-major), as dot products along
+/// `D` (16 keys at a time, their 16 sums reduced together by [`reduce16`]). Columns
+/// `nrows..lds` of `s` are left as they are.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(in crate::fused::sdpa) unsafe fn scores_rows(
+    nk: usize,
+    d: usize,
+    k: &[f32],
+    q: &[f32],
+    nrows: usize,
+    s: &mut [f32],
+    lds: usize,
+) {
+    assert!(nrows <= lds && k.len() >= nk * d && q.len() >= nrows * d);
+    assert!(s.len() >= nk * lds);
+    let nvec = d.div_ceil(NR);
+    let tail: __mmask16 = match d % NR {
+        0 => 0xFFFF,
+        t => (1u16 << t) - 1,
+    };
+    let mask = |c: usize| if c + 1 == nvec { tail } else { 0xFFFF };
+    let (kp, qp) = (k.as_ptr(), q.as_ptr());
+    let mut sums = [0.0f32; NR];
+    for j0 in (0..nk).step_by(NR) {
+        let n = NR.min(nk - j0);
+        for r in 0..nrows {
+            let mut acc = [_mm512_setzero_ps(); NR];
+            for c in 0..nvec {
+                // SAFETY: row `r < nrows` of `q` and rows `j0 + jj < nk` of `k`, the
+                // lanes of `mask(c)` at `16 c` (inside `d`): within the lengths checked
+                // above.
+                unsafe {
+                    let qv = _mm512_maskz_loadu_ps(mask(c), qp.add(r * d + NR * c));
+                    for (jj, x) in acc.iter_mut().enumerate().take(n) {
+                        let kv = _mm512_maskz_loadu_ps(mask(c), kp.add((j0 + jj) * d + NR * c));
+                        *x = _mm512_fmadd_ps(kv, qv, *x);
+                    }
+                }
+            }
+            // SAFETY: the CPU has AVX-512F, this function's contract.
+            let z = unsafe { reduce16(&acc) };
+            // SAFETY: `sums` holds 16 floats.
+            unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), z) };
+            for jj in 0..n {
+                // Lane `4 m + t` of `reduce16`'s result holds key `4 t + m`.
+                s[(j0 + jj) * lds + r] = sums[4 * (jj % 4) + jj / 4];
+            }
+        }
+    }
+}
+
+/// The 16 horizontal sums of `acc`, in one vector: lane `4 m + t` holds the sum of
+/// `acc[4 t + m]` (a transposing reduction: 15 shuffles and 15 additions in four
+/// steps, instead of a reduction of its own for each vector).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn reduce16(acc: &[__m512; NR]) -> __m512 {
+    // 16 -> 8: halves of pairs; quadrants 0-1 hold vector 2i's 8 partial sums, 2-3
+    // vector 2i + 1's.
+    let r: [__m512; 8] = std::array::from_fn(|i| {
+        let (a, b) = (acc[2 * i], acc[2 * i + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+        )
+    });
+    // 8 -> 4: quadrant m of u[i] holds vector 4i + m's 4 partial sums.
+    let u: [__m512; 4] = std::array::from_fn(|i| {
+        let (x, y) = (r[2 * i], r[2 * i + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(x, y),
+            _mm512_shuffle_f32x4::<0xDD>(x, y),
+        )
+    });
+    // 4 -> 2: quadrant m of w[i] holds [8i + m, 8i + 4 + m, 8i + m, 8i + 4 + m].
+    let w: [__m512; 2] = std::array::from_fn(|i| {
+        let (x, y) = (u[2 * i], u[2 * i + 1]);
+        _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y))
+    });
+    // 2 -> 1: quadrant m holds the sums of vectors m, 4 + m, 8 + m, 12 + m.
+    _mm512_add_ps(
+        _mm512_shuffle_ps::<0x44>(w[0], w[1]),
+        _mm512_shuffle_ps::<0xEE>(w[0], w[1]),
+    )
+}
+
 /// `o[i * dv + c] = alpha[i] * o[i * dv + c] + sum_j pt[j * ldp + i] * v[j * dv + c]`
 /// for `i < nrows`, `c < dv`, `j < nk`: the probabilities stored transposed.
 ///
@@ -274,6 +376,29 @@ mod tests {
                 for c in 0..ncols {
                     let want: f32 = (0..d).map(|p| k[j * d + p] * qt[p * ncols + c]).sum();
                     assert!(close(s[j * ncols + c], want), "scores {nk} {d} {ncols}");
+                }
+            }
+        }
+        for (nk, d, nrows) in [
+            (1, 1, 1),
+            (15, 64, 8),
+            (16, 17, 3),
+            (37, 128, 5),
+            (40, 40, 1),
+        ] {
+            let (k, q) = (ramp(nk * d, 7), ramp(nrows * d, 8));
+            let lds = 16;
+            let mut s = vec![9.0f32; nk * lds];
+            // SAFETY: the CPU has AVX-512F (checked above).
+            unsafe { super::scores_rows(nk, d, &k, &q, nrows, &mut s, lds) };
+            for j in 0..nk {
+                for r in 0..lds {
+                    let want = if r < nrows {
+                        (0..d).map(|p| k[j * d + p] * q[r * d + p]).sum()
+                    } else {
+                        9.0
+                    };
+                    assert!(close(s[j * lds + r], want), "rows {nk} {d} {nrows}");
                 }
             }
         }

@@ -149,6 +149,8 @@ impl Split {
 struct Scratch<F> {
     /// The chunk's query rows, transposed and scaled: `[D, cols]`.
     qt: Vec<F>,
+    /// The same, row-major (`[rows, D]`), where [`Tiles::dot_rows`].
+    qrows: Vec<F>,
     /// Scores, then probabilities, transposed: `[TILE_K, cols]`.
     s: Vec<F>,
     /// The accumulator `[cols, Dv]`.
@@ -168,6 +170,7 @@ impl<F> Default for Scratch<F> {
     fn default() -> Self {
         Scratch {
             qt: Vec::new(),
+            qrows: Vec::new(),
             s: Vec::new(),
             o: Vec::new(),
             m: Vec::new(),
@@ -195,7 +198,9 @@ pub(super) enum Level {
 /// The score and value tiles of a task: the general kernel's (`Acc`), or the AVX-512
 /// ones for f32 when `WIDE`.
 pub(super) trait Tiles: Acc {
-    /// [`Acc::scores_tile`], on the AVX-512 tiles when `WIDE`.
+    /// [`Acc::scores_tile`] (`qt`: the transposed query rows, `ldq` columns), on the
+    /// AVX-512 tiles when `WIDE`, there from the `nrows` row-major query rows `q` when
+    /// they are few (`q` is filled only then: see [`Tiles::dot_rows`]).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn scores<const FMA: bool, const WIDE: bool>(
@@ -205,9 +210,19 @@ pub(super) trait Tiles: Acc {
         k: &[Self],
         qt: &[Self],
         ldq: usize,
+        q: &[Self],
+        nrows: usize,
         s: &mut [Self],
     ) {
+        let _ = (q, nrows);
         Self::scores_tile::<FMA>(micro, nk, d, k, qt, ldq, s)
+    }
+
+    /// Whether [`Tiles::scores`] reads the row-major query rows for `nrows` rows.
+    #[inline(always)]
+    fn dot_rows<const WIDE: bool>(nrows: usize) -> bool {
+        let _ = nrows;
+        false
     }
 
     /// [`Acc::values_rows`], on the AVX-512 tiles when `WIDE`.
@@ -239,16 +254,35 @@ impl Tiles for f32 {
         k: &[f32],
         qt: &[f32],
         ldq: usize,
+        q: &[f32],
+        nrows: usize,
         s: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
         if WIDE {
             // SAFETY: `WIDE` tasks run only where the SDPA instruction set, never above
             // the CPU's, is AVX-512 (`Level::Avx512`).
-            unsafe { avx512::scores_tile(nk, d, k, qt, ldq, ldq, s, ldq) };
+            unsafe {
+                if Self::dot_rows::<WIDE>(nrows) {
+                    avx512::scores_rows(nk, d, k, q, nrows, s, ldq)
+                } else {
+                    avx512::scores_tile(nk, d, k, qt, ldq, ldq, s, ldq)
+                }
+            };
             return;
         }
+        let _ = (q, nrows);
         Self::scores_tile::<FMA>(micro, nk, d, k, qt, ldq, s)
+    }
+
+    #[inline(always)]
+    fn dot_rows<const WIDE: bool>(nrows: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if WIDE {
+            return nrows <= avx512::DOT_ROWS;
+        }
+        let _ = nrows;
+        false
     }
 
     #[inline(always)]
@@ -432,6 +466,7 @@ fn task<T: Element, const FMA: bool, const WIDE: bool>(
     let cols = nr.div_ceil(NR_Q) * NR_Q;
     let Scratch {
         qt,
+        qrows,
         s,
         o,
         m,
@@ -454,6 +489,13 @@ fn task<T: Element, const FMA: bool, const WIDE: bool>(
         let row = &prob.q[(bh * sq + i) * d..(bh * sq + i + 1) * d];
         for (dst, &x) in qt[r..].iter_mut().step_by(cols).zip(row) {
             *dst = x.to_acc() * prob.scale;
+        }
+    }
+    let dot = T::Acc::dot_rows::<WIDE>(nr);
+    qrows.clear();
+    if dot {
+        for r in 0..nr {
+            qrows.extend(qt[r..].iter().step_by(cols).take(d));
         }
     }
     if let Some(mask) = prob.mask {
@@ -487,7 +529,7 @@ fn task<T: Element, const FMA: bool, const WIDE: bool>(
             }
         };
         // S^T = K Q^T on the tile: one row per key, one column per query row.
-        T::Acc::scores::<FMA, WIDE>(prob.micro, nk, d, kb, qt, cols, s);
+        T::Acc::scores::<FMA, WIDE>(prob.micro, nk, d, kb, qt, cols, qrows, nr, s);
 
         if let Some(mask) = prob.mask {
             let cs = mask.col_stride;
