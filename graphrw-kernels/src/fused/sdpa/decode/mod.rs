@@ -22,32 +22,40 @@
 //! visible), the scale and fully masked rows behave as in the prefill kernel.
 //!
 //! Tiles by instruction set: AVX-512F in-place tiles (`avx512.rs`: `8 x 48`, nothing
-//! packed) at the AVX-512 level, the general kernel's AVX2+FMA in-place tiles at AVX2
-//! (or with [`SdpaTuning::micro_kernels`](crate::SdpaTuning::micro_kernels) off, its
-//! portable loops compiled for AVX2+FMA), its portable loops at the baseline. f64 runs
-//! the general kernel.
+//! packed; for one or two query rows the scores as dot products along `D` instead) at
+//! the AVX-512 level, the general kernel's AVX2+FMA in-place tiles at AVX2 (or with
+//! [`SdpaTuning::micro_kernels`](crate::SdpaTuning::micro_kernels) off, its portable
+//! loops compiled for AVX2+FMA), its portable loops at the baseline. f64 runs the
+//! general kernel.
 //!
 //! Measured: `RAYON_NUM_THREADS=1 cargo run --release -p graphrw-kernels --example
 //! sdpa_time -- --decode --cpu-time --repeat 20 f32,32,4,64,1,1024 ...` (B=1 Hq=32
-//! Hkv=4 D=64; best of 20 CPU times, the three calls interleaved; Intel Xeon, family 6
-//! model 167, AVX-512, a 2-core VM shared with other builds, load average 6). General
-//! kernel on the grouped K/V -> the same on K/V materialised to 32 heads -> decode path,
-//! in microseconds:
+//! Hkv=4 D=64; best of 20, the three calls interleaved; Intel Xeon, family 6 model 167,
+//! AVX-512, a 2-core VM shared with other builds, load average 5-9). General kernel on
+//! the grouped K/V / the same on K/V materialised to 32 heads / decode path, in
+//! microseconds of CPU time on one thread, then the decode path's wall time on two
+//! threads (`RAYON_NUM_THREADS=2`, without `--cpu-time`):
 //!
-//! | dtype | Sq | Skv=256 | Skv=1024 | Skv=4096 |
+//! | dtype | Sq | Skv | one thread | decode, two threads |
 //! |---|---|---|---|---|
-//! | f32 | 1 | 414 / 765 / 61 | 1267 / 2616 / 208 | 6094 / 15713 / 1562 |
-//! | f32 | 16 | 334 / 655 / 380 | 1277 / 3529 / 1344 | 6281 / 16419 / 6161 |
-//! | bf16 | 1 | | 1667 / 2477 / 240 | |
-//! | bf16 | 16 | | 1938 / 2860 / 1416 | |
+//! | f32 | 1 | 256 | 293 / 592 / 58 | 86 |
+//! | f32 | 1 | 1024 | 1116 / 2335 / 185 | 235 |
+//! | f32 | 1 | 4096 | 5897 / 15273 / 1842 | 1954 |
+//! | f32 | 16 | 256 | 298 / 606 / 361 | 334 |
+//! | f32 | 16 | 1024 | 1222 / 3912 / 1272 | 1389 |
+//! | f32 | 16 | 4096 | 5674 / 15173 / 5335 | 6439 |
+//! | bf16 | 1 | 1024 | 1466 / 2599 / 252 | 246 |
+//! | bf16 | 16 | 1024 | 1689 / 2926 / 1297 | 1501 |
+//! | f16 | 1 | 1024 | 1223 / 3867 / 315 | 372 |
+//! | f32, Hkv=32 | 1 | 1024 | 3226 / 3647 / 1434 | 1924 |
 //!
-//! One query row: 4-7x faster than the general kernel (10-13x than the materialised
-//! heads), reading K/V at 9-10 GB/s while they fit in L2 (2 MiB a core), 5 GB/s beyond.
-//! Sixteen query rows are compute bound (~100 GFLOP/s, as the general kernel's AVX-512
-//! packed path on the same shape), 2.6x faster than the materialised heads. With two
-//! threads (wall time, same machine, `RAYON_NUM_THREADS=2`) Sq=1: 80 / 264 / 1766 us
-//! for Skv 256 / 1024 / 4096, no faster than one: the VM's cores were busy with other
-//! builds. Capped at AVX2 (`GRAPHRW_SDPA_NO_AVX512=1`) Sq=1 Skv=1024 took 225 us, Sq=16
+//! One query row: 3-6x faster than the general kernel and 10-13x faster than the
+//! materialised heads, reading K/V at 9-11 GB/s while they fit in L2 (2 MiB a core),
+//! 5 GB/s beyond. Sixteen query rows are compute bound (about 100 GFLOP/s, as the
+//! general kernel's AVX-512 packed path on the same shape, which it matches), 3x
+//! faster than the materialised heads. Two threads were no faster than one: the VM's
+//! two cores were busy with other builds (the wall times varied by 2x between runs).
+//! Capped at AVX2 (`GRAPHRW_SDPA_NO_AVX512=1`), Sq=1 Skv=1024 took 225 us, Sq=16
 //! 1694 us (the general kernel 1692 us).
 
 #[cfg(target_arch = "x86_64")]
