@@ -11,12 +11,15 @@ use graphrw_kernels::{cpu, DType, KernelError, KernelOptions, SdpaBlocks, SdpaTu
 /// The kernel options that run the SDPA paths this CPU has, each once: the default
 /// (the best kernel), the packed path capped at AVX2, the operands read in place (with
 /// and without the AVX2 micro-tiles), the packed path's softmax step as a pass of its
-/// own, the packed paths with [`ODD_BLOCKS`], and the portable loops.
+/// own, the packed paths with [`ODD_BLOCKS`], and the portable loops; the default
+/// once more with the decode path off (the default takes it for a few query rows over
+/// many keys: see `tests/sdpa_decode.rs`).
 fn variants() -> Vec<KernelOptions> {
     let base = KernelOptions::default();
     let tuned = |t: SdpaTuning| base.with_sdpa(t);
     let all = [
         base,
+        tuned(SdpaTuning::default().with_decode(false)),
         tuned(SdpaTuning::default().with_max_isa(Isa::Avx2Fma)),
         tuned(SdpaTuning::default().with_pack(false)),
         tuned(
@@ -45,6 +48,7 @@ fn variants() -> Vec<KernelOptions> {
                 o.sdpa.fuse_softmax,
                 o.sdpa.micro_kernels,
                 o.sdpa.blocks.map(|b| (b.q, b.k)),
+                o.sdpa.decode,
             );
             let new = !seen.contains(&key);
             seen.push(key);

@@ -203,6 +203,13 @@ pub struct SdpaTuning {
     pub loop_order: SdpaLoopOrder,
     /// The CUDA kernel's launch configuration (`None`: chosen by shape).
     pub cuda: Option<SdpaCudaConfig>,
+    /// Take the CPU decode path (few query rows over many keys, work split over key
+    /// blocks: `graphrw_kernels::fused::sdpa::SdpaKernel::Decode`) where it applies
+    /// (default: on); off runs the general kernel on every shape.
+    pub decode: bool,
+    /// The fewest keys for which the decode path runs (`None`: the measured
+    /// `graphrw_kernels::fused::sdpa::DECODE_MIN_KEYS`).
+    pub decode_min_keys: Option<usize>,
 }
 
 impl Default for SdpaTuning {
@@ -215,6 +222,8 @@ impl Default for SdpaTuning {
             blocks: None,
             loop_order: SdpaLoopOrder::default(),
             cuda: None,
+            decode: true,
+            decode_min_keys: None,
         }
     }
 }
@@ -253,6 +262,19 @@ impl SdpaTuning {
     /// Sets the packed path's loop orders.
     pub fn with_loop_order(mut self, order: SdpaLoopOrder) -> SdpaTuning {
         self.loop_order = order;
+        self
+    }
+
+    /// Turns the CPU decode path on or off.
+    pub fn with_decode(mut self, on: bool) -> SdpaTuning {
+        self.decode = on;
+        self
+    }
+
+    /// Runs the decode path from `keys` keys on (tests take it at any length; 0: the
+    /// default).
+    pub fn with_decode_min_keys(mut self, keys: usize) -> SdpaTuning {
+        self.decode_min_keys = (keys > 0).then_some(keys);
         self
     }
 

@@ -16,6 +16,7 @@
 //! | `GRAPHRW_SDPA_NO_PACK` | `SdpaTuning::pack` off | keys and values are read in place |
 //! | `GRAPHRW_SDPA_NO_FUSE` | `SdpaTuning::fuse_softmax` off | the softmax step is always a pass of its own |
 //! | `GRAPHRW_SDPA_NO_MICRO` | `SdpaTuning::micro_kernels` off | the in-place path's portable tiles instead of the AVX2 ones |
+//! | `GRAPHRW_SDPA_NO_DECODE` | `SdpaTuning::decode` off | the fused attention's general kernel also for a few query rows over many keys |
 //! | `GRAPHRW_SDPA_BLOCKS` | `SdpaTuning::blocks` | `bq,bk`: query rows and keys per block |
 //! | `GRAPHRW_SDPA_ORDER` | `SdpaTuning::loop_order` | `qv`, `q`, `v` or empty: which packed panels are the outer loops |
 //! | `GRAPHRW_SDPA_CFG` | `SdpaTuning::cuda` | `warps,block_n,m_tiles,q_in_regs`: the CUDA attention's launch |
@@ -69,6 +70,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "GRAPHRW_SDPA_NO_MICRO",
         "fused attention's in-place path without the AVX2 tiles",
+    ),
+    (
+        "GRAPHRW_SDPA_NO_DECODE",
+        "fused attention without its decode path (few query rows, many keys)",
     ),
     (
         "GRAPHRW_SDPA_BLOCKS",
@@ -143,6 +148,9 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<KernelOptions, 
     }
     if switch("GRAPHRW_SDPA_NO_MICRO") {
         t = t.with_micro_kernels(false);
+    }
+    if switch("GRAPHRW_SDPA_NO_DECODE") {
+        t = t.with_decode(false);
     }
     if let Some(v) = parsed("GRAPHRW_SDPA_BLOCKS") {
         t = t.with_blocks(v.parse().map_err(|e| bad("GRAPHRW_SDPA_BLOCKS", e))?);

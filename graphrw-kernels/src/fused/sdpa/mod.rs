@@ -40,6 +40,11 @@
 //!   exponentials and sums over each `Bk x 16` strip while it is in L1, with
 //!   `avx2::exp8_shifted`); masked blocks and the diagonal block take the separate
 //!   step (`avx2::softmax_update`).
+//! - **Decode** (`decode/`, f32/f16/bf16, at most [`DECODE_MAX_QUERIES`] query rows
+//!   over enough keys: see [`selected_kernel_for`]): a generation step over a key/value
+//!   cache, work split over key blocks and the query heads of a key/value head taken
+//!   together, so each key and value row is read once per key/value head; the partial
+//!   results merged by log-sum-exp.
 //! - **Unpacked** (elsewhere, and for f64): K and V are read in place, the products run
 //!   on portable loops written for LLVM's auto-vectoriser (on x86-64 the whole work item
 //!   is compiled a second time with `avx2,fma` enabled), and f16/bf16 key and value
@@ -52,6 +57,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+mod decode;
 mod mask;
 #[cfg(target_arch = "x86_64")]
 mod packed;
@@ -67,6 +73,7 @@ pub use crate::cpu::probe::fma_peak_gflops;
 use crate::cpu::Isa;
 use crate::macros::dispatch_float;
 use crate::{DType, Element, KernelError, KernelOptions, Real, SdpaBlocks, Tensor};
+pub use decode::{DECODE_FEW_QUERIES, DECODE_MAX_QUERIES, DECODE_MIN_KEYS, DECODE_MIN_KEYS_FEW};
 use mask::{MaskData, MaskView};
 use tile::{Acc, HalfSrc, NR_Q};
 
@@ -220,6 +227,13 @@ pub enum SdpaKernel {
     PackedAvx512,
     /// Packed operands, both products on AVX-512 BF16 dot products (bf16).
     PackedAvx512Bf16,
+    /// The decode path (`decode/`): at most [`DECODE_MAX_QUERIES`] query rows over
+    /// at least [`DECODE_MIN_KEYS`] keys ([`DECODE_MIN_KEYS_FEW`] for at most
+    /// [`DECODE_FEW_QUERIES`] rows), f32, f16, bf16; work split over key blocks, each
+    /// key/value row read once per key/value head; AVX-512F or AVX2+FMA tiles as the
+    /// SDPA instruction set allows. [`SdpaTuning::decode`](crate::SdpaTuning::decode) off
+    /// turns it off.
+    Decode,
 }
 
 /// The implementation [`sdpa`] runs for inputs of `dtype` (with a head size above 0)
@@ -229,9 +243,57 @@ pub fn selected_kernel(dtype: DType) -> SdpaKernel {
 }
 
 /// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` (with a
-/// head size above 0) on this CPU.
+/// head size above 0) on this CPU, for shapes outside the decode path's (more than
+/// [`DECODE_MAX_QUERIES`] query rows or fewer than [`DECODE_MIN_KEYS`] keys; see
+/// [`selected_kernel_for`]).
 pub fn selected_kernel_with(dtype: DType, kernel: &KernelOptions) -> SdpaKernel {
     pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa())
+}
+
+/// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` with `sq`
+/// query rows, `skv` keys and a head size above 0: [`SdpaKernel::Decode`] where the
+/// decode path applies, else [`selected_kernel_with`]'s.
+pub fn selected_kernel_for(
+    dtype: DType,
+    sq: usize,
+    skv: usize,
+    kernel: &KernelOptions,
+) -> SdpaKernel {
+    if takes_decode(dtype, path_of(kernel), kernel, sq, skv, 1) {
+        SdpaKernel::Decode
+    } else {
+        selected_kernel_with(dtype, kernel)
+    }
+}
+
+/// Whether a call with these sizes takes the decode path:
+/// [`SdpaTuning::decode`](crate::SdpaTuning::decode) on, the default path (not forced by
+/// a test or packing off), f32/f16/bf16, a head size above 0, at most
+/// [`DECODE_MAX_QUERIES`] query rows, and at least [`DECODE_MIN_KEYS`] keys
+/// ([`DECODE_MIN_KEYS_FEW`] with at most [`DECODE_FEW_QUERIES`] query rows; or
+/// [`SdpaTuning::decode_min_keys`](crate::SdpaTuning::decode_min_keys) for any).
+fn takes_decode(
+    dtype: DType,
+    path: Path,
+    kernel: &KernelOptions,
+    sq: usize,
+    skv: usize,
+    d: usize,
+) -> bool {
+    kernel.sdpa.decode
+        && path == Path::Best
+        && dtype != DType::F64
+        && d > 0
+        && sq <= DECODE_MAX_QUERIES
+        && skv
+            >= kernel
+                .sdpa
+                .decode_min_keys
+                .unwrap_or(if sq <= DECODE_FEW_QUERIES {
+                    DECODE_MIN_KEYS_FEW
+                } else {
+                    DECODE_MIN_KEYS
+                })
 }
 
 /// The implementation for `dtype` on `path` with head size `d`, at instruction set
@@ -448,7 +510,7 @@ fn run<T: Element>(
     path: Path,
 ) -> Result<Vec<T>, KernelError>
 where
-    T::Acc: Acc,
+    T::Acc: decode::Tiles,
 {
     let n_out = dims.batch * dims.hq * dims.sq * dims.dv;
     if n_out == 0 || dims.skv == 0 {
@@ -493,6 +555,17 @@ where
         micro: kernel.sdpa.micro_kernels && isa >= Isa::Avx2Fma,
         loop_order: kernel.sdpa.loop_order,
     };
+    if takes_decode(T::DTYPE, path, kernel, dims.sq, dims.skv, dims.d) {
+        let level = if isa >= Isa::Avx512 && kernel.sdpa.micro_kernels {
+            decode::Level::Avx512
+        } else if isa >= Isa::Avx2Fma {
+            decode::Level::Avx2
+        } else {
+            decode::Level::Plain
+        };
+        decode::run(&prob, level, &mut out);
+        return Ok(out);
+    }
     let item = pick_item::<T>(chosen);
     let head_len = dims.sq * dims.dv;
     // A small problem runs on the calling thread: waking the pool's threads for it
@@ -562,7 +635,8 @@ where
                 unsafe { item_avx2_fma(p, s, bh, qb, o) }
             };
         }
-        SdpaKernel::Plain => {}
+        // `pick_kernel` never chooses the decode path (`run` takes it before).
+        SdpaKernel::Plain | SdpaKernel::Decode => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = kernel;

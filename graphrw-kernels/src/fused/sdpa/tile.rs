@@ -75,7 +75,26 @@ pub(super) trait Acc: Real {
         o: &mut [Self],
     ) {
         let _ = micro;
-        values_tile_generic::<Self, FMA>(nk, ldp, dv, pt, v, alpha, o)
+        values_tile_generic::<Self, FMA>(nk, ldp, ldp, dv, pt, v, alpha, o)
+    }
+
+    /// [`Acc::values_tile`] on the first `nrows` query rows only (`nrows <= ldp`; the
+    /// portable loops round `nrows` up to a multiple of 4, so `ldp` must be one).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn values_rows<const FMA: bool>(
+        micro: bool,
+        nk: usize,
+        nrows: usize,
+        ldp: usize,
+        dv: usize,
+        pt: &[Self],
+        v: &[Self],
+        alpha: &[Self],
+        o: &mut [Self],
+    ) {
+        let _ = micro;
+        values_tile_generic::<Self, FMA>(nk, nrows, ldp, dv, pt, v, alpha, o)
     }
 
     /// The online-softmax step on the transposed score tile `s` (`nk` rows of stride
@@ -172,7 +191,30 @@ impl Acc for f32 {
             return;
         }
         let _ = micro;
-        values_tile_generic::<f32, FMA>(nk, ldp, dv, pt, v, alpha, o)
+        values_tile_generic::<f32, FMA>(nk, ldp, ldp, dv, pt, v, alpha, o)
+    }
+
+    #[inline(always)]
+    fn values_rows<const FMA: bool>(
+        micro: bool,
+        nk: usize,
+        nrows: usize,
+        ldp: usize,
+        dv: usize,
+        pt: &[f32],
+        v: &[f32],
+        alpha: &[f32],
+        o: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if FMA && micro {
+            // SAFETY: `micro` is true only where the CPU has AVX2 and FMA (see
+            // `Problem::micro`).
+            unsafe { super::avx2::values_tile(nk, nrows, dv, pt, ldp, v, alpha, o) };
+            return;
+        }
+        let _ = micro;
+        values_tile_generic::<f32, FMA>(nk, nrows, ldp, dv, pt, v, alpha, o)
     }
 
     #[inline(always)]
@@ -296,11 +338,13 @@ fn scores_tile_generic<F: Acc, const FMA: bool>(
     }
 }
 
-/// [`Acc::values_tile`] with the portable micro-kernels (auto-vectorised).
+/// [`Acc::values_tile`] with the portable micro-kernels (auto-vectorised), on the first
+/// `nrows` rows rounded up to a multiple of [`MR_O`] (at most `bqp`, the stride of `s`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn values_tile_generic<F: Acc, const FMA: bool>(
     nk: usize,
+    nrows: usize,
     bqp: usize,
     dv: usize,
     s: &[F],
@@ -308,7 +352,7 @@ fn values_tile_generic<F: Acc, const FMA: bool>(
     alpha: &[F],
     o: &mut [F],
 ) {
-    for i in (0..bqp).step_by(MR_O) {
+    for i in (0..nrows.div_ceil(MR_O) * MR_O).step_by(MR_O) {
         let mut c = 0;
         while c + NR_O <= dv {
             values_micro::<F, MR_O, NR_O, FMA>(
