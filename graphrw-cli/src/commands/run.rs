@@ -447,6 +447,29 @@ pub fn product_lines(
     lines
 }
 
+/// The `--profile` lines on the fused attention: each kind of shape's measured choice
+/// with every candidate's time on its first call.
+pub fn sdpa_choice_lines(
+    chooser: &graphrw::kernels::fused::sdpa::choice::SdpaChooser,
+) -> Vec<String> {
+    chooser
+        .choices()
+        .into_iter()
+        .map(|(key, chosen)| {
+            let times: Vec<String> = chosen
+                .candidates
+                .iter()
+                .map(|(kernel, t)| format!("{kernel:?} {:.3} ms", t.as_secs_f64() * 1e3))
+                .collect();
+            format!(
+                "  attention: chose {:?} for {key} ({})",
+                chosen.kernel,
+                times.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// The `--profile` lines on planning: how many nodes no executor took and ran as
 /// their op's decomposition, then each such node with every executor's refusal.
 pub fn fallback_lines(plan: &Plan) -> Vec<String> {
@@ -572,6 +595,9 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
                 .threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             for l in product_lines(graphrw::kernels::cpu::choice::global(), threads) {
+                println!("{l}");
+            }
+            for l in sdpa_choice_lines(graphrw::kernels::fused::sdpa::choice::global()) {
                 println!("{l}");
             }
         }

@@ -30,11 +30,11 @@ use crate::{DType, KernelOptions, Tensor};
 /// kernels' panel widths), or all of them when fewer.
 pub const SAMPLE_COLUMNS: usize = 128;
 
-/// Runs of each candidate while timing (the best counts), at most.
-const SAMPLE_RUNS: usize = 3;
+/// Timed rounds of the candidates (each one's best counts), at most.
+const SAMPLE_RUNS: usize = 4;
 
-/// Time after which a candidate is not run again while timing.
-const SAMPLE_BUDGET: Duration = Duration::from_millis(2);
+/// Timed time after which no further round runs (past the second).
+const SAMPLE_BUDGET: Duration = Duration::from_millis(8);
 
 /// A kernel for an f32 product by a constant weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -317,31 +317,62 @@ pub fn candidates(isa: Isa) -> Vec<ProductKernel> {
 
 /// Times every candidate on `a` and columns `start..start + SAMPLE_COLUMNS` of `w`
 /// (at most `end`), each packed for its kernel; the fastest wins (the `gemm` crate
-/// where a timing fails).
+/// where every timing fails).
+///
+/// The candidates run in turn, round by round: a first round untimed (it faults in a
+/// weight mapped from a file, which would otherwise count against whichever candidate
+/// runs first, and wakes the threads), then up to [`SAMPLE_RUNS`] timed rounds, at least
+/// two, fewer past [`SAMPLE_BUDGET`]; each candidate's best round counts. Taking turns
+/// spreads a passing load on a shared machine over every candidate.
 fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Chosen {
     let began = Instant::now();
     let sample = (start, end.min(start + SAMPLE_COLUMNS));
     let k = w.shape()[0];
     let rows = a.numel() / k.max(1);
     let flops = 2.0 * (rows * k * (sample.1 - sample.0)) as f64;
-    let mut rated = Vec::new();
-    for kernel in candidates(isa) {
-        let packed = match kernel {
-            ProductKernel::Gemm => None,
-            ProductKernel::Packed(p) => match PackedWeight::sample(w, sample, p) {
-                Some(packed) => Some(packed),
-                None => continue,
-            },
-        };
+    let packings: Vec<(ProductKernel, Option<PackedWeight>)> = candidates(isa)
+        .into_iter()
+        .filter_map(|kernel| match kernel {
+            ProductKernel::Gemm => Some((kernel, None)),
+            ProductKernel::Packed(p) => {
+                PackedWeight::sample(w, sample, p).map(|w| (kernel, Some(w)))
+            }
+        })
+        .collect();
+    let run = |packed: Option<&PackedWeight>| -> Option<Duration> {
         let epilogue = Epilogue {
             columns: Some(sample),
-            packed: packed.as_ref(),
+            packed,
             ..Epilogue::default()
         };
-        if let Some(best) = best_time(|| matmul_epilogue_with(a, w, &epilogue, GemmBackend::Auto)) {
-            rated.push((kernel, flops / best.as_secs_f64().max(1e-12) / 1e9));
+        let t = Instant::now();
+        let out = matmul_epilogue_with(a, w, &epilogue, GemmBackend::Auto).ok()?;
+        let took = t.elapsed();
+        std::hint::black_box(&out);
+        Some(took)
+    };
+    let mut best = vec![Duration::MAX; packings.len()];
+    let mut timed = Duration::ZERO;
+    for round in 0..=SAMPLE_RUNS {
+        for ((_, packed), best) in packings.iter().zip(best.iter_mut()) {
+            let Some(took) = run(packed.as_ref()) else {
+                continue;
+            };
+            if round > 0 {
+                *best = (*best).min(took);
+                timed += took;
+            }
+        }
+        if round >= 2 && timed > SAMPLE_BUDGET {
+            break;
         }
     }
+    let rated: Vec<(ProductKernel, f64)> = packings
+        .iter()
+        .zip(&best)
+        .filter(|(_, &t)| t != Duration::MAX)
+        .map(|((kernel, _), t)| (*kernel, flops / t.as_secs_f64().max(1e-12) / 1e9))
+        .collect();
     let kernel = rated
         .iter()
         .max_by(|x, y| x.1.total_cmp(&y.1))
@@ -351,26 +382,6 @@ fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Ch
         candidates: rated,
         cost: began.elapsed(),
     }
-}
-
-/// The best time of up to [`SAMPLE_RUNS`] runs of `run` (fewer past
-/// [`SAMPLE_BUDGET`]); `None` where it fails.
-fn best_time<T, E>(mut run: impl FnMut() -> Result<T, E>) -> Option<Duration> {
-    let mut best = Duration::MAX;
-    let mut spent = Duration::ZERO;
-    for _ in 0..SAMPLE_RUNS {
-        let t = Instant::now();
-        let out = run().ok()?;
-        let took = t.elapsed();
-        std::hint::black_box(&out);
-        drop(out);
-        best = best.min(took);
-        spent += took;
-        if spent > SAMPLE_BUDGET {
-            break;
-        }
-    }
-    Some(best)
 }
 
 #[cfg(test)]

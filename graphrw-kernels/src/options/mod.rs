@@ -210,6 +210,9 @@ pub struct SdpaTuning {
     /// The fewest keys for which the decode path runs (`None`: the measured
     /// `graphrw_kernels::fused::sdpa::DECODE_MIN_KEYS`).
     pub decode_min_keys: Option<usize>,
+    /// Time the variants (decode path on and off, AVX-512 and AVX2) on the first call
+    /// of each kind of shape and keep the fastest ([`crate::fused::sdpa::choice`]).
+    pub choose: bool,
 }
 
 impl Default for SdpaTuning {
@@ -224,6 +227,7 @@ impl Default for SdpaTuning {
             cuda: None,
             decode: true,
             decode_min_keys: None,
+            choose: true,
         }
     }
 }
@@ -268,6 +272,13 @@ impl SdpaTuning {
     /// Turns the CPU decode path on or off.
     pub fn with_decode(mut self, on: bool) -> SdpaTuning {
         self.decode = on;
+        self
+    }
+
+    /// Turns the timed choice of variants on or off (off: the tuned thresholds and the
+    /// best instruction set decide).
+    pub fn with_choose(mut self, on: bool) -> SdpaTuning {
+        self.choose = on;
         self
     }
 

@@ -57,6 +57,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+pub mod choice;
 mod decode;
 mod mask;
 #[cfg(target_arch = "x86_64")]
@@ -195,7 +196,27 @@ pub fn sdpa_tuned(
     opts: &SdpaOptions,
     kernel: &KernelOptions,
 ) -> Result<Tensor, KernelError> {
-    sdpa_on(q, k, v, mask, opts, kernel, path_of(kernel))
+    let path = path_of(kernel);
+    if kernel.sdpa.choose && path == Path::Best && q.dtype() != DType::F64 {
+        let dims = check(q, k, v, opts.enable_gqa)?;
+        let key = choice::SdpaKey {
+            dtype: q.dtype(),
+            sq: dims.sq.next_power_of_two(),
+            skv: dims.skv.next_power_of_two(),
+            d: (dims.d, dims.dv),
+            group: dims.hq / dims.hkv.max(1),
+            causal_mask: (opts.is_causal, mask.is_some()),
+            isa: kernel.sdpa_isa(),
+            threads: rayon::current_num_threads(),
+        };
+        return choice::global().run_chosen(
+            key,
+            (q.dtype(), dims.sq, dims.skv),
+            kernel,
+            &|o: &KernelOptions| sdpa_on(q, k, v, mask, opts, o, Path::Best),
+        );
+    }
+    sdpa_on(q, k, v, mask, opts, kernel, path)
 }
 
 /// The path `kernel` asks for: [`SdpaTuning::pack`](crate::SdpaTuning::pack) off reads

@@ -1,0 +1,241 @@
+//! Which SDPA variant runs a call, chosen by timing the candidates on this CPU: the
+//! first call of each kind of shape ([`SdpaKey`]: dtype, head sizes, the query and key
+//! counts rounded up to powers of two, the grouping of query heads, causal or masked,
+//! instruction set and threads) runs every candidate ([`SdpaVariant`]: the decode
+//! path on or off, the packed kernels at the best instruction set or capped at AVX2),
+//! returns the fastest one's result and keeps its choice for the process ([`global`]).
+//! Candidates that would run the same kernel run once. Off with
+//! [`SdpaTuning::choose`](crate::SdpaTuning::choose) (then the thresholds and the best
+//! instruction set decide, as tuned).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::cpu::Isa;
+use crate::{DType, KernelError, KernelOptions, Tensor};
+
+use super::{selected_kernel_for, SdpaKernel};
+
+/// What an SDPA choice is kept for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SdpaKey {
+    /// The operands' dtype, by name.
+    pub dtype: DType,
+    /// Query rows, rounded up to a power of two.
+    pub sq: usize,
+    /// Keys, rounded up to a power of two.
+    pub skv: usize,
+    /// Head sizes of keys and values.
+    pub d: (usize, usize),
+    /// Query heads per key/value head.
+    pub group: usize,
+    /// Causal, masked.
+    pub causal_mask: (bool, bool),
+    /// The highest instruction set the options allow SDPA.
+    pub isa: Isa,
+    /// Threads the call may use.
+    pub threads: usize,
+}
+
+impl fmt::Display for SdpaKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} Sq<={} Skv<={} D={}/{} group {}{}{}",
+            self.dtype.name(),
+            self.sq,
+            self.skv,
+            self.d.0,
+            self.d.1,
+            self.group,
+            if self.causal_mask.0 { " causal" } else { "" },
+            if self.causal_mask.1 { " masked" } else { "" },
+        )
+    }
+}
+
+/// A candidate: the SDPA tuning it runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SdpaVariant {
+    /// The decode path allowed.
+    pub decode: bool,
+    /// The instruction set cap.
+    pub max_isa: Isa,
+}
+
+impl SdpaVariant {
+    /// `kernel` with this variant's tuning.
+    pub fn apply(self, kernel: &KernelOptions) -> KernelOptions {
+        kernel.with_sdpa(
+            kernel
+                .sdpa
+                .with_decode(self.decode)
+                .with_max_isa(self.max_isa),
+        )
+    }
+}
+
+/// A kept choice: the kernel that won and every candidate's time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SdpaChosen {
+    /// The fastest candidate.
+    pub variant: SdpaVariant,
+    /// The kernel it runs.
+    pub kernel: SdpaKernel,
+    /// Each candidate's kernel and its time on the first call.
+    pub candidates: Vec<(SdpaKernel, Duration)>,
+}
+
+/// Kept SDPA choices; one per process ([`global`]).
+#[derive(Debug, Default)]
+pub struct SdpaChooser {
+    choices: Mutex<HashMap<SdpaKey, SdpaChosen>>,
+}
+
+/// The process's SDPA chooser.
+pub fn global() -> &'static SdpaChooser {
+    static CHOOSER: OnceLock<SdpaChooser> = OnceLock::new();
+    CHOOSER.get_or_init(SdpaChooser::default)
+}
+
+impl SdpaChooser {
+    /// Every kept choice, by key.
+    pub fn choices(&self) -> Vec<(SdpaKey, SdpaChosen)> {
+        let mut all: Vec<_> = self
+            .choices
+            .lock()
+            .map(|c| c.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default();
+        all.sort_by_key(|(k, _)| *k);
+        all
+    }
+
+    /// `run` with the options of the kept choice for `key`, or, on the key's first
+    /// call, with each candidate of `kernel` for a call of `dtype`, `sq` query rows and
+    /// `skv` keys (the fastest's result is returned and its choice kept).
+    pub(crate) fn run_chosen(
+        &self,
+        key: SdpaKey,
+        (dtype, sq, skv): (DType, usize, usize),
+        kernel: &KernelOptions,
+        run: &dyn Fn(&KernelOptions) -> Result<Tensor, KernelError>,
+    ) -> Result<Tensor, KernelError> {
+        if let Some(c) = self.choices.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return run(&c.variant.apply(kernel));
+        }
+        let mut tried: Vec<(SdpaVariant, SdpaKernel, Duration)> = Vec::new();
+        let mut best: Option<(Tensor, Duration, SdpaVariant, SdpaKernel)> = None;
+        for variant in candidates(kernel, sq) {
+            let opts = variant.apply(kernel);
+            let selected = selected_kernel_for(dtype, sq, skv, &opts);
+            if tried.iter().any(|t| t.1 == selected) {
+                continue;
+            }
+            let t = Instant::now();
+            let out = run(&opts)?;
+            let took = t.elapsed();
+            tried.push((variant, selected, took));
+            if best.as_ref().is_none_or(|b| took < b.1) {
+                best = Some((out, took, variant, selected));
+            }
+        }
+        let Some((out, _, variant, selected)) = best else {
+            return run(kernel);
+        };
+        if let Ok(mut c) = self.choices.lock() {
+            c.entry(key).or_insert(SdpaChosen {
+                variant,
+                kernel: selected,
+                candidates: tried.iter().map(|t| (t.1, t.2)).collect(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// The variants `kernel` allows for `sq` query rows: the decode path on (where its
+/// tuning allows it and the queries are few) and off, at the SDPA instruction set and,
+/// on AVX-512, capped at AVX2.
+fn candidates(kernel: &KernelOptions, sq: usize) -> Vec<SdpaVariant> {
+    let isa = kernel.sdpa_isa();
+    let isas: &[Isa] = match isa {
+        Isa::Avx512 => &[Isa::Avx512, Isa::Avx2Fma],
+        Isa::Avx2Fma => &[Isa::Avx2Fma],
+        Isa::Baseline => &[Isa::Baseline],
+    };
+    let decodes: &[bool] = if kernel.sdpa.decode && sq <= super::DECODE_MAX_QUERIES {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    decodes
+        .iter()
+        .flat_map(|&decode| {
+            isas.iter()
+                .map(move |&max_isa| SdpaVariant { decode, max_isa })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fused::{sdpa, SdpaOptions};
+    use crate::testing::compare::{assert_close_tensor, Tol};
+
+    fn ramp(shape: &[usize], seed: usize) -> Tensor {
+        let n: usize = shape.iter().product();
+        let data = (0..n)
+            .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 498.0 - 1.0)
+            .collect();
+        Tensor::from_vec(shape.to_vec(), data).expect("tensor")
+    }
+
+    /// The first call of a kind of shape times its candidates and keeps one; every call
+    /// gives the reference's result, whichever runs.
+    #[test]
+    fn chosen_variants_give_the_reference_result() {
+        let (q, k, v) = (
+            ramp(&[1, 8, 1, 64], 1),
+            ramp(&[1, 2, 300, 64], 2),
+            ramp(&[1, 2, 300, 64], 3),
+        );
+        let opts = SdpaOptions {
+            enable_gqa: true,
+            ..SdpaOptions::default()
+        };
+        let want =
+            crate::cpu::sdpa_reference(&q, &k, &v, None, false, None, true).expect("reference");
+        for call in 0..2 {
+            let got = sdpa(&q, &k, &v, None, &opts).expect("sdpa");
+            assert_close_tensor(&got, &want, Tol::new(1e-5, 1e-4), &format!("call {call}"));
+        }
+        let kept: Vec<_> = global()
+            .choices()
+            .into_iter()
+            .filter(|(key, _)| key.sq == 1 && key.skv == 512 && key.group == 4 && key.d == (64, 64))
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        let chosen = &kept[0].1;
+        assert!(!chosen.candidates.is_empty());
+        assert!(chosen.candidates.iter().any(|c| c.0 == chosen.kernel));
+    }
+
+    #[test]
+    fn candidates_follow_the_options() {
+        let all = candidates(&KernelOptions::default(), 1);
+        let isa = KernelOptions::default().sdpa_isa();
+        let per_decode = if isa == Isa::Avx512 { 2 } else { 1 };
+        assert_eq!(all.len(), 2 * per_decode);
+        assert_eq!(candidates(&KernelOptions::default(), 512).len(), per_decode);
+        let no_decode =
+            KernelOptions::default().with_sdpa(crate::SdpaTuning::default().with_decode(false));
+        assert!(candidates(&no_decode, 1).iter().all(|v| !v.decode));
+        let avx2 = KernelOptions::default().with_max_isa(Isa::Avx2Fma);
+        assert!(candidates(&avx2, 1)
+            .iter()
+            .all(|v| v.max_isa <= Isa::Avx2Fma));
+    }
+}
