@@ -153,6 +153,37 @@ fn reshape_infers_the_minus_one_as_an_expression() {
     .contains("cannot reshape"));
 }
 
+/// Dynamo's `k.transpose(-2, -1)` over a cache: `reshape(k, [-1, past + new, 64])` of
+/// `[batch, 32, past + new, 64]` merges the leading dims into `batch*32`: the target's
+/// dims cancel against equal dims of the input before dividing, which dividing the
+/// expanded element counts (a sum over a sum) cannot do.
+#[test]
+fn reshape_minus_one_cancels_equal_symbolic_dims() {
+    let total = e("past").add(&e("new")).expect("past + new");
+    let mut input = sym(&["batch", "32", "x", "64"]);
+    input.shape.0[2] = Dim::from_expr(total.clone()).expect("a dim");
+    let merged = ok1(
+        "reshape",
+        &[input.clone()],
+        &[(
+            "shape",
+            AttrValue::Dims(vec![SymExpr::int(-1), total.clone(), SymExpr::int(64)]),
+        )],
+    );
+    assert_eq!(merged.shape.dims()[0].to_string(), "batch*32");
+    assert_eq!(merged.shape.dims()[1], input.shape.0[2]);
+    // Split the other way: the -1 is the remaining symbolic product.
+    let split = ok1(
+        "reshape",
+        &[merged],
+        &[(
+            "shape",
+            AttrValue::Dims(vec![e("batch"), SymExpr::int(-1), total, SymExpr::int(64)]),
+        )],
+    );
+    assert_eq!(split.shape.dims()[1], Dim::Known(32));
+}
+
 #[test]
 fn sym_ints_is_an_i64_list_or_scalar() {
     let list = ok1(

@@ -104,6 +104,35 @@ pub(crate) fn transpose_split_shape(numel: u64, s1: &[i64], s2: &[i64]) -> Optio
     Some(shape)
 }
 
+/// True when `y = reshape(permute(v, [0, 2, 1]))` with `v = reshape(x)` swaps the last
+/// two dims of `x`: `x` is `[.., s, d]`, `v` is `[n, s, d]` with `n` the product of
+/// `x`'s leading dims, and `y` is `[.., d, s]`. Read from the metadata, so it holds at
+/// symbolic shapes (where the reshape targets are shape arithmetic) too.
+fn swaps_last_two_in_3d(
+    x: &crate::pattern::TensorRef<'_>,
+    v: &crate::pattern::TensorRef<'_>,
+    y: &crate::pattern::TensorRef<'_>,
+) -> bool {
+    let r = x.rank();
+    if r < 3 || v.rank() != 3 || y.rank() != r {
+        return false;
+    }
+    let (xd, vd, yd) = (
+        x.meta().shape.dims(),
+        v.meta().shape.dims(),
+        y.meta().shape.dims(),
+    );
+    let lead = xd[..r - 2]
+        .iter()
+        .try_fold(crate::meta::SymExpr::int(1), |acc, d| acc.mul(&d.to_expr()))
+        .and_then(crate::meta::Dim::from_expr);
+    lead.as_ref() == Some(&vd[0])
+        && vd[1..] == xd[r - 2..]
+        && yd[..r - 2] == xd[..r - 2]
+        && yd[r - 2] == xd[r - 1]
+        && yd[r - 1] == xd[r - 2]
+}
+
 /// A reshape target with its `-1` resolved against `numel`.
 fn resolve_reshape(numel: u64, shape: &[i64]) -> Option<Vec<i64>> {
     let known: i64 = shape.iter().filter(|&&d| d != -1).product();
@@ -218,6 +247,20 @@ rule_set! {
             Some(shape) => x.reshape(&shape)?.transpose(-2, -1)?,
             None => x.reshape(&s1)?.permute(&p)?.reshape(&s2)?,
         }
+    }
+
+    // The same swap at symbolic shapes, where both reshape targets are shape arithmetic
+    // (dynamo's `k.transpose(-2, -1)` over a cache of symbolic length): read from the
+    // metadata of `x`, the 3-D view and the result instead.
+    #[overlap]
+    rule reshape_transpose_reshape_symbolic(x: Tensor, p: Vec<i64>) -> Tensor
+    where check(|p| p[..] == [0, 2, 1]), check(|x, v, y| swaps_last_two_in_3d(&x, &v, &y))
+    {
+        let v = x.reshape(_);
+        let y = v.permute(p).reshape(_);
+        y
+    } => {
+        x.transpose(-2, -1)?
     }
 
     rule div_by_scalar(x: Tensor, s: f64) -> Tensor

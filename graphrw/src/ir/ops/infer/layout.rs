@@ -68,7 +68,14 @@ pub fn reshape(x: &[&TensorMeta], a: &Attrs) -> Out {
                 );
             }
         }
-        (None, Some(i)) => out[i] = inferred_dim(&x[0].shape, &SymExpr::int(known as i64))?,
+        (None, Some(i)) => {
+            let others: Vec<SymExpr> = target
+                .iter()
+                .filter(|&&d| d != -1)
+                .map(|&d| SymExpr::int(d))
+                .collect();
+            out[i] = inferred_dim(&x[0].shape, &others, &SymExpr::int(known as i64))?
+        }
         (None, None) => {}
     }
     one(x[0].dtype, Shape(out), x[0])
@@ -89,17 +96,41 @@ fn one_term_ratio(x: &SymExpr, y: &SymExpr) -> Option<(i64, i64)> {
     same.then_some((a, b))
 }
 
-/// The `-1` of a reshape of `shape` whose other entries multiply to `rest`: the exact
-/// quotient where there is one, a floor division by a constant, else a fresh symbol
-/// (bound from the tensor at run time).
-fn inferred_dim(shape: &Shape, rest: &SymExpr) -> Result<Dim, InferError> {
+/// The `-1` of a reshape of `shape` whose other entries are `others` (multiplying to
+/// `rest`): the exact quotient where there is one, a floor division by a constant, else
+/// a fresh symbol (bound from the tensor at run time). Entries equal to a dim of
+/// `shape` cancel first, so that merging or splitting dims around a symbolic one
+/// (`[b, 32, past + new, 64]` to `[-1, past + new, 64]`) gives the product of the rest
+/// (`32 b`), which dividing the expanded element counts cannot.
+fn inferred_dim(shape: &Shape, others: &[SymExpr], rest: &SymExpr) -> Result<Dim, InferError> {
     if rest.as_const() == Some(0) {
         infer_bail!("cannot reshape {shape} to a shape with a 0 and a -1");
     }
-    let quotient = shape.numel_expr().and_then(|n| n.div_floor(rest));
+    let quotient = cancelled_quotient(shape, others)
+        .or_else(|| shape.numel_expr().and_then(|n| n.div_floor(rest)));
     Ok(quotient
         .and_then(Dim::from_expr)
         .unwrap_or_else(|| Dim::sym(&format!("{shape}/{rest}"))))
+}
+
+/// The product of `shape`'s dims over that of `others`, after cancelling each entry of
+/// `others` against an equal dim of `shape`; `None` where what is left does not divide
+/// exactly.
+fn cancelled_quotient(shape: &Shape, others: &[SymExpr]) -> Option<SymExpr> {
+    let mut left: Vec<SymExpr> = shape.0.iter().map(Dim::to_expr).collect();
+    let mut divisor = SymExpr::int(1);
+    for e in others {
+        match left.iter().position(|d| d == e) {
+            Some(i) => {
+                left.swap_remove(i);
+            }
+            None => divisor = divisor.mul(e)?,
+        }
+    }
+    let numerator = left.iter().try_fold(SymExpr::int(1), |acc, d| acc.mul(d))?;
+    let q = numerator.div_floor(&divisor)?;
+    // Exact only: the quotient times the divisor gives the numerator back.
+    (q.mul(&divisor)? == numerator).then_some(q)
 }
 
 fn reshape_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
@@ -134,7 +165,14 @@ fn reshape_symbolic(x: &[&TensorMeta], a: &Attrs) -> Out {
         out.push(d);
     }
     match infer_at {
-        Some(i) => out[i] = inferred_dim(&x[0].shape, &rest)?,
+        Some(i) => {
+            let others: Vec<SymExpr> = target
+                .iter()
+                .filter(|e| e.as_const() != Some(-1))
+                .cloned()
+                .collect();
+            out[i] = inferred_dim(&x[0].shape, &others, &rest)?
+        }
         None => {
             if let Some(n) = x[0].shape.numel_expr() {
                 // Unequal for every binding, or a constant multiple of the other.
