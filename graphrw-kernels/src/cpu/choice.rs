@@ -153,11 +153,18 @@ pub struct ProductKey {
     pub isa: Isa,
     /// Threads the product may use.
     pub threads: usize,
+    /// The weight is stored transposed (`[N, K]`, a product by `transpose(w)`): the
+    /// `gemm` crate reads it at other strides, so it is measured apart.
+    pub transposed: bool,
 }
 
 impl fmt::Display for ProductKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rows {} x {} x {}", self.rows, self.k, self.n)
+        write!(f, "rows {} x {} x {}", self.rows, self.k, self.n)?;
+        if self.transposed {
+            f.write_str(" (weight transposed)")?;
+        }
+        Ok(())
     }
 }
 
@@ -215,8 +222,24 @@ impl ProductChooser {
         columns: Option<(usize, usize)>,
         options: &KernelOptions,
     ) -> ProductKernel {
-        let &[k, n_all] = w.shape() else {
-            return ProductKernel::Gemm;
+        self.kernel_for_as(a, w, columns, false, options)
+    }
+
+    /// [`ProductChooser::kernel_for`], or for `a @ w^T[.., columns]` when `transposed`
+    /// (`w` an f32 matrix stored `[N, K]`, [`Epilogue::transposed`]): measured on a
+    /// sample of `w`'s rows (the product's columns), each packed kernel's sample packed
+    /// from the transposed storage.
+    pub fn kernel_for_as(
+        &self,
+        a: &Tensor,
+        w: &Tensor,
+        columns: Option<(usize, usize)>,
+        transposed: bool,
+        options: &KernelOptions,
+    ) -> ProductKernel {
+        let (k, n_all) = match (w.shape(), transposed) {
+            (&[k, n_all], false) | (&[n_all, k], true) => (k, n_all),
+            _ => return ProductKernel::Gemm,
         };
         let (start, end) = columns.unwrap_or((0, n_all));
         let n = end.saturating_sub(start);
@@ -241,11 +264,12 @@ impl ProductChooser {
                     rows: RowBucket::of(rows),
                     isa,
                     threads: rayon::current_num_threads(),
+                    transposed,
                 };
                 if let Some(c) = self.choices.lock().ok().and_then(|c| c.get(&key).cloned()) {
                     return c.kernel;
                 }
-                let chosen = measure(a, w, (start, end), isa);
+                let chosen = measure(a, (w, transposed), (start, end), isa);
                 let kernel = chosen.kernel;
                 if let Ok(mut c) = self.choices.lock() {
                     c.entry(key).or_insert(chosen);
@@ -316,19 +340,24 @@ pub fn candidates(isa: Isa) -> Vec<ProductKernel> {
 }
 
 /// Times every candidate on `a` and columns `start..start + SAMPLE_COLUMNS` of `w`
-/// (at most `end`), each packed for its kernel; the fastest wins (the `gemm` crate
-/// where a timing fails).
-fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Chosen {
+/// (at most `end`; of `w^T` when `transposed`, rows of `w`'s storage), each packed for
+/// its kernel; the fastest wins (the `gemm` crate where a timing fails).
+fn measure(
+    a: &Tensor,
+    (w, transposed): (&Tensor, bool),
+    (start, end): (usize, usize),
+    isa: Isa,
+) -> Chosen {
     let began = Instant::now();
     let sample = (start, end.min(start + SAMPLE_COLUMNS));
-    let k = w.shape()[0];
+    let k = w.shape()[usize::from(transposed)];
     let rows = a.numel() / k.max(1);
     let flops = 2.0 * (rows * k * (sample.1 - sample.0)) as f64;
     let mut rated = Vec::new();
     for kernel in candidates(isa) {
         let packed = match kernel {
             ProductKernel::Gemm => None,
-            ProductKernel::Packed(p) => match PackedWeight::sample(w, sample, p) {
+            ProductKernel::Packed(p) => match PackedWeight::sample(w, sample, p, transposed) {
                 Some(packed) => Some(packed),
                 None => continue,
             },
@@ -336,6 +365,7 @@ fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Ch
         let epilogue = Epilogue {
             columns: Some(sample),
             packed: packed.as_ref(),
+            transposed,
             ..Epilogue::default()
         };
         if let Some(best) = best_time(|| matmul_epilogue_with(a, w, &epilogue, GemmBackend::Auto)) {
