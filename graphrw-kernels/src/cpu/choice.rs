@@ -472,6 +472,36 @@ mod tests {
         assert_eq!(chooser.choices().len(), 2, "one row is a bucket of its own");
     }
 
+    /// A product by a transposed weight (`[N, K]` stored) is measured on its own, on
+    /// a sample of the storage's rows, and kept apart from the plain product of the
+    /// same shape.
+    #[test]
+    fn transposed_weights_are_measured_apart() {
+        let chooser = ProductChooser::default();
+        let opts = KernelOptions::default();
+        let w = matrix(96, 200);
+        let wt = matrix(200, 96);
+        let a = matrix(20, 96);
+        chooser.kernel_for(&a, &w, None, &opts);
+        let t = chooser.kernel_for_as(&a, &wt, Some((8, 200)), true, &opts);
+        let kept = chooser.choices();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        let (key, chosen) = kept
+            .iter()
+            .find(|(k, _)| k.transposed)
+            .expect("a transposed choice");
+        assert_eq!((key.k, key.n, chosen.kernel), (96, 192, t));
+        let timed: Vec<_> = chosen.candidates.iter().map(|c| c.0).collect();
+        assert_eq!(timed, candidates(opts.isa()));
+        assert!(key.to_string().contains("transposed"), "{key}");
+        // A transposed weight that is not a matrix runs on the `gemm` crate.
+        let flat = Tensor::from_vec(vec![96], vec![0.0f32; 96]).expect("tensor");
+        assert_eq!(
+            chooser.kernel_for_as(&a, &flat, None, true, &opts),
+            ProductKernel::Gemm
+        );
+    }
+
     #[test]
     fn rule_and_pins_measure_nothing() {
         let chooser = ProductChooser::default();
