@@ -320,3 +320,44 @@ fn small_ranges_are_copied_and_streamed_exactly() {
         assert!(copied[4..] == want[..], "{n}: copied bytes differ");
     }
 }
+
+/// A tied embedding mapped from an external data file, packed transposed for a
+/// product (which gives its pages back as each panel is packed): a lookup of its rows
+/// afterwards (the embedding `gather`) reads the file's values unchanged, and the
+/// product on the packing is the product by the transpose.
+#[test]
+fn a_mapped_weight_packed_transposed_still_reads_its_values() {
+    let (n, k) = (520, 256);
+    let values: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let path = f32_file("tied", 4096, &values, 0);
+    let file = MappedFile::open(&path).expect("map");
+    let e = Tensor::from_mapped(&file, 4096, DType::F32, &[n, k]).expect("tensor");
+    let a_vals: Vec<f32> = (0..3 * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    let a = Tensor::from_vec(vec![3, k], a_vals).expect("tensor");
+    let want = cpu::matmul(&a, &cpu::transpose(&e, 0, 1).expect("transpose")).expect("matmul");
+    let isa = graphrw_kernels::KernelOptions::current().isa();
+    let Some(packed) = cpu::PackedWeight::new_transposed(&e, None, isa) else {
+        println!("SKIPPED: packing needs x86-64 with AVX2+FMA");
+        return;
+    };
+    let ids = Tensor::from_vec(vec![3], vec![0i64, n as i64 - 1, 300]).expect("ids");
+    let rows = cpu::index_select(&e, 0, &ids).expect("lookup");
+    let got_rows = rows.to_f64_vec();
+    for (r, &id) in [0usize, n - 1, 300].iter().enumerate() {
+        for p in 0..k {
+            assert_eq!(got_rows[r * k + p], values[id * k + p] as f64, "row {id}");
+        }
+    }
+    let epilogue = cpu::Epilogue {
+        packed: Some(&packed),
+        transposed: true,
+        ..Default::default()
+    };
+    let got =
+        cpu::matmul_epilogue_with(&a, &e, &epilogue, cpu::GemmBackend::Auto).expect("product");
+    for (g, w) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+    }
+}

@@ -659,3 +659,198 @@ fn a_written_out_tanh_gelu_folds_into_the_product() {
     assert_eq!(p.graph().op_counts().get("fused.gelu_tanh"), None, "{p}");
     assert!(format!("{p}").contains("activation=\"gelu_tanh\""), "{p}");
 }
+
+/// How a test writes the transpose of its weight.
+#[derive(Clone, Copy, Debug)]
+enum Swap {
+    Transpose,
+    TransposeNegative,
+    Permute,
+}
+
+impl Swap {
+    fn of<'b>(self, w: Var<'b>) -> Var<'b> {
+        match self {
+            Swap::Transpose => w.transpose(0, 1).unwrap(),
+            Swap::TransposeNegative => w.transpose(-1, -2).unwrap(),
+            Swap::Permute => w.permute(&[1, 0]).unwrap(),
+        }
+    }
+}
+
+/// A language model's head on a tied embedding, as dynamo exports write it:
+/// `x @ swap(e)` for a constant `e` of `[n, k]` (x of `[2, rows, k]`); with `bias`,
+/// `relu(. + bias)`; with `split`, the product split in two along its columns (first
+/// piece of `split` columns); with `gathered`, `e` is also read by an `index_select`
+/// of three rows (the embedding), a second output.
+fn tied_head(
+    dt: DType,
+    (rows, k, n): (usize, usize, usize),
+    swap: Swap,
+    bias: bool,
+    split: Option<usize>,
+    gathered: bool,
+) -> (Graph, Vec<Tensor>) {
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [2usize, rows, k]));
+    let e = b.constant(ramp(dt, &[n, k], 1));
+    let mut y = x.matmul(swap.of(e)).unwrap();
+    if bias {
+        y = y
+            .add(b.constant(ramp(dt, &[n], 2)))
+            .unwrap()
+            .relu()
+            .unwrap();
+    }
+    let mut outs = match split {
+        Some(s) => y.split_with(&[s as i64, (n - s) as i64], -1).unwrap(),
+        None => vec![y],
+    };
+    if gathered {
+        let ids = Tensor::from_vec(vec![3], vec![0i64, n as i64 - 1, 1]).unwrap();
+        outs.push(e.index_select(b.constant(ids), 0).unwrap());
+    }
+    b.output(&outs).unwrap();
+    (b.finish(), vec![ramp(dt, &[2, rows, k], 3)])
+}
+
+/// The kernel options the transposed-weight tests run under: each product kernel
+/// pinned (a packed kernel the CPU lacks falls back to the rule) and the default
+/// measured choice.
+fn every_product_kernel() -> Vec<KernelOptions> {
+    let base = KernelOptions::default();
+    let mut all: Vec<KernelOptions> = [
+        ProductKernel::Gemm,
+        ProductKernel::Packed(Isa::Avx512),
+        ProductKernel::Packed(Isa::Avx2Fma),
+    ]
+    .into_iter()
+    .map(|k| base.with_product_kernel(ProductChoice::Pin(k)))
+    .collect();
+    all.push(base);
+    all
+}
+
+/// Plans `g` on the epilogue stack with `opts` and runs it twice (the second run on
+/// the weights packed by the first), each against the reference stack; returns the plan
+/// and the executor.
+fn run_twice_against_reference(
+    g: &Graph,
+    inputs: &[Tensor],
+    opts: KernelOptions,
+    tol: Tol,
+) -> (graphrw::exec::Plan, Arc<EpilogueCpu>) {
+    verify(g).unwrap();
+    let (want, _) = plan(g, &reference_stack()).unwrap().run(inputs).unwrap();
+    let epilogue = Arc::new(EpilogueCpu::default());
+    let stack: Vec<Arc<dyn Executor>> = vec![epilogue.clone(), Arc::new(ReferenceCpu)];
+    let p = plan_with(g, &stack, opts).unwrap();
+    verify(p.graph()).unwrap();
+    for run in 0..2 {
+        let (got, _) = p.run(inputs).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (i, (o, w)) in got.iter().zip(&want).enumerate() {
+            let what = format!("output {i}, run {run} with {opts:?}\n{p}");
+            assert_close_tensor(o, w, tol, &what);
+        }
+    }
+    (p, epilogue)
+}
+
+/// A product by the transpose of a constant matrix (`transpose` either way round, or
+/// `permute`), bare or with a bias and activation, becomes one epilogue node that reads
+/// the matrix in place (`weight_transposed`): no transpose is left in the plan, and it
+/// gives the reference stack's results on every product kernel, run after run (f32:
+/// partial panels of both packed kernels, 200 columns; f64: the `gemm` crate).
+#[test]
+fn a_product_by_a_transposed_constant_folds_the_transpose() {
+    for dt in [DType::F32, DType::F64] {
+        for swap in [Swap::Transpose, Swap::TransposeNegative, Swap::Permute] {
+            for bias in [false, true] {
+                let (g, inputs) = tied_head(dt, (40, 48, 200), swap, bias, None, false);
+                for opts in every_product_kernel() {
+                    let tol = Tol::new(1e-4, 1e-5);
+                    let (p, epilogue) = run_twice_against_reference(&g, &inputs, opts, tol);
+                    let ops = p.graph().op_counts();
+                    let what = format!("{dt} {swap:?}, bias {bias}, {opts:?}\n{p}");
+                    assert_eq!(ops.get(MATMUL_EPILOGUE.name), Some(&1), "{what}");
+                    for gone in ["transpose", "permute", "matmul", "add", "relu"] {
+                        assert!(!ops.contains_key(gone), "{gone} left: {what}");
+                    }
+                    assert!(format!("{p}").contains("weight_transposed=1"), "{what}");
+                    if dt == DType::F32 && packing_with(&opts) == Some(true) {
+                        assert!(epilogue.packed_bytes() > 0, "nothing packed: {what}");
+                    }
+                    if dt == DType::F64 || packing_with(&opts) == Some(false) {
+                        assert_eq!(epilogue.packed_bytes(), 0, "packed: {what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The transposed weight of a tied embedding that an `index_select` also reads (the
+/// embedding lookup): the product still folds its transpose, and the lookup reads the
+/// weight's values unchanged, before and after it is packed; a product split in two
+/// becomes two nodes, each on a column range of the transposed weight.
+#[test]
+fn a_tied_embedding_read_by_a_gather_and_a_split_head_fold_too() {
+    for opts in every_product_kernel() {
+        let tol = Tol::new(1e-4, 1e-5);
+        let (g, inputs) = tied_head(DType::F32, (70, 32, 100), Swap::Permute, false, None, true);
+        let (p, _) = run_twice_against_reference(&g, &inputs, opts, tol);
+        let ops = p.graph().op_counts();
+        assert_eq!(ops.get(MATMUL_EPILOGUE.name), Some(&1), "{p}");
+        assert!(!ops.contains_key("permute"), "{p}");
+        assert_eq!(ops.get("index_select"), Some(&1), "{p}");
+        let split = Some(40);
+        let (g, inputs) = tied_head(
+            DType::F32,
+            (70, 32, 100),
+            Swap::Transpose,
+            true,
+            split,
+            false,
+        );
+        let (p, _) = run_twice_against_reference(&g, &inputs, opts, tol);
+        let ops = p.graph().op_counts();
+        assert_eq!(ops.get(MATMUL_EPILOGUE.name), Some(&2), "{p}");
+        for gone in ["transpose", "split"] {
+            assert!(!ops.contains_key(gone), "{gone} left\n{p}");
+        }
+        assert!(format!("{p}").contains("columns=[40, 100]"), "{p}");
+    }
+}
+
+/// A transpose another node also reads stays for it (the product folds it all the
+/// same); the fused node's decomposition (with its transpose) gives the same results
+/// where no executor takes it; an f16 weight keeps its transpose (the kernel would
+/// convert the whole weight on every run).
+#[test]
+fn transposes_read_elsewhere_stay_and_the_node_decomposes() {
+    let dt = DType::F32;
+    let b = Builder::new();
+    let x = b.input("x", TensorMeta::new(dt, [9usize, 16]));
+    let e = b.constant(ramp(dt, &[24, 16], 1));
+    let et = e.transpose(0, 1).unwrap();
+    let y = x.matmul(et).unwrap();
+    let z = et.relu().unwrap();
+    b.output(&[y, z]).unwrap();
+    let g = b.finish();
+    let inputs = vec![ramp(dt, &[9, 16], 2)];
+    let tol = Tol::new(1e-4, 1e-5);
+    let (p, _) = run_twice_against_reference(&g, &inputs, KernelOptions::default(), tol);
+    let ops = p.graph().op_counts();
+    assert_eq!(ops.get(MATMUL_EPILOGUE.name), Some(&1), "{p}");
+    assert_eq!(ops.get("transpose"), Some(&1), "kept for the relu\n{p}");
+    let (want, _) = plan(&g, &reference_stack()).unwrap().run(&inputs).unwrap();
+    let decomposed = plan(p.graph(), &reference_stack()).unwrap();
+    let (got, _) = decomposed.run(&inputs).unwrap();
+    assert_close_tensor(&got[0], &want[0], tol, &format!("{decomposed}"));
+
+    let (g, inputs) = tied_head(DType::F16, (8, 16, 40), Swap::Transpose, false, None, false);
+    let (p, _) =
+        run_twice_against_reference(&g, &inputs, KernelOptions::default(), Tol::new(0.05, 3e-2));
+    assert!(!format!("{p}").contains("weight_transposed=1"), "{p}");
+}

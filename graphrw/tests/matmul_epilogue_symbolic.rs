@@ -139,3 +139,52 @@ fn symbolic_blocks_give_the_reference_results_at_every_shape() {
         }
     }
 }
+
+/// A language model's head on a tied embedding with symbolic batch and sequence:
+/// `x @ transpose(e)` for a constant `e` of `[VOCAB, WIDTH]`.
+fn tied_head(dims: Dims) -> Graph {
+    const VOCAB: usize = 40;
+    let b = Builder::new();
+    let [batch, seq] = dims.lead();
+    let x = b.input(
+        "x",
+        TensorMeta::new(
+            DType::F32,
+            [batch, seq, Dim::from(WIDTH)]
+                .into_iter()
+                .collect::<Shape>(),
+        ),
+    );
+    let e = b.constant(ramp(&[VOCAB, WIDTH], 5));
+    let y = x.matmul(e.transpose(0, 1).unwrap()).unwrap();
+    b.output(&[y]).unwrap();
+    b.finish()
+}
+
+/// The head folds its transpose with symbolic rows as with known ones, and gives the
+/// reference stack's results at every shape, fused and decomposed.
+#[test]
+fn a_symbolic_head_on_a_transposed_weight_folds_its_transpose() {
+    let known = plan(&tied_head(Dims::Known(3, 11)), &epilogue_stack()).unwrap();
+    let g = tied_head(Dims::Symbolic);
+    let fused = plan(&g, &epilogue_stack()).unwrap();
+    verify(fused.graph()).unwrap();
+    let counts = fused.graph().op_counts();
+    assert_eq!(counts, known.graph().op_counts(), "{fused}\n{known}");
+    assert_eq!(counts.get("fused.matmul_epilogue"), Some(&1), "{fused}");
+    assert!(!counts.contains_key("transpose"), "{fused}");
+    let reference = plan(&g, &reference_stack()).unwrap();
+    let decomposed = plan(fused.graph(), &reference_stack()).unwrap();
+    for (batch, seq) in [(3, 11), (1, 70), (2, 1)] {
+        let x = ramp(&[batch, seq, WIDTH], 7);
+        let (want, _) = reference.run(std::slice::from_ref(&x)).unwrap();
+        for (name, p) in [("fused", &fused), ("decomposed", &decomposed)] {
+            for run in 0..2 {
+                let (got, _) = p.run(std::slice::from_ref(&x)).unwrap();
+                assert_eq!(got[0].shape(), &[batch, seq, 40]);
+                let what = format!("{name} at [{batch}, {seq}], run {run}");
+                assert_close_tensor(&got[0], &want[0], Tol::new(1e-4, 1e-5), &what);
+            }
+        }
+    }
+}

@@ -153,11 +153,18 @@ pub struct ProductKey {
     pub isa: Isa,
     /// Threads the product may use.
     pub threads: usize,
+    /// The weight is stored transposed (`[N, K]`, a product by `transpose(w)`): the
+    /// `gemm` crate reads it at other strides, so it is measured apart.
+    pub transposed: bool,
 }
 
 impl fmt::Display for ProductKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rows {} x {} x {}", self.rows, self.k, self.n)
+        write!(f, "rows {} x {} x {}", self.rows, self.k, self.n)?;
+        if self.transposed {
+            f.write_str(" (weight transposed)")?;
+        }
+        Ok(())
     }
 }
 
@@ -215,8 +222,24 @@ impl ProductChooser {
         columns: Option<(usize, usize)>,
         options: &KernelOptions,
     ) -> ProductKernel {
-        let &[k, n_all] = w.shape() else {
-            return ProductKernel::Gemm;
+        self.kernel_for_as(a, w, columns, false, options)
+    }
+
+    /// [`ProductChooser::kernel_for`], or for `a @ w^T[.., columns]` when `transposed`
+    /// (`w` an f32 matrix stored `[N, K]`, [`Epilogue::transposed`]): measured on a
+    /// sample of `w`'s rows (the product's columns), each packed kernel's sample packed
+    /// from the transposed storage.
+    pub fn kernel_for_as(
+        &self,
+        a: &Tensor,
+        w: &Tensor,
+        columns: Option<(usize, usize)>,
+        transposed: bool,
+        options: &KernelOptions,
+    ) -> ProductKernel {
+        let (k, n_all) = match (w.shape(), transposed) {
+            (&[k, n_all], false) | (&[n_all, k], true) => (k, n_all),
+            _ => return ProductKernel::Gemm,
         };
         let (start, end) = columns.unwrap_or((0, n_all));
         let n = end.saturating_sub(start);
@@ -241,11 +264,12 @@ impl ProductChooser {
                     rows: RowBucket::of(rows),
                     isa,
                     threads: rayon::current_num_threads(),
+                    transposed,
                 };
                 if let Some(c) = self.choices.lock().ok().and_then(|c| c.get(&key).cloned()) {
                     return c.kernel;
                 }
-                let chosen = measure(a, w, (start, end), isa);
+                let chosen = measure(a, (w, transposed), (start, end), isa);
                 let kernel = chosen.kernel;
                 if let Ok(mut c) = self.choices.lock() {
                     c.entry(key).or_insert(chosen);
@@ -316,18 +340,23 @@ pub fn candidates(isa: Isa) -> Vec<ProductKernel> {
 }
 
 /// Times every candidate on `a` and columns `start..start + SAMPLE_COLUMNS` of `w`
-/// (at most `end`), each packed for its kernel; the fastest wins (the `gemm` crate
-/// where every timing fails).
+/// (at most `end`; of `w^T` when `transposed`, rows of `w`'s storage), each packed for
+/// its kernel; the fastest wins (the `gemm` crate where every timing fails).
 ///
 /// The candidates run in turn, round by round: a first round untimed (it faults in a
 /// weight mapped from a file, which would otherwise count against whichever candidate
 /// runs first, and wakes the threads), then up to [`SAMPLE_RUNS`] timed rounds, at least
 /// two, fewer past [`SAMPLE_BUDGET`]; each candidate's best round counts. Taking turns
 /// spreads a passing load on a shared machine over every candidate.
-fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Chosen {
+fn measure(
+    a: &Tensor,
+    (w, transposed): (&Tensor, bool),
+    (start, end): (usize, usize),
+    isa: Isa,
+) -> Chosen {
     let began = Instant::now();
     let sample = (start, end.min(start + SAMPLE_COLUMNS));
-    let k = w.shape()[0];
+    let k = w.shape()[usize::from(transposed)];
     let rows = a.numel() / k.max(1);
     let flops = 2.0 * (rows * k * (sample.1 - sample.0)) as f64;
     let packings: Vec<(ProductKernel, Option<PackedWeight>)> = candidates(isa)
@@ -335,7 +364,7 @@ fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Ch
         .filter_map(|kernel| match kernel {
             ProductKernel::Gemm => Some((kernel, None)),
             ProductKernel::Packed(p) => {
-                PackedWeight::sample(w, sample, p).map(|w| (kernel, Some(w)))
+                PackedWeight::sample(w, sample, p, transposed).map(|w| (kernel, Some(w)))
             }
         })
         .collect();
@@ -343,6 +372,7 @@ fn measure(a: &Tensor, w: &Tensor, (start, end): (usize, usize), isa: Isa) -> Ch
         let epilogue = Epilogue {
             columns: Some(sample),
             packed,
+            transposed,
             ..Epilogue::default()
         };
         let t = Instant::now();
@@ -451,6 +481,36 @@ mod tests {
         assert_eq!((again, chooser.choices().len()), (first, 1));
         chooser.kernel_for(&matrix(1, 96), &w, Some((8, 200)), &opts);
         assert_eq!(chooser.choices().len(), 2, "one row is a bucket of its own");
+    }
+
+    /// A product by a transposed weight (`[N, K]` stored) is measured on its own, on
+    /// a sample of the storage's rows, and kept apart from the plain product of the
+    /// same shape.
+    #[test]
+    fn transposed_weights_are_measured_apart() {
+        let chooser = ProductChooser::default();
+        let opts = KernelOptions::default();
+        let w = matrix(96, 200);
+        let wt = matrix(200, 96);
+        let a = matrix(20, 96);
+        chooser.kernel_for(&a, &w, None, &opts);
+        let t = chooser.kernel_for_as(&a, &wt, Some((8, 200)), true, &opts);
+        let kept = chooser.choices();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        let (key, chosen) = kept
+            .iter()
+            .find(|(k, _)| k.transposed)
+            .expect("a transposed choice");
+        assert_eq!((key.k, key.n, chosen.kernel), (96, 192, t));
+        let timed: Vec<_> = chosen.candidates.iter().map(|c| c.0).collect();
+        assert_eq!(timed, candidates(opts.isa()));
+        assert!(key.to_string().contains("transposed"), "{key}");
+        // A transposed weight that is not a matrix runs on the `gemm` crate.
+        let flat = Tensor::from_vec(vec![96], vec![0.0f32; 96]).expect("tensor");
+        assert_eq!(
+            chooser.kernel_for_as(&a, &flat, None, true, &opts),
+            ProductKernel::Gemm
+        );
     }
 
     #[test]

@@ -20,13 +20,17 @@ type Packed = super::packed_gemm::PackedB;
 type Packed = std::convert::Infallible;
 
 /// Columns `columns` of an f32 matrix `[K, N]`, packed for the packed GEMM's kernel
-/// for one instruction set ([`PackedWeight::isa`]).
+/// for one instruction set ([`PackedWeight::isa`]); or of the transpose of an f32
+/// matrix stored `[N, K]` ([`PackedWeight::new_transposed`], for a product by
+/// `transpose(w)`: a tied embedding read as a language model's head).
 #[derive(Debug)]
 pub struct PackedWeight {
     storage: Weak<Storage>,
     offset: usize,
     shape: Vec<usize>,
     columns: (usize, usize),
+    /// The tensor stores the transpose of the matrix packed (`[N, K]`).
+    transposed: bool,
     pub(crate) packed: Packed,
 }
 
@@ -63,7 +67,7 @@ impl PackedWeight {
         if k > 8 * end.checked_sub(start)? {
             return None;
         }
-        PackedWeight::build(b, columns, isa, Release::Pages)
+        PackedWeight::build(b, columns, isa, Release::Pages, false)
     }
 
     /// [`PackedWeight::new_for`] at any depth: for a product whose kernel was chosen
@@ -73,13 +77,34 @@ impl PackedWeight {
         columns: Option<(usize, usize)>,
         isa: Isa,
     ) -> Option<PackedWeight> {
-        PackedWeight::build(b, columns, isa, Release::Pages)
+        PackedWeight::build(b, columns, isa, Release::Pages, false)
     }
 
-    /// A packing of a few columns to time the kernel on: a weight mapped from a file
-    /// keeps its pages (they are still read by whichever kernel wins).
-    pub(crate) fn sample(b: &Tensor, columns: (usize, usize), isa: Isa) -> Option<PackedWeight> {
-        PackedWeight::build(b, Some(columns), isa, Release::Keep)
+    /// Packs columns `columns` (all when `None`) of `bt^T`, for `bt` an f32 matrix
+    /// stored `[N, K]`: the weight of a product `a @ transpose(bt)` (`a` of depth `K`),
+    /// packed straight from `bt` with no transposed copy, for the kernel of `isa`, at
+    /// any depth. Column `j` of the product is row `j` of `bt`; a `bt` mapped from an
+    /// external data file gives back the pages of its rows as each panel of them is
+    /// packed (a later read, by a `gather` of the same tied embedding say, faults them
+    /// in again from the file, unchanged). `None` as for [`PackedWeight::new_any_depth`].
+    pub fn new_transposed(
+        bt: &Tensor,
+        columns: Option<(usize, usize)>,
+        isa: Isa,
+    ) -> Option<PackedWeight> {
+        PackedWeight::build(bt, columns, isa, Release::Pages, true)
+    }
+
+    /// A packing of a few columns to time the kernel on (of `b^T` when `transposed`):
+    /// a weight mapped from a file keeps its pages (they are still read by whichever
+    /// kernel wins).
+    pub(crate) fn sample(
+        b: &Tensor,
+        columns: (usize, usize),
+        isa: Isa,
+        transposed: bool,
+    ) -> Option<PackedWeight> {
+        PackedWeight::build(b, Some(columns), isa, Release::Keep, transposed)
     }
 
     fn build(
@@ -87,9 +112,12 @@ impl PackedWeight {
         columns: Option<(usize, usize)>,
         isa: Isa,
         release: Release,
+        transposed: bool,
     ) -> Option<PackedWeight> {
-        let &[k, n_all] = b.shape() else {
-            return None;
+        let (k, n_all) = match (b.shape(), transposed) {
+            (&[k, n_all], false) => (k, n_all),
+            (&[n_all, k], true) => (k, n_all),
+            _ => return None,
         };
         let (start, end) = columns.unwrap_or((0, n_all));
         let n = end.checked_sub(start)?;
@@ -99,12 +127,17 @@ impl PackedWeight {
         if !isa.is_available() {
             return None;
         }
-        let packed = pack(b, (k, n), n_all, start, isa, release)?;
+        let packed = if transposed {
+            pack_transposed(b, (k, n), start, isa, release)?
+        } else {
+            pack(b, (k, n), n_all, start, isa, release)?
+        };
         Some(PackedWeight {
             storage: b.storage_handle(),
             offset: b.storage_offset(),
             shape: b.shape().to_vec(),
             columns: (start, end),
+            transposed,
             packed,
         })
     }
@@ -132,13 +165,34 @@ impl PackedWeight {
     }
 
     /// True when this packs columns `columns` (all when `None`) of `b` itself: the same
-    /// storage viewed through the same window.
+    /// storage viewed through the same window, not transposed (a packing of `b^T` is
+    /// another matrix: see [`PackedWeight::packs_transposed`]).
     pub fn packs(&self, b: &Tensor, columns: Option<(usize, usize)>) -> bool {
-        let all = (0, self.shape.get(1).copied().unwrap_or(0));
-        std::ptr::eq(self.storage.as_ptr(), b.storage_ptr())
+        self.packs_as(b, columns, false)
+    }
+
+    /// True when this packs columns `columns` (all when `None`) of `bt^T`
+    /// ([`PackedWeight::new_transposed`] of the same storage and window).
+    pub fn packs_transposed(&self, bt: &Tensor, columns: Option<(usize, usize)>) -> bool {
+        self.packs_as(bt, columns, true)
+    }
+
+    /// [`PackedWeight::packs`] (`transposed` false) or
+    /// [`PackedWeight::packs_transposed`] (true).
+    pub fn packs_as(&self, b: &Tensor, columns: Option<(usize, usize)>, transposed: bool) -> bool {
+        let width_dim = if self.transposed { 0 } else { 1 };
+        let all = (0, self.shape.get(width_dim).copied().unwrap_or(0));
+        self.transposed == transposed
+            && std::ptr::eq(self.storage.as_ptr(), b.storage_ptr())
             && self.offset == b.storage_offset()
             && self.shape == b.shape()
             && self.columns == columns.unwrap_or(all)
+    }
+
+    /// True when this packs the transpose of the tensor it was made from
+    /// ([`PackedWeight::new_transposed`]).
+    pub fn is_transposed(&self) -> bool {
+        self.transposed
     }
 
     /// True when the tensor it was packed from is gone (a cache may drop it).
@@ -197,6 +251,53 @@ fn pack(
 
 #[cfg(not(target_arch = "x86_64"))]
 fn pack(_: &Tensor, _: (usize, usize), _: usize, _: usize, _: Isa, _: Release) -> Option<Packed> {
+    None
+}
+
+/// Packs columns `col0..col0 + n` of `bt^T` (`bt` stored `[N, k]`); a `bt` mapped from
+/// an external data file gives back the pages of its rows as each panel of them is
+/// packed: the rows packed so far, from the first row packed (`col0`) on, so that a
+/// page two panels share goes with the second. Only rows this packing copied are
+/// given back; another reader of them (the `gather` of a tied embedding) faults them
+/// in again from the file.
+#[cfg(target_arch = "x86_64")]
+fn pack_transposed(
+    bt: &Tensor,
+    (k, n): (usize, usize),
+    col0: usize,
+    isa: Isa,
+    release: Release,
+) -> Option<Packed> {
+    let data = bt.acc_cow::<f32>();
+    let external = bt
+        .file_range()
+        .filter(|r| release == Release::Pages && !r.file.holds_model());
+    let row_bytes = (k * std::mem::size_of::<f32>()) as u64;
+    // Bytes of `bt` from the first row packed, and the end of what was given back.
+    let first = col0 as u64 * row_bytes;
+    let mut released = first;
+    super::packed_gemm::PackedB::pack_transposed_by_columns(
+        &data,
+        (k, n),
+        k,
+        col0,
+        isa,
+        &mut |rows| {
+            if let Some(r) = &external {
+                // From the page holding the end of the last range (packed rows only,
+                // never before the first), to the end of these rows.
+                const PAGE: u64 = 4096;
+                let from = (r.offset + first).max((r.offset + released) / PAGE * PAGE);
+                let to = r.offset + rows.end as u64 * row_bytes;
+                r.file.release_range(from, to.saturating_sub(from));
+                released = rows.end as u64 * row_bytes;
+            }
+        },
+    )
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn pack_transposed(_: &Tensor, _: (usize, usize), _: usize, _: Isa, _: Release) -> Option<Packed> {
     None
 }
 
@@ -294,5 +395,35 @@ mod tests {
             assert_eq!(w.isa(), isa);
             assert_eq!(w.nbytes(), (40usize.div_ceil(panel) * panel * 64 + 16) * 4);
         }
+    }
+
+    /// A packing of the transpose is told apart from a plain packing of the same
+    /// tensor, both ways; it refuses what the plain one does (columns outside, no
+    /// columns, other ranks), and is the size of the plain packing of the transposed
+    /// matrix.
+    #[test]
+    fn a_transposed_packing_is_not_the_plain_one() {
+        let bt = matrix(96, 64, 6);
+        let t = PackedWeight::new_transposed(&bt, Some((32, 96)), Isa::Avx2Fma);
+        if !(cfg!(target_arch = "x86_64") && Isa::Avx2Fma.is_available()) {
+            assert!(t.is_none(), "packed without the packed GEMM");
+            println!("SKIPPED: packing a weight needs x86-64 with AVX2+FMA");
+            return;
+        }
+        let t = t.expect("packed");
+        assert!(t.is_transposed() && t.packs_transposed(&bt, Some((32, 96))));
+        assert!(!t.packs(&bt, Some((32, 96))), "the plain product");
+        assert!(!t.packs_transposed(&bt, None), "other columns");
+        assert_eq!(t.nbytes(), (64 * 64 + 16) * 4);
+        let all = PackedWeight::new_transposed(&bt, None, Isa::Avx2Fma).expect("packed");
+        assert!(all.packs_transposed(&bt, Some((0, 96))), "all 96 rows");
+        let plain = PackedWeight::new_any_depth(&bt, None, Isa::Avx2Fma).expect("packed");
+        assert!(!plain.is_transposed() && !plain.packs_transposed(&bt, None));
+        assert!(PackedWeight::new_transposed(&bt, Some((0, 97)), Isa::Avx2Fma).is_none());
+        assert!(PackedWeight::new_transposed(&bt, Some((5, 5)), Isa::Avx2Fma).is_none());
+        let batch = Tensor::from_vec(vec![2, 4, 4], vec![1.0f32; 32]).expect("tensor");
+        assert!(PackedWeight::new_transposed(&batch, None, Isa::Avx2Fma).is_none());
+        drop(bt);
+        assert!(t.is_orphan());
     }
 }

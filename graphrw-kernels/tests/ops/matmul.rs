@@ -270,6 +270,7 @@ fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
                         residual: with_residual.then_some(&residual),
                         heads: None,
                         packed: None,
+                        transposed: false,
                     };
                     let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, backend).unwrap();
                     let what = format!(
@@ -513,5 +514,131 @@ fn low_precision_weights_converted_by_row_blocks_match_reference() {
                 .collect();
             assert_eq!(out.to_f64_vec(), want, "matmul+bias {dtype} on {backend:?}");
         }
+    }
+}
+
+/// `a @ bt^T` with the epilogue (bias, activation, residual, columns, heads) of a
+/// weight stored transposed (`[N, K]`, [`cpu::Epilogue::transposed`]) against the
+/// separate kernels on the transposed copy: every float dtype, both backends, and on
+/// every packed kernel the CPU has, packed from the transposed storage (partial
+/// panels: widths not a multiple of 16 or 32).
+#[test]
+fn matmul_epilogue_by_a_transposed_weight_matches_separate_kernels() {
+    type Case = (
+        &'static [usize],
+        [usize; 2],
+        Option<(usize, usize)>,
+        Option<usize>,
+    );
+    let cases: &[Case] = &[
+        (&[1, 1], [1, 1], None, None),
+        (&[3, 5], [7, 5], None, None),
+        (&[2, 9, 33], [17, 33], Some((3, 17)), None),
+        (&[1, 64, 40], [96, 40], None, Some(4)),
+        (&[70, 48], [100, 48], Some((20, 90)), None),
+        (&[2, 13, 300], [64, 300], Some((32, 64)), Some(2)),
+    ];
+    let mut rng = Rng::new(41);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for &(sa, sbt, columns, heads) in cases {
+            for act in [Activation::Identity, Activation::GeluTanh] {
+                let a = rand_tensor(&mut rng, dtype, sa);
+                let bt = rand_tensor(&mut rng, dtype, &sbt);
+                let b = cpu::contiguous(&cpu::transpose(&bt, 0, 1).unwrap()).unwrap();
+                let bias = rand_tensor(&mut rng, dtype, &[sbt[0]]);
+                let (start, end) = columns.unwrap_or((0, sbt[0]));
+                let (s, e) = (start as i64, end as i64);
+                let mut want = cpu::matmul(&a, &cpu::slice(&b, -1, s, e, 1).unwrap()).unwrap();
+                want = cpu::binary(
+                    BinaryOp::Add,
+                    &want,
+                    &cpu::slice(&bias, -1, s, e, 1).unwrap(),
+                )
+                .unwrap();
+                if let Some(op) = unary_of(act) {
+                    want = cpu::unary(op, &want).unwrap();
+                }
+                let residual = (act == Activation::Identity && heads.is_none())
+                    .then(|| rand_tensor(&mut rng, dtype, want.shape()));
+                if let Some(r) = &residual {
+                    want = cpu::binary(BinaryOp::Add, &want, r).unwrap();
+                }
+                if let Some(heads) = heads {
+                    let r = want.rank();
+                    let mut split: Vec<i64> =
+                        want.shape()[..r - 1].iter().map(|&d| d as i64).collect();
+                    split.extend([heads as i64, ((end - start) / heads) as i64]);
+                    want = cpu::transpose(&cpu::reshape(&want, &split).unwrap(), -3, -2).unwrap();
+                }
+                let epilogue = cpu::Epilogue {
+                    bias: Some(&bias),
+                    activation: act,
+                    columns,
+                    residual: residual.as_ref(),
+                    heads,
+                    transposed: true,
+                    ..Default::default()
+                };
+                let what =
+                    format!("{dtype} {sa:?} @ {sbt:?}^T {columns:?}, {heads:?} heads, {act:?}");
+                for backend in [
+                    GemmBackend::Gemm,
+                    GemmBackend::MatrixMultiply,
+                    GemmBackend::Auto,
+                ] {
+                    let got = cpu::matmul_epilogue_with(&a, &bt, &epilogue, backend)
+                        .unwrap_or_else(|e| panic!("{what} on {backend:?}: {e}"));
+                    let what = format!("{what} on {backend:?}");
+                    assert_fused_close_at_depth(&got, &want, dtype, sbt[1], &what);
+                }
+                // A plain packing of the same tensor is not this product's: ignored.
+                if let Some(plain) = cpu::PackedWeight::new_any_depth(&bt, None, cpu::Isa::Avx2Fma)
+                {
+                    assert!(!plain.packs_as(&bt, None, true) && plain.packs(&bt, None));
+                    let ignored = cpu::Epilogue {
+                        packed: Some(&plain),
+                        ..epilogue
+                    };
+                    let got = cpu::matmul_epilogue_with(&a, &bt, &ignored, GemmBackend::Auto)
+                        .unwrap_or_else(|e| panic!("{what}, plain packing: {e}"));
+                    let what = format!("{what}, plain packing");
+                    assert_fused_close_at_depth(&got, &want, dtype, sbt[1], &what);
+                }
+                for isa in [cpu::Isa::Avx512, cpu::Isa::Avx2Fma] {
+                    let packed = cpu::PackedWeight::new_transposed(&bt, columns, isa);
+                    if dtype != DType::F32 || !isa.is_available() {
+                        assert!(packed.is_none(), "{what}: packed for {isa:?}");
+                        continue;
+                    }
+                    let w = packed.unwrap_or_else(|| panic!("{what}: not packed for {isa:?}"));
+                    assert!(w.is_transposed() && w.packs_transposed(&bt, columns));
+                    assert!(
+                        !w.packs(&bt, columns),
+                        "a transposed packing is not the plain one"
+                    );
+                    let packed = cpu::Epilogue {
+                        packed: Some(&w),
+                        ..epilogue
+                    };
+                    let got = cpu::matmul_epilogue_with(&a, &bt, &packed, GemmBackend::Auto)
+                        .unwrap_or_else(|e| panic!("{what}, packed for {isa:?}: {e}"));
+                    let what = format!("{what}, packed for {isa:?}");
+                    assert_fused_close_at_depth(&got, &want, dtype, sbt[1], &what);
+                }
+            }
+        }
+    }
+    // A transposed weight must be a matrix, of the product's depth.
+    let a = Tensor::zeros(DType::F32, &[2, 3]);
+    let epilogue = cpu::Epilogue {
+        transposed: true,
+        ..Default::default()
+    };
+    for bad in [&[2usize, 4, 3][..], &[3, 4], &[3]] {
+        let bt = Tensor::zeros(DType::F32, bad);
+        assert!(
+            cpu::matmul_epilogue_with(&a, &bt, &epilogue, GemmBackend::Auto).is_err(),
+            "{bad:?}"
+        );
     }
 }

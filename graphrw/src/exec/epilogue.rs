@@ -19,6 +19,13 @@
 //!   the result with the bias before the GEMM accumulates onto both (`residual`),
 //!   instead of a pass of its own over two tensors.
 //!
+//! A product whose weight is a `transpose` (or `permute`) swapping the two dims of a
+//! constant f32/f64 matrix (the LM head of a dynamo export with a tied embedding,
+//! `matmul(h, transpose(wte))`) folds the swap in too (`weight_transposed`): the node
+//! reads the constant `[N, K]` in place as `b^T` (the `gemm` crate through its strides,
+//! the packed GEMM from a packing made straight from the transposed storage), so the
+//! weight is never transposed at run time nor copied beyond its packing.
+//!
 //! This is an execution transform (Thunder's), not a rewrite of the user's graph: the
 //! fused node exists only in the plan, so saving or printing the model is unaffected.
 //! The node's decomposition (matmul, add, activation; slices of the weight and bias
@@ -49,7 +56,8 @@ use crate::GraphError;
 /// the optional `residual` (a tensor of the result's shape) comes with activation
 /// `none` only; `heads` > 0 writes the result head-major, `[.., H, S, N / H]` for `a`
 /// of `[.., S, K]` (what `reshape` to `[.., S, H, N / H]` and `transpose(-3, -2)`
-/// give).
+/// give); `weight_transposed` 1 means operand `b` is a matrix stored `[N, K]` and the
+/// product is by its transpose (`b` in everything above stands for `b^T`).
 pub static MATMUL_EPILOGUE: OpDef = OpDef {
     name: "fused.matmul_epilogue",
     doc: "`act(a @ b[.., columns] + bias[columns] (+ residual))` in one kernel (bias along the columns of the product).",
@@ -84,6 +92,11 @@ pub static MATMUL_EPILOGUE: OpDef = OpDef {
         },
         AttrSpec {
             name: "heads",
+            kind: AttrKind::Int,
+            default: AttrDefault::Int(0),
+        },
+        AttrSpec {
+            name: "weight_transposed",
             kind: AttrKind::Int,
             default: AttrDefault::Int(0),
         },
@@ -138,28 +151,37 @@ impl EpilogueCpu {
     /// another instruction set, and one mapped from external data whose pages were
     /// given back runs on its packing whatever kernel won (memory first). Where no
     /// packing is made (packing off, not f32, past [`PACKED_LIMIT`]), the `gemm` crate.
+    ///
+    /// With `transposed`, the product is by `w^T` (`w` stored `[N, K]`): chosen, kept
+    /// and packed as such ([`cpu::PackedWeight::new_transposed`]), apart from any
+    /// packing of `w` itself.
     fn kernel(
         &self,
         a: &Tensor,
         w: &Tensor,
         columns: Option<(usize, usize)>,
+        transposed: bool,
     ) -> (cpu::choice::ProductKernel, Option<Arc<cpu::PackedWeight>>) {
         use cpu::choice::ProductKernel;
         let gemm = (ProductKernel::Gemm, None);
-        let [k, n_all] = w.shape() else {
-            return gemm;
+        let (k, n_all) = match (w.shape(), transposed) {
+            (&[k, n_all], false) | (&[n_all, k], true) => (k, n_all),
+            _ => return gemm,
         };
         // The plan's options, installed while it runs.
         let options = graphrw_kernels::KernelOptions::current();
         if !options.pack_weights || w.dtype() != graphrw_kernels::DType::F32 {
             return gemm;
         }
-        let kernel = cpu::choice::global().kernel_for(a, w, columns, &options);
+        let kernel = cpu::choice::global().kernel_for_as(a, w, columns, transposed, &options);
         let external = w.file_range().is_some_and(|r| !r.file.holds_model());
         let Ok(mut cache) = self.packed.lock() else {
             return gemm;
         };
-        let kept = cache.iter().find(|p| p.packs(w, columns)).cloned();
+        let kept = cache
+            .iter()
+            .find(|p| p.packs_as(w, columns, transposed))
+            .cloned();
         let isa = match (kernel, kept) {
             (ProductKernel::Packed(_), Some(p)) => {
                 return (ProductKernel::Packed(p.isa()), Some(p))
@@ -170,14 +192,19 @@ impl EpilogueCpu {
             (ProductKernel::Gemm, _) => return gemm,
             (ProductKernel::Packed(isa), None) => isa,
         };
-        let (start, end) = columns.unwrap_or((0, *n_all));
-        let bytes = cpu::PackedWeight::size_for(*k, end.saturating_sub(start));
+        let (start, end) = columns.unwrap_or((0, n_all));
+        let bytes = cpu::PackedWeight::size_for(k, end.saturating_sub(start));
         cache.retain(|p| !p.is_orphan());
         let held: usize = cache.iter().map(|p| p.nbytes()).sum();
         if held + bytes > PACKED_LIMIT {
             return gemm;
         }
-        match cpu::PackedWeight::new_any_depth(w, columns, isa) {
+        let packed = if transposed {
+            cpu::PackedWeight::new_transposed(w, columns, isa)
+        } else {
+            cpu::PackedWeight::new_any_depth(w, columns, isa)
+        };
+        match packed {
             Some(p) => {
                 let p = Arc::new(p);
                 cache.push(Arc::clone(&p));
@@ -211,7 +238,17 @@ fn parse_columns(columns: &[i64]) -> Result<Option<(usize, usize)>, String> {
     }
 }
 
-/// The node's decomposition: `matmul` (with `slice`s of the weight and bias for a
+/// The `weight_transposed` attribute: 0 or 1.
+fn parse_transposed(value: i64) -> Result<bool, String> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(format!("`weight_transposed` must be 0 or 1, got {other}")),
+    }
+}
+
+/// The node's decomposition: the `transpose` of the weight where it is stored
+/// transposed, `matmul` (with `slice`s of the weight and bias for a
 /// column range), `add` of the bias (and of the residual), then the activation's
 /// built-in op.
 fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Value>, GraphError> {
@@ -241,6 +278,20 @@ fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Val
             "a residual comes with activation `none`, not `{name}`"
         )));
     }
+    let w = match parse_transposed(
+        attrs
+            .int("weight_transposed")
+            .map_err(|e| infer_error(e.0))?,
+    )
+    .map_err(infer_error)?
+    {
+        false => w,
+        true => b.apply(
+            &TRANSPOSE,
+            &[w],
+            &[("dim0", AttrValue::Int(-2)), ("dim1", AttrValue::Int(-1))],
+        )?[0],
+    };
     let (w, bias) = match columns {
         None => (w, bias),
         Some((start, end)) => {
@@ -327,6 +378,47 @@ struct Chain {
     w: Value,
     bias: Option<Value>,
     activation: &'static str,
+    /// The `transpose`/`permute` node whose constant operand `w` is (the product is by
+    /// `w^T`): removed once no other node reads it.
+    transpose: Option<NodeId>,
+}
+
+/// The constant matrix whose transpose `w` is, with the swap's node: where `w` is the
+/// only result of a `transpose` or `permute` swapping the two dims of a constant f32
+/// or f64 matrix on the CPU (the weights the kernel reads in place) and that node may
+/// move to this executor.
+fn transposed_constant(
+    g: &Graph,
+    w: Value,
+    movable: &dyn Fn(NodeId) -> bool,
+) -> Option<(Value, NodeId)> {
+    let node = g.node(w.node)?;
+    let &[src] = node.operands() else {
+        return None;
+    };
+    let sm = g.meta(src).ok()?;
+    let float = matches!(sm.dtype, crate::meta::DType::F32 | crate::meta::DType::F64);
+    let constant = g.node(src.node)?.payload().is_some();
+    if sm.rank() != 2 || !float || sm.device != Device::Cpu || !constant || !movable(w.node) {
+        return None;
+    }
+    let norm = |d: i64| if d < 0 { d + 2 } else { d };
+    let swaps = match node.builtin()? {
+        Op::Transpose => {
+            let (a, b) = (
+                norm(node.attrs().int("dim0").ok()?),
+                norm(node.attrs().int("dim1").ok()?),
+            );
+            (a, b) == (0, 1) || (a, b) == (1, 0)
+        }
+        Op::Permute => node
+            .attrs()
+            .ints("dims")
+            .ok()
+            .is_some_and(|dims| dims.len() == 2 && norm(dims[0]) == 1 && norm(dims[1]) == 0),
+        _ => false,
+    };
+    swaps.then_some((src, w.node))
 }
 
 /// The last dim of `v` where it is known (a product's width).
@@ -339,9 +431,10 @@ fn width(g: &Graph, v: Value) -> Option<usize> {
 /// The chain of a product by a constant 2-D weight with no bias after it (a language
 /// model's head): the epilogue runs it with a zero bias, so that the weight is packed
 /// like every other layer's. `None` for other products.
-fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value) -> Option<Chain> {
+fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value, transposed: bool) -> Option<Chain> {
     let wm = g.meta(w).ok()?;
-    let constant = g.node(w.node)?.payload().is_some();
+    // A transposed constant (`transposed_constant`) is one too.
+    let constant = transposed || g.node(w.node)?.payload().is_some();
     // The zero bias needs the product's width.
     let width_known = width(g, Value::new(id, 0)).is_some();
     (constant && wm.rank() == 2 && width_known).then(|| Chain {
@@ -350,6 +443,7 @@ fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value) -> Option<Chain> {
         w,
         bias: None,
         activation: "none",
+        transpose: None,
     })
 }
 
@@ -408,13 +502,32 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
     if !out.dtype.is_float() || out.device != Device::Cpu || am.rank() < 2 || wm.rank() < 2 {
         return None;
     }
+    let transposed = transposed_constant(g, w, movable);
+    chain_from(g, id, (a, w), transposed.is_some(), movable).map(|mut chain| {
+        if let Some((src, swap)) = transposed {
+            chain.w = src;
+            chain.transpose = Some(swap);
+        }
+        chain
+    })
+}
+
+/// The chain of [`chain_at`] from product node `id` of `a` by `w` (`transposed`: the
+/// transpose of a constant matrix, which [`chain_at`] puts in its place).
+fn chain_from(
+    g: &Graph,
+    id: NodeId,
+    (a, w): (Value, Value),
+    transposed: bool,
+    movable: &dyn Fn(NodeId) -> bool,
+) -> Option<Chain> {
     let product = Value::new(id, 0);
     let Some((user, slot)) = only_user(g, product).filter(|&(user, _)| movable(user)) else {
-        return bare_product(g, id, a, w);
+        return bare_product(g, id, a, w, transposed);
     };
     let unode = g.node(user)?;
     let Some(&bias) = unode.operands().get(1usize.checked_sub(slot as usize)?) else {
-        return bare_product(g, id, a, w);
+        return bare_product(g, id, a, w, transposed);
     };
     let bias_gelu = std::ptr::eq(unode.op(), &crate::generated::builtin::bias_gelu::OP);
     match unode.builtin() {
@@ -427,9 +540,10 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
                 w,
                 bias: Some(bias),
                 activation: "gelu",
+                transpose: None,
             });
         }
-        _ => return bare_product(g, id, a, w),
+        _ => return bare_product(g, id, a, w, transposed),
     }
     let mut chain = Chain {
         nodes: vec![id, user],
@@ -437,6 +551,7 @@ fn chain_at(g: &Graph, id: NodeId, movable: &dyn Fn(NodeId) -> bool) -> Option<C
         w,
         bias: Some(bias),
         activation: "none",
+        transpose: None,
     };
     if let Some((act_node, _)) = only_user(g, Value::new(user, 0)) {
         if movable(act_node) {
@@ -460,6 +575,8 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
     // A chain may read the result of an earlier one (an MLP's second matmul reads the
     // first one's activation), replaced by then: operands are renamed as they go.
     let mut renamed: HashMap<Value, Value> = HashMap::new();
+    // The swaps of transposed weights folded into nodes (several products may read one).
+    let mut swaps: Vec<NodeId> = Vec::new();
     for chain in chains {
         let Some(&last) = chain.nodes.last() else {
             continue;
@@ -469,7 +586,11 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
             AttrValue::Str(chain.activation.to_string()),
             AttrValue::Ints(Vec::new()),
             AttrValue::Int(0),
+            AttrValue::Int(i64::from(chain.transpose.is_some())),
         ];
+        if let Some(swap) = chain.transpose {
+            swaps.push(swap);
+        }
         let rename = |v: Value| *renamed.get(&v).unwrap_or(&v);
         let bias = match chain.bias {
             Some(bias) => rename(bias),
@@ -502,6 +623,15 @@ fn fuse_chains(g: &mut Graph, movable: &dyn Fn(NodeId) -> bool) -> Result<bool, 
         changed = true;
         for &n in chain.nodes.iter().rev() {
             g.remove_node(n)?;
+        }
+    }
+    // A swap no node reads any more goes; one still read elsewhere stays for them.
+    swaps.sort_unstable_by_key(|id| id.index());
+    swaps.dedup();
+    for swap in swaps {
+        let out = Value::new(swap, 0);
+        if g.node(swap).is_some() && g.use_count(out) == 0 && !g.is_output(out) {
+            g.remove_node(swap)?;
         }
     }
     Ok(changed)
@@ -573,13 +703,17 @@ fn fold_split(
     let Some((split, pieces)) = split_of(g, id, movable) else {
         return Ok(false);
     };
-    let (operands, activation) = {
+    let (operands, activation, transposed) = {
         let node = g.node(id).ok_or_else(|| gone(id))?;
         let act = node
             .attrs()
             .str("activation")
             .map_err(|e| transform_error(e.0))?;
-        (node.operands().to_vec(), act.to_string())
+        let transposed = node
+            .attrs()
+            .int("weight_transposed")
+            .map_err(|e| transform_error(e.0))?;
+        (node.operands().to_vec(), act.to_string(), transposed)
     };
     for (i, &(start, end)) in pieces.iter().enumerate() {
         let old = Value::new(split, i as u32);
@@ -590,6 +724,7 @@ fn fold_split(
             AttrValue::Str(activation.clone()),
             AttrValue::Ints(vec![start as i64, end as i64]),
             AttrValue::Int(0),
+            AttrValue::Int(transposed),
         ];
         let piece = g.add_node(&MATMUL_EPILOGUE, operands.clone(), attrs, None)?;
         replace_checked(g, old, Value::new(piece, 0))?;
@@ -831,6 +966,10 @@ impl Executor for EpilogueCpu {
         if residual && act != "none" {
             return Err(format!("a residual with activation `{act}`"));
         }
+        let transposed = parse_transposed(node.attrs.int("weight_transposed").map_err(|e| e.0)?)?;
+        if transposed && node.inputs[1].rank() != 2 {
+            return Err("a transposed weight must be a matrix".into());
+        }
         let heads = node.attrs.int("heads").map_err(|e| e.0)?;
         if heads > 0 && (residual || node.inputs[0].rank() < 2 || node.inputs[1].rank() != 2) {
             return Err("heads need a weight matrix, `a` of rank 2 or more and no residual".into());
@@ -858,7 +997,8 @@ impl Executor for EpilogueCpu {
             _ => return Err(format!("3 or 4 operands expected, got {}", x.len()).into()),
         };
         let heads = node.attrs.int("heads")?;
-        let (kernel, packed) = self.kernel(a, w, columns);
+        let transposed = parse_transposed(node.attrs.int("weight_transposed")?)?;
+        let (kernel, packed) = self.kernel(a, w, columns, transposed);
         let epilogue = cpu::Epilogue {
             bias: Some(bias),
             activation,
@@ -866,13 +1006,14 @@ impl Executor for EpilogueCpu {
             residual,
             heads: (heads > 0).then_some(heads as usize),
             packed: packed.as_deref(),
+            transposed,
         };
         let started = Instant::now();
         let out = cpu::matmul_epilogue_with(a, w, &epilogue, GemmBackend::Auto)?;
-        if let [k, n_all] = w.shape() {
-            let n = columns.map_or(*n_all, |(start, end)| end - start);
-            let rows = a.numel() / (*k).max(1);
-            cpu::choice::global().record((rows, *k, n), kernel, started.elapsed());
+        if let (&[k, n_all], false) | (&[n_all, k], true) = (w.shape(), transposed) {
+            let n = columns.map_or(n_all, |(start, end)| end - start);
+            let rows = a.numel() / k.max(1);
+            cpu::choice::global().record((rows, k, n), kernel, started.elapsed());
         }
         Ok(vec![out])
     }

@@ -16,7 +16,7 @@ pub use activation::Activation;
 pub use gemm::GemmBackend;
 pub(crate) use gemm::{Gemm, TileStore};
 use product::{float_matmul, int_matmul};
-use shapes::shapes;
+use shapes::{shapes, shapes_of};
 
 use crate::cpu::util::same_dtype;
 use crate::cpu::PackedWeight;
@@ -110,6 +110,12 @@ pub struct Epilogue<'a> {
     /// number of rows: callers pack for products of [`PackedWeight::MIN_ROWS`] rows and
     /// more.
     pub packed: Option<&'a PackedWeight>,
+    /// `b` is stored transposed: a matrix `[N, K]` whose transpose is the right
+    /// operand, the product `a @ b^T` (what `matmul(a, transpose(w))` of a tied
+    /// embedding asks). The GEMM reads it in place through its strides, and a packed
+    /// weight must pack the transpose ([`PackedWeight::new_transposed`]); columns,
+    /// heads and the bias are those of the product (rows of `b`). `b` must have rank 2.
+    pub transposed: bool,
 }
 
 /// `act(a @ b[.., columns] + bias[columns] + residual)` in one kernel (see
@@ -126,7 +132,7 @@ pub fn matmul_epilogue_with(
     backend: GemmBackend,
 ) -> Result<Tensor, KernelError> {
     let op = "matmul_epilogue";
-    let mut p = shapes(a, b)?;
+    let mut p = shapes_of(a, b, epilogue.transposed)?;
     if !p.dtype.is_float() {
         return Err(KernelError::UnsupportedDType {
             op,

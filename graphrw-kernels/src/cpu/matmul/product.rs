@@ -81,7 +81,7 @@ fn by_heads<T: Element>(
     T::Acc: Gemm,
 {
     let (a, b, bias) = operands;
-    let (k, n, ldb, col0) = (plan.k, plan.n, plan.ldb, plan.col0);
+    let (k, n, col0) = (plan.k, plan.n, plan.col0);
     let d = n / heads;
     if out.is_empty() || d == 0 {
         return;
@@ -114,17 +114,19 @@ fn by_heads<T: Element>(
         if let Some(bias) = bias {
             head_bias(c, bias, h, d);
         }
+        let (rsb, csb) = plan.b_strides();
         let s = Strided {
             m: rows,
             k,
             n: d,
             rsa: k,
             csa: 1,
-            rsb: ldb,
-            csb: 1,
+            rsb,
+            csb,
         };
         let a = &a[entry * rows * k..];
-        T::Acc::gemm_with(backend, bias.is_some(), s, a, &b[col0 + h * d..], c);
+        let b = &b[plan.b_column(col0 + h * d)..];
+        T::Acc::gemm_with(backend, bias.is_some(), s, a, b, c);
         if act != Activation::Identity {
             T::Acc::activate(act, isa, c);
         }
@@ -169,7 +171,7 @@ where
     let packed = epilogue.packed.filter(|w| {
         T::DTYPE == DType::F32
             && matches!(plan.offsets[..], [[_, 0]])
-            && w.packs(b, epilogue.columns)
+            && w.packs_as(b, epilogue.columns, plan.b_transposed)
     });
     let a = a.acc_cow::<T>();
     // A large f16/bf16 right operand (the weights) is converted a block of rows at a
@@ -177,6 +179,7 @@ where
     // not twice it again in f32.
     let b_blocks = (T::DTYPE != <T::Acc as Element>::DTYPE
         && plan.heads.is_none()
+        && !plan.b_transposed
         && plan.offsets.len() == 1
         && k > 1
         && k * n > CONVERT_BLOCK)
@@ -267,6 +270,7 @@ where
             &mut out,
         );
     } else if m * n > 0 {
+        let (rsb, csb) = plan.b_strides();
         let one = |c: &mut [T::Acc], &[oa, ob]: &[usize; 2]| {
             let s = Strided {
                 m,
@@ -274,10 +278,11 @@ where
                 n,
                 rsa: k,
                 csa: 1,
-                rsb: ldb,
-                csb: 1,
+                rsb,
+                csb,
             };
-            T::Acc::gemm_with(backend, accumulate, s, &a[oa..], &b[ob + col0..], c);
+            let b = &b[ob + plan.b_column(col0)..];
+            T::Acc::gemm_with(backend, accumulate, s, &a[oa..], b, c);
         };
         let batch = plan.offsets.len();
         if batch > 1 && m * k * n <= SMALL_GEMM && batch * m * k * n >= SEQUENTIAL_WORK {

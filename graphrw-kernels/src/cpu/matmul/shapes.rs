@@ -13,6 +13,21 @@ pub(super) struct Shapes {
 
 /// Validates the operands of a product and lays out its batch.
 pub(super) fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
+    shapes_of(a, b, false)
+}
+
+/// [`shapes`] of `a @ b`, or of `a @ b^T` when `b_transposed` (`b` a matrix stored
+/// `[N, K]`, read in place through its strides: see [`Plan::b_strides`]).
+pub(super) fn shapes_of(a: &Tensor, b: &Tensor, b_transposed: bool) -> Result<Shapes, KernelError> {
+    if b_transposed && b.rank() != 2 {
+        return Err(KernelError::shape(
+            "matmul",
+            format!(
+                "a transposed right operand must be a matrix, got {:?}",
+                b.shape()
+            ),
+        ));
+    }
     if a.rank() == 0 || b.rank() == 0 {
         return Err(KernelError::shape(
             "matmul",
@@ -31,6 +46,8 @@ pub(super) fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
     };
     let b_shape: Vec<usize> = if b.rank() == 1 {
         vec![b.shape()[0], 1]
+    } else if b_transposed {
+        b.shape().iter().rev().copied().collect()
     } else {
         b.shape().to_vec()
     };
@@ -62,9 +79,10 @@ pub(super) fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
             k,
             n,
             offsets: vec![[0, 0]],
-            ldb: n,
+            ldb: if b_transposed { k } else { n },
             col0: 0,
             heads: None,
+            b_transposed,
         }
     } else {
         Plan {
@@ -72,9 +90,10 @@ pub(super) fn shapes(a: &Tensor, b: &Tensor) -> Result<Shapes, KernelError> {
             k,
             n,
             offsets: batch_offsets(&batch, a_batch, b_batch, m * k, k * n),
-            ldb: n,
+            ldb: if b_transposed { k } else { n },
             col0: 0,
             heads: None,
+            b_transposed,
         }
     };
     let mut out_shape = batch.clone();
@@ -98,14 +117,37 @@ pub(super) struct Plan {
     pub(super) n: usize,
     /// Element offsets of each batch entry's `a` and `b` matrices.
     pub(super) offsets: Vec<[usize; 2]>,
-    /// The row stride of `b`'s matrices: `n`, or more when the product reads only
-    /// some of `b`'s columns ([`Epilogue::columns`]).
+    /// The row stride of `b`'s matrices as stored: `n`, or more when the product reads
+    /// only some of `b`'s columns ([`Epilogue::columns`]); `k` for a transposed `b`.
     pub(super) ldb: usize,
     /// The first column of `b` the product reads.
     pub(super) col0: usize,
     /// `(heads, rows)` when the result is written head-major ([`Epilogue::heads`]):
     /// `rows` rows of `a` per batch entry.
     pub(super) heads: Option<(usize, usize)>,
+    /// `b` is stored transposed, `[N, K]` ([`Epilogue::transposed`]): a single matrix.
+    pub(super) b_transposed: bool,
+}
+
+impl Plan {
+    /// The element strides `(rsb, csb)` of `b` as the product reads it: `(ldb, 1)`, or
+    /// `(1, ldb)` for a transposed `b` (no copy: the GEMM reads it in place).
+    pub(super) fn b_strides(&self) -> (usize, usize) {
+        if self.b_transposed {
+            (1, self.ldb)
+        } else {
+            (self.ldb, 1)
+        }
+    }
+
+    /// The element offset of column `j`'s first element in a matrix of `b`.
+    pub(super) fn b_column(&self, j: usize) -> usize {
+        if self.b_transposed {
+            j * self.ldb
+        } else {
+            j
+        }
+    }
 }
 
 /// The element offsets of the `a` and `b` matrices of every entry of `batch`.

@@ -81,6 +81,11 @@ pub(crate) fn panel_width(isa: Isa) -> Option<usize> {
 /// rows of a `[768, 50257]` LM head are 12 MiB.
 pub(crate) const PACK_ROWS: usize = 64;
 
+/// Depths of a transposed weight [`PackedB::pack_transposed_by_columns`] copies at a
+/// time per panel: a `64 x 32` block (8 KiB) of the panel stays in L1 while its 32
+/// source rows are read 256 bytes each.
+pub(crate) const PACK_DEPTHS: usize = 64;
+
 /// Floats of alignment of a packed matrix's start (64 bytes: a cache line, so no
 /// panel row's vector load crosses one).
 const ALIGN: usize = 16;
@@ -151,6 +156,63 @@ impl PackedB {
                 }
             }
             rows_done(p0..p1);
+        }
+        Some(PackedB {
+            isa,
+            nr,
+            k,
+            n,
+            data,
+            start,
+        })
+    }
+
+    /// Packs columns `col0..col0 + n` of the `k x N` matrix whose transpose `bt` holds
+    /// (`bt` stores it `[N, k]`, row stride `ld >= k`: column `j` of the matrix is row
+    /// `j` of `bt`), for `isa`'s kernel, one panel at a time: each panel's `NR` rows of
+    /// `bt` are read [`PACK_DEPTHS`] depths at a time (a `PACK_DEPTHS x NR` block of the
+    /// panel is written while it sits in L1), then `cols_done` is called with the rows
+    /// of `bt` (`col0 + j0..col0 + j1`) the panel packed, which are not read again.
+    /// `None` where no packed GEMM runs on `isa`.
+    ///
+    /// Panics when `bt` is too short for that (an internal bug: callers check shapes).
+    pub(crate) fn pack_transposed_by_columns(
+        bt: &[f32],
+        (k, n): (usize, usize),
+        ld: usize,
+        col0: usize,
+        isa: Isa,
+        cols_done: &mut dyn FnMut(std::ops::Range<usize>),
+    ) -> Option<PackedB> {
+        let nr = panel_width(isa)?;
+        if k > 0 && n > 0 {
+            assert!(
+                k <= ld && (col0 + n - 1) * ld + k <= bt.len(),
+                "packed transposed weight out of bounds"
+            );
+        }
+        let panels = n.div_ceil(nr);
+        let mut data = vec![0f32; panels * k * nr + ALIGN];
+        let start = data.as_ptr().align_offset(ALIGN * 4).min(ALIGN);
+        for (q, panel) in data[start..]
+            .chunks_exact_mut((k * nr).max(1))
+            .enumerate()
+            .take(panels)
+        {
+            let j0 = q * nr;
+            let w = nr.min(n - j0);
+            for p0 in (0..k).step_by(PACK_DEPTHS) {
+                let p1 = k.min(p0 + PACK_DEPTHS);
+                let block = &mut panel[p0 * nr..p1 * nr];
+                for jj in 0..w {
+                    let src = (col0 + j0 + jj) * ld;
+                    let column = &bt[src + p0..src + p1];
+                    for (row, &v) in block.chunks_exact_mut(nr).zip(column) {
+                        row[jj] = v;
+                    }
+                }
+            }
+            cols_done(col0 + j0..col0 + j0 + w);
         }
         Some(PackedB {
             isa,

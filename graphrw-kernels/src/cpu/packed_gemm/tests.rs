@@ -465,3 +465,74 @@ fn row_blocks_are_even_whole_tiles_within_the_limit() {
         assert!(rows.div_ceil(got) == rows.div_ceil(mc).max(1) || rows == 0);
     }
 }
+
+/// The transpose of `bt` (`rows x cols`, row-major): `cols x rows`.
+fn transpose(bt: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut b = vec![0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            b[c * rows + r] = bt[r * cols + c];
+        }
+    }
+    b
+}
+
+/// Packing from the transposed storage (`[N, K]`) gives the very panels that packing
+/// the transposed matrix does, for partial panels, depths over several copy blocks and
+/// column ranges, on every kernel the CPU has; each panel's rows are reported done once,
+/// in order, and the product matches the reference.
+#[test]
+fn packs_from_transposed_storage() {
+    for isa in kernels_here("packs_from_transposed_storage") {
+        for (m, k, n_all, col0, n) in [
+            (1, 1, 1, 0, 1),
+            (13, 7, 33, 0, 33),
+            (25, 257, 65, 0, 65),
+            (20, 130, 100, 17, 50),
+            (64, 64, 96, 32, 64),
+            (3, 300, 47, 46, 1),
+        ] {
+            let bt = values(n_all * k, 3);
+            let b = transpose(&bt, n_all, k);
+            let plain = pack(&b, (k, n), n_all, col0, isa);
+            let mut done = Vec::new();
+            let packed =
+                PackedB::pack_transposed_by_columns(&bt, (k, n), k, col0, isa, &mut |cols| {
+                    done.push(cols)
+                })
+                .expect("a kernel with a packed form");
+            let case = format!("{isa:?} {m}x{k}x{n} from column {col0} of {n_all}");
+            let nr = panel_width(isa).expect("a panel width");
+            // The panels (past them, the alignment's slack, which depends on the
+            // allocation).
+            let len = n.div_ceil(nr) * nr * k;
+            assert_eq!(packed.panels()[..len], plain.panels()[..len], "{case}");
+            assert_eq!((packed.k(), packed.isa()), (k, isa), "{case}");
+            let want: Vec<_> = (0..n.div_ceil(nr))
+                .map(|q| col0 + q * nr..col0 + n.min((q + 1) * nr))
+                .collect();
+            assert_eq!(done, want, "{case}");
+            let a = values(m * k, 4);
+            let mut c = vec![f32::NAN; m * n];
+            gemm(
+                m,
+                &a,
+                k,
+                &packed,
+                &mut c,
+                Layout::rows(n),
+                TileStore::default(),
+            )
+            .expect("gemm");
+            let cols: Vec<f32> = (0..k)
+                .flat_map(|p| b[p * n_all + col0..p * n_all + col0 + n].to_vec())
+                .collect();
+            assert_close(
+                &widen(&c),
+                &reference(m, k, n, &a, &cols),
+                Tol::scaled(1e-4),
+                &case,
+            );
+        }
+    }
+}
