@@ -222,3 +222,49 @@ fn provably_different_dims_are_still_an_error() {
     assert!(e.contains("5 vs 6"), "{e}");
     assert!(g.finish().assumptions().is_empty());
 }
+
+/// `tests/models/two_cache_symbols` (made by `tools/models/make_two_cache_symbols.py`):
+/// one attention step as ONNX whose key and value caches have the dim_params `past_k`
+/// and `past_v`. It loads with one assumption, plans, gives onnxruntime's outputs at
+/// both stored test sets, and refuses a value cache of another length.
+#[test]
+fn an_onnx_step_with_two_cache_dim_params_matches_onnxruntime() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("tests/models/two_cache_symbols");
+    let g = graphrw::onnx::load(dir.join("model.onnx")).expect("loads");
+    assert_eq!(g.assumptions().len(), 1, "{g}");
+    assert!(
+        g.to_string()
+            .contains("assume past_v = past_k  (`matmul` (node attend)"),
+        "{g}"
+    );
+    let p = plan(&g, &reference_stack()).expect("plans");
+    let sets = graphrw::onnx::read_test_sets(&dir).expect("test sets");
+    assert_eq!(sets.len(), 2);
+    for set in &sets {
+        let inputs = set.inputs_for(&g).expect("inputs");
+        let (got, _) = p.run(&inputs).expect("runs");
+        let want: Vec<Tensor> = set.outputs.iter().map(|(_, t)| t.clone()).collect();
+        assert_close_tensors(&got, &want, Tol::new(1e-5, 1e-5), "against onnxruntime");
+    }
+    let mut inputs = sets[0].inputs_for(&g).expect("inputs");
+    let at = g
+        .inputs()
+        .iter()
+        .position(|&id| g.node(id).and_then(|n| n.name()) == Some("past_value"))
+        .expect("past_value");
+    let past = inputs[at].shape()[2];
+    inputs[at] = ramp(&[1, 2, past + 1, 16], 9);
+    let err = p.run(&inputs).expect_err("past_v != past_k").to_string();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for n in [
+        "input past_value",
+        "(past_v)",
+        "`past_key` dim 2",
+        "node attend",
+        "past_k + seq",
+    ] {
+        assert!(err.contains(n), "`{err}` lacks `{n}`");
+    }
+}
