@@ -97,13 +97,23 @@ fn matmul_inner_dims_of_two_symbols_are_assumed_equal() {
     assert!(err.contains("input `a` dim 1 is 5"), "{err}");
 }
 
+type Make = for<'a> fn(&'a Builder, Var<'a>, Var<'a>) -> Var<'a>;
+
+fn add<'a>(_: &'a Builder, a: Var<'a>, b: Var<'a>) -> Var<'a> {
+    a.add(b).unwrap()
+}
+
+fn mul<'a>(_: &'a Builder, a: Var<'a>, b: Var<'a>) -> Var<'a> {
+    a.mul(b).unwrap()
+}
+
+fn cat<'a>(g: &'a Builder, a: Var<'a>, b: Var<'a>) -> Var<'a> {
+    g.var(g.concat_with(&[a.value(), b.value()], 1).unwrap())
+}
+
 #[test]
 fn add_and_mul_of_two_symbols_assume_them_equal_and_refuse_a_hidden_broadcast() {
-    for mul in [false, true] {
-        let f = move |_: &Builder, a: Var<'_>, b: Var<'_>| -> Var<'_> {
-            let v = if mul { a.mul(b) } else { a.add(b) };
-            v.unwrap()
-        };
+    for f in [add as Make, mul] {
         let two = two_inputs(meta(&[s("n"), k(4)]), meta(&[s("m"), k(4)]), f);
         let one = two_inputs(meta(&[s("n"), k(4)]), meta(&[s("n"), k(4)]), f);
         let good = [ramp(&[3, 4], 1), ramp(&[3, 4], 2)];
@@ -121,9 +131,8 @@ fn add_and_mul_of_two_symbols_assume_them_equal_and_refuse_a_hidden_broadcast() 
 
 #[test]
 fn concat_dims_outside_the_axis_of_two_symbols_are_assumed_equal() {
-    let f = |g: &Builder, a: Var<'_>, b: Var<'_>| -> Var<'_> { g.concat_with(&[a, b], 1).unwrap() };
-    let two = two_inputs(meta(&[s("rows_a"), k(2)]), meta(&[s("rows_b"), k(3)]), f);
-    let one = two_inputs(meta(&[s("rows_a"), k(2)]), meta(&[s("rows_a"), k(3)]), f);
+    let two = two_inputs(meta(&[s("rows_a"), k(2)]), meta(&[s("rows_b"), k(3)]), cat);
+    let one = two_inputs(meta(&[s("rows_a"), k(2)]), meta(&[s("rows_a"), k(3)]), cat);
     let good = [ramp(&[4, 2], 1), ramp(&[4, 3], 2)];
     let bad = [ramp(&[4, 2], 1), ramp(&[5, 3], 2)];
     check(
@@ -149,8 +158,14 @@ fn attention_step(past_v: &str, sdpa: bool) -> Graph {
     let v_new = g.input("v_new", bsh(s("seq")));
     let past_key = g.input("past_key", bsh(s("past_k")));
     let past_value = g.input("past_value", bsh(s(past_v)));
-    let key = g.concat_with(&[past_key, k_new], 2).unwrap();
-    let value = g.concat_with(&[past_value, v_new], 2).unwrap();
+    let key = g.var(
+        g.concat_with(&[past_key.value(), k_new.value()], 2)
+            .unwrap(),
+    );
+    let value = g.var(
+        g.concat_with(&[past_value.value(), v_new.value()], 2)
+            .unwrap(),
+    );
     let out = if sdpa {
         q.scaled_dot_product_attention(key, value, None).unwrap()
     } else {
@@ -212,7 +227,7 @@ fn provably_different_dims_are_still_an_error() {
     let a = g.input("a", meta(&[k(2), s("seq")]));
     let b = g.input("b", meta(&[s("past"), k(3)]));
     let c = g.input("c", meta(&[s("seq"), k(3)]));
-    let bc = g.concat_with(&[b, c], 0).unwrap();
+    let bc = g.var(g.concat_with(&[b.value(), c.value()], 0).unwrap());
     let e = a.matmul(bc).expect_err("seq vs past + seq").to_string();
     assert!(e.contains("seq vs past + seq"), "{e}");
     // Two known sizes that differ.
