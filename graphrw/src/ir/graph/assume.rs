@@ -32,14 +32,10 @@ impl Graph {
         attrs: &mut [AttrValue],
         name: Option<&str>,
     ) -> Result<Vec<TensorMeta>, GraphError> {
-        if self.assumptions.is_empty() {
-            // The common case: nothing to substitute first.
-        } else {
-            for v in attrs.iter_mut() {
-                for a in &self.assumptions {
-                    if let Some(n) = assume::substitute_attr(v, &a.symbol, &a.value) {
-                        *v = n;
-                    }
+        for v in attrs.iter_mut().filter(|v| v.is_symbolic()) {
+            for a in &self.assumptions {
+                if let Some(n) = assume::substitute_attr(v, &a.symbol, &a.value) {
+                    *v = n;
                 }
             }
         }
