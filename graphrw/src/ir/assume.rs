@@ -40,7 +40,7 @@
 //! assumption's line rather than broadcasting.
 //!
 //! Inference functions stay pure functions of their operands' metadata: they ask
-//! [`unify`], which records into the scope [`assuming`] opens around one node's
+//! [`unify`], which records into the scope that `assuming` opens around one node's
 //! inference (the graph opens it when a node is added). Outside a scope (a direct call
 //! of an inference function, the verifier's re-inference of a graph whose
 //! assumptions are already substituted) no assumption is made: two plain symbols are
