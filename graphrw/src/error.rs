@@ -92,6 +92,21 @@ pub enum GraphError {
     },
 }
 
+/// `e` as shown after a caller that already named the node `node` (the ONNX importer's
+/// `MatMul node_x: `): an inference error of that node leaves out its `(node ...)`, so
+/// that the line does not spend its length on the name twice.
+pub(crate) fn graph_error_at(node: &str, e: &GraphError) -> String {
+    match e {
+        GraphError::Infer {
+            op,
+            node: Some(n),
+            inputs,
+            message,
+        } if n == node => infer_line(op, None, inputs, message),
+        _ => e.to_string(),
+    }
+}
+
 /// The longest [`GraphError::Infer`] line with the operands shown: errors' first lines
 /// stay within 200 characters with room for a caller's prefix (the ONNX node).
 const MAX_LINE: usize = 150;
@@ -109,7 +124,14 @@ fn infer_line(op: &str, node: Option<&str>, inputs: &[String], message: &str) ->
     if short.chars().count() <= MAX_LINE {
         return short;
     }
-    // A message that is long by itself (a shape of very high rank): cut it.
+    // A message that is long by itself (a shape of very high rank): leave out its
+    // trailing parenthesis (the messages say what differs first, then the shapes in
+    // parentheses), else cut it.
+    if let Some(i) = short.rfind(" (").filter(|&i| i > at.len() + op.len() + 3) {
+        if short[..i].chars().count() <= MAX_LINE && short.ends_with(')') {
+            return short[..i].to_string();
+        }
+    }
     let mut cut: String = short.chars().take(MAX_LINE - 1).collect();
     cut.push('…');
     cut

@@ -37,7 +37,7 @@ pub mod rewrite;
 pub mod rules;
 
 pub(crate) use ir::op_index;
-pub use ir::{builder, dot, foreign, graph, meta, ops, printer, verify};
+pub use ir::{assume, builder, dot, foreign, graph, meta, ops, printer, verify};
 
 pub use builder::{Arg, Builder, Var};
 pub use error::GraphError;

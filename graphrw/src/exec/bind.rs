@@ -15,6 +15,7 @@
 
 use smallvec::SmallVec;
 
+use crate::assume::Assumption;
 use crate::meta::{Dim, Shape, Symbol, TensorMeta};
 use crate::ops::AttrValue;
 
@@ -98,6 +99,19 @@ impl Bindings {
             }
         }
         Ok(())
+    }
+
+    /// Binds each symbol an assumption eliminated (see [`crate::assume`]) that is still
+    /// unbound to the value of what it stands for: a node may still read it (an
+    /// attribute an importer computed before the assumption was made).
+    pub(crate) fn bind_assumed(&mut self, assumptions: &[Assumption]) {
+        for a in assumptions {
+            if self.get(&a.symbol).is_none() {
+                if let Ok(v) = a.value.eval(&|s| self.get(s)) {
+                    self.values.push((a.symbol.clone(), v));
+                }
+            }
+        }
     }
 
     /// `meta` with every dim that evaluates made known.
@@ -207,4 +221,83 @@ impl BoundNode {
             name: of.name,
         }
     }
+}
+
+/// A run's inputs that break an assumption: the input that reads the eliminated symbol
+/// (empty when none does) and one line naming the dims, their values and the node that
+/// made the assumption.
+#[derive(Debug)]
+pub(crate) struct Broken {
+    pub(crate) input: String,
+    pub(crate) message: String,
+}
+
+/// Checks a run's inputs (`(name, metadata, shape)`) against the graph's assumptions
+/// before they are bound: each input's dims are read as they were before the
+/// assumptions were substituted into them, so that the two symbols an assumption made
+/// one are bound apart and compared. A symbol no input binds (sized by data) is left to
+/// the checks of the nodes that make it.
+pub(crate) fn check_assumptions(
+    inputs: &[(&str, &TensorMeta, &[usize])],
+    assumptions: &[Assumption],
+) -> Result<(), Broken> {
+    if assumptions.is_empty() {
+        return Ok(());
+    }
+    let restored: Vec<TensorMeta> = inputs
+        .iter()
+        .map(|&(name, meta, _)| {
+            let mut m = meta.clone();
+            let mut done = vec![false; m.rank()];
+            for site in assumptions.iter().flat_map(|a| &a.sites) {
+                if site.input == name && site.axis < m.rank() && !done[site.axis] {
+                    m.shape.0[site.axis] = site.dim.clone();
+                    done[site.axis] = true;
+                }
+            }
+            m
+        })
+        .collect();
+    let mut b = Bindings::default();
+    for (m, &(_, _, shape)) in restored.iter().zip(inputs) {
+        // A shape that does not fit is reported by the usual binding after this.
+        let _ = b.bind_shape(m, shape, &String::new);
+    }
+    // Where an input dim is exactly the symbol `s`: `(input, axis)`.
+    let origin = |s: &Symbol| {
+        restored.iter().zip(inputs).find_map(|(m, &(name, _, _))| {
+            let axis = m
+                .shape
+                .dims()
+                .iter()
+                .position(|d| matches!(d, Dim::Sym(x) if x == s))?;
+            Some((name.to_string(), axis))
+        })
+    };
+    for a in assumptions {
+        let (Some(left), Ok(right)) = (b.get(&a.symbol), a.value.eval(&|s| b.get(s))) else {
+            continue;
+        };
+        if left == right {
+            continue;
+        }
+        let (input, lhs) = match origin(&a.symbol) {
+            Some((n, i)) => (n, format!("dim {i} is {left} ({})", a.symbol)),
+            None => (String::new(), format!("{} is {left}", a.symbol)),
+        };
+        let rhs = match a.value.as_sym().and_then(origin) {
+            Some((n, i)) => format!("input `{n}` dim {i} is {right} ({})", a.value),
+            None => format!("{} is {right}", a.value),
+        };
+        let message = format!(
+            "{lhs}, but {rhs}: {} assumed {} = {} (comparing {} with {})",
+            a.origin(),
+            a.symbol,
+            a.value,
+            a.dims.0,
+            a.dims.1
+        );
+        return Err(Broken { input, message });
+    }
+    Ok(())
 }

@@ -18,7 +18,7 @@ use crate::graph::{Graph, NodeId, Value};
 use crate::meta::TensorMeta;
 use crate::printer::{node_line, Names};
 
-use super::bind::{needs_binding, Bindings, BoundCache, BoundNode};
+use super::bind::{check_assumptions, needs_binding, Bindings, BoundCache, BoundNode};
 use super::plan::{view, view as ex_view, Plan};
 use super::value::RunValue;
 use super::ExecError;
@@ -395,6 +395,17 @@ impl Plan {
                 ),
             });
         }
+        if !g.assumptions().is_empty() {
+            let mut seen = Vec::with_capacity(inputs.len());
+            for (&id, t) in g.inputs().iter().zip(inputs) {
+                let node = g.try_node(id)?;
+                seen.push((node.name().unwrap_or("?"), &node.outputs()[0], t.shape()));
+            }
+            check_assumptions(&seen, g.assumptions()).map_err(|b| ExecError::Input {
+                input: b.input,
+                message: b.message,
+            })?;
+        }
         let mut bindings = Bindings::default();
         for (&id, t) in g.inputs().iter().zip(inputs) {
             let node = g.try_node(id)?;
@@ -415,6 +426,7 @@ impl Plan {
                 .bind_shape(meta, t.shape(), &|| format!("expected {meta}"))
                 .map_err(bad)?;
         }
+        bindings.bind_assumed(g.assumptions());
         Ok(bindings)
     }
 

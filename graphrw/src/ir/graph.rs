@@ -253,6 +253,9 @@ pub struct Graph {
     /// outputs: the length of its use list, kept beside it so that "is this node
     /// used?" and dead-code removal read four bytes per node, not the list or the slot.
     use_counts: Vec<u32>,
+    /// The equalities between symbols that inference assumed, in the order made (see
+    /// [`crate::assume`]); already substituted through the nodes' metadata.
+    assumptions: Vec<crate::assume::Assumption>,
 }
 
 impl Graph {
@@ -547,6 +550,7 @@ pub fn normalize_attrs(
         .collect()
 }
 
+mod assume;
 mod build;
 mod edit;
 mod order;

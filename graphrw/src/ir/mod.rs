@@ -1,6 +1,7 @@
 //! The IR, in one room: the [`graph`] (nodes on petgraph, use lists, values), tensor
 //! [`meta`]data, the op vocabulary ([`ops`]), the [`builder`] that reads like model code,
-//! symbolic integers ([`sym`]) for dims known at run time, the [`printer`], Graphviz export ([`dot`]), the [`verify`]er, and the [`foreign`]
+//! symbolic integers ([`sym`]) for dims known at run time and the
+//! [`assume`]d equalities between them, the [`printer`], Graphviz export ([`dot`]), the [`verify`]er, and the [`foreign`]
 //! records of opaque (unmodelled ONNX) nodes.
 //!
 //! Everything else in the crate builds on these modules and they depend on nothing
@@ -8,6 +9,7 @@
 //! sit above. Each module is also re-exported at the crate root (`graphrw::graph`,
 //! `graphrw::ops`, ...), the paths user code and the macros' generated code use.
 
+pub mod assume;
 pub mod builder;
 pub mod dot;
 pub mod foreign;

@@ -9,6 +9,9 @@
 //! }
 //! ```
 //!
+//! Assumptions between symbols ([`crate::assume`]) follow the signature, one a line:
+//! `assume s95 = s15  (`matmul` (node sdpa): s15 + s70 vs s70 + s95)`.
+//!
 //! Names are stable: inputs keep their names, constants are `c0, c1, …` and other
 //! values `t0, t1, …`, numbered in the graph's deterministic topological order, so the
 //! same graph always prints the same text.
@@ -223,6 +226,9 @@ pub fn print(graph: &Graph) -> String {
         })
         .collect();
     let _ = writeln!(out, "graph({}) {{", params.join(", "));
+    for a in graph.assumptions() {
+        let _ = writeln!(out, "  assume {a}");
+    }
     for &id in names.order() {
         if graph.node(id).is_some_and(|n| n.op().is(Op::Input)) {
             continue;

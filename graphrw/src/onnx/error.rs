@@ -101,7 +101,7 @@ pub enum OnnxError {
         node: String,
     },
     /// The graph rejected a node: the op cannot take these shapes or dtypes.
-    #[error("{op_type} {node}: {source}")]
+    #[error("{op_type} {node}: {}", crate::error::graph_error_at(node, source))]
     Graph {
         /// The ONNX op type.
         op_type: String,

@@ -82,10 +82,10 @@ impl Graph {
         &mut self,
         op: &'static OpDef,
         operands: Vec<Value>,
-        attrs: Vec<AttrValue>,
+        mut attrs: Vec<AttrValue>,
         name: Option<String>,
     ) -> Result<NodeId, GraphError> {
-        let outputs = self.infer_node(op, &operands, &attrs, name.as_deref())?;
+        let outputs = self.infer_assuming(op, &operands, &mut attrs, name.as_deref())?;
         Ok(self.insert(Node {
             op,
             attrs: attrs.into_boxed_slice(),
@@ -104,9 +104,9 @@ impl Graph {
         &mut self,
         op: &'static OpDef,
         operands: SmallVec<[Value; 4]>,
-        attrs: Vec<AttrValue>,
+        mut attrs: Vec<AttrValue>,
     ) -> Result<NodeId, GraphError> {
-        let outputs = self.infer_node(op, &operands, &attrs, None)?;
+        let outputs = self.infer_assuming(op, &operands, &mut attrs, None)?;
         Ok(self.insert(Node {
             op,
             attrs: attrs.into_boxed_slice(),
@@ -125,10 +125,10 @@ impl Graph {
         &mut self,
         op: &'static OpDef,
         operands: &[Value],
-        attrs: Vec<AttrValue>,
+        mut attrs: Vec<AttrValue>,
         name: &str,
     ) -> Result<NodeId, GraphError> {
-        let outputs = self.infer_node(op, operands, &attrs, Some(name))?;
+        let outputs = self.infer_assuming(op, operands, &mut attrs, Some(name))?;
         Ok(self.insert(Node {
             op,
             attrs: attrs.into_boxed_slice(),

@@ -5,10 +5,13 @@
 //! wrong in terms of shapes and dims; the caller adds which node and op.
 //!
 //! Symbolic dims: a symbolic dim broadcasts against 1 and against itself; against a
-//! known size other than 1 it takes that size; two different plain symbols are assumed
-//! equal (the left one is kept), as exporters often name one size twice; an expression
-//! against a different symbolic dim (`seq` against `past + seq`) is an error that names
-//! both. Sizes computed from symbols (reshape targets, concatenations, slices) are
+//! known size other than 1 it takes that size. Two different symbolic dims that must be
+//! equal (that broadcast, the inner dims of `matmul`, `concat`'s dims outside its axis,
+//! attention's head and sequence dims) go to [`crate::assume::unify`]: when the graph
+//! adds the node, an equality that can be solved for one symbol (`s15 + s70` against
+//! `s70 + s95`: `s95 = s15`, as exporters often name one size twice) is assumed,
+//! recorded on the graph and checked at run time; one that cannot (`seq` against
+//! `past + seq`) is an error that names both. Sizes computed from symbols (reshape targets, concatenations, slices) are
 //! expressions ([`crate::meta::SymExpr`]); a size no expression can say is a fresh
 //! symbol, bound from the tensor when the plan runs.
 
@@ -85,9 +88,19 @@ fn broadcast_dim(a: &Dim, b: &Dim) -> Option<Dim> {
         (Dim::Known(_), Dim::Known(_)) => return None,
         (Dim::Known(_), _) => a.clone(),
         (_, Dim::Known(_)) => b.clone(),
-        (Dim::Sym(_), Dim::Sym(_)) => a.clone(),
-        _ => return None,
+        _ => return crate::assume::unify(a, b),
     })
+}
+
+/// Whether two dims that must be equal can be: two known sizes when equal, a known
+/// size and a symbolic dim always (the symbol takes the size when bound), two symbolic
+/// dims when [`crate::assume::unify`] finds them equal or assumes so.
+fn dims_agree(a: &Dim, b: &Dim) -> bool {
+    match (a.known(), b.known()) {
+        (Some(x), Some(y)) => x == y,
+        (Some(_), None) | (None, Some(_)) => true,
+        (None, None) => crate::assume::unify(a, b).is_some(),
+    }
 }
 
 fn same_dtype(a: &TensorMeta, b: &TensorMeta) -> Result<DType, InferError> {

@@ -29,10 +29,8 @@ pub fn matmul(x: &[&TensorMeta], _: &Attrs) -> Out {
     };
     let k_a = &a2[a2.len() - 1];
     let k_b = &b2[b2.len() - 2];
-    if broadcast_dim(k_a, k_b).is_none()
-        || (k_a.known().is_some() && k_b.known().is_some() && k_a != k_b)
-    {
-        infer_bail!("matmul inner dimensions differ: {a} @ {b} ({k_a} vs {k_b})");
+    if !dims_agree(k_a, k_b) {
+        infer_bail!("matmul inner dimensions differ: {k_a} vs {k_b} ({a} @ {b})");
     }
     let mut out = broadcast_dims(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
         .map_err(|e| InferError(format!("matmul batch dims: {}", e.0)))?;
@@ -115,11 +113,11 @@ pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
         );
     }
     let (qs, ks, vs) = (&q.shape.0, &k.shape.0, &v.shape.0);
-    let known_ne = |p: &Dim, q: &Dim| p.known().is_some() && q.known().is_some() && p != q;
-    if known_ne(&qs[r - 1], &ks[r - 1]) {
+    let differ = |p: &Dim, q: &Dim| !dims_agree(p, q);
+    if differ(&qs[r - 1], &ks[r - 1]) {
         infer_bail!("query {} and key {} head dims differ", q.shape, k.shape);
     }
-    if known_ne(&ks[r - 2], &vs[r - 2]) {
+    if differ(&ks[r - 2], &vs[r - 2]) {
         infer_bail!(
             "key {} and value {} sequence lengths differ",
             k.shape,
@@ -134,7 +132,7 @@ pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
             ),
             _ => {}
         }
-        if known_ne(&ks[r - 3], &vs[r - 3]) {
+        if differ(&ks[r - 3], &vs[r - 3]) {
             infer_bail!("key {} and value {} head counts differ", k.shape, v.shape);
         }
     }

@@ -304,7 +304,7 @@ pub fn concat(x: &[&TensorMeta], a: &Attrs) -> Out {
             );
         }
         for (j, (p, q)) in t.shape.0.iter().zip(&first.shape.0).enumerate() {
-            if j != d && p.known().is_some() && q.known().is_some() && p != q {
+            if j != d && !dims_agree(q, p) {
                 infer_bail!(
                     "concat operand {i} has shape {}, expected {} outside dim {d}",
                     t.shape,
