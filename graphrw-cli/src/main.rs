@@ -96,7 +96,8 @@ enum Command {
     /// Reports every rule that fired and how often, the fused kernels made and the node
     /// count before and after. A fused attention node is written as the standard ONNX
     /// `Attention` op (opset 23), a generated kernel as its standard ONNX op where one
-    /// exists (LayerNormalization, RMSNormalization, Gelu) or else as a model-local
+    /// exists (LayerNormalization, RMSNormalization, Gelu, RotaryEmbedding where its
+    /// caches provably have equal halves; opset raised as needed) or else as a model-local
     /// function (domain `graphrw`) whose body is its decomposition; onnxruntime runs both.
     ///
     /// Example: `graphrw optimize model.onnx -o fused.onnx && graphrw run . --model fused.onnx`
