@@ -108,8 +108,10 @@ enum Command {
         #[arg(short, long, value_name = "OUT")]
         output: PathBuf,
         /// Rule sets to apply, in one pass: `all` (the default: attention fusion, causal
-        /// masks, then the generated kernels), `canonical`, `attention`, `kernels` (every
-        /// generated kernel) or one kernel (`rms_norm`, `bias_gelu`, ...). Repeatable.
+        /// masks, normalisation spellings, then the generated kernels), `canonical`,
+        /// `attention`, `norms` (the spellings of an RMS norm brought to one form),
+        /// `kernels` (every generated kernel) or one kernel (`rms_norm`, `bias_gelu`,
+        /// ...). Repeatable.
         #[arg(long = "rules", value_name = "NAME")]
         rules: Vec<String>,
         /// Write every weight inline in the one OUT file (refused when it would pass
