@@ -1,7 +1,7 @@
 //! onnxruntime runs what `graphrw optimize` writes: every corpus model, optimised with
 //! the default pipeline (`rules::optimize`: attention fusion, causal masks, generated
 //! kernels) and saved (standard `Attention`, LayerNormalization, RMSNormalization, Gelu,
-//! model-local functions), gives onnxruntime's reference `output_0.pb` within
+//! RotaryEmbedding, model-local functions), gives onnxruntime's reference `output_0.pb` within
 //! 1e-4 + 1e-3 * max|y|.
 //!
 //! The Python comes from `GRAPHRW_PYTHON` (CI sets it to the virtual environment that

@@ -96,7 +96,8 @@ enum Command {
     /// Reports every rule that fired and how often, the fused kernels made and the node
     /// count before and after. A fused attention node is written as the standard ONNX
     /// `Attention` op (opset 23), a generated kernel as its standard ONNX op where one
-    /// exists (LayerNormalization, RMSNormalization, Gelu) or else as a model-local
+    /// exists (LayerNormalization, RMSNormalization, Gelu, RotaryEmbedding where its
+    /// caches provably have equal halves; opset raised as needed) or else as a model-local
     /// function (domain `graphrw`) whose body is its decomposition; onnxruntime runs both.
     ///
     /// Example: `graphrw optimize model.onnx -o fused.onnx && graphrw run . --model fused.onnx`
@@ -107,8 +108,10 @@ enum Command {
         #[arg(short, long, value_name = "OUT")]
         output: PathBuf,
         /// Rule sets to apply, in one pass: `all` (the default: attention fusion, causal
-        /// masks, then the generated kernels), `canonical`, `attention`, `kernels` (every
-        /// generated kernel) or one kernel (`rms_norm`, `bias_gelu`, ...). Repeatable.
+        /// masks, normalisation spellings, then the generated kernels), `canonical`,
+        /// `attention`, `norms` (the spellings of an RMS norm brought to one form),
+        /// `kernels` (every generated kernel) or one kernel (`rms_norm`, `bias_gelu`,
+        /// ...). Repeatable.
         #[arg(long = "rules", value_name = "NAME")]
         rules: Vec<String>,
         /// Write every weight inline in the one OUT file (refused when it would pass

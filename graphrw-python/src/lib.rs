@@ -229,7 +229,7 @@ fn run_optimize(src: &Source<'_>, args: &OptimizeArgs) -> Outcome<OptimizeOutcom
     };
     if whole {
         let done = rules::optimize(&mut graph).map_err(|e| Failure::new(Kind::Optimize, e))?;
-        for r in done.attention.iter().chain([&done.kernels]) {
+        for r in done.reports() {
             add(r);
             text.push_str(&r.to_string());
         }

@@ -30,7 +30,7 @@ pub fn run(model: &Path, output: &Path, names: &[String], save: &SaveOptions) ->
     let mut graph = super::load(model)?;
     if whole_pipeline {
         let done = rules::optimize(&mut graph)?;
-        for r in done.attention.iter().chain([&done.kernels]) {
+        for r in done.reports() {
             print!("{r}");
         }
         println!("{done}");

@@ -43,7 +43,8 @@
 //! decomposition, the tile executor's `fused.elementwise_group`) are written as their
 //! standard ONNX op where one exists (`fused.layer_norm` as `LayerNormalization`,
 //! `fused.rms_norm` as `RMSNormalization`, `fused.gelu_erf`/`fused.gelu_tanh` as
-//! `Gelu`), and otherwise as a call of a model-local ONNX function in domain
+//! `Gelu`, `fused.rotary_embedding` as `RotaryEmbedding` where its caches provably
+//! have equal halves, `ops/rotary.rs`), and otherwise as a call of a model-local ONNX function in domain
 //! [`FUNCTION_DOMAIN`] whose body is the op's decomposition (one function per distinct
 //! body), so that onnxruntime still runs the model; [`load`](super::load) inlines such
 //! functions back.
@@ -70,6 +71,8 @@ pub const IR_VERSION: i64 = 10;
 pub const BASE_OPSET: i64 = 18;
 /// The opset of the standard `Attention` op.
 pub const ATTENTION_OPSET: i64 = 23;
+/// The opset of the standard `RotaryEmbedding` op.
+pub const ROTARY_OPSET: i64 = 23;
 /// The domain of the model-local functions written for fused ops.
 pub const FUNCTION_DOMAIN: &str = "graphrw";
 

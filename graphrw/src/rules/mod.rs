@@ -5,11 +5,13 @@ pub mod attention;
 pub mod canonical;
 pub mod causal;
 mod kernels;
+pub mod norms;
 mod pipeline;
 
 pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
 pub use kernels::Kernels;
+pub use norms::{NORM_SPELLINGS, UNWEIGHTED_RMS_NORM};
 pub use pipeline::{optimize, optimize_with, prepare, OptimizeError, Optimized};
 
 use crate::rewrite::{Report, RewriteError, Rewriter, Verify};
@@ -44,6 +46,7 @@ pub fn rule_set(name: &str) -> Option<&'static crate::RuleSet> {
     match name {
         "canonical" => Some(&CANONICAL),
         "attention" => Some(&ATTENTION),
+        "norms" => Some(&NORM_SPELLINGS),
         kernel => crate::generated::builtin::ALL
             .iter()
             .find(|k| k.op.name.strip_prefix("fused.") == Some(kernel))

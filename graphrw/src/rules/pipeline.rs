@@ -1,6 +1,7 @@
 //! The whole built-in optimisation pipeline, in the order the passes depend on each
-//! other: attention fusion, causal masks turned into `is_causal`, then the generated
-//! fused kernels on the chains that remain.
+//! other: attention fusion, causal masks turned into `is_causal`, the spellings of
+//! normalisations brought to one form ([`super::norms`]), then the generated fused kernels
+//! on the chains that remain, then RMS norms without a weight.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,15 +38,20 @@ pub struct Optimized {
     pub attention: Vec<Report>,
     /// Attention nodes whose mask became `is_causal`.
     pub causal: CausalReport,
+    /// The normalisation-spelling pass ([`super::NORM_SPELLINGS`]).
+    pub norms: Report,
     /// The generated-kernel pass ([`crate::generated::fuse_kernels`]).
     pub kernels: Report,
+    /// The pass fusing RMS norms without a weight ([`super::UNWEIGHTED_RMS_NORM`]).
+    pub unweighted: Report,
     /// Nodes per op after the pipeline, for the ops it creates
     /// (`scaled_dot_product_attention` and every `fused.*` op).
     pub fused_nodes: BTreeMap<&'static str, usize>,
 }
 
 /// Runs the built-in pipeline on `graph`: [`super::fuse_attention`], then
-/// [`mark_causal`], then [`crate::generated::fuse_kernels`].
+/// [`mark_causal`], then [`super::NORM_SPELLINGS`], then
+/// [`crate::generated::fuse_kernels`], then [`super::UNWEIGHTED_RMS_NORM`].
 ///
 /// ```
 /// use graphrw::{rules, Builder, DType, TensorMeta};
@@ -72,7 +78,11 @@ pub fn optimize_with(graph: &mut Graph, verify: Verify) -> Result<Optimized, Opt
     let nodes_before = graph.node_count();
     let attention = super::fuse_attention_with(graph, verify)?;
     let causal = mark_causal(graph)?;
+    let norms = Rewriter::new(NORM_PASS).with_verify(verify).run(graph)?;
     let kernels = Rewriter::new(&crate::generated::builtin_rules())
+        .with_verify(verify)
+        .run(graph)?;
+    let unweighted = Rewriter::new(UNWEIGHTED_PASS)
         .with_verify(verify)
         .run(graph)?;
     let mut fused_nodes = BTreeMap::new();
@@ -89,10 +99,17 @@ pub fn optimize_with(graph: &mut Graph, verify: Verify) -> Result<Optimized, Opt
         nodes_after: graph.node_count(),
         attention,
         causal,
+        norms,
         kernels,
+        unweighted,
         fused_nodes,
     })
 }
+
+/// The rule sets of the normalisation-spelling pass.
+const NORM_PASS: &[&crate::RuleSet] = &[&super::NORM_SPELLINGS];
+/// The rule sets of the pass after the kernels' (RMS norms without a weight).
+const UNWEIGHTED_PASS: &[&crate::RuleSet] = &[&super::UNWEIGHTED_RMS_NORM];
 
 /// Builds now what [`optimize`]'s passes otherwise build at their first use in this
 /// process: the merged decision trees of each pass's rules (`Dispatch::for_sets`,
@@ -108,7 +125,7 @@ pub fn prepare() {
     let kernels = crate::generated::builtin_rules();
     let dispatches: Vec<_> = super::ATTENTION_PASSES
         .into_iter()
-        .chain([&kernels[..]])
+        .chain([NORM_PASS, &kernels[..], UNWEIGHTED_PASS])
         .map(Dispatch::for_sets)
         .collect();
     for dispatch in dispatches {
@@ -117,21 +134,21 @@ pub fn prepare() {
 }
 
 impl Optimized {
-    /// Nodes the verifier checked over every rewrite pass ([`Report::verified`]).
-    pub fn verified(&self) -> usize {
+    /// Every rewrite pass's report, in the order the passes ran.
+    pub fn reports(&self) -> impl Iterator<Item = &Report> + '_ {
         self.attention
             .iter()
-            .chain(std::iter::once(&self.kernels))
-            .map(|r| r.verified)
-            .sum()
+            .chain([&self.norms, &self.kernels, &self.unweighted])
+    }
+
+    /// Nodes the verifier checked over every rewrite pass ([`Report::verified`]).
+    pub fn verified(&self) -> usize {
+        self.reports().map(|r| r.verified).sum()
     }
 
     /// Every match whose replacement failed and was rolled back, over all passes.
     pub fn skipped(&self) -> impl Iterator<Item = &crate::rewrite::Skip> + '_ {
-        self.attention
-            .iter()
-            .chain(std::iter::once(&self.kernels))
-            .flat_map(|r| r.skipped.iter())
+        self.reports().flat_map(|r| r.skipped.iter())
     }
 }
 

@@ -1,7 +1,8 @@
 //! Fused ops as model-local ONNX functions, both ways.
 //!
 //! **Export:** a fused op with a standard ONNX form (`fused.layer_norm` as
-//! `LayerNormalization`, `fused.rms_norm` as `RMSNormalization`, the GELUs as `Gelu`) is
+//! `LayerNormalization`, `fused.rms_norm` as `RMSNormalization`, the GELUs as `Gelu`,
+//! `fused.rotary_embedding` as `RotaryEmbedding` where that is exact, `rotary.rs`) is
 //! written as that op; any other op with a decomposition becomes a call of a function in
 //! domain [`FUNCTION_DOMAIN`] whose body is the decomposition, one function per distinct
 //! body.
@@ -64,6 +65,7 @@ impl<'g> Exporter<'g> {
                     &[a_int("axis", -1), a_float("epsilon", eps)],
                 );
             }
+            ("fused.rotary_embedding", 3, _) => return self.standard_rotary(id, ins, outs),
             ("fused.gelu_erf" | "fused.gelu_tanh", 1, _) => {
                 self.opset = self.opset.max(20);
                 let approximate = if node.op_name() == "fused.gelu_tanh" {

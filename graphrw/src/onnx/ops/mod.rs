@@ -15,6 +15,7 @@
 //! | `source.rs` | `Constant`, `ConstantOfShape`, `Range` | `full`/`zeros`/`ones`, `arange`, `sym_ints` |
 //! | `shape_arith.rs` | `Shape`, `Gather`, `Concat`, ... of shapes, folded symbolically | symbolic attributes as `Shape`/`Gather`/arithmetic |
 //! | `attention.rs` | `Attention` (opset 23) | `scaled_dot_product_attention` |
+//! | `rotary.rs` | `RotaryEmbedding` (opset 23), as its decomposition | `fused.rotary_embedding` where exact |
 //! | `function.rs` | model-local functions, inlined | fused ops as standard ops or function calls |
 //! | `opaque.rs` | what graphrw does not read, kept as it came | opaque nodes, upgraded where only the form changed |
 
@@ -25,6 +26,7 @@ mod function;
 pub(crate) use function::inline_functions;
 mod normalization;
 mod opaque;
+mod rotary;
 pub(crate) mod shape;
 pub(crate) mod shape_arith;
 mod source;
@@ -82,6 +84,7 @@ impl<'m> Importer<'m> {
             "ConstantOfShape" => self.constant_of_shape(at),
             "Range" => self.range(at),
             "Attention" => self.attention(at),
+            "RotaryEmbedding" => self.rotary_embedding(at),
             _ => Err(OnnxError::UnknownOp {
                 op_type: op_type.to_string(),
                 domain: at.domain.to_string(),
