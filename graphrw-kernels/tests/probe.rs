@@ -34,6 +34,9 @@ fn fma_probe_is_never_below_a_product_rate() {
         .build()
         .expect("pool");
     pool.install(|| {
+        // Probed before and after the products, the better kept: a probe round that
+        // shares its core with another process reads low.
+        let before = fma_peak_gflops(1, 1_000_000);
         let (m, k, n) = (192, 512, 512);
         let (a, b) = (matrix(m, k, 1), matrix(k, n, 2));
         let flops = 2.0 * (m * k * n) as f64;
@@ -57,18 +60,20 @@ fn fma_probe_is_never_below_a_product_rate() {
             });
             rates.push((format!("packed {isa:?}"), rate));
         }
-        let Some(peak) = fma_peak_gflops(1, 1_000_000) else {
+        let (Some(before), Some(after)) = (before, fma_peak_gflops(1, 1_000_000)) else {
             println!("SKIPPED: the FMA probe needs x86-64 with AVX2+FMA");
             return;
         };
+        let peak = before.max(after);
         let (name, best) = rates
             .iter()
             .max_by(|x, y| x.1.total_cmp(&y.1))
             .expect("a rate");
         println!("probe {peak:.1} GFLOP/s; products {rates:?}");
-        // 3% for the noise of one best-of-ten against another on a shared machine.
+        // 10% for the noise of a shared machine: a probe that counts one FMA port of
+        // two, or 256-bit FMAs on a core with 512-bit ones, reads half.
         assert!(
-            peak >= 0.97 * best,
+            peak >= 0.9 * best,
             "the FMA probe reads {peak:.1} GFLOP/s, below {name}'s {best:.1}"
         );
     });
