@@ -287,11 +287,22 @@ fn optimize_accepts_every_rule_set_and_writes_a_loadable_model() {
         assert!(stdout.contains("wrote "), "{name}: {stdout}");
         let g = onnx::load(&out).unwrap_or_else(|e| panic!("{name}: written model: {e}"));
         verify(&g).unwrap_or_else(|e| panic!("{name}: written model: {e}"));
-        if matches!(name, "all" | "kernels" | "attention") {
+        if matches!(name, "all" | "attention") {
             assert!(
                 g.node_count() < before,
                 "{name}: {before} -> {}",
                 g.node_count()
+            );
+        }
+        // The kernels' set is written as standard ONNX ops where there are some
+        // (`RMSNormalization`, `RotaryEmbedding`): read back, the norms stay fused (a
+        // `RotaryEmbedding` reads back as its decomposition, which `optimize` fuses
+        // again, so the node count is not the measure here).
+        if name == "kernels" {
+            assert_eq!(
+                g.op_counts().get("rms_norm").copied(),
+                Some(4),
+                "{name}: the four RMS norms, read back\n{g}"
             );
         }
     }
