@@ -266,8 +266,13 @@ impl ProductChooser {
                     threads: rayon::current_num_threads(),
                     transposed,
                 };
-                if let Some(c) = self.choices.lock().ok().and_then(|c| c.get(&key).cloned()) {
-                    return c.kernel;
+                if let Some(c) = self
+                    .choices
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.get(&key).map(|c| c.kernel))
+                {
+                    return c;
                 }
                 let chosen = measure(a, (w, transposed), (start, end), isa);
                 let kernel = chosen.kernel;

@@ -122,8 +122,13 @@ impl SdpaChooser {
         kernel: &KernelOptions,
         run: &dyn Fn(&KernelOptions) -> Result<Tensor, KernelError>,
     ) -> Result<Tensor, KernelError> {
-        if let Some(c) = self.choices.lock().ok().and_then(|c| c.get(&key).cloned()) {
-            return run(&c.variant.apply(kernel));
+        if let Some(c) = self
+            .choices
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).map(|c| c.variant))
+        {
+            return run(&c.apply(kernel));
         }
         let mut tried: Vec<(SdpaVariant, SdpaKernel, Duration)> = Vec::new();
         let mut best: Option<(Tensor, Duration, SdpaVariant, SdpaKernel)> = None;
