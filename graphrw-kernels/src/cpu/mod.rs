@@ -4,6 +4,7 @@
 //! Dims are `i64`; negative dims count from the end and are validated against the rank.
 
 pub(crate) mod attention_ref;
+pub mod awake;
 pub mod choice;
 mod conv;
 mod creation;

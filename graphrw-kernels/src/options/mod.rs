@@ -55,6 +55,9 @@ pub struct KernelOptions {
     /// How a product by a constant weight picks its kernel (default: measured on this
     /// CPU, see [`crate::cpu::choice`]).
     pub product_kernel: ProductChoice,
+    /// Keep the pool's other workers polling for work through a plan's run instead of
+    /// sleeping between kernels (default: on; see [`crate::cpu::awake`]).
+    pub keep_workers_awake: bool,
 }
 
 impl Default for KernelOptions {
@@ -67,6 +70,7 @@ impl Default for KernelOptions {
             max_tensor_bytes: None,
             sdpa: SdpaTuning::default(),
             product_kernel: ProductChoice::Measure,
+            keep_workers_awake: true,
         }
     }
 }
@@ -110,6 +114,12 @@ impl KernelOptions {
     /// Sets how products by a constant weight pick their kernel.
     pub fn with_product_kernel(mut self, choice: ProductChoice) -> KernelOptions {
         self.product_kernel = choice;
+        self
+    }
+
+    /// Turns the pollers that keep a run's workers awake on or off.
+    pub fn with_keep_workers_awake(mut self, on: bool) -> KernelOptions {
+        self.keep_workers_awake = on;
         self
     }
 

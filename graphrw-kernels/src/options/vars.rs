@@ -8,6 +8,7 @@
 //! | `GRAPHRW_THREADS` | `KernelOptions::threads` | threads for a plan's kernels (default: one per core) |
 //! | `GRAPHRW_MAX_TENSOR_BYTES` | `KernelOptions::max_tensor_bytes` | the largest tensor a kernel may allocate, in bytes (default: the machine's memory) |
 //! | `GRAPHRW_PRODUCT_KERNEL` | `KernelOptions::product_kernel` | `measure` (default: each product shape times its candidate kernels once), `rule` (packed from 64 rows), or a kernel pinned: `gemm`, `packed-avx512`, `packed-avx2` |
+//! | `GRAPHRW_WORKERS_SLEEP` | `KernelOptions::keep_workers_awake` off | a run's workers sleep between kernels instead of polling for work |
 //! | `GRAPHRW_NO_PACKED_WEIGHTS=1` | `KernelOptions::pack_weights` off | matmul weights are not packed at their first run |
 //! | `GRAPHRW_FUSED_NO_AVX512` | `KernelOptions::fused_max_isa` = avx2 | the generated kernels stop at AVX2 |
 //! | `GRAPHRW_FUSED_BASELINE` | `KernelOptions::fused_max_isa` = baseline | the generated kernels run their portable build |
@@ -48,6 +49,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "GRAPHRW_PRODUCT_KERNEL",
         "measure, rule, gemm, packed-avx512 or packed-avx2: how products pick their kernel",
+    ),
+    (
+        "GRAPHRW_WORKERS_SLEEP",
+        "a run's workers sleep between kernels instead of polling for work",
     ),
     ("GRAPHRW_NO_PACKED_WEIGHTS", "1: do not pack matmul weights"),
     ("GRAPHRW_FUSED_NO_AVX512", "generated kernels stop at AVX2"),
@@ -129,6 +134,9 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<KernelOptions, 
             v.parse::<ProductChoice>()
                 .map_err(|e| bad("GRAPHRW_PRODUCT_KERNEL", e))?,
         );
+    }
+    if switch("GRAPHRW_WORKERS_SLEEP") {
+        o = o.with_keep_workers_awake(false);
     }
     if get("GRAPHRW_NO_PACKED_WEIGHTS").is_some_and(|v| v == "1") {
         o = o.with_pack_weights(false);

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use graphrw_kernels::cpu::awake::KeepAwake;
 use graphrw_kernels::Tensor;
 
 use crate::graph::{Graph, NodeId, Value};
@@ -231,6 +232,8 @@ impl Plan {
         let _pool = self.pool.install();
         // Kernels called on this thread run with the plan's options.
         let _options = self.options.install();
+        // The pool's other workers poll for work until the run ends.
+        let awake = KeepAwake::start(self.options.keep_workers_awake);
         let reused_before = self.pool.reused_bytes();
         let g = &self.graph;
         let mut values: Vec<Option<RunValue>> = vec![None; sched.slots];
@@ -240,6 +243,7 @@ impl Plan {
         let mut report = RunReport::default();
         for (step, (&(id, ex), slots)) in self.steps.iter().zip(&sched.steps).enumerate() {
             let node = g.try_node(id)?;
+            awake.top_up();
             let outs: Vec<RunValue> = match ex {
                 None => match (node.builtin(), slots.input) {
                     (Some(Op::Input), Some(i)) => vec![RunValue::Host(inputs[i].clone())],
