@@ -77,7 +77,8 @@ def graphrw_times(exe, shapes, repeat, cpu_time, threads):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     times = {}
     for line in out.splitlines():
-        shape, backend, ms, _gflops = line.split()
+        # `SHAPE BACKEND MS GFLOP/s`, the `chosen` line with `(KERNEL)` after it.
+        shape, backend, ms = line.split()[:3]
         times[(shape, backend)] = float(ms)
     return times
 
