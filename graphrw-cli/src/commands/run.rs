@@ -410,6 +410,7 @@ pub fn product_lines(
     chooser: &graphrw::kernels::cpu::choice::ProductChooser,
     threads: usize,
 ) -> Vec<String> {
+    use graphrw::kernels::cpu::{packed_prefetch, Isa};
     let stats = chooser.stats();
     if stats.is_empty() {
         return Vec::new();
@@ -430,6 +431,15 @@ pub fn product_lines(
             st.calls,
             st.gflops()
         ));
+    }
+    for isa in [Isa::Avx512, Isa::Avx2Fma] {
+        if let Some(p) = packed_prefetch::measured_so_far(isa) {
+            lines.push(format!(
+                "  packed {isa:?} kernel prefetches the next weight block: {} (measured {:.2}x as fast with)",
+                if p.on { "yes" } else { "no" },
+                p.speedup
+            ));
+        }
     }
     for (key, chosen) in chooser.choices() {
         let rates: Vec<String> = chosen

@@ -38,6 +38,7 @@ pub use matmul::{
     matmul, matmul_epilogue, matmul_epilogue_with, matmul_with, Activation, Epilogue, GemmBackend,
 };
 pub use norm::{layer_norm, rms_norm};
+pub use packed_gemm::prefetch as packed_prefetch;
 pub use packed_weight::PackedWeight;
 pub use pool::{buffer, BufferPool, PoolGuard};
 pub use reduce::{cumsum, log_softmax, reduce, softmax, ReduceOp};

@@ -26,11 +26,6 @@ impl Kernel for Avx2 {
     const KC: usize = 256;
     /// A row block of 240 rows of 256 depths (240 KiB) stays in L2.
     const MC: usize = 240;
-    /// Yes: measured on a 2-core Zen 4, 2 threads, weights cold (`gemm_rate --cold 8
-    /// --repeat 16`, GFLOP/s with against without): `128 x 768 x 2304` 209 against
-    /// 190-192, `128 x 3072 x 768` 208-209 against 185-189, `512 x 768 x 3072` 210-211
-    /// against 198-204 (and 3-8% on a Zen 3, see [`super::panel_block`]).
-    const PREFETCH_NEXT_BLOCK: bool = true;
 
     unsafe fn tile(
         kc: usize,

@@ -21,13 +21,6 @@ impl Kernel for Avx512 {
     /// Measured: 256, 384 and 512 were slower on the module's shapes (Zen 4).
     const KC: usize = 768;
     const MC: usize = 480;
-    /// No: its weight block (`KC x 32` floats, 96 KiB) is three times L1, and the
-    /// hardware prefetchers keep up with the stream alone. Measured on a 2-core Zen 4,
-    /// 2 threads, weights cold (`gemm_rate --cold 8 --repeat 16`, two runs each, GFLOP/s
-    /// without against with): `128 x 768 x 2304` 216-220 against 194-196, `128 x 3072
-    /// x 768` 207-217 against 193-194, `512 x 768 x 3072` 220-224 against 214-218, GPT-2's
-    /// LM head at 128 rows (hot) 210 against 192.
-    const PREFETCH_NEXT_BLOCK: bool = false;
 
     unsafe fn tile(
         kc: usize,

@@ -26,6 +26,7 @@
 
 mod avx2;
 mod avx512;
+pub mod prefetch;
 #[cfg(test)]
 mod tests;
 
@@ -44,9 +45,6 @@ pub(crate) trait Kernel {
     const KC: usize;
     /// Rows per block: the rows that pass over one weight micro-panel before the next.
     const MC: usize;
-    /// Whether each tile prefetches its share of the next weight block into L1
-    /// ([`panel_block`]).
-    const PREFETCH_NEXT_BLOCK: bool;
 
     /// One tile: `c = a @ bp + bias + add_from` over `kc` depths for the `h` rows of
     /// `a` at stride `lda` (a tile of fewer than `MR` rows computes only those), storing
@@ -261,7 +259,6 @@ pub(crate) struct Layout {
 
 impl Layout {
     /// The row-major `m x n` result.
-    #[cfg(test)]
     fn rows(n: usize) -> Layout {
         Layout {
             ldc: n,
@@ -299,6 +296,19 @@ pub(crate) fn gemm(
     c: &mut [f32],
     layout: Layout,
     store: TileStore<'_, f32>,
+) -> Result<(), GemmShapeError> {
+    gemm_prefetching(m, (a, lda), b, c, (layout, store), None)
+}
+
+/// [`gemm`], its tiles prefetching the next weight block or not as `prefetch` says
+/// (`None`: as measured on this CPU, [`prefetch::next_block`]).
+pub(crate) fn gemm_prefetching(
+    m: usize,
+    (a, lda): (&[f32], usize),
+    b: &PackedB,
+    c: &mut [f32],
+    (layout, store): (Layout, TileStore<'_, f32>),
+    prefetch: Option<bool>,
 ) -> Result<(), GemmShapeError> {
     let (k, n, nr) = (b.k, b.n, b.nr);
     if !b.isa.is_available() {
@@ -368,9 +378,10 @@ pub(crate) fn gemm(
         }
         return Ok(());
     }
+    let prefetch = prefetch.unwrap_or_else(|| prefetch::next_block(b.isa));
     match b.isa {
-        Isa::Avx512 => drive::<avx512::Avx512>(m, (a, lda), b, c, layout, store),
-        Isa::Avx2Fma => drive::<avx2::Avx2>(m, (a, lda), b, c, layout, store),
+        Isa::Avx512 => drive::<avx512::Avx512>(m, (a, lda), b, c, (layout, store), prefetch),
+        Isa::Avx2Fma => drive::<avx2::Avx2>(m, (a, lda), b, c, (layout, store), prefetch),
         // `b.isa.is_available()` above, and nothing is packed for the baseline.
         Isa::Baseline => return Err(GemmShapeError("no packed GEMM without AVX2".into())),
     }
@@ -384,8 +395,8 @@ fn drive<K: Kernel>(
     (a, lda): (&[f32], usize),
     b: &PackedB,
     c: &mut [f32],
-    layout: Layout,
-    store: TileStore<'_, f32>,
+    (layout, store): (Layout, TileStore<'_, f32>),
+    prefetch: bool,
 ) {
     let (k, n) = (b.k, b.n);
     let (mr, panels) = (K::MR, n.div_ceil(K::NR));
@@ -397,7 +408,7 @@ fn drive<K: Kernel>(
         // (`layout.extent`), the residual, `a` and `b`; tasks write disjoint
         // rectangles of micro-tiles (`tile_rectangles`, or disjoint panels), and `c`
         // stays borrowed for the whole call.
-        unsafe { block::<K>(a, lda, b, rows, cols, c, layout, store) }
+        unsafe { block::<K>(a, lda, b, (rows, cols), c, (layout, store), prefetch) }
     };
     if threads == 1 || work < 1 << 20 {
         run((0, m), (0, panels));
@@ -485,17 +496,16 @@ unsafe fn block<K: Kernel>(
     a: &[f32],
     lda: usize,
     b: &PackedB,
-    rows: (usize, usize),
-    cols: (usize, usize),
+    (rows, cols): ((usize, usize), (usize, usize)),
     c: SharedOut,
-    layout: Layout,
-    store: TileStore<'_, f32>,
+    (layout, store): (Layout, TileStore<'_, f32>),
+    prefetch: bool,
 ) {
     let k = b.k;
     let mut copy = aliases(lda).then(|| A_COPY.take());
     if copy.is_none() && resident_rows(rows.1 - rows.0, k) {
         // SAFETY: the caller's contract, which is `block_by_panels`'.
-        unsafe { block_by_panels::<K>(a, lda, b, rows, cols, c, layout, store) };
+        unsafe { block_by_panels::<K>(a, lda, b, (rows, cols), c, (layout, store), prefetch) };
         return;
     }
     for pc in (0..k).step_by(K::KC) {
@@ -519,7 +529,7 @@ unsafe fn block<K: Kernel>(
             };
             for q in cols.0..cols.1 {
                 // The next panel's block of the same depths, while this one runs.
-                let ahead = (q + 1 < cols.1).then_some((q + 1, pc));
+                let ahead = (q + 1 < cols.1 && prefetch).then_some((q + 1, pc));
                 // SAFETY: the block's rows `ic..ic + mc` start at `block_a` and hold
                 // `kc` depths at stride `block_lda`; the caller's contract covers the
                 // rest.
@@ -590,18 +600,19 @@ unsafe fn block_by_panels<K: Kernel>(
     a: &[f32],
     lda: usize,
     b: &PackedB,
-    rows: (usize, usize),
-    cols: (usize, usize),
+    (rows, cols): ((usize, usize), (usize, usize)),
     c: SharedOut,
-    layout: Layout,
-    store: TileStore<'_, f32>,
+    (layout, store): (Layout, TileStore<'_, f32>),
+    prefetch: bool,
 ) {
     let k = b.k;
     for q in cols.0..cols.1 {
         for pc in (0..k).step_by(K::KC) {
             let kc = K::KC.min(k - pc);
             // The weight streams in order: the next depth block, or the next panel's first.
-            let ahead = if pc + kc < k {
+            let ahead = if !prefetch {
+                None
+            } else if pc + kc < k {
                 Some((q, pc + kc))
             } else {
                 (q + 1 < cols.1).then_some((q + 1, 0))
@@ -629,8 +640,8 @@ unsafe fn block_by_panels<K: Kernel>(
 /// micro-tile per `K::MR` rows. The bias is added in the first depth block, onto the
 /// product alone; after it (or with `accumulate`) the product is added to the tile
 /// itself, else to the residual's tile; the last depth block's tiles are then activated
-/// ([`TileStore::activation`]) while in L1. Where the kernel asks for it
-/// ([`Kernel::PREFETCH_NEXT_BLOCK`]), each tile first prefetches its share of the
+/// ([`TileStore::activation`]) while in L1. Given a block `ahead` (where this CPU
+/// measured it faster, [`prefetch::next_block`]), each tile first prefetches its share of the
 /// weight block `ahead` (panel, depth), the one the caller runs next, so the weight
 /// streams from memory behind the tiles instead of stalling the first tile of each
 /// block: spread over the tiles, the prefetches stay within the misses a core keeps
@@ -660,9 +671,7 @@ unsafe fn panel_block<K: Kernel>(
     let col = (j0 / layout.block) * layout.block_stride + j0 % layout.block;
     let bp = b.panels()[(q * k + pc) * nr..].as_ptr();
     // The next block: `KC` depths or what is left of the panel.
-    let ahead = ahead
-        .filter(|_| K::PREFETCH_NEXT_BLOCK)
-        .map(|(q, pc)| &b.panels()[(q * k + pc) * nr..][..K::KC.min(k - pc) * nr]);
+    let ahead = ahead.map(|(q, pc)| &b.panels()[(q * k + pc) * nr..][..K::KC.min(k - pc) * nr]);
     let tiles = (rows.1 - rows.0).div_ceil(K::MR);
     let bias = match store.bias {
         Some(bias) if pc == 0 => bias[j0..].as_ptr(),

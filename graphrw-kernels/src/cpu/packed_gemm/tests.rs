@@ -169,28 +169,34 @@ fn matches_the_reference_on_a_grid_of_shapes() {
     }
 }
 
-/// One product of [`matches_the_reference_on_a_grid_of_shapes`], with a bias.
+/// One product of [`matches_the_reference_on_a_grid_of_shapes`], with a bias, with
+/// and without prefetching the next weight block.
 fn grid_case(pool: &rayon::ThreadPool, isa: Isa, (m, k, n): (usize, usize, usize)) {
     let a = values(m * k, m + k);
     let b = values(k * n, k + n);
     let bias = values(n, n);
     let packed = pack(&b, (k, n), n, 0, isa);
-    let mut c = vec![f32::NAN; m * n];
-    let store = TileStore {
-        bias: Some(&bias),
-        ..TileStore::default()
-    };
-    pool.install(|| gemm(m, &a, k, &packed, &mut c, Layout::rows(n), store))
-        .expect("gemm");
     let mut want = reference(m, k, n, &a, &b);
     for (i, w) in want.iter_mut().enumerate() {
         *w += bias[i % n] as f64;
     }
-    let what = format!(
-        "{isa:?} {m}x{k}x{n} at {} threads",
-        pool.current_num_threads()
-    );
-    assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
+    for prefetch in [false, true] {
+        let mut c = vec![f32::NAN; m * n];
+        let store = TileStore {
+            bias: Some(&bias),
+            ..TileStore::default()
+        };
+        pool.install(|| {
+            let out = (Layout::rows(n), store);
+            gemm_prefetching(m, (&a, k), &packed, &mut c, out, Some(prefetch))
+        })
+        .expect("gemm");
+        let what = format!(
+            "{isa:?} {m}x{k}x{n} at {} threads, prefetching {prefetch}",
+            pool.current_num_threads()
+        );
+        assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
+    }
 }
 
 /// Rows 4 KiB apart (copied at a padded stride first), more rows than a row block,
