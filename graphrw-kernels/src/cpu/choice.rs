@@ -28,7 +28,7 @@ use crate::{DType, KernelOptions, Tensor};
 
 /// Columns of the weight each candidate is timed on (a multiple of both packed
 /// kernels' panel widths), or all of them when fewer.
-pub const SAMPLE_COLUMNS: usize = 128;
+pub const SAMPLE_COLUMNS: usize = 512;
 
 /// Timed rounds of the candidates (each one's best counts), at most.
 const SAMPLE_RUNS: usize = 4;

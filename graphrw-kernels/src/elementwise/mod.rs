@@ -16,6 +16,7 @@
 //! - [`Sum`] and [`Max`]: row accumulators the compiler vectorises;
 //! - [`math`]: f32 `exp`, `erf`, `tanh` and `sigmoid` the compiler vectorises.
 
+pub mod lanes;
 mod load;
 pub mod math;
 mod plan;

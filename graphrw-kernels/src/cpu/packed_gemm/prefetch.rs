@@ -19,7 +19,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{avx2, avx512, block, panel_width, Kernel, Layout, PackedB, SharedOut};
+use super::{avx2, avx512, drive, Kernel, Layout, PackedB};
 use crate::cpu::matmul::TileStore;
 use crate::cpu::Isa;
 
@@ -33,8 +33,9 @@ pub struct Prefetch {
     pub speedup: f64,
 }
 
-/// The measured product: rows, depth and columns (3 MiB of packed weight per copy).
-const SHAPE: (usize, usize, usize) = (48, 768, 1024);
+/// The measured product: rows, depth and columns (3 MiB of packed weight per copy;
+/// rows enough for each of a few threads to take its own tiles).
+const SHAPE: (usize, usize, usize) = (96, 768, 1024);
 /// Copies of the weight run in turn (12 MiB: past any core's L2, so that each call
 /// reads its weight from the last-level cache or memory, as a model's products do).
 const COPIES: usize = 4;
@@ -77,8 +78,10 @@ pub fn measured_so_far(isa: Isa) -> Option<Prefetch> {
     }
 }
 
-/// Times [`SHAPE`] over [`COPIES`] weights with and without prefetching, on this thread,
-/// [`ROUNDS`] alternated rounds each, and compares the best of each.
+/// Times [`SHAPE`] over [`COPIES`] weights with and without prefetching, split over the
+/// current pool's threads as a plan's products are (its threads share the memory
+/// bandwidth, which is where prefetching matters most), [`ROUNDS`] alternated rounds
+/// each, and compares the best of each.
 fn measure<K: Kernel>(isa: Isa) -> Prefetch {
     let (m, k, n) = SHAPE;
     let value = |i: usize| ((i * 7919) % 257) as f32 / 257.0 - 0.5;
@@ -89,7 +92,6 @@ fn measure<K: Kernel>(isa: Isa) -> Prefetch {
             PackedB::pack_by_rows(&b, (k, n), n, 0, isa, &mut |_| {})
         })
         .collect();
-    let panels = n.div_ceil(panel_width(isa).unwrap_or(1));
     let mut c = vec![0f32; m * n];
     let mut best = [Duration::MAX; 2];
     for round in 0..ROUNDS {
@@ -98,21 +100,14 @@ fn measure<K: Kernel>(isa: Isa) -> Prefetch {
             let on = (turn + round) % 2 == 1;
             let start = Instant::now();
             for w in &weights {
-                let out = SharedOut(c.as_mut_ptr());
-                // SAFETY: `a` holds `m` rows of `k`, `c` the `m x n` result laid out as
-                // rows, which only this thread writes during the call; `w` is packed
-                // for `K`, whose instruction set the CPU has (`measured` checked).
-                unsafe {
-                    block::<K>(
-                        &a,
-                        k,
-                        w,
-                        ((0, m), (0, panels)),
-                        out,
-                        (Layout::rows(n), TileStore::default()),
-                        on,
-                    )
-                };
+                drive::<K>(
+                    m,
+                    (&a, k),
+                    w,
+                    &mut c,
+                    (Layout::rows(n), TileStore::default()),
+                    on,
+                );
             }
             let t = start.elapsed();
             best[usize::from(on)] = best[usize::from(on)].min(t);

@@ -330,8 +330,10 @@ fn execute(c: &Compiled, inputs: &[&Tensor], shape: &[usize]) -> Vec<Tensor> {
             .collect();
         // One allocation per register (`vec![row; n]` would also copy the row n times).
         let fresh = || -> Vec<Vec<f32>> { (0..c.regs).map(|_| vec![0f32; TILE]).collect() };
+        // Read on the calling thread, where the plan's options are installed.
+        let isa = graphrw_kernels::elementwise::isa();
         let run = |regs: &mut Vec<Vec<f32>>, (start, mut slices): (usize, Vec<OutSlice<'_>>)| {
-            run_task(c, inputs, &direct, start, &mut slices, regs);
+            run_task(c, (inputs, &direct), start, &mut slices, regs, isa);
         };
         if c.numel >= graphrw_kernels::broadcast::PAR_THRESHOLD {
             tasks.into_par_iter().for_each_init(fresh, run);
@@ -345,11 +347,11 @@ fn execute(c: &Compiled, inputs: &[&Tensor], shape: &[usize]) -> Vec<Tensor> {
 
 fn run_task(
     c: &Compiled,
-    inputs: &[&Tensor],
-    direct: &[Option<&[f32]>],
+    (inputs, direct): (&[&Tensor], &[Option<&[f32]>]),
     start: usize,
     outs: &mut [OutSlice<'_>],
     regs: &mut [Vec<f32>],
+    isa: graphrw_kernels::cpu::Isa,
 ) {
     let len = outs.first().map_or(0, out_len);
     for l in &c.loads {
@@ -384,7 +386,7 @@ fn run_task(
                         Src::Direct(i) => &direct[i].expect("direct inputs are f32")[at..at + n],
                     })
                     .collect();
-                apply(s.op, &mut dst[..n], &src);
+                apply(isa, s.op, &mut dst[..n], &src);
             }
             match s.round {
                 Some(DType::F16) => dst[..n]

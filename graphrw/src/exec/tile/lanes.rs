@@ -1,9 +1,11 @@
 //! The arithmetic of one instruction over a tile of `f32` lanes. Every value of a group
-//! is held as `f32` (bools as 0 and 1); the formulas are those of the reference kernels
-//! (`graphrw-kernels::cpu::elementwise`), so a tile computes the same numbers.
+//! is held as `f32` (bools as 0 and 1); the unary and binary ops run
+//! [`graphrw_kernels::elementwise::lanes`], built per instruction set, whose formulas
+//! are the reference kernels' (`graphrw-kernels::cpu::elementwise`), the transcendental
+//! ones in their vectorising forms (within about 2 ulp).
 
-use graphrw_kernels::cpu::{BinaryOp, UnaryOp};
-use graphrw_kernels::Real;
+use graphrw_kernels::cpu::{BinaryOp, Isa, UnaryOp};
+use graphrw_kernels::elementwise::lanes;
 
 use crate::ops::Op;
 
@@ -117,38 +119,6 @@ fn b2f(b: bool) -> f32 {
 }
 
 #[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-#[inline(always)]
-fn nan_max(x: f32, y: f32) -> f32 {
-    if x.is_nan() || y.is_nan() {
-        f32::NAN
-    } else if x >= y {
-        x
-    } else {
-        y
-    }
-}
-
-#[inline(always)]
-fn nan_min(x: f32, y: f32) -> f32 {
-    if x.is_nan() || y.is_nan() {
-        f32::NAN
-    } else if x <= y {
-        x
-    } else {
-        y
-    }
-}
-
-#[inline(always)]
 fn map1(d: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
     for (d, &a) in d.iter_mut().zip(a) {
         *d = f(a);
@@ -162,12 +132,13 @@ fn map2(d: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
     }
 }
 
-/// Applies `op` to the lanes of `src` (one slice per operand, all as long as `dst`).
-pub fn apply(op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
+/// Applies `op` to the lanes of `src` (one slice per operand, all as long as `dst`),
+/// the unary and binary ops built for `isa` ([`graphrw_kernels::elementwise::lanes`]).
+pub fn apply(isa: Isa, op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
     let a = src[0];
     match op {
-        LaneOp::Binary(op) => binary(op, dst, a, src[1]),
-        LaneOp::Unary(op) => unary(op, dst, a),
+        LaneOp::Binary(op) => lanes::binary_f32(isa, op, dst, a, src[1]),
+        LaneOp::Unary(op) => lanes::unary_f32(isa, op, dst, a),
         LaneOp::Copy => dst.copy_from_slice(a),
         LaneOp::ToBool => map1(dst, a, |x| b2f(x != 0.0)),
         LaneOp::MaskedFill(v) => map2(dst, a, src[1], |x, m| if m != 0.0 { v } else { x }),
@@ -177,59 +148,6 @@ pub fn apply(op: LaneOp, dst: &mut [f32], src: &[&[f32]]) {
                 *d = if c != 0.0 { x } else { y };
             }
         }
-    }
-}
-
-/// Applies the binary op `op` to the lanes of `a` and `b`.
-#[inline(always)]
-fn binary(op: BinaryOp, dst: &mut [f32], a: &[f32], b: &[f32]) {
-    match op {
-        BinaryOp::Add => map2(dst, a, b, |x, y| x + y),
-        BinaryOp::Sub => map2(dst, a, b, |x, y| x - y),
-        BinaryOp::Mul => map2(dst, a, b, |x, y| x * y),
-        BinaryOp::Div => map2(dst, a, b, |x, y| x / y),
-        BinaryOp::Pow => map2(dst, a, b, f32::powf),
-        BinaryOp::Maximum => map2(dst, a, b, nan_max),
-        BinaryOp::Minimum => map2(dst, a, b, nan_min),
-        BinaryOp::And => map2(dst, a, b, |x, y| b2f(x != 0.0 && y != 0.0)),
-        BinaryOp::Or => map2(dst, a, b, |x, y| b2f(x != 0.0 || y != 0.0)),
-        BinaryOp::Eq => map2(dst, a, b, |x, y| b2f(x == y)),
-        BinaryOp::Ne => map2(dst, a, b, |x, y| b2f(x != y)),
-        BinaryOp::Lt => map2(dst, a, b, |x, y| b2f(x < y)),
-        BinaryOp::Le => map2(dst, a, b, |x, y| b2f(x <= y)),
-        BinaryOp::Gt => map2(dst, a, b, |x, y| b2f(x > y)),
-        BinaryOp::Ge => map2(dst, a, b, |x, y| b2f(x >= y)),
-    }
-}
-
-/// Applies the unary op `op` to the lanes of `a`.
-#[inline(always)]
-fn unary(op: UnaryOp, dst: &mut [f32], a: &[f32]) {
-    let half = 0.5f32;
-    let inv_sqrt2 = std::f64::consts::FRAC_1_SQRT_2 as f32;
-    let k = (2.0 / std::f64::consts::PI).sqrt() as f32;
-    let c = 0.044715f64 as f32;
-    match op {
-        UnaryOp::Neg => map1(dst, a, |x| -x),
-        UnaryOp::Abs => map1(dst, a, f32::abs),
-        UnaryOp::Reciprocal => map1(dst, a, |x| 1.0 / x),
-        UnaryOp::Sqrt => map1(dst, a, f32::sqrt),
-        UnaryOp::Rsqrt => map1(dst, a, |x| 1.0 / x.sqrt()),
-        UnaryOp::Exp => map1(dst, a, f32::exp),
-        UnaryOp::Log => map1(dst, a, f32::ln),
-        UnaryOp::Sin => map1(dst, a, f32::sin),
-        UnaryOp::Cos => map1(dst, a, f32::cos),
-        UnaryOp::Erf => map1(dst, a, Real::erf),
-        UnaryOp::Tanh => map1(dst, a, f32::tanh),
-        UnaryOp::Sigmoid => map1(dst, a, sigmoid),
-        UnaryOp::Relu => map1(dst, a, |x| if x < 0.0 { 0.0 } else { x }),
-        UnaryOp::Gelu => map1(dst, a, |v| half * v * (1.0 + Real::erf(v * inv_sqrt2))),
-        UnaryOp::GeluTanh => map1(dst, a, |v| {
-            half * v * (1.0 + (k * (v + c * v * v * v)).tanh())
-        }),
-        UnaryOp::Silu => map1(dst, a, |x| x * sigmoid(x)),
-        UnaryOp::Not => map1(dst, a, |x| b2f(x == 0.0)),
-        UnaryOp::IsNan => map1(dst, a, |x| b2f(x.is_nan())),
     }
 }
 
@@ -271,7 +189,7 @@ mod tests {
             };
             let tensor = tensor.unwrap_or_else(|e| panic!("{op:?}: {e}"));
             let mut got = vec![0f32; lanes.len()];
-            apply(LaneOp::Unary(op), &mut got, &[&lanes]);
+            apply(Isa::best(), LaneOp::Unary(op), &mut got, &[&lanes]);
             let want = cpu::unary(op, &tensor)
                 .unwrap_or_else(|e| panic!("{op:?}: {e}"))
                 .to_f64_vec();
