@@ -123,30 +123,51 @@ unsafe fn tile(
     }
 }
 
-/// The start of a depth step of [`full_tile_steps`] and [`eight_row_steps`]: the two
-/// weight vectors loaded into `b0`, `b1`, then the FMAs of rows 0 to 7 (row `3 g + r`
-/// read at `a{3g} + r s`), each row's element broadcast inside its FMA.
-macro_rules! first_eight_rows {
-    () => {
+/// The FMAs of one depth step of rows `$r0..` (each `[$a + $o]`, `$o` a row offset
+/// such as `{s}` plus the step's byte offset), on the weight vectors in `b0` and `b1`;
+/// accumulators `c{row}0` and `c{row}1`. Each row's element is broadcast inside its FMA.
+macro_rules! fma_rows {
+    ($( $c0:literal $c1:literal [$($addr:tt)*] ),* $(,)?) => {
+        concat!($(
+            "vfmadd231ps {", $c0, "}, {b0}, dword ptr [", $($addr)*, "]{{1to16}}\n",
+            "vfmadd231ps {", $c1, "}, {b1}, dword ptr [", $($addr)*, "]{{1to16}}\n",
+        )*)
+    };
+}
+
+/// One depth step of rows 0 to 7 at byte offset `$d` of the rows and `$b` of the
+/// weight panel: the two weight vectors loaded into `b0`, `b1`, then the FMAs (row
+/// `3 g + r` read at `a{3g} + r s`).
+macro_rules! eight_rows_step {
+    ($d:literal, $b:literal) => {
         concat!(
-            "vmovups {b0}, [{bp}]\n",
-            "vmovups {b1}, [{bp} + 64]\n",
-            "vfmadd231ps {c00}, {b0}, dword ptr [{a0}]{{1to16}}\n",
-            "vfmadd231ps {c01}, {b1}, dword ptr [{a0}]{{1to16}}\n",
-            "vfmadd231ps {c10}, {b0}, dword ptr [{a0} + {s}]{{1to16}}\n",
-            "vfmadd231ps {c11}, {b1}, dword ptr [{a0} + {s}]{{1to16}}\n",
-            "vfmadd231ps {c20}, {b0}, dword ptr [{a0} + {s} * 2]{{1to16}}\n",
-            "vfmadd231ps {c21}, {b1}, dword ptr [{a0} + {s} * 2]{{1to16}}\n",
-            "vfmadd231ps {c30}, {b0}, dword ptr [{a3}]{{1to16}}\n",
-            "vfmadd231ps {c31}, {b1}, dword ptr [{a3}]{{1to16}}\n",
-            "vfmadd231ps {c40}, {b0}, dword ptr [{a3} + {s}]{{1to16}}\n",
-            "vfmadd231ps {c41}, {b1}, dword ptr [{a3} + {s}]{{1to16}}\n",
-            "vfmadd231ps {c50}, {b0}, dword ptr [{a3} + {s} * 2]{{1to16}}\n",
-            "vfmadd231ps {c51}, {b1}, dword ptr [{a3} + {s} * 2]{{1to16}}\n",
-            "vfmadd231ps {c60}, {b0}, dword ptr [{a6}]{{1to16}}\n",
-            "vfmadd231ps {c61}, {b1}, dword ptr [{a6}]{{1to16}}\n",
-            "vfmadd231ps {c70}, {b0}, dword ptr [{a6} + {s}]{{1to16}}\n",
-            "vfmadd231ps {c71}, {b1}, dword ptr [{a6} + {s}]{{1to16}}",
+            "vmovups {b0}, [{bp} + ", $b, "]\n",
+            "vmovups {b1}, [{bp} + ", $b, " + 64]\n",
+            fma_rows!(
+                "c00" "c01" ["{a0} + ", $d],
+                "c10" "c11" ["{a0} + {s} + ", $d],
+                "c20" "c21" ["{a0} + {s} * 2 + ", $d],
+                "c30" "c31" ["{a3} + ", $d],
+                "c40" "c41" ["{a3} + {s} + ", $d],
+                "c50" "c51" ["{a3} + {s} * 2 + ", $d],
+                "c60" "c61" ["{a6} + ", $d],
+                "c70" "c71" ["{a6} + {s} + ", $d],
+            ),
+        )
+    };
+}
+
+/// One depth step of all 12 rows (see [`eight_rows_step`]).
+macro_rules! twelve_rows_step {
+    ($d:literal, $b:literal) => {
+        concat!(
+            eight_rows_step!($d, $b),
+            fma_rows!(
+                "c80" "c81" ["{a6} + {s} * 2 + ", $d],
+                "c90" "c91" ["{a9} + ", $d],
+                "ca0" "ca1" ["{a9} + {s} + ", $d],
+                "cb0" "cb1" ["{a9} + {s} * 2 + ", $d],
+            ),
         )
     };
 }
@@ -181,23 +202,36 @@ unsafe fn full_tile_steps(
     // the named registers and flags are written.
     unsafe {
         std::arch::asm!(
+            // Four depth steps per pass while four are left: a quarter of the pointer
+            // and counter updates, which compete with the FMAs for their ports.
+            "cmp {k}, 4",
+            "jb 3f",
             "2:",
-            first_eight_rows!(),
-            "vfmadd231ps {c80}, {b0}, dword ptr [{a6} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c81}, {b1}, dword ptr [{a6} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {c90}, {b0}, dword ptr [{a9}]{{1to16}}",
-            "vfmadd231ps {c91}, {b1}, dword ptr [{a9}]{{1to16}}",
-            "vfmadd231ps {ca0}, {b0}, dword ptr [{a9} + {s}]{{1to16}}",
-            "vfmadd231ps {ca1}, {b1}, dword ptr [{a9} + {s}]{{1to16}}",
-            "vfmadd231ps {cb0}, {b0}, dword ptr [{a9} + {s} * 2]{{1to16}}",
-            "vfmadd231ps {cb1}, {b1}, dword ptr [{a9} + {s} * 2]{{1to16}}",
+            twelve_rows_step!("0", "0"),
+            twelve_rows_step!("4", "128"),
+            twelve_rows_step!("8", "256"),
+            twelve_rows_step!("12", "384"),
+            "add {a0}, 16",
+            "add {a3}, 16",
+            "add {a6}, 16",
+            "add {a9}, 16",
+            "add {bp}, 512",
+            "sub {k}, 4",
+            "cmp {k}, 4",
+            "jae 2b",
+            "3:",
+            "test {k}, {k}",
+            "jz 5f",
+            "4:",
+            twelve_rows_step!("0", "0"),
             "add {a0}, 4",
             "add {a3}, 4",
             "add {a6}, 4",
             "add {a9}, 4",
             "sub {bp}, -128",
             "dec {k}",
-            "jnz 2b",
+            "jnz 4b",
+            "5:",
             k = inout(reg) kc => _,
             bp = inout(reg) bp => _,
             s = in(reg) stride,
@@ -297,14 +331,33 @@ unsafe fn eight_row_steps(
     // flags are written.
     unsafe {
         std::arch::asm!(
+            // Four depth steps per pass while four are left, as in `full_tile_steps`.
+            "cmp {k}, 4",
+            "jb 3f",
             "2:",
-            first_eight_rows!(),
+            eight_rows_step!("0", "0"),
+            eight_rows_step!("4", "128"),
+            eight_rows_step!("8", "256"),
+            eight_rows_step!("12", "384"),
+            "add {a0}, 16",
+            "add {a3}, 16",
+            "add {a6}, 16",
+            "add {bp}, 512",
+            "sub {k}, 4",
+            "cmp {k}, 4",
+            "jae 2b",
+            "3:",
+            "test {k}, {k}",
+            "jz 5f",
+            "4:",
+            eight_rows_step!("0", "0"),
             "add {a0}, 4",
             "add {a3}, 4",
             "add {a6}, 4",
             "sub {bp}, -128",
             "dec {k}",
-            "jnz 2b",
+            "jnz 4b",
+            "5:",
             k = inout(reg) kc => _,
             bp = inout(reg) bp => _,
             s = in(reg) stride,
