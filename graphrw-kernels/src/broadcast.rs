@@ -10,7 +10,7 @@ use rayon::prelude::*;
 pub const PAR_THRESHOLD: usize = 1 << 16;
 
 /// Elements per rayon task for flat elementwise loops.
-const PAR_CHUNK: usize = 1 << 14;
+pub(crate) const PAR_CHUNK: usize = 1 << 14;
 
 /// The numpy broadcast of two shapes, or `None` when they are incompatible.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {

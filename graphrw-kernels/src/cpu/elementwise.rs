@@ -1,8 +1,13 @@
 //! Elementwise kernels: binary ops with broadcasting, unary ops, `where`, casts,
 //! `masked_fill` and inference-mode `dropout`.
 
-use crate::broadcast::{broadcast_shapes, broadcast_zip, broadcast_zip3, map_slice};
+use rayon::prelude::*;
+
+use crate::broadcast::{
+    broadcast_shapes, broadcast_zip, broadcast_zip3, map_slice, PAR_CHUNK, PAR_THRESHOLD,
+};
 use crate::cpu::util::{expect_bool, same_dtype};
+use crate::elementwise::lanes;
 use crate::macros::{dispatch, dispatch_float};
 use crate::{DType, Element, IntElement, KernelError, Real, Tensor};
 
@@ -216,7 +221,54 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {
         }
         _ => {}
     }
-    dispatch_float!(dtype, name, |T| Ok(float_unary::<T>(op, x)))
+    match dtype {
+        DType::F32 => Ok(lanes_unary::<f32>(op, x)),
+        DType::F16 => Ok(lanes_unary::<half::f16>(op, x)),
+        DType::BF16 => Ok(lanes_unary::<half::bf16>(op, x)),
+        _ => dispatch_float!(dtype, name, |T| Ok(float_unary::<T>(op, x))),
+    }
+}
+
+/// A float unary op on a dtype computed in `f32`: each element is widened, run
+/// through [`lanes::unary_f32`] built for [`crate::elementwise::isa`] (the
+/// vectorising transcendental forms) and rounded back. An elementwise group of the
+/// tile executor runs the same lanes on the same instruction set, so an op gives the
+/// same bits inside a fused group as on its own.
+fn lanes_unary<T: Element<Acc = f32>>(op: UnaryOp, x: &Tensor) -> Tensor {
+    /// Elements widened per pass (on the stack).
+    const BLOCK: usize = 256;
+    let isa = crate::elementwise::isa();
+    let src = x.slice_of::<T>();
+    // Every element is written by `body`.
+    let mut out = crate::cpu::pool::buffer::<T>(src.len());
+    let body = |(dst, src): (&mut [T], &[T])| {
+        let (mut wide, mut result) = ([0f32; BLOCK], [0f32; BLOCK]);
+        for (dst, src) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
+            let n = src.len();
+            for (w, &s) in wide.iter_mut().zip(src) {
+                *w = s.to_acc();
+            }
+            lanes::unary_f32(isa, op, &mut result[..n], &wide[..n]);
+            for (d, &r) in dst.iter_mut().zip(&result[..n]) {
+                *d = T::from_acc(r);
+            }
+        }
+    };
+    if src.len() < PAR_THRESHOLD {
+        body((&mut out, src));
+    } else {
+        out.par_chunks_mut(PAR_CHUNK)
+            .zip(src.par_chunks(PAR_CHUNK))
+            .for_each(body);
+    }
+    Tensor::from_data(x.shape().to_vec(), out)
+}
+
+/// [`unary`] with the scalar `libm` formulas on every float dtype: the plain reference
+/// the vectorised lanes are tested against.
+#[cfg(test)]
+pub(crate) fn unary_scalar(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {
+    dispatch_float!(x.dtype(), op.name(), |T| Ok(float_unary::<T>(op, x)))
 }
 
 fn int_unary<T: IntElement>(op: UnaryOp, x: &Tensor) -> Tensor {

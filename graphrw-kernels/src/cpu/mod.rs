@@ -8,7 +8,7 @@ pub mod awake;
 pub mod choice;
 mod conv;
 mod creation;
-mod elementwise;
+pub(crate) mod elementwise;
 pub mod features;
 mod indexing;
 mod layout;
