@@ -34,6 +34,18 @@ use crate::{DType, KernelOptions, Tensor};
 /// AVX-512 kernel that 512 columns chose.
 pub const SAMPLE_COLUMNS: usize = 512;
 
+/// The most bytes of weight a sample holds: past it (a depth over 4096), fewer columns
+/// than [`SAMPLE_COLUMNS`] are timed, a multiple of 64, still far past L2. Each
+/// candidate holds its own packing of the sample while the candidates take turns.
+pub const SAMPLE_BYTES: usize = 8 << 20;
+
+/// The columns a sample of a weight of depth `k` holds ([`SAMPLE_COLUMNS`], fewer past
+/// [`SAMPLE_BYTES`]).
+fn sample_columns(k: usize) -> usize {
+    let fit = SAMPLE_BYTES / (k.max(1) * std::mem::size_of::<f32>());
+    SAMPLE_COLUMNS.min(fit / 64 * 64).max(64)
+}
+
 /// Timed rounds of the candidates (each one's best counts), at most.
 const SAMPLE_RUNS: usize = 4;
 
@@ -364,8 +376,8 @@ fn measure(
     isa: Isa,
 ) -> Chosen {
     let began = Instant::now();
-    let sample = (start, end.min(start + SAMPLE_COLUMNS));
     let k = w.shape()[usize::from(transposed)];
+    let sample = (start, end.min(start + sample_columns(k)));
     let rows = a.numel() / k.max(1);
     let flops = 2.0 * (rows * k * (sample.1 - sample.0)) as f64;
     let packings: Vec<(ProductKernel, Option<PackedWeight>)> = candidates(isa)
@@ -406,6 +418,12 @@ fn measure(
             break;
         }
     }
+    // Reading a sample of a weight mapped from an external data file maps far more
+    // than the sample (the kernel maps the pages around each one read): give them
+    // back, so that packing the weight next holds it about once, not twice.
+    if let Some(r) = w.file_range().filter(|r| !r.file.holds_model()) {
+        r.file.release_range(r.offset, r.len);
+    }
     let rated: Vec<(ProductKernel, f64)> = packings
         .iter()
         .zip(&best)
@@ -432,6 +450,19 @@ mod tests {
             .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
             .collect();
         Tensor::from_vec(vec![k, n], data).expect("tensor")
+    }
+
+    #[test]
+    fn samples_stay_within_their_bytes() {
+        assert_eq!(sample_columns(768), SAMPLE_COLUMNS);
+        assert_eq!(sample_columns(4096), SAMPLE_COLUMNS);
+        assert_eq!(sample_columns(8192), 256);
+        assert_eq!(sample_columns(1 << 20), 64);
+        for k in [1, 100, 5000, 8192, 20000] {
+            let c = sample_columns(k);
+            assert!(c % 64 == 0 && c <= SAMPLE_COLUMNS);
+            assert!(c == 64 || c * k * 4 <= SAMPLE_BYTES, "k {k}: {c} columns");
+        }
     }
 
     #[test]
