@@ -13,9 +13,9 @@ const TASK_ELEMS: usize = 1 << 14;
 /// A reduction over dims (see [`reduce`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
-    /// Sum (integers and bool sum to i64; floats accumulate in f64).
+    /// Sum (the input's dtype, bool summing to i64; floats accumulate in f64).
     Sum,
-    /// Mean (floats only; NaN over zero elements).
+    /// Mean (floats: NaN over zero elements; integers: truncated toward zero).
     Mean,
     /// Maximum (any dtype; NaN propagates; error over zero elements).
     Amax,
@@ -123,9 +123,11 @@ impl Lanes {
 
 /// Reduces `x` over `dims` (all dims when empty), keeping them as size 1 when `keepdim`.
 ///
-/// `Sum` of integers or bool gives i64 (wrapping); `Sum` and `Mean` of floats
-/// accumulate in f64 and keep the dtype; `Mean` needs a float dtype; `Amax` keeps the
-/// dtype, propagates NaN and errors when reducing zero elements.
+/// Every result keeps the input's dtype, as ONNX's `ReduceSum`/`ReduceMean`/`ReduceMax`
+/// do, except `Sum` of bool, which gives i64. `Sum` and `Mean` of floats accumulate in
+/// f64; `Sum` of integers wraps at their width; `Mean` of integers is the sum divided by
+/// the count, truncated toward zero (an error over zero elements); `Amax` propagates NaN
+/// and errors when reducing zero elements.
 pub fn reduce(
     op: ReduceOp,
     x: &Tensor,
@@ -159,10 +161,28 @@ pub fn reduce(
     let lanes = Lanes::new(x.shape(), &reduced);
     let dtype = x.dtype();
     match op {
-        ReduceOp::Sum if !dtype.is_float() => Ok(dispatch!(dtype, |T| {
-            let out = lanes.fold(x.slice_of::<T>(), 0i64, |a, v: T| {
+        ReduceOp::Sum if dtype == DType::Bool => {
+            let out = lanes.fold(x.slice_of::<bool>(), 0i64, |a, v: bool| a + i64::from(v));
+            Ok(Tensor::from_data(shape, out))
+        }
+        ReduceOp::Mean if dtype.is_int() && lanes.red_numel == 0 && lanes.out_numel > 0 => {
+            Err(KernelError::shape(
+                name,
+                format!(
+                    "an integer mean over zero elements divides by zero: shape {:?}, dims {dims:?}",
+                    x.shape()
+                ),
+            ))
+        }
+        ReduceOp::Sum | ReduceOp::Mean if dtype.is_int() => Ok(dispatch!(dtype, |T| {
+            let sums = lanes.fold(x.slice_of::<T>(), 0i64, |a, v: T| {
                 a.wrapping_add(v.to_i64())
             });
+            let count = (lanes.red_numel as i64).max(1);
+            let div = if op == ReduceOp::Mean { count } else { 1 };
+            // Wrapping in i64 and then at T's width is wrapping at T's width; `/`
+            // truncates toward zero, as ONNX runtimes do.
+            let out: Vec<T> = sums.into_iter().map(|s| T::from_i64(s / div)).collect();
             Tensor::from_data(shape, out)
         })),
         ReduceOp::Sum | ReduceOp::Mean => dispatch_float!(dtype, name, |T| {
@@ -327,8 +347,9 @@ fn softmax_block<T: Element>(
     }
 }
 
-/// Cumulative sum along `dim`. Floats keep their dtype (accumulating in f64);
-/// integers and bool give i64 (wrapping), as in PyTorch.
+/// Cumulative sum along `dim`. Every dtype but bool keeps its dtype, as ONNX `CumSum`
+/// does: floats accumulate in f64, integers wrap at their own width (an `i32` input gives
+/// `i32`, not PyTorch's `i64`); bool gives i64.
 pub fn cumsum(x: &Tensor, dim: i64) -> Result<Tensor, KernelError> {
     let d = norm_dim("cumsum", dim, x.rank().max(1))?;
     let shape = if x.rank() == 0 {
@@ -351,8 +372,20 @@ pub fn cumsum(x: &Tensor, dim: i64) -> Result<Tensor, KernelError> {
             );
             Ok(Tensor::from_data(x.shape().to_vec(), out))
         })
+    } else if dtype == DType::Bool {
+        let out = scan(
+            x.slice_of::<bool>(),
+            outer,
+            axis,
+            inner,
+            0i64,
+            |a, v: bool| a + i64::from(v),
+            |a| a,
+        );
+        Ok(Tensor::from_data(x.shape().to_vec(), out))
     } else {
         Ok(dispatch!(dtype, |T| {
+            // Wrapping in i64 and then at T's width is wrapping at T's width.
             let out = scan(
                 x.slice_of::<T>(),
                 outer,
@@ -360,7 +393,7 @@ pub fn cumsum(x: &Tensor, dim: i64) -> Result<Tensor, KernelError> {
                 inner,
                 0i64,
                 |a, v: T| a.wrapping_add(v.to_i64()),
-                |a| a,
+                T::from_i64,
             );
             Tensor::from_data(x.shape().to_vec(), out)
         }))

@@ -1,10 +1,13 @@
 //! The standard ONNX `Attention` op (opset 23) both ways: imported as
 //! `scaled_dot_product_attention` (views to 4-D, the mask written by graphrw's own export
-//! given back), and exported as `Attention` (padding masks expanded for onnxruntime;
-//! grouped kv heads go in unrepeated, with `q_num_heads` and `kv_num_heads`).
+//! given back), and exported as `Attention` (masks that broadcast over the query rows
+//! expanded to them for onnxruntime, by shape arithmetic at symbolic shapes; grouped kv
+//! heads go in unrepeated, with `q_num_heads` and `kv_num_heads`).
 
 use crate::graph::NodeId;
 use crate::graph::Value;
+use crate::meta::Dim;
+use crate::meta::SymExpr;
 use crate::meta::TensorMeta;
 use crate::onnx::encode::Attr;
 use crate::onnx::load::importer::*;
@@ -154,8 +157,18 @@ impl<'g> Exporter<'g> {
                 && m.rank() >= 2
                 && md[m.rank() - 2] == sq
                 && md[m.rank() - 1] == skv;
-            if let (false, Some(sq), Some(skv)) = (full, sq.known(), skv.known()) {
-                let shape = self.init_ints("mask_shape", &[1, 1, sq as i64, skv as i64])?;
+            // onnxruntime reads the mask's last two dims as the query and key lengths,
+            // without broadcasting them: a mask that broadcasts over the query rows (a
+            // `[B, 1, 1, K]` key-padding mask) is expanded to them, by shape arithmetic
+            // where the lengths are known only at run time.
+            if !full {
+                let dims = [
+                    SymExpr::int(1),
+                    SymExpr::int(1),
+                    sq.to_expr(),
+                    skv.to_expr(),
+                ];
+                let shape = self.sym_list(&dims)?;
                 let expanded = self.tmp("mask_expanded");
                 let base = format!("{}/mask_expand", self.s(attn_name));
                 let name = unique_in(&mut self.node_names, &mut self.arena, &base);
@@ -183,7 +196,8 @@ impl<'g> Exporter<'g> {
     }
 
     /// `x` (q, k or v of rank `r` != 4) as a 4-D tensor: `Unsqueeze(0)` for rank 3,
-    /// a `Reshape` to `[-1, heads, seq, dim]` (known) above 4.
+    /// a `Reshape` to `[-1, heads, seq, dim]` above 4 (dims known only at run time
+    /// computed from the shapes).
     pub(crate) fn view_as_4d(
         &mut self,
         x: Name,
@@ -197,8 +211,7 @@ impl<'g> Exporter<'g> {
             self.push("Unsqueeze", &[x, axes], &[out], &[]);
             return Ok(out);
         }
-        let tail = self.known_tail(meta, 3)?;
-        let shape = self.init_ints("shape_4d", &[-1, tail[0], tail[1], tail[2]])?;
+        let shape = self.sym_list(&merged_batch(meta.shape.dims()))?;
         self.push("Reshape", &[x, shape], &[out], &[]);
         Ok(out)
     }
@@ -220,18 +233,13 @@ impl<'g> Exporter<'g> {
         if r == 3 {
             return self.view_as_4d(m, meta, 3, "mask");
         }
-        let mut scores: Vec<i64> = Vec::with_capacity(r);
-        for d in &q.shape.dims()[..r - 1] {
-            scores.push(self.known(d)?);
-        }
-        scores.push(self.known(&k.shape.dims()[r - 2])?);
-        let full = self.init_ints("mask_full_shape", &scores)?;
+        let mut scores: Vec<Dim> = q.shape.dims()[..r - 1].to_vec();
+        scores.push(k.shape.dims()[r - 2].clone());
+        let exprs: Vec<SymExpr> = scores.iter().map(Dim::to_expr).collect();
+        let full = self.sym_list(&exprs)?;
         let expanded = self.tmp("mask_full");
         self.push("Expand", &[m, full], &[expanded], &[]);
-        let shape = self.init_ints(
-            "mask_shape_4d",
-            &[-1, scores[r - 3], scores[r - 2], scores[r - 1]],
-        )?;
+        let shape = self.sym_list(&merged_batch(&scores))?;
         let out = self.tmp("mask_4d");
         self.push("Reshape", &[expanded, shape], &[out], &[]);
         Ok(out)
@@ -249,12 +257,21 @@ impl<'g> Exporter<'g> {
             self.push("Squeeze", &[x, axes], &[out], &[]);
             return Ok(());
         }
-        let mut dims = Vec::with_capacity(meta.rank());
-        for d in meta.shape.dims() {
-            dims.push(self.known(d)?);
-        }
-        let shape = self.init_ints("out_shape", &dims)?;
+        let dims: Vec<SymExpr> = meta.shape.dims().iter().map(Dim::to_expr).collect();
+        let shape = self.sym_list(&dims)?;
         self.push("Reshape", &[x, shape], &[out], &[]);
         Ok(())
     }
+}
+
+/// The `Reshape` target that merges every dim before the last three into one:
+/// `[-1, d[r-3], d[r-2], d[r-1]]`.
+fn merged_batch(dims: &[Dim]) -> [SymExpr; 4] {
+    let r = dims.len();
+    [
+        SymExpr::int(-1),
+        dims[r - 3].to_expr(),
+        dims[r - 2].to_expr(),
+        dims[r - 1].to_expr(),
+    ]
 }

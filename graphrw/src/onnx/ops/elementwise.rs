@@ -7,6 +7,7 @@ use crate::onnx::load::node::*;
 use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
 use crate::onnx::OnnxError;
+use crate::ops::AttrValue;
 use crate::ops::Op;
 use crate::Tensor;
 use smallvec::smallvec;
@@ -181,9 +182,9 @@ impl<'g> Exporter<'g> {
         outs: &[Name],
     ) -> Result<(), OnnxError> {
         let attrs = node.attrs();
-        if attrs.bool("train").map_err(|e| self.bad(e))?
-            && attrs.float("p").map_err(|e| self.bad(e))? != 0.0
-        {
+        // Inference-mode dropout is the identity whatever `p` is (a symbolic `p` too).
+        let train = attrs.bool("train").map_err(|e| self.bad(e))?;
+        if train && attrs.get("p") != Some(&AttrValue::Float(0.0)) {
             return Err(self.err("training-mode dropout has no ONNX inference form"));
         }
         self.push("Identity", ins, outs, &[]);
@@ -198,8 +199,14 @@ impl<'g> Exporter<'g> {
     ) -> Result<(), OnnxError> {
         let attrs = node.attrs();
         let dtype = self.meta(node.operands()[0])?.dtype;
-        let fill = attrs.float("value").map_err(|e| self.bad(e))?;
-        let value = self.init("value", &Tensor::full(dtype, &[], fill));
+        // A fill value known only at run time (`seq`) is computed from the shapes.
+        let value = match attrs.get("value") {
+            Some(AttrValue::Sym(e)) => self.sym_scalar_as(e, dtype)?,
+            _ => {
+                let fill = attrs.float("value").map_err(|e| self.bad(e))?;
+                self.init("value", &Tensor::full(dtype, &[], fill))
+            }
+        };
         self.push("Where", &[ins[1], value, ins[0]], outs, &[]);
         Ok(())
     }

@@ -105,6 +105,14 @@ impl<'g> Exporter<'g> {
         if let Some(row) = crate::onnx::table::saving(node.op_name()) {
             return self.write_row(id, row, ins, outs);
         }
+        let symbolic = node
+            .attrs()
+            .iter()
+            .find(|(n, v)| v.is_symbolic() && !computes_symbolic(node.op().builtin, n));
+        if let Some((name, v)) = symbolic {
+            let form = format!("the ONNX form of `{}`", node.op_name());
+            return Err(self.symbolic_attr_err(name, v, &form));
+        }
         match node.op().builtin {
             Some(Op::Ne) => self.write_ne(&ins, &outs)?,
             Some(Op::Rsqrt) => self.write_rsqrt(&ins, &outs)?,
@@ -138,4 +146,28 @@ impl<'g> Exporter<'g> {
         }
         Ok(())
     }
+}
+
+/// True where the writer of `op` (this module's families) computes attribute `attr`
+/// from the graph's shapes when it is known only at run time: each of these feeds an
+/// input of the ONNX op written (`Reshape`'s shape, `Slice`'s bounds, `Range`'s
+/// bounds, `Where`'s fill value, `Expand` of a filled value), or, for inference-mode
+/// `dropout`, is not written at all. The table's rows do the same for every argument
+/// that is an ONNX input (`write_row`). Any other symbolic attribute has no ONNX form.
+fn computes_symbolic(op: Option<Op>, attr: &str) -> bool {
+    let Some(op) = op else {
+        return false;
+    };
+    matches!(
+        (op, attr),
+        (Op::Reshape, "shape")
+            | (Op::Expand, "size")
+            | (Op::Slice, "start" | "end" | "dim" | "step")
+            | (Op::Full, "size" | "value")
+            | (Op::Zeros | Op::Ones, "size")
+            | (Op::Arange, "start" | "end" | "step")
+            | (Op::SymInts, "values")
+            | (Op::MaskedFill, "value")
+            | (Op::Dropout, "p")
+    )
 }

@@ -722,6 +722,22 @@ impl Exporter<'_> {
         Ok(out)
     }
 
+    /// The scalar value `e` of `dtype`: [`Exporter::sym_scalar`], cast where `dtype` is
+    /// not int64 (a fill value known only at run time).
+    pub(crate) fn sym_scalar_as(&mut self, e: &SymExpr, dtype: DType) -> Result<Name, OnnxError> {
+        if let Some(c) = e.as_const() {
+            return Ok(self.init("scalar", &Tensor::full(dtype, &[], c as f64)));
+        }
+        let v = self.sym_scalar(e)?;
+        if dtype == DType::I64 {
+            return Ok(v);
+        }
+        let out = self.tmp("scalar");
+        let to = i64::from(crate::onnx::tensor_pb::dtype_to_onnx(dtype));
+        self.push("Cast", &[v], &[out], &[a_int("to", to)]);
+        Ok(out)
+    }
+
     pub(crate) fn binary(&mut self, op: &str, a: Name, b: Name) -> Name {
         let out = self.tmp(&op.to_ascii_lowercase());
         self.push(op, &[a, b], &[out], &[]);

@@ -129,6 +129,14 @@ impl<'g> Exporter<'g> {
         let attrs = node.attrs();
         let size = attrs.sym_ints("size").map_err(|e| self.bad(e))?;
         let dtype = attrs.dtype("dtype").map_err(|e| self.bad(e))?;
+        // `ConstantOfShape`'s value is an attribute: a value known only at run time is a
+        // scalar computed from the shapes, expanded.
+        if let Some(AttrValue::Sym(e)) = attrs.get("value") {
+            let v = self.sym_scalar_as(e, dtype)?;
+            let s = self.sym_list(&size)?;
+            self.push("Expand", &[v, s], outs, &[]);
+            return Ok(());
+        }
         let value = match node.builtin() {
             Some(Op::Full) => attrs.float("value").map_err(|e| self.bad(e))?,
             Some(Op::Zeros) => 0.0,

@@ -30,6 +30,7 @@ use crate::onnx::save::names::*;
 use crate::onnx::save::{BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION};
 use crate::onnx::table::Absent;
 use crate::onnx::table::HeldValues;
+use crate::onnx::table::OnnxKind;
 use crate::onnx::table::OpMap;
 use crate::onnx::table::Quirk;
 use crate::onnx::table::Shape;
@@ -431,6 +432,17 @@ impl<'g> Exporter<'g> {
         self.inits.push(t);
     }
 
+    /// The error for attribute `attr` of the node being written, symbolic (`v`), where
+    /// `form` (the ONNX op written, say `Softmax`) takes it as an attribute, not an
+    /// input: an ONNX attribute is a constant, so a value known only at run time cannot
+    /// be written.
+    pub(crate) fn symbolic_attr_err(&self, attr: &str, v: &AttrValue, form: &str) -> OnnxError {
+        self.err(format!(
+            "attribute `{attr}` = {v} is known only at run time, but {form} takes it as an \
+             attribute (a constant), with no input to compute it from the shapes"
+        ))
+    }
+
     /// The error for a node whose attributes do not read as its op declares.
     pub(crate) fn bad(&self, e: InferError) -> OnnxError {
         self.err(e.0)
@@ -564,6 +576,16 @@ impl<'g> Exporter<'g> {
                 (Some(i), AttrValue::Int(v)) => inputs.push((i, self.init_i64(a.onnx, v))),
                 (Some(_), AttrValue::Ints(v)) if matches!(a.absent, Absent::Ints(d) if d == v) => {}
                 (Some(i), AttrValue::Ints(v)) => inputs.push((i, self.init_ints(a.onnx, &v)?)),
+                // Known only at run time (`Trilu`'s `k` of a cache's length): the input is
+                // computed from the graph's shapes.
+                (Some(i), AttrValue::Sym(e)) if a.kind == OnnxKind::Int => {
+                    inputs.push((i, self.sym_scalar(&e)?))
+                }
+                (Some(i), AttrValue::Dims(v)) => inputs.push((i, self.sym_list(&v)?)),
+                (None, v @ (AttrValue::Sym(_) | AttrValue::Dims(_))) => {
+                    let form = format!("ONNX `{}`", row.onnx);
+                    return Err(self.symbolic_attr_err(a.ours, &v, &form));
+                }
                 (_, v) => {
                     return Err(self.err(format!(
                         "attribute `{}` {v} has no ONNX form in `{}`",
@@ -640,22 +662,6 @@ impl<'g> Exporter<'g> {
                 doc_string: String::new(),
             }),
         }
-    }
-
-    pub(crate) fn known(&self, d: &Dim) -> Result<i64, OnnxError> {
-        d.known().map(|d| d as i64).ok_or_else(|| {
-            self.err(format!(
-                "ONNX Attention export of a rank other than 3 or 4 needs known dims, found {d}"
-            ))
-        })
-    }
-
-    pub(crate) fn known_tail(&self, meta: &TensorMeta, n: usize) -> Result<Vec<i64>, OnnxError> {
-        let dims = meta.shape.dims();
-        dims[dims.len() - n..]
-            .iter()
-            .map(|d| self.known(d))
-            .collect()
     }
 
     /// The `Identity` nodes that give graph outputs their names.

@@ -1,0 +1,237 @@
+//! Running saved models in onnxruntime from the tests: a Python with onnxruntime (or
+//! a printed `SKIPPED`, and a failure under `CI=true`, as `.ci/run` provides one through
+//! `GRAPHRW_PYTHON`), and many (model, inputs) cases run in one Python process, their
+//! outputs read back with the dtypes onnxruntime gave them.
+#![allow(dead_code)]
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use graphrw::{DType, Tensor};
+use graphrw_kernels::testing::compare;
+
+/// A Python with onnxruntime and numpy: `GRAPHRW_PYTHON` (CI sets it), else the
+/// workspace's `.venv/bin/python` (what `.ci/run` makes), else `python3`; or why none.
+pub fn python() -> Result<String, String> {
+    let mut candidates = Vec::new();
+    if let Ok(p) = std::env::var("GRAPHRW_PYTHON") {
+        candidates.push(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if venv.exists() {
+        candidates.push(venv.display().to_string());
+    }
+    candidates.push("python3".into());
+    for p in &candidates {
+        let probe = Command::new(p)
+            .args(["-c", "import onnxruntime, numpy"])
+            .output();
+        if probe.is_ok_and(|o| o.status.success()) {
+            return Ok(p.clone());
+        }
+    }
+    Err(format!(
+        "no Python with onnxruntime and numpy among {candidates:?} (set GRAPHRW_PYTHON)"
+    ))
+}
+
+/// [`python`], or `None` after printing `SKIPPED: <why>: <what>` (what is not checked)
+/// — except under `CI=true`, where a missing onnxruntime fails the test.
+pub fn python_or_skip(what: &str) -> Option<String> {
+    match python() {
+        Ok(p) => Some(p),
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true: onnxruntime is required: {why}")
+        }
+        Err(why) => {
+            println!("SKIPPED: {why}: {what}");
+            None
+        }
+    }
+}
+
+/// One model run in onnxruntime: its bytes and its inputs, in the order of the
+/// model's graph inputs.
+pub struct Case {
+    /// Shown in messages.
+    pub name: String,
+    /// The saved model.
+    pub model: Vec<u8>,
+    /// One tensor per graph input, in order.
+    pub inputs: Vec<Tensor>,
+}
+
+/// The numpy name of a dtype (bf16 has none).
+fn numpy_name(dt: DType) -> &'static str {
+    match dt {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I64 => "int64",
+        DType::I32 => "int32",
+        DType::Bool => "bool",
+    }
+}
+
+/// Reads every case's folder, writes its outputs (`out{k}.bin` with `outs.txt`
+/// holding `dtype:d0,d1` per line) or `error.txt` (onnxruntime's message on one line,
+/// its middle cut where it is long: the end says what failed).
+const SCRIPT: &str = r#"
+import os, sys
+import numpy as np, onnxruntime as ort
+root = sys.argv[1]
+opts = ort.SessionOptions()
+opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+opts.log_severity_level = 4
+for line in open(os.path.join(root, "manifest.txt")):
+    parts = line.rstrip("\n").split("|")
+    d = os.path.join(root, parts[0])
+    try:
+        s = ort.InferenceSession(os.path.join(d, "model.onnx"), opts, providers=["CPUExecutionProvider"])
+        feeds = {}
+        for j, (meta, spec) in enumerate(zip(s.get_inputs(), parts[1:])):
+            dt, dims = spec.split(":")
+            shape = [int(x) for x in dims.split(",") if x]
+            a = np.fromfile(os.path.join(d, "in%d.bin" % j), dtype=dt).reshape(shape)
+            feeds[meta.name] = a
+        outs = s.run(None, feeds)
+        with open(os.path.join(d, "outs.txt"), "w") as f:
+            for k, y in enumerate(outs):
+                y = np.ascontiguousarray(y)
+                y.tofile(os.path.join(d, "out%d.bin" % k))
+                f.write("%s:%s\n" % (y.dtype.name, ",".join(str(n) for n in y.shape)))
+    except Exception as e:
+        msg = " ".join(str(e).split())
+        if len(msg) > 600:
+            msg = msg[:200] + " ... " + msg[-350:]
+        with open(os.path.join(d, "error.txt"), "w") as f:
+            f.write(msg)
+"#;
+
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs every case in onnxruntime (one Python process, graph optimisations off so
+/// that each op runs as written): per case its outputs, or onnxruntime's error.
+pub fn run_all(python: &str, cases: &[Case]) -> Vec<Result<Vec<Tensor>, String>> {
+    let dir: PathBuf = std::env::temp_dir().join(format!(
+        "graphrw-ort-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = run_in(python, &dir, cases);
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Ok(r) => r,
+        Err(e) => cases.iter().map(|_| Err(e.clone())).collect(),
+    }
+}
+
+fn run_in(
+    python: &str,
+    dir: &Path,
+    cases: &[Case],
+) -> Result<Vec<Result<Vec<Tensor>, String>>, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let mut manifest = String::new();
+    for (i, c) in cases.iter().enumerate() {
+        let d = dir.join(i.to_string());
+        std::fs::create_dir_all(&d).map_err(io)?;
+        std::fs::write(d.join("model.onnx"), &c.model).map_err(io)?;
+        let _ = write!(manifest, "{i}");
+        for (j, t) in c.inputs.iter().enumerate() {
+            std::fs::write(d.join(format!("in{j}.bin")), t.to_raw_bytes()).map_err(io)?;
+            let dims: Vec<String> = t.shape().iter().map(|n| n.to_string()).collect();
+            let _ = write!(manifest, "|{}:{}", numpy_name(t.dtype()), dims.join(","));
+        }
+        manifest.push('\n');
+    }
+    std::fs::write(dir.join("manifest.txt"), manifest).map_err(io)?;
+    let out = Command::new(python)
+        .args(["-c", SCRIPT])
+        .arg(dir)
+        .output()
+        .map_err(io)?;
+    if !out.status.success() {
+        return Err(format!(
+            "the onnxruntime script failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok((0..cases.len())
+        .map(|i| read_outputs(&dir.join(i.to_string())))
+        .collect())
+}
+
+fn read_outputs(d: &Path) -> Result<Vec<Tensor>, String> {
+    if let Ok(e) = std::fs::read_to_string(d.join("error.txt")) {
+        return Err(format!("onnxruntime: {e}"));
+    }
+    let list = std::fs::read_to_string(d.join("outs.txt")).map_err(|e| e.to_string())?;
+    let mut outs = Vec::new();
+    for (k, line) in list.lines().enumerate() {
+        let (dt, dims) = line.split_once(':').ok_or("bad outs.txt")?;
+        let dtype = DType::from_name(dt)
+            .ok_or_else(|| format!("output {k}: onnxruntime gave dtype {dt}"))?;
+        let shape: Vec<usize> = dims
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|_| format!("bad dim {s}")))
+            .collect::<Result<_, String>>()?;
+        let bytes = std::fs::read(d.join(format!("out{k}.bin"))).map_err(|e| e.to_string())?;
+        outs.push(Tensor::from_raw_bytes(dtype, &shape, &bytes).map_err(|e| e.to_string())?);
+    }
+    Ok(outs)
+}
+
+/// `got` has `want`'s dtype and shape and its values: integers and bools exactly,
+/// floats within `1e-4` plus `1e-3` of the largest finite magnitude (NaN and the
+/// infinities where `want` has them).
+pub fn same(got: &Tensor, want: &Tensor) -> Result<(), String> {
+    if got.dtype() != want.dtype() {
+        return Err(format!(
+            "dtype {} where {} is expected",
+            got.dtype(),
+            want.dtype()
+        ));
+    }
+    if got.shape() != want.shape() {
+        return Err(format!(
+            "shape {:?} where {:?} is expected",
+            got.shape(),
+            want.shape()
+        ));
+    }
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    if !want.dtype().is_float() {
+        return match g.iter().zip(&w).position(|(a, b)| a != b) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "element {i} is {} where {} is expected",
+                g[i], w[i]
+            )),
+        };
+    }
+    let scale = w
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0f64, |m, x| m.max(x.abs()));
+    compare::check_close(&g, &w, compare::Tol::new(1e-4 + 1e-3 * scale, 0.0))
+}
+
+/// [`same`] over lists of outputs.
+pub fn same_all(got: &[Tensor], want: &[Tensor]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{} outputs where {} are expected",
+            got.len(),
+            want.len()
+        ));
+    }
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        same(g, w).map_err(|e| format!("output {k}: {e}"))?;
+    }
+    Ok(())
+}
