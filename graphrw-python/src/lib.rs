@@ -33,6 +33,7 @@ use pyo3::types::{PyBytes, PyType};
 use graphrw_cli::commands;
 
 mod meta;
+mod narrow;
 mod session;
 
 /// Which exception of `graphrw._errors` a failure raises.

@@ -511,3 +511,101 @@ def test_plan_and_warm_up_at_construction() -> None:
     # No warm-up where asked.
     options.add_session_config_entry("graphrw.warmup", "0")
     assert graphrw.InferenceSession(ffn(512, 9), options).timings["warmup"] == 0
+
+
+# --- 5. Cast from every integer and float type -----------------------------------------
+
+NUMPY_OF = {
+    TensorProto.UINT8: np.uint8,
+    TensorProto.INT8: np.int8,
+    TensorProto.UINT16: np.uint16,
+    TensorProto.INT16: np.int16,
+    TensorProto.UINT32: np.uint32,
+    TensorProto.UINT64: np.uint64,
+    TensorProto.INT32: np.int32,
+    TensorProto.INT64: np.int64,
+    TensorProto.BOOL: np.bool_,
+    TensorProto.FLOAT16: np.float16,
+    TensorProto.FLOAT: np.float32,
+    TensorProto.DOUBLE: np.float64,
+}
+TARGETS = [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT64,
+           TensorProto.INT32, TensorProto.BOOL]
+
+
+def cast_sample(dtype: Any) -> np.ndarray:
+    if dtype == np.bool_:
+        return np.array([[True, False, True], [False, False, True]])
+    info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else None
+    lo = max(int(info.min), -100) if info else -2.5
+    hi = min(int(info.max), 255) if info else 300.0
+    return np.array([[0, 1, lo], [hi, 7, 100]]).astype(dtype)
+
+
+@pytest.mark.parametrize("src", list(NUMPY_OF), ids=lambda t: TensorProto.DataType.Name(t))
+def test_cast_from_every_integer_and_float_input(src: int) -> None:
+    x = cast_sample(NUMPY_OF[src])
+    for to in TARGETS:
+        xi = helper.make_tensor_value_info("x", src, ["n", 3])
+        yi = helper.make_tensor_value_info("y", to, ["n", 3])
+        model = finish(helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=to)], "g", [xi], [yi]))
+        session = graphrw.InferenceSession(model)
+        (arg,) = session.get_inputs()
+        assert arg.type == f"tensor({ {'float32': 'float', 'float64': 'double', 'bool_': 'bool'}.get(NUMPY_OF[src].__name__, NUMPY_OF[src].__name__)})"
+        (got,) = session.run(None, {"x": x})
+        want = reference(model, {"x": x})
+        if want is not None:
+            assert got.dtype == want[0].dtype and np.array_equal(got, want[0]), (src, to)
+        else:
+            assert np.array_equal(got, x.astype(got.dtype))
+
+
+def test_narrow_weights_and_constants_read_by_cast() -> None:
+    """A uint8 initialiser and an int8 Constant, each cast to float: loaded widened."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    table = numpy_helper.from_array(np.array([1, 2, 255], np.uint8), "table")
+    offset = helper.make_tensor("offset", TensorProto.INT8, [3], [-128, 0, 127])
+    nodes = [
+        helper.make_node("Constant", [], ["offset8"], value=offset),
+        helper.make_node("Cast", ["table"], ["tf"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["offset8"], ["of"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "tf"], ["s"]),
+        helper.make_node("Add", ["s", "of"], ["y"]),
+    ]
+    model = finish(helper.make_graph(nodes, "g", [x], [y], [table]))
+    feed = {"x": np.array([0.5, 0.25, -1.0], np.float32)}
+    (got,) = graphrw.InferenceSession(model).run(None, feed)
+    np.testing.assert_array_equal(got, np.array([-126.5, 2.25, 381.0], np.float32))
+    want = reference(model, feed)
+    if want is not None:
+        np.testing.assert_array_equal(got, want[0])
+
+
+def test_narrow_inputs_errors() -> None:
+    xi = helper.make_tensor_value_info("image", TensorProto.UINT8, ["n", 3])
+    yi = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    model = finish(
+        helper.make_graph(
+            [helper.make_node("Cast", ["image"], ["y"], to=TensorProto.FLOAT)], "g", [xi], [yi]
+        )
+    )
+    session = graphrw.InferenceSession(model)
+    with pytest.raises(graphrw.InvalidArgument, match="input `image`: expected uint8 \\(tensor\\(uint8\\)\\), got float32"):
+        session.run(None, {"image": np.zeros((1, 3), np.float32)})
+    # Lists are taken as the input's own dtype.
+    (y,) = session.run(None, {"image": [[1, 2, 255]]})
+    assert y.tolist() == [[1.0, 2.0, 255.0]]
+    xi = helper.make_tensor_value_info("x", TensorProto.UINT64, [2])
+    yi = helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2])
+    big = finish(
+        helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.DOUBLE)], "g", [xi], [yi])
+    )
+    with pytest.raises(graphrw.InvalidArgument, match="uint64 values past 2\\*\\*63 - 1"):
+        graphrw.InferenceSession(big).run(None, {"x": np.array([1, 1 << 63], np.uint64)})
+    # A narrow input read by another op than Cast stays refused, with why.
+    xi = helper.make_tensor_value_info("x", TensorProto.UINT8, [2])
+    yi = helper.make_tensor_value_info("y", TensorProto.UINT8, [2])
+    added = finish(helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g", [xi], [yi]))
+    with pytest.raises(graphrw.GraphrwError, match="opaque"):
+        graphrw.InferenceSession(added)

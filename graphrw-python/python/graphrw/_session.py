@@ -688,7 +688,10 @@ class InferenceSession:
     steady one does; ``timings`` says how long each step took).
 
     Inputs and outputs are numpy arrays of float32, float64, float16, bfloat16
-    (``ml_dtypes.bfloat16``), int64, int32 or bool. numpy has no bfloat16 of its own: a bf16 output comes back as ``ml_dtypes.bfloat16`` when ``ml_dtypes`` is
+    (``ml_dtypes.bfloat16``), int64, int32 or bool; an input of uint8, int8, uint16,
+    int16, uint32 or uint64 that the model only reads through ``Cast`` is taken in its
+    own dtype (widened to int32 or int64 on the way in). numpy has no bfloat16 of its
+    own: a bf16 output comes back as ``ml_dtypes.bfloat16`` when ``ml_dtypes`` is
     installed (``onnx`` depends on it), else as float32 (exact); a bf16 input takes
     either, float32 rounded to bf16.
 
@@ -880,6 +883,7 @@ class InferenceSession:
 
     def _feed(self, k: int, value: Any) -> "tuple[str, List[int], bytes]":
         arg = self._inputs[k]
+        want = self._feed_dtypes[k]
         if isinstance(value, OrtValue) or (
             not isinstance(value, np.ndarray) and callable(getattr(value, "numpy", None))
         ):
@@ -889,6 +893,19 @@ class InferenceSession:
         else:
             dtype = _bf16() if arg.dtype == "bfloat16" else arg.dtype
             array = np.asarray(value, dtype=dtype if dtype is not None else np.float32)
+        if arg.dtype != want:
+            # A narrow integer input widened at load: its own dtype, widened here.
+            if array.dtype.name != arg.dtype:
+                raise InvalidArgument(
+                    f"input `{arg.name}`: expected {arg.dtype} ({arg.type}), got "
+                    f"{array.dtype.name}"
+                )
+            if arg.dtype == "uint64" and array.size and int(array.max()) > np.iinfo(np.int64).max:
+                raise InvalidArgument(
+                    f"input `{arg.name}`: uint64 values past 2**63 - 1 are not supported "
+                    "(graphrw reads the input as int64)"
+                )
+            array = array.astype(want)
         name = array.dtype.name
         if name not in _SUPPORTED:
             raise InvalidArgument(
