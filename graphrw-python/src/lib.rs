@@ -19,19 +19,22 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use graphrw::exec::{self, ExecError, Plan};
 use graphrw::onnx::{SaveOptions, WeightLayout};
 use graphrw::pattern::{explain_named, near_misses};
 use graphrw::printer::{node_line, Names};
 use graphrw::rewrite::Rewriter;
-use graphrw::{rules, DType, Graph, NodeId, Tensor, Value};
+use graphrw::{rules, DType, Graph, NodeId, Value};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyType};
+use pyo3::types::{PyBytes, PyType};
 
 /// graphrw-cli's subcommands (`optimize`, `inspect`, `run`, `explain`) for
 /// `python -m graphrw`: the CLI stays the one place their behaviour and output are
 /// defined.
 use graphrw_cli::commands;
+
+mod meta;
+mod narrow;
+mod session;
 
 /// Which exception of `graphrw._errors` a failure raises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -452,127 +455,6 @@ fn io_info(graph: &Graph, name: &str, v: Value) -> Outcome<IoInfo> {
     ))
 }
 
-/// An output as `Session.run` gives it: numpy dtype name, shape, little-endian bytes.
-type RawOutput<'py> = (&'static str, Vec<usize>, Bound<'py, PyByteArray>);
-
-/// A model planned on graphrw's default stack (see `graphrw.InferenceSession`).
-#[pyclass(module = "graphrw._native", frozen)]
-struct Session {
-    plan: Plan,
-    inputs: Vec<IoInfo>,
-    outputs: Vec<IoInfo>,
-    /// What the optimiser did (`nodes: a -> b` and the fused ops), or why it failed.
-    optimized: String,
-}
-
-/// Loads, optimises (the default pipeline, as `graphrw run` does; a failing rewrite
-/// leaves the model as loaded) and plans a model on `stack`.
-fn prepare_session(src: &Source<'_>, optimize: bool) -> Outcome<Session> {
-    let loaded = src.load()?;
-    let mut inputs = Vec::new();
-    for &id in loaded.inputs() {
-        let name = loaded.node(id).and_then(|n| n.name()).unwrap_or("?");
-        inputs.push(io_info(&loaded, name, Value::from(id))?);
-    }
-    let mut outputs = Vec::new();
-    for (name, &v) in loaded.output_names().iter().zip(loaded.outputs()) {
-        outputs.push(io_info(&loaded, name, v)?);
-    }
-    let (graph, optimized, stack) = if optimize {
-        let mut g = loaded.clone();
-        match rules::optimize(&mut g) {
-            Ok(done) => (g, done.to_string(), exec::default_stack()),
-            Err(e) => (
-                loaded,
-                format!("optimisation failed, running the model as loaded: {e}"),
-                exec::default_stack(),
-            ),
-        }
-    } else {
-        (loaded, "not optimised".to_string(), exec::reference_stack())
-    };
-    let label = if optimize { "default" } else { "reference" };
-    let plan = exec::plan(&graph, &stack)
-        .map_err(|e| Failure::new(Kind::Run, format!("planning on the {label} stack: {e}")))?;
-    Ok(Session {
-        plan,
-        inputs,
-        outputs,
-        optimized,
-    })
-}
-
-#[pymethods]
-impl Session {
-    /// Loads and plans `model`; `optimize=False` runs it as loaded on the reference
-    /// kernels (`graphrw run --executors reference`).
-    #[new]
-    #[pyo3(signature = (model, optimize=true))]
-    fn new(py: Python<'_>, model: &Bound<'_, PyAny>, optimize: bool) -> PyResult<Session> {
-        let src = Source::extract(model)?;
-        detached(py, || prepare_session(&src, optimize))
-    }
-
-    /// The graph inputs: `(name, numpy dtype, ort type, dims)`.
-    fn inputs(&self) -> Vec<IoInfo> {
-        self.inputs.clone()
-    }
-
-    /// The graph outputs: `(name, numpy dtype, ort type, dims)`.
-    fn outputs(&self) -> Vec<IoInfo> {
-        self.outputs.clone()
-    }
-
-    /// What the optimiser did, as `graphrw run` prints it.
-    fn optimized(&self) -> String {
-        self.optimized.clone()
-    }
-
-    /// Runs the plan on `feeds`, one `(numpy dtype name, shape, bytes)` per graph input
-    /// in order; returns every output as `(numpy dtype name, shape, bytearray)`.
-    fn run<'py>(
-        &self,
-        py: Python<'py>,
-        feeds: Vec<(String, Vec<usize>, Bound<'py, PyBytes>)>,
-    ) -> PyResult<Vec<RawOutput<'py>>> {
-        let mut tensors = Vec::with_capacity(feeds.len());
-        for (k, (dtype, shape, bytes)) in feeds.iter().enumerate() {
-            let name = self.inputs.get(k).map_or("?", |i| i.0.as_str());
-            let bad = |m: String| Failure::new(Kind::InvalidArgument, m).into_pyerr(py);
-            let dt = from_numpy_name(dtype)
-                .ok_or_else(|| bad(format!("input `{name}`: unsupported dtype {dtype}")))?;
-            let mut t = Tensor::from_raw_bytes(dt, shape, bytes.as_bytes())
-                .map_err(|e| bad(format!("input `{name}`: {e}")))?;
-            // numpy has no bfloat16 without ml_dtypes: a float32 array feeds a bf16
-            // input, rounded to it.
-            if dt == DType::F32 && self.inputs.get(k).is_some_and(|i| i.1 == "bfloat16") {
-                t = t.cast(DType::BF16);
-            }
-            tensors.push(t);
-        }
-        let plan = &self.plan;
-        let outputs = detached(py, || {
-            plan.run(&tensors).map(|(out, _)| out).map_err(|e| match e {
-                ExecError::Input { .. } => Failure::new(Kind::InvalidArgument, e),
-                e => Failure::new(Kind::Run, e),
-            })
-        })?;
-        let raw = outputs
-            .iter()
-            .map(|t| {
-                (
-                    numpy_name(t.dtype()),
-                    t.shape().to_vec(),
-                    PyByteArray::new(py, &t.to_raw_bytes()),
-                )
-            })
-            .collect();
-        // Copied out: the next run draws its outputs on these buffers.
-        plan.recycle(outputs);
-        Ok(raw)
-    }
-}
-
 /// Runs one of graphrw-cli's subcommands with the GIL released, with the kernel options
 /// of the `GRAPHRW_*` variables installed (as the command does); its exit code, or its
 /// error (the CLI prints `error: ...` and exits 1) as a `GraphrwError`.
@@ -672,7 +554,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli_explain, m)?)?;
     m.add_function(wrap_pyfunction!(cli_optimize, m)?)?;
     m.add_function(wrap_pyfunction!(cli_run, m)?)?;
-    m.add_class::<Session>()?;
+    m.add_function(wrap_pyfunction!(session::model_meta, m)?)?;
+    m.add_function(wrap_pyfunction!(session::has_cuda, m)?)?;
+    m.add_class::<session::Session>()?;
+    m.add_class::<session::Outputs>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -20,8 +20,6 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
 
-import numpy as np
-
 from . import _native
 from ._errors import (
     GraphrwError,
@@ -30,6 +28,20 @@ from ._errors import (
     OptimizeError,
     RunError,
     SaveError,
+)
+from ._session import (
+    ExecutionMode,
+    GraphOptimizationLevel,
+    InferenceSession,
+    IOBinding,
+    ModelMetadata,
+    NodeArg,
+    OrtValue,
+    RunOptions,
+    SessionOptions,
+    get_all_providers,
+    get_available_providers,
+    get_device,
 )
 
 __version__: str = _native.__version__
@@ -40,7 +52,17 @@ __all__ = [
     "Report",
     "Skip",
     "InferenceSession",
+    "SessionOptions",
+    "RunOptions",
+    "GraphOptimizationLevel",
+    "ExecutionMode",
+    "IOBinding",
+    "OrtValue",
     "NodeArg",
+    "ModelMetadata",
+    "get_available_providers",
+    "get_all_providers",
+    "get_device",
     "GraphrwError",
     "LoadError",
     "OptimizeError",
@@ -200,159 +222,3 @@ def explain(model: ModelLike, rule: str, node: Optional[str] = None) -> str:
     """
     src, _ = _source(model)
     return _native.explain(src, rule, node)
-
-
-class NodeArg:
-    """A graph input or output, as onnxruntime's ``NodeArg``: ``name``, ``shape`` (ints
-    and symbolic dims' names) and ``type`` (``"tensor(float)"``)."""
-
-    __slots__ = ("name", "shape", "type", "dtype")
-
-    def __init__(self, name: str, dtype: str, type: str, shape: List[Union[int, str]]):
-        self.name = name
-        self.type = type
-        self.shape = shape
-        #: The numpy dtype name (``"float32"``; ``"bfloat16"`` for bf16).
-        self.dtype = dtype
-
-    def __repr__(self) -> str:
-        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
-
-
-def _node_arg(info: "tuple[str, str, str, List[str]]") -> NodeArg:
-    name, dtype, ort_type, dims = info
-    shape: List[Union[int, str]] = [int(d) if d.isdigit() else d for d in dims]
-    return NodeArg(name, dtype, ort_type, shape)
-
-
-def _bf16() -> Any:
-    """ml_dtypes' bfloat16, or None without ml_dtypes."""
-    try:
-        import ml_dtypes  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return ml_dtypes.bfloat16
-
-
-_SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
-
-
-class InferenceSession:
-    """Runs a model on graphrw's CPU fast path, with onnxruntime's API.
-
-    The model is optimised by the default pipeline (attention fusion, causal masks,
-    generated fused kernels) and planned on the default executor stack, as
-    ``graphrw run`` does; a rewrite that fails leaves the model as loaded.
-
-    Inputs and outputs are numpy arrays of float32, float64, float16, bfloat16
-    (``ml_dtypes.bfloat16``), int64, int32 or bool. numpy has no bfloat16 of its own:
-    a bf16 output comes back as ``ml_dtypes.bfloat16`` when ``ml_dtypes`` is
-    installed (``onnx`` depends on it), else as float32 (exact: every bf16 is a
-    float32); a bf16 input takes either, float32 rounded to bf16.
-
-    Args:
-        model: a path, the bytes of an ONNX model, or an ``onnx.ModelProto``.
-        optimize: ``False`` runs the model as loaded on the reference kernels
-            (``graphrw run --executors reference``).
-
-    Raises:
-        LoadError, RunError (the model cannot be planned).
-    """
-
-    def __init__(self, model: ModelLike, *, optimize: bool = True):
-        src, _ = _source(model)
-        self._session = _native.Session(src, optimize)
-        self._inputs = [_node_arg(i) for i in self._session.inputs()]
-        self._outputs = [_node_arg(o) for o in self._session.outputs()]
-
-    def get_inputs(self) -> List[NodeArg]:
-        """The graph inputs, in order."""
-        return list(self._inputs)
-
-    def get_outputs(self) -> List[NodeArg]:
-        """The graph outputs, in order."""
-        return list(self._outputs)
-
-    @property
-    def optimized(self) -> str:
-        """What the optimiser did (``nodes: a -> b`` and the fused ops)."""
-        return self._session.optimized()
-
-    def _feed(self, arg: NodeArg, value: Any) -> "tuple[str, List[int], bytes]":
-        if isinstance(value, np.ndarray):
-            array = value
-        else:
-            want = _bf16() if arg.dtype == "bfloat16" else arg.dtype
-            array = np.asarray(value, dtype=want if want is not None else np.float32)
-        name = array.dtype.name
-        if name not in _SUPPORTED:
-            raise InvalidArgument(
-                f"input `{arg.name}`: unsupported dtype {array.dtype} "
-                f"(graphrw takes {', '.join(_SUPPORTED)})"
-            )
-        if array.dtype.byteorder == ">":
-            array = array.astype(array.dtype.newbyteorder("<"))
-        array = np.ascontiguousarray(array)
-        return name, list(array.shape), array.tobytes()
-
-    def run(
-        self,
-        output_names: Optional[Sequence[str]],
-        input_feed: Mapping[str, Any],
-        run_options: Any = None,
-    ) -> List[np.ndarray]:
-        """Runs the model, as onnxruntime's ``InferenceSession.run``.
-
-        Args:
-            output_names: the outputs to return, by name, or ``None`` for all.
-            input_feed: every input by name, as a numpy array (or anything
-                ``numpy.asarray`` takes, converted to the input's dtype).
-            run_options: accepted for onnxruntime compatibility and ignored.
-
-        Returns:
-            The outputs as numpy arrays, in the order of ``output_names``.
-
-        Raises:
-            InvalidArgument (an unknown or missing name, an array of the wrong dtype or
-            shape), RunError.
-        """
-        if not isinstance(input_feed, Mapping):
-            raise InvalidArgument("input_feed: expected a dict of input name -> array")
-        known = {a.name for a in self._inputs}
-        unknown = [k for k in input_feed if k not in known]
-        if unknown:
-            raise InvalidArgument(
-                f"unknown input name(s) {', '.join(map(repr, unknown))} "
-                f"(the model's inputs: {', '.join(sorted(known))})"
-            )
-        missing = [a.name for a in self._inputs if a.name not in input_feed]
-        if missing:
-            raise InvalidArgument(f"missing input(s): {', '.join(missing)}")
-        feeds = [self._feed(a, input_feed[a.name]) for a in self._inputs]
-        if output_names is None:
-            wanted = list(range(len(self._outputs)))
-        else:
-            if isinstance(output_names, str):
-                raise InvalidArgument("output_names: expected a list of names or None")
-            index = {o.name: k for k, o in enumerate(self._outputs)}
-            bad = [n for n in output_names if n not in index]
-            if bad:
-                raise InvalidArgument(
-                    f"unknown output name(s) {', '.join(map(repr, bad))} "
-                    f"(the model's outputs: {', '.join(index)})"
-                )
-            wanted = [index[n] for n in output_names]
-        raw = self._session.run(feeds)
-        return [_array(*raw[k]) for k in wanted]
-
-
-def _array(dtype: str, shape: List[int], data: bytearray) -> np.ndarray:
-    """A writable numpy array over the bytes the native module made."""
-    if dtype == "bfloat16":
-        bf16 = _bf16()
-        if bf16 is not None:
-            return np.frombuffer(data, dtype=bf16).reshape(shape)
-        # bf16 is the top half of a float32.
-        halves = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
-        return halves.view(np.float32).reshape(shape)
-    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)

@@ -21,18 +21,67 @@ def optimize(
 def explain(model: Union[str, bytes], rule: str, node: Optional[str] = None) -> str:
     """``graphrw explain``'s text."""
 
-class Session:
-    """A model planned on graphrw's default (or reference) stack."""
+_Raw = Tuple[str, List[int], bytearray]
+_Profile = Tuple[float, List[Tuple[str, float, int]]]
 
-    def __init__(self, model: Union[str, bytes], optimize: bool = True) -> None: ...
+class Session:
+    """A model loaded, optimised, planned and warmed up (graphrw.InferenceSession)."""
+
+    def __init__(
+        self,
+        model: Union[str, bytes],
+        level: str = "all",
+        threads: int = 0,
+        device: str = "cpu",
+        optimized_model_path: Optional[str] = None,
+        warmup: bool = True,
+        dims: Dict[str, int] = ...,
+    ) -> None:
+        """``level``: ``all``, ``none`` (no rewrite) or ``reference``; ``device``:
+        ``cpu`` or ``cuda:N``; ``threads`` 0: ``GRAPHRW_THREADS``, else every core;
+        ``dims``: symbolic dims' sizes in the warm-up run (1 where absent)."""
     def inputs(self) -> List[_IoInfo]:
         """``(name, numpy dtype, ort type, dims)`` per graph input."""
     def outputs(self) -> List[_IoInfo]:
         """``(name, numpy dtype, ort type, dims)`` per graph output."""
+    def feed_dtypes(self) -> List[str]:
+        """The numpy dtype each input is fed in (int32 for a widened uint8 input)."""
     def optimized(self) -> str:
         """What the optimiser did."""
-    def run(self, feeds: List[Tuple[str, List[int], bytes]]) -> List[Tuple[str, List[int], bytearray]]:
-        """Runs on ``(numpy dtype, shape, bytes)`` per input; every output likewise."""
+    def timings(self) -> Dict[str, float]:
+        """Seconds: ``load``, ``optimize``, ``plan``, ``warmup``, ``total``."""
+    def notes(self) -> List[Tuple[int, str]]:
+        """``(severity, message)`` of the construction (0 verbose .. 3 error)."""
+    def warmup_error(self) -> Optional[str]:
+        """Why the warm-up run failed, if it did."""
+    def device(self) -> str:
+        """``cpu`` or ``cuda:N``."""
+    def threads(self) -> Optional[int]:
+        """Threads for the plan's kernels (None: every core)."""
+    def run(
+        self, feeds: List[Tuple[str, List[int], bytes]], profile: bool = False
+    ) -> Tuple[List[_Raw], Optional[_Profile]]:
+        """Runs on ``(numpy dtype, shape, bytes)`` per input; every output likewise, and
+        with ``profile`` ``(seconds, [(op, seconds, calls)])``."""
+    def run_kept(
+        self, feeds: List[Tuple[str, List[int], bytes]], profile: bool = False
+    ) -> Tuple[Outputs, Optional[_Profile]]:
+        """``run``, the outputs kept in graphrw's memory."""
+
+class Outputs:
+    """A run's outputs held in graphrw's memory, back to the session's pool when freed."""
+
+    def __len__(self) -> int: ...
+    def info(self, k: int) -> Tuple[str, List[int]]:
+        """Output ``k``'s numpy dtype and shape."""
+    def copy(self, k: int) -> bytearray:
+        """Output ``k``'s little-endian bytes."""
+
+def model_meta(model: Union[str, bytes]) -> Dict[str, Any]:
+    """The model's metadata fields (``version`` None where unset)."""
+
+def has_cuda() -> bool:
+    """Whether this build runs plans on CUDA devices."""
 
 def cli_inspect(model: str) -> int: ...
 def cli_explain(model: str, rule: str, node: Optional[str] = None) -> int: ...
