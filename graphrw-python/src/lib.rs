@@ -15,8 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use graphrw::onnx::{SaveOptions, WeightLayout};
@@ -455,94 +454,12 @@ fn io_info(graph: &Graph, name: &str, v: Value) -> Outcome<IoInfo> {
     ))
 }
 
-/// Runs one of graphrw-cli's subcommands with the GIL released, with the kernel options
-/// of the `GRAPHRW_*` variables installed (as the command does); its exit code, or its
-/// error (the CLI prints `error: ...` and exits 1) as a `GraphrwError`.
-fn cli<F>(py: Python<'_>, f: F) -> PyResult<u8>
-where
-    F: FnOnce() -> commands::CmdResult + Send,
-{
-    detached(py, || {
-        let options = commands::env::options_from_env()
-            .map_err(|e| Failure::new(Kind::InvalidArgument, e))?;
-        let _options = options.install();
-        let code = f().map_err(|e| Failure::new(Kind::Internal, e))?;
-        Ok(if code == ExitCode::SUCCESS { 0 } else { 1 })
-    })
-}
-
-/// `graphrw inspect MODEL`.
+/// The `graphrw` command (`graphrw_cli::cli`) on `argv` (the program's name first),
+/// with the GIL released: the wheel's `graphrw` console script and `python -m graphrw`.
+/// Its exit code; it prints what the command prints (a panic is a `GraphrwError`).
 #[pyfunction]
-fn cli_inspect(py: Python<'_>, model: PathBuf) -> PyResult<u8> {
-    cli(py, || commands::inspect::run(&model))
-}
-
-/// `graphrw explain MODEL --rule NAME [--node N]`.
-#[pyfunction]
-#[pyo3(signature = (model, rule, node=None))]
-fn cli_explain(py: Python<'_>, model: PathBuf, rule: String, node: Option<String>) -> PyResult<u8> {
-    cli(py, || {
-        commands::explain::run(&model, &rule, node.as_deref())
-    })
-}
-
-/// `graphrw optimize MODEL -o OUT [--rules NAME...] [layout] [--data-file NAME]`.
-#[pyfunction]
-#[pyo3(signature = (model, output, rules, layout="keep", data_file=None))]
-fn cli_optimize(
-    py: Python<'_>,
-    model: PathBuf,
-    output: PathBuf,
-    rules: Vec<String>,
-    layout: &str,
-    data_file: Option<String>,
-) -> PyResult<u8> {
-    let save = SaveOptions {
-        layout: self::layout(layout).map_err(|f| f.into_pyerr(py))?,
-        data_file,
-        ..SaveOptions::default()
-    };
-    cli(py, || {
-        commands::optimize::run(&model, &output, &rules, &save)
-    })
-}
-
-/// `graphrw run MODEL_DIR [--model FILE] [--executors E] [--repeat N] [--compare]
-/// [--profile]` on the CPU.
-#[pyfunction]
-#[pyo3(signature = (model_dir, model=None, executors="default", repeat=1, compare=false, profile=false))]
-fn cli_run(
-    py: Python<'_>,
-    model_dir: PathBuf,
-    model: Option<PathBuf>,
-    executors: &str,
-    repeat: usize,
-    compare: bool,
-    profile: bool,
-) -> PyResult<u8> {
-    let executors = match executors {
-        "default" => commands::run::Executors::Default,
-        "reference" => commands::run::Executors::Reference,
-        other => {
-            return Err(Failure::new(
-                Kind::InvalidArgument,
-                format!("unknown executors `{other}` (default or reference)"),
-            )
-            .into_pyerr(py))
-        }
-    };
-    cli(py, || {
-        let opts = commands::run::RunOptions {
-            executors,
-            repeat: repeat.max(1),
-            compare,
-            profile,
-            paced: false,
-            // Installed by `cli` from the environment.
-            kernel: graphrw::KernelOptions::current(),
-        };
-        commands::run::run(&model_dir, model.as_deref().map(Path::new), &opts)
-    })
+fn cli_main(py: Python<'_>, argv: Vec<String>) -> PyResult<u8> {
+    detached(py, || Ok(graphrw_cli::cli::main_with(argv)))
 }
 
 /// The extension module.
@@ -550,10 +467,7 @@ fn cli_run(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(optimize, m)?)?;
     m.add_function(wrap_pyfunction!(explain, m)?)?;
-    m.add_function(wrap_pyfunction!(cli_inspect, m)?)?;
-    m.add_function(wrap_pyfunction!(cli_explain, m)?)?;
-    m.add_function(wrap_pyfunction!(cli_optimize, m)?)?;
-    m.add_function(wrap_pyfunction!(cli_run, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(session::model_meta, m)?)?;
     m.add_function(wrap_pyfunction!(session::has_cuda, m)?)?;
     m.add_class::<session::Session>()?;

@@ -209,6 +209,29 @@ def test_python_m_graphrw(tmp_path: Path) -> None:
     assert r.returncode == 1 and r.stderr.startswith("error: ")
 
 
+def test_every_subcommand_and_version() -> None:
+    r = _cli("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"graphrw {graphrw.__version__}"
+    r = _cli("--help")
+    assert r.returncode == 0, r.stderr
+    for sub in ["ops", "inspect", "print", "dot", "explain", "optimize", "run"]:
+        assert f"\n  {sub} " in r.stdout, f"{sub} missing from:\n{r.stdout}"
+    r = _cli("ops", "softmax")
+    assert r.returncode == 0 and "softmax" in r.stdout, r.stderr
+    r = _cli("frobnicate")
+    assert r.returncode == 2 and "frobnicate" in r.stderr
+
+
+def test_the_console_script_is_installed() -> None:
+    # The wheel's `graphrw` command, beside the interpreter that has the package.
+    script = Path(sys.executable).parent / "graphrw"
+    if not script.exists():
+        pytest.skip(f"no console script at {script} (package not installed as a wheel)")
+    r = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"graphrw {graphrw.__version__}", r.stderr
+
+
 def test_the_extension_is_abi3() -> None:
     assert graphrw._native.__file__.endswith(".abi3.so")
     assert graphrw.__version__

@@ -83,16 +83,4 @@ def model_meta(model: Union[str, bytes]) -> Dict[str, Any]:
 def has_cuda() -> bool:
     """Whether this build runs plans on CUDA devices."""
 
-def cli_inspect(model: str) -> int: ...
-def cli_explain(model: str, rule: str, node: Optional[str] = None) -> int: ...
-def cli_optimize(
-    model: str, output: str, rules: List[str], layout: str = "keep", data_file: Optional[str] = None
-) -> int: ...
-def cli_run(
-    model_dir: str,
-    model: Optional[str] = None,
-    executors: str = "default",
-    repeat: int = 1,
-    compare: bool = False,
-    profile: bool = False,
-) -> int: ...
+def cli_main(argv: List[str]) -> int: ...
