@@ -578,7 +578,8 @@ impl<'m> Importer<'m> {
 
     pub(crate) fn import_node(&mut self, at: &At<'m, '_>) -> Result<(), OnnxError> {
         let default_domain = at.domain.is_empty() || at.domain == "ai.onnx";
-        if !default_domain || self.reads_unknown(at) {
+        let contrib = crate::onnx::ops::is_contrib(at.op_type, at.domain);
+        if !(default_domain || contrib) || self.reads_unknown(at) {
             return self.opaque(at);
         }
         let mark = self.made.len();

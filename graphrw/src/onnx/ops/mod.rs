@@ -17,6 +17,7 @@
 //! | `attention.rs` | `Attention` (opset 23) | `scaled_dot_product_attention` |
 //! | `rotary.rs` | `RotaryEmbedding` (opset 23), as its decomposition | `fused.rotary_embedding` where exact |
 //! | `function.rs` | model-local functions, inlined | fused ops as standard ops or function calls |
+//! | `microsoft.rs` | onnxruntime's contrib ops its optimizers write (`SkipLayerNormalization`, `FastGelu`, ...), as their decompositions | (as the ops they became) |
 //! | `opaque.rs` | what graphrw does not read, kept as it came | opaque nodes, upgraded where only the form changed |
 
 mod attention;
@@ -24,6 +25,8 @@ mod contraction;
 mod elementwise;
 mod function;
 pub(crate) use function::inline_functions;
+mod microsoft;
+pub(crate) use microsoft::is_contrib;
 mod normalization;
 mod opaque;
 mod rotary;
@@ -62,6 +65,9 @@ impl<'m> Importer<'m> {
                 .iter()
                 .find(|r| r.held.iter().all(|h| at.held(h).is_ok()));
             return self.map_row(at, fits.copied().unwrap_or(first));
+        }
+        if is_contrib(op_type, domain) {
+            return self.microsoft(at);
         }
         match op_type {
             "Identity" => self.identity(at),

@@ -1,0 +1,398 @@
+//! onnxruntime's contrib ops that its transformer optimizer and onnxscript's
+//! `optimize_for_ort` write (`SkipLayerNormalization`, `FastGelu`, ...; issue #56) load
+//! as their decompositions and run on graphrw's reference stack and, optimised, on its
+//! default stack, with onnxruntime's outputs on the same model (`SKIPPED` without
+//! onnxruntime, a failure under `CI=true`). Each op is built with its optional inputs
+//! present and absent, its weights as initialisers (as the optimizers write them), at
+//! two ranks. A malformed node is refused naming it; a node asking for what graphrw
+//! does not compute passes through unread.
+
+mod ort_support;
+
+use graphrw::exec::{default_stack, plan, reference_stack};
+use graphrw::onnx::load_bytes;
+use graphrw::onnx::proto::{
+    attribute_type, data_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto,
+    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor,
+    ValueInfoProto,
+};
+use graphrw::{rules, DType, Tensor};
+use prost::Message;
+
+/// One contrib node with its inputs: graph inputs (fed) or initialisers (weights).
+struct Case {
+    name: String,
+    op: &'static str,
+    domain: &'static str,
+    /// `(name, tensor, is_weight)`; an empty name is an absent optional input.
+    inputs: Vec<(String, Option<Tensor>, bool)>,
+    outputs: Vec<&'static str>,
+    attrs: Vec<AttributeProto>,
+    /// False where onnxruntime's CPU provider has no kernel for the op (`BiasAdd` is
+    /// CUDA only): checked against its formula instead.
+    in_onnxruntime: bool,
+}
+
+fn values(shape: &[usize], seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| (((i * 37 + seed * 11) % 101) as f32 / 25.0 - 2.0) * (1.0 + seed as f32 * 0.1))
+        .collect();
+    Tensor::from_vec(shape.to_vec(), v).expect("tensor")
+}
+
+fn present(name: &str, t: Tensor, weight: bool) -> (String, Option<Tensor>, bool) {
+    (name.to_string(), Some(t), weight)
+}
+
+fn absent() -> (String, Option<Tensor>, bool) {
+    (String::new(), None, false)
+}
+
+fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::FLOAT,
+        f: v,
+        ..Default::default()
+    }
+}
+
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INT,
+        i: v,
+        ..Default::default()
+    }
+}
+
+fn value_info(name: &str, elem: i32, dims: Option<&[usize]>) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: elem,
+                shape: dims.map(|dims| TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(DimensionValue::DimValue(d as i64)),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            denotation: String::new(),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+fn initializer(name: &str, t: &Tensor) -> TensorProto {
+    let raw: Vec<u8> = t
+        .to_f64_vec()
+        .iter()
+        .flat_map(|&v| (v as f32).to_le_bytes())
+        .collect();
+    TensorProto {
+        name: name.into(),
+        dims: t.shape().iter().map(|&d| d as i64).collect(),
+        data_type: data_type::FLOAT,
+        raw_data: raw,
+        ..Default::default()
+    }
+}
+
+impl Case {
+    /// The model's bytes and its fed inputs, in order.
+    fn model(&self) -> (Vec<u8>, Vec<Tensor>) {
+        let mut graph = GraphProto {
+            name: self.name.clone(),
+            ..Default::default()
+        };
+        let mut fed = Vec::new();
+        for (name, t, weight) in &self.inputs {
+            let Some(t) = t else { continue };
+            if *weight {
+                graph.initializer.push(initializer(name, t));
+            } else {
+                let elem = match t.dtype() {
+                    DType::I64 => data_type::INT64,
+                    _ => data_type::FLOAT,
+                };
+                graph.input.push(value_info(name, elem, Some(t.shape())));
+                fed.push(t.clone());
+            }
+        }
+        graph.node.push(NodeProto {
+            op_type: self.op.into(),
+            domain: self.domain.into(),
+            name: format!("{}_node", self.op),
+            input: self.inputs.iter().map(|(n, _, _)| n.clone()).collect(),
+            output: self.outputs.iter().map(|s| s.to_string()).collect(),
+            attribute: self.attrs.clone(),
+            ..Default::default()
+        });
+        for out in self.outputs.iter().filter(|o| !o.is_empty()) {
+            graph.output.push(value_info(out, data_type::FLOAT, None));
+        }
+        let model = ModelProto {
+            ir_version: 8,
+            opset_import: vec![
+                OperatorSetIdProto {
+                    domain: String::new(),
+                    version: 17,
+                },
+                OperatorSetIdProto {
+                    domain: "com.microsoft".into(),
+                    version: 1,
+                },
+            ],
+            graph: Some(graph),
+            ..Default::default()
+        };
+        (model.encode_to_vec(), fed)
+    }
+}
+
+/// Every op, with optional inputs present and absent, at ranks 3 and 2.
+fn cases() -> Vec<Case> {
+    let mut all = Vec::new();
+    for shape in [vec![2, 5, 16], vec![7, 24]] {
+        let h = *shape.last().expect("hidden");
+        let rank = shape.len();
+        let x = || values(&shape, 1);
+        let skip = || values(&shape, 2);
+        let vec_h = |seed| values(&[h], seed);
+        let eps = float_attr("epsilon", 1e-5);
+        for (beta, bias, sum) in [
+            (true, true, true),
+            (false, true, false),
+            (true, false, true),
+            (false, false, false),
+        ] {
+            let mut inputs = vec![
+                present("x", x(), false),
+                present("skip", skip(), false),
+                present("gamma", vec_h(3), true),
+            ];
+            inputs.push(if beta {
+                present("beta", vec_h(4), true)
+            } else {
+                absent()
+            });
+            if bias {
+                inputs.push(present("bias", vec_h(5), true));
+            }
+            all.push(Case {
+                name: format!("SkipLayerNormalization r{rank} beta={beta} bias={bias} sum={sum}"),
+                op: "SkipLayerNormalization",
+                domain: "com.microsoft",
+                inputs,
+                outputs: if sum {
+                    vec!["y", "", "", "s"]
+                } else {
+                    vec!["y"]
+                },
+                attrs: vec![eps.clone()],
+                in_onnxruntime: true,
+            });
+        }
+        for bias in [true, false] {
+            let mut inputs = vec![
+                present("x", x(), false),
+                present("skip", skip(), false),
+                present("gamma", vec_h(3), true),
+            ];
+            if bias {
+                inputs.push(present("bias", vec_h(5), true));
+            }
+            all.push(Case {
+                name: format!("SkipSimplifiedLayerNormalization r{rank} bias={bias}"),
+                op: "SkipSimplifiedLayerNormalization",
+                domain: "com.microsoft",
+                inputs,
+                outputs: vec!["y", "", "", "s"],
+                attrs: vec![eps.clone()],
+                in_onnxruntime: true,
+            });
+        }
+        all.push(Case {
+            name: format!("SimplifiedLayerNormalization r{rank}"),
+            op: "SimplifiedLayerNormalization",
+            domain: "",
+            inputs: vec![present("x", x(), false), present("scale", vec_h(3), true)],
+            outputs: vec!["y"],
+            attrs: vec![int_attr("axis", -1), eps.clone()],
+            in_onnxruntime: true,
+        });
+        for (op, with_bias) in [("FastGelu", true), ("FastGelu", false), ("BiasGelu", true)] {
+            let mut inputs = vec![present("x", x(), false)];
+            if with_bias {
+                inputs.push(present("bias", vec_h(5), true));
+            }
+            all.push(Case {
+                name: format!("{op} r{rank} bias={with_bias}"),
+                op,
+                domain: "com.microsoft",
+                inputs,
+                outputs: vec!["y"],
+                attrs: vec![],
+                in_onnxruntime: true,
+            });
+        }
+        all.push(Case {
+            name: format!("Gelu r{rank}"),
+            op: "Gelu",
+            domain: "com.microsoft",
+            inputs: vec![present("x", x(), false)],
+            outputs: vec!["y"],
+            attrs: vec![],
+            in_onnxruntime: true,
+        });
+        for alpha in [None, Some(1.5f32)] {
+            all.push(Case {
+                name: format!("QuickGelu r{rank} alpha={alpha:?}"),
+                op: "QuickGelu",
+                domain: "com.microsoft",
+                inputs: vec![present("x", x(), false)],
+                outputs: vec!["y"],
+                attrs: alpha.map(|a| float_attr("alpha", a)).into_iter().collect(),
+                in_onnxruntime: true,
+            });
+        }
+        if rank == 3 {
+            all.push(Case {
+                name: "BiasAdd".into(),
+                op: "BiasAdd",
+                domain: "com.microsoft",
+                inputs: vec![
+                    present("x", x(), false),
+                    present("bias", vec_h(5), true),
+                    present("skip", skip(), false),
+                ],
+                outputs: vec!["y"],
+                attrs: vec![],
+                in_onnxruntime: false,
+            });
+        }
+    }
+    all
+}
+
+/// `x + bias + skip` elementwise (`bias` along the last dim).
+fn bias_add(x: &Tensor, bias: &Tensor, skip: &Tensor) -> Tensor {
+    let shape = x.shape();
+    let (x, b, s) = (x.to_f64_vec(), bias.to_f64_vec(), skip.to_f64_vec());
+    let out: Vec<f32> = x
+        .iter()
+        .zip(&s)
+        .enumerate()
+        .map(|(i, (x, s))| (x + b[i % b.len()] + s) as f32)
+        .collect();
+    Tensor::from_vec(shape.to_vec(), out).expect("tensor")
+}
+
+#[test]
+fn contrib_ops_load_and_run_as_onnxruntime_runs_them() {
+    let cases = cases();
+    let mut ort_cases = Vec::new();
+    let mut ours = Vec::new();
+    for c in &cases {
+        let (bytes, fed) = c.model();
+        let g = load_bytes(&bytes).unwrap_or_else(|e| panic!("{}: load: {e}", c.name));
+        assert!(
+            !g.op_counts().contains_key("opaque"),
+            "{}: the node passed through unread: {:?}",
+            c.name,
+            g.op_counts()
+        );
+        let (reference, _) = plan(&g, &reference_stack())
+            .and_then(|p| p.run(&fed))
+            .unwrap_or_else(|e| panic!("{}: reference stack: {e}", c.name));
+        let mut optimised = g.clone();
+        rules::optimize(&mut optimised).unwrap_or_else(|e| panic!("{}: optimize: {e}", c.name));
+        let (fast, _) = plan(&optimised, &default_stack())
+            .and_then(|p| p.run(&fed))
+            .unwrap_or_else(|e| panic!("{}: default stack: {e}", c.name));
+        ort_support::same_all(&fast, &reference)
+            .unwrap_or_else(|e| panic!("{}: optimised against the reference: {e}", c.name));
+        if !c.in_onnxruntime {
+            let want = bias_add(&fed[0], &values(&[fed[0].shape()[2]], 5), &fed[1]);
+            ort_support::same_all(&reference, &[want])
+                .unwrap_or_else(|e| panic!("{}: against x + bias + skip: {e}", c.name));
+            continue;
+        }
+        ours.push(reference);
+        ort_cases.push(ort_support::Case {
+            name: c.name.clone(),
+            model: bytes,
+            inputs: fed,
+        });
+    }
+    let Some(python) = ort_support::python_or_skip("contrib ops are not compared to onnxruntime")
+    else {
+        return;
+    };
+    for ((c, got), want) in cases
+        .iter()
+        .filter(|c| c.in_onnxruntime)
+        .zip(&ours)
+        .zip(ort_support::run_all(&python, &ort_cases))
+    {
+        let want = want.unwrap_or_else(|e| panic!("{}: onnxruntime: {e}", c.name));
+        ort_support::same_all(got, &want)
+            .unwrap_or_else(|e| panic!("{}: against onnxruntime: {e}", c.name));
+    }
+}
+
+#[test]
+fn a_malformed_contrib_node_is_refused_naming_it() {
+    let c = Case {
+        name: "int skip".into(),
+        op: "SkipLayerNormalization",
+        domain: "com.microsoft",
+        inputs: vec![
+            present("x", values(&[2, 8], 1), false),
+            present(
+                "skip",
+                Tensor::from_vec(vec![2, 8], vec![1i64; 16]).expect("tensor"),
+                false,
+            ),
+            present("gamma", values(&[8], 3), true),
+        ],
+        outputs: vec!["y"],
+        attrs: vec![],
+        in_onnxruntime: true,
+    };
+    let (bytes, _) = c.model();
+    let err = load_bytes(&bytes).expect_err("an int64 skip is malformed");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("SkipLayerNormalization_node") && msg.contains("input 1 is i64"),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+}
+
+#[test]
+fn a_node_asking_for_its_statistics_passes_through() {
+    let c = Case {
+        name: "mean".into(),
+        op: "SkipLayerNormalization",
+        domain: "com.microsoft",
+        inputs: vec![
+            present("x", values(&[2, 8], 1), false),
+            present("skip", values(&[2, 8], 2), false),
+            present("gamma", values(&[8], 3), true),
+        ],
+        outputs: vec!["y", "mean"],
+        attrs: vec![],
+        in_onnxruntime: true,
+    };
+    let (bytes, _) = c.model();
+    let g = load_bytes(&bytes).expect("loads, the node unread");
+    assert_eq!(g.op_counts().get("opaque"), Some(&1), "{:?}", g.op_counts());
+}
