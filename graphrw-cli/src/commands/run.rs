@@ -616,13 +616,13 @@ pub fn run(model_dir: &Path, model: Option<&Path>, opts: &RunOptions) -> CmdResu
                 .map_err(|e| format!("{set_name} [{}]: {e}", other.executors.label()))?;
             println!("{}", timing_line(&set_name, other.executors, &u));
             println!(
-                "{set_name}: max |{} - {}| {:.3e}, time {} / {} {:.2}",
+                "{set_name}: max |{} - {}| {:.3e}, time {} / {} {}",
                 main.executors.label(),
                 other.executors.label(),
                 max_difference(&t.outputs, &u.outputs),
                 main.executors.label(),
                 other.executors.label(),
-                t.best.as_secs_f64() / u.best.as_secs_f64().max(1e-12)
+                significant(t.best.as_secs_f64() / u.best.as_secs_f64().max(1e-12))
             );
         }
         let outputs = t.outputs;
@@ -684,8 +684,26 @@ pub fn verdict(all_ok: bool) -> CmdResult {
     }
 }
 
+/// `x` with three significant digits (`0.912`, `12.4`, `3.51e-3`): a ratio of times
+/// far apart (a first run that measures its kernels) does not print as `0.00`.
+fn significant(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (0.01..1000.0).contains(&x.abs()) {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.2e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ratios_keep_three_significant_digits() {
+        assert_eq!(super::significant(0.9123), "0.912");
+        assert_eq!(super::significant(0.003512), "3.51e-3");
+        assert_eq!(super::significant(2.0), "2.000");
+        assert!(super::significant(0.0004).parse::<f64>().unwrap() > 0.0);
+    }
+
     use super::*;
 
     fn tensor(dtype: DType, values: &[f64]) -> Tensor {

@@ -378,7 +378,10 @@ pub(crate) fn gemm_prefetching(
         }
         return Ok(());
     }
-    let prefetch = prefetch.unwrap_or_else(|| prefetch::next_block(b.isa));
+    // A weight that stays in L2 between calls has nothing to prefetch, and a small model
+    // should not pay for the measurement on its first run.
+    let prefetch = prefetch
+        .unwrap_or_else(|| b.nbytes() >= prefetch::MIN_BYTES && prefetch::next_block(b.isa));
     match b.isa {
         Isa::Avx512 => drive::<avx512::Avx512>(m, (a, lda), b, c, (layout, store), prefetch),
         Isa::Avx2Fma => drive::<avx2::Avx2>(m, (a, lda), b, c, (layout, store), prefetch),

@@ -33,6 +33,10 @@ pub struct Prefetch {
     pub speedup: f64,
 }
 
+/// The smallest packed weight whose products prefetch (as measured): a smaller one
+/// stays in L2 from call to call, and its products never measure.
+pub const MIN_BYTES: usize = 1 << 20;
+
 /// The measured product: rows, depth and columns (3 MiB of packed weight per copy;
 /// rows enough for each of a few threads to take its own tiles).
 const SHAPE: (usize, usize, usize) = (96, 768, 1024);
