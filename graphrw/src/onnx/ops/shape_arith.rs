@@ -650,16 +650,21 @@ impl Exporter<'_> {
                         let d = self.init_ints("divisor", &[d])?;
                         self.binary("Div", x, d)
                     }
-                    Factor::Min(a, b) | Factor::Max(a, b) => {
+                    Factor::Min(v) | Factor::Max(v) => {
                         let op = if matches!(f, Factor::Min(..)) {
                             "Min"
                         } else {
                             "Max"
                         };
-                        let (a, b) = (a.clone(), b.clone());
-                        let a = self.sym_expr(&a)?;
-                        let b = self.sym_expr(&b)?;
-                        self.binary(op, a, b)
+                        // ONNX `Min`/`Max` take any number of inputs.
+                        let v = v.to_vec();
+                        let mut ins = Names8::new();
+                        for e in &v {
+                            ins.push(self.sym_expr(e)?);
+                        }
+                        let out = self.tmp(&op.to_lowercase());
+                        self.push(op, &ins, &[out], &[]);
+                        out
                     }
                 };
                 product = Some(match product {
