@@ -460,7 +460,7 @@ mod tests {
         assert_eq!(sample_columns(1 << 20), 64);
         for k in [1, 100, 5000, 8192, 20000] {
             let c = sample_columns(k);
-            assert!(c % 64 == 0 && c <= SAMPLE_COLUMNS);
+            assert!(c.is_multiple_of(64) && c <= SAMPLE_COLUMNS);
             assert!(c == 64 || c * k * 4 <= SAMPLE_BYTES, "k {k}: {c} columns");
         }
     }
