@@ -76,16 +76,24 @@ fn attention_models_encode_the_same_both_ways_after_fusion() {
 
 #[test]
 fn opaque_nodes_encode_the_same_both_ways() {
-    // Relu, then Pad-2 (opaque, default domain, upgraded to an input at save: held
-    // until the model's opset is known), a custom-domain op with a negative int list,
-    // another Pad, and a known op after it.
+    // Relu, then Pad-2 in `reflect` mode (opaque, default domain, upgraded to an input
+    // at save: held until the model's opset is known), a custom-domain op with a
+    // negative int list, another Pad, and a known op after it.
     let mut pad = node("Pad", &["r"], &["p"]);
-    pad.attribute = vec![AttributeProto {
-        name: "pads".into(),
-        r#type: 7,
-        ints: vec![0, 1, 0, 1],
-        ..Default::default()
-    }];
+    pad.attribute = vec![
+        AttributeProto {
+            name: "pads".into(),
+            r#type: 7,
+            ints: vec![0, 1, 0, 1],
+            ..Default::default()
+        },
+        AttributeProto {
+            name: "mode".into(),
+            r#type: 3,
+            s: b"reflect".to_vec(),
+            ..Default::default()
+        },
+    ];
     let mut custom = node("Foo", &["p"], &["f"]);
     custom.domain = "com.example".into();
     custom.attribute = vec![AttributeProto {

@@ -332,7 +332,9 @@ fn impossible_equations_are_malformed_unlowered_ones_opaque() {
     );
     // Valid but not a batched matrix product: carried as is.
     opaque("implicit mode", &einsum("ij,jk", &["x", "x2"]), "Einsum");
-    opaque("outer sum", &einsum("ij,jk->ijk", &["x", "x2"]), "Einsum");
+    // A letter summed out of one operand alone (`k`): not a matrix product. (The
+    // batched outer product `ij,jk->ijk` is one over a contracted dim of 1, lowered.)
+    opaque("one-sided sum", &einsum("ij,jk->i", &["x", "x2"]), "Einsum");
 }
 
 #[test]

@@ -23,6 +23,16 @@ fn int_attr(name: &str, i: i64) -> AttributeProto {
     }
 }
 
+/// `mode = "reflect"`: a `Pad` graphrw does not lower, so it stays opaque.
+fn reflect() -> AttributeProto {
+    AttributeProto {
+        name: "mode".into(),
+        r#type: 3,
+        s: b"reflect".to_vec(),
+        ..Default::default()
+    }
+}
+
 fn ints_attr(name: &str, ints: &[i64]) -> AttributeProto {
     AttributeProto {
         name: name.into(),
@@ -261,9 +271,10 @@ fn old_opsets_read_each_op_at_its_version() {
 
 #[test]
 fn old_opaque_ops_are_upgraded_or_refused_at_save_not_load() {
-    // Pad-2 takes its pads as an attribute, Pad-11 as an input: upgraded on save.
+    // Pad-2 takes its pads as an attribute, Pad-11 as an input: upgraded on save. (In
+    // `reflect` mode, which graphrw carries as an opaque node.)
     let mut pad = node("Pad", &["x"], &["y"]);
-    pad.attribute = vec![ints_attr("pads", &[0, 1, 0, 1])];
+    pad.attribute = vec![ints_attr("pads", &[0, 1, 0, 1]), reflect()];
     let m = model(
         9,
         GraphProto {

@@ -478,6 +478,27 @@ fn forms() -> Vec<Form> {
             ("dtype", AttrValue::DType(DType::I64)),
         ],
     );
+    // A floor division of a dividend that may be negative ((s - 6) // 4 is -1 at
+    // s = 3 and 4, where ONNX's truncating `Div` gives 0).
+    add(
+        "arange (s - 6) // 4 .. s",
+        vec![],
+        vec![f(&["b", "s"])],
+        "arange",
+        vec![
+            (
+                "start",
+                AttrValue::Sym(
+                    sym("s")
+                        .sub(&SymExpr::int(6))
+                        .and_then(|e| e.div_floor(&SymExpr::int(4)))
+                        .expect("(s - 6) // 4"),
+                ),
+            ),
+            ("end", AttrValue::Sym(sym("s"))),
+            ("dtype", AttrValue::DType(DType::I64)),
+        ],
+    );
     add(
         "reshape [b * s, 4]",
         vec![f(&["b", "s", "4"])],

@@ -6,8 +6,13 @@
 //! - a sum of terms, each an integer coefficient times a product of atoms, sorted, with no
 //!   zero coefficient and no two terms over the same product (`batch*seq*12 + past + 1`);
 //! - an atom is a symbol, or what a polynomial cannot say: the floor division of an
-//!   expression by a positive constant (`seq // 2`), or the minimum or maximum of two
-//!   expressions (`min(seq, 512)`), each simplified where its value is decided.
+//!   expression by a positive constant (`seq // 2`), or the minimum or maximum of two or
+//!   more expressions (`min(seq, 512)`), each simplified where its value is decided and
+//!   kept in a normal form: a floor division's operand and divisor share no factor
+//!   (`(2s + 2) // 4` is `(s + 1) // 2`) and hold no bare floor division
+//!   (`(s // 2) // 2` is `s // 4`); a `min` or `max` is n-ary, its operands sorted,
+//!   distinct, none itself the same extreme (`min(min(a, b), c)` is `min(a, b, c)`),
+//!   none provably beyond another (`min(s, s + 1, t)` is `min(s, t)`).
 //!
 //! Every operation is checked: an overflow or an expression past [`MAX_TERMS`] terms or
 //! [`MAX_DEPTH`] levels of nesting gives `None` rather than a wrong value or unbounded
@@ -54,10 +59,10 @@ enum Atom {
     Sym(Symbol),
     /// `floor(e / d)`, `d > 1`.
     FloorDiv(Box<SymExpr>, i64),
-    /// The smaller of two expressions (ordered).
-    Min(Box<SymExpr>, Box<SymExpr>),
-    /// The larger of two expressions (ordered).
-    Max(Box<SymExpr>, Box<SymExpr>),
+    /// The smallest of two or more expressions (sorted, distinct).
+    Min(Vec<SymExpr>),
+    /// The largest of two or more expressions (sorted, distinct).
+    Max(Vec<SymExpr>),
 }
 
 /// One factor of a term, as [`SymExpr::terms`] shows it.
@@ -67,10 +72,10 @@ pub enum Factor<'a> {
     Sym(&'a Symbol),
     /// `floor(e / d)`, `d > 1`.
     FloorDiv(&'a SymExpr, i64),
-    /// The smaller of two expressions.
-    Min(&'a SymExpr, &'a SymExpr),
-    /// The larger of two expressions.
-    Max(&'a SymExpr, &'a SymExpr),
+    /// The smallest of two or more expressions.
+    Min(&'a [SymExpr]),
+    /// The largest of two or more expressions.
+    Max(&'a [SymExpr]),
 }
 
 /// Why an expression has no value under a binding.
@@ -155,8 +160,8 @@ impl SymExpr {
                 .map(|a| match a {
                     Atom::Sym(s) => Factor::Sym(s),
                     Atom::FloorDiv(e, d) => Factor::FloorDiv(e, *d),
-                    Atom::Min(a, b) => Factor::Min(a, b),
-                    Atom::Max(a, b) => Factor::Max(a, b),
+                    Atom::Min(v) => Factor::Min(v),
+                    Atom::Max(v) => Factor::Max(v),
                 })
                 .collect();
             (t.coeff, factors)
@@ -208,9 +213,10 @@ impl SymExpr {
                         }
                     }
                     Atom::FloorDiv(e, _) => e.collect_symbols(out),
-                    Atom::Min(a, b) | Atom::Max(a, b) => {
-                        a.collect_symbols(out);
-                        b.collect_symbols(out);
+                    Atom::Min(v) | Atom::Max(v) => {
+                        for e in v {
+                            e.collect_symbols(out);
+                        }
                     }
                 }
             }
@@ -224,7 +230,7 @@ impl SymExpr {
             .map(|a| match a {
                 Atom::Sym(_) => 0,
                 Atom::FloorDiv(e, _) => 1 + e.depth(),
-                Atom::Min(a, b) | Atom::Max(a, b) => 1 + a.depth().max(b.depth()),
+                Atom::Min(v) | Atom::Max(v) => 1 + v.iter().map(SymExpr::depth).max().unwrap_or(0),
             })
             .max()
             .unwrap_or(0)
@@ -337,16 +343,73 @@ impl SymExpr {
         if d < 0 {
             return None;
         }
-        // Pull out the terms `d` divides: floor((d*q + r) / d) = q + floor(r / d).
-        let (whole, rest): (Vec<Term>, Vec<Term>) =
-            self.terms.iter().cloned().partition(|t| t.coeff % d == 0);
+        // A floor division inside, once (coefficient 1): since `e // a + t` is
+        // `(e + a*t) // a` for an integer `t`, `(e // a + t) // d` is
+        // `(e + a*t) // (a*d)`: `(s // 2) // 2` is `s // 4`.
+        if let Some((inner, a, others)) = self.one_floor_div() {
+            let flat = inner.add(&others.scale(a)?)?;
+            return flat.div_const(a.checked_mul(d)?);
+        }
+        // Pull out of every term what `d` divides: floor((d*q + r) / d) = q + floor(r / d)
+        // for integers, each coefficient split as `d*q + r` with `0 <= r < d`, so that
+        // the floor division keeps coefficients below `d` only (one form: `(5s) // 4`
+        // is `s + s // 4`).
+        let mut whole = Vec::with_capacity(self.terms.len());
+        let mut rest = Vec::with_capacity(self.terms.len());
+        for t in &self.terms {
+            let (q, r) = (t.coeff.div_euclid(d), t.coeff.rem_euclid(d));
+            if q != 0 {
+                whole.push(Term {
+                    factors: t.factors.clone(),
+                    coeff: q.checked_mul(d)?,
+                });
+            }
+            if r != 0 {
+                rest.push(Term {
+                    factors: t.factors.clone(),
+                    coeff: r,
+                });
+            }
+        }
         let rest = SymExpr::from_terms(rest)?;
         let atom = if let Some(n) = rest.as_const() {
             SymExpr::int(n.div_euclid(d))
         } else {
-            SymExpr::atom(Atom::FloorDiv(Box::new(rest), d))
+            // A factor common to every coefficient and `d` cancels
+            // (`(2s + 2) // 4` is `(s + 1) // 2`); more generally, a factor `g` of `d` and of every coefficient but the constant `c`'s: since
+            // `(g*p + c) // (g*e)` is `((g*p + c) // g) // e`, it is `(p + c // g) // e`.
+            // Again from the top: what is left may be a bare floor division.
+            let g = rest
+                .terms
+                .iter()
+                .filter(|t| !t.factors.is_empty())
+                .fold(d, |g, t| gcd(g, t.coeff));
+            if g > 1 {
+                let c = rest.constant_term();
+                let p = rest.sub(&SymExpr::int(c))?.div_terms(g, &[])?;
+                p.add(&SymExpr::int(c.div_euclid(g)))?.div_const(d / g)?
+            } else if rest.one_floor_div().is_some() {
+                rest.div_const(d)?
+            } else {
+                SymExpr::atom(Atom::FloorDiv(Box::new(rest), d))
+            }
         };
         SymExpr::from_terms(whole)?.div_terms(d, &[])?.add(&atom)
+    }
+
+    /// When one term is a bare floor division `e // a` (coefficient 1, no other
+    /// factor): `e`, `a` and the other terms.
+    fn one_floor_div(&self) -> Option<(SymExpr, i64, SymExpr)> {
+        let i = self
+            .terms
+            .iter()
+            .position(|t| t.coeff == 1 && matches!(t.factors.as_slice(), [Atom::FloorDiv(..)]))?;
+        let [Atom::FloorDiv(inner, a)] = self.terms[i].factors.as_slice() else {
+            return None;
+        };
+        let mut others = self.terms.clone();
+        others.remove(i);
+        Some(((**inner).clone(), *a, SymExpr::from_terms(others)?))
     }
 
     /// Divides every term's coefficient by `d` and removes `factors` from every term
@@ -394,28 +457,70 @@ impl SymExpr {
         self.extreme(other, false)
     }
 
-    fn extreme(&self, other: &SymExpr, min: bool) -> Option<SymExpr> {
-        match self.sub(other)?.sign() {
-            Sign::Zero | Sign::Negative | Sign::NonPositive => {
-                return Some(if min { self.clone() } else { other.clone() })
+    /// The smallest (`min`) or largest of any number of expressions, in the normal
+    /// form of the module docs; `None` for no expression, or past the limits.
+    pub fn extreme_of(exprs: &[SymExpr], min: bool) -> Option<SymExpr> {
+        let mut members: Vec<SymExpr> = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            match e.as_extreme(min) {
+                Some(inner) => members.extend(inner.iter().cloned()),
+                None => members.push(e.clone()),
             }
-            Sign::Positive | Sign::NonNegative => {
-                return Some(if min { other.clone() } else { self.clone() })
-            }
-            Sign::Unknown => {}
         }
-        // Constants second: `min(seq, 512)`.
-        let (a, b) = if (self.as_const().is_some(), self) <= (other.as_const().is_some(), other) {
-            (self.clone(), other.clone())
-        } else {
-            (other.clone(), self.clone())
-        };
-        let atom = if min {
-            Atom::Min(Box::new(a), Box::new(b))
-        } else {
-            Atom::Max(Box::new(a), Box::new(b))
-        };
-        SymExpr::atom(atom).checked()
+        if members.len() > MAX_TERMS {
+            return None;
+        }
+        // Constants last: `min(seq, 512)`.
+        members.sort_by(|a, b| (a.as_const().is_some(), a).cmp(&(b.as_const().is_some(), b)));
+        members.dedup();
+        // Drop every member another provably beats (ties went with `dedup`).
+        let mut keep = vec![true; members.len()];
+        for j in 0..members.len() {
+            for i in 0..members.len() {
+                if i == j || !keep[i] {
+                    continue;
+                }
+                let beats = match members[i].sub(&members[j])?.sign() {
+                    Sign::Zero | Sign::Negative | Sign::NonPositive => min,
+                    Sign::Positive | Sign::NonNegative => !min,
+                    Sign::Unknown => false,
+                };
+                if beats {
+                    keep[j] = false;
+                    break;
+                }
+            }
+        }
+        let mut kept: Vec<SymExpr> = members
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(e, k)| k.then_some(e))
+            .collect();
+        match kept.len() {
+            0 => None,
+            1 => kept.pop(),
+            _ => SymExpr::atom(if min {
+                Atom::Min(kept)
+            } else {
+                Atom::Max(kept)
+            })
+            .checked(),
+        }
+    }
+
+    /// The operands when the expression is exactly one `min` (or `max`) atom.
+    fn as_extreme(&self, min: bool) -> Option<&[SymExpr]> {
+        match self.terms.as_slice() {
+            [Term { factors, coeff: 1 }] => match (factors.as_slice(), min) {
+                ([Atom::Min(v)], true) | ([Atom::Max(v)], false) => Some(v),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn extreme(&self, other: &SymExpr, min: bool) -> Option<SymExpr> {
+        SymExpr::extreme_of(&[self.clone(), other.clone()], min)
     }
 
     /// How `self` compares with `other` for every binding, when that is decided
@@ -493,8 +598,13 @@ impl SymExpr {
                 let v = match a {
                     Atom::Sym(s) => f(s).unwrap_or_else(|| SymExpr::sym_arc(s.clone())),
                     Atom::FloorDiv(e, d) => e.substitute(f)?.div_const(*d)?,
-                    Atom::Min(a, b) => a.substitute(f)?.minimum(&b.substitute(f)?)?,
-                    Atom::Max(a, b) => a.substitute(f)?.maximum(&b.substitute(f)?)?,
+                    Atom::Min(v) | Atom::Max(v) => {
+                        let v = v
+                            .iter()
+                            .map(|e| e.substitute(f))
+                            .collect::<Option<Vec<_>>>()?;
+                        SymExpr::extreme_of(&v, matches!(a, Atom::Min(_)))?
+                    }
                 };
                 p = p.mul(&v)?;
             }
@@ -502,6 +612,15 @@ impl SymExpr {
         }
         Some(sum)
     }
+}
+
+/// The greatest common divisor of `|a|` and `|b|` (`gcd(0, b) = |b|`).
+fn gcd(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    i64::try_from(a).unwrap_or(1)
 }
 
 /// `factors` without one occurrence of each of `remove` (both sorted), or `None` when
@@ -522,10 +641,10 @@ impl Atom {
             Atom::FloorDiv(e, _) => {
                 matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative)
             }
-            Atom::Min(a, b) => [a, b]
+            Atom::Min(v) => v
                 .iter()
                 .all(|e| matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative)),
-            Atom::Max(a, b) => [a, b]
+            Atom::Max(v) => v
                 .iter()
                 .any(|e| matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative)),
         }
@@ -535,8 +654,18 @@ impl Atom {
         match self {
             Atom::Sym(s) => env(s).ok_or_else(|| EvalError::Unbound(s.clone())),
             Atom::FloorDiv(e, d) => Ok(e.eval(env)?.div_euclid(*d)),
-            Atom::Min(a, b) => Ok(a.eval(env)?.min(b.eval(env)?)),
-            Atom::Max(a, b) => Ok(a.eval(env)?.max(b.eval(env)?)),
+            Atom::Min(v) | Atom::Max(v) => {
+                let mut out: Option<i64> = None;
+                for e in v {
+                    let x = e.eval(env)?;
+                    out = Some(match (out, self) {
+                        (None, _) => x,
+                        (Some(o), Atom::Min(_)) => o.min(x),
+                        (Some(o), _) => o.max(x),
+                    });
+                }
+                out.ok_or(EvalError::Overflow)
+            }
         }
     }
 }
@@ -553,8 +682,20 @@ impl fmt::Display for Atom {
             Atom::Sym(s) => f.write_str(s),
             Atom::FloorDiv(e, d) if e.terms.len() > 1 => write!(f, "({e}) // {d}"),
             Atom::FloorDiv(e, d) => write!(f, "{e} // {d}"),
-            Atom::Min(a, b) => write!(f, "min({a}, {b})"),
-            Atom::Max(a, b) => write!(f, "max({a}, {b})"),
+            Atom::Min(v) | Atom::Max(v) => {
+                f.write_str(if matches!(self, Atom::Min(_)) {
+                    "min("
+                } else {
+                    "max("
+                })?;
+                for (i, e) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }
@@ -680,6 +821,85 @@ mod tests {
     }
 
     #[test]
+    fn nested_floor_divisions_and_common_factors_have_one_form() {
+        let two_s_plus_2 = s("s").scale(2).unwrap().add(&k(2)).unwrap();
+        let s_plus_1 = s("s").add(&k(1)).unwrap();
+        assert_eq!(
+            two_s_plus_2.div_floor(&k(4)).unwrap(),
+            s_plus_1.div_floor(&k(2)).unwrap()
+        );
+        assert_eq!(
+            two_s_plus_2.div_floor(&k(4)).unwrap().to_string(),
+            "(s + 1) // 2"
+        );
+        let quarter = s("s").div_floor(&k(2)).unwrap().div_floor(&k(2)).unwrap();
+        assert_eq!(quarter, s("s").div_floor(&k(4)).unwrap());
+        // With a term beside the inner division: (s // 2 + t) // 3 = (s + 2t) // 6.
+        let e = s("s").div_floor(&k(2)).unwrap().add(&s("t")).unwrap();
+        let flat = s("s").add(&s("t").scale(2).unwrap()).unwrap();
+        assert_eq!(e.div_floor(&k(3)).unwrap(), flat.div_floor(&k(6)).unwrap());
+        // A factor of the divisor and of every coefficient but the constant's:
+        // (2s + 1) // 4 is s // 2, (3s + 5) // 6 is (s + 1) // 2.
+        let odd = s("s")
+            .scale(2)
+            .unwrap()
+            .add(&k(1))
+            .unwrap()
+            .div_floor(&k(4));
+        assert_eq!(odd.unwrap(), s("s").div_floor(&k(2)).unwrap());
+        let e = s("s")
+            .scale(3)
+            .unwrap()
+            .add(&k(5))
+            .unwrap()
+            .div_floor(&k(6));
+        assert_eq!(e.unwrap(), s_plus_1.div_floor(&k(2)).unwrap());
+        // Coefficients past the divisor come out: (5s) // 4 is s + s // 4.
+        let five = s("s").scale(5).unwrap().div_floor(&k(4)).unwrap();
+        assert_eq!(five.to_string(), "s + s // 4");
+        // Terms with no common factor stay: (2s + t) // 4.
+        let mixed = s("s")
+            .scale(2)
+            .unwrap()
+            .add(&s("t"))
+            .unwrap()
+            .div_floor(&k(4));
+        assert_eq!(mixed.unwrap().to_string(), "(s*2 + t) // 4");
+    }
+
+    #[test]
+    fn min_and_max_are_n_ary_flat_and_sorted() {
+        let (a, b, c) = (s("a"), s("b"), s("c"));
+        let left = a.minimum(&b).unwrap().minimum(&c).unwrap();
+        let right = a.minimum(&b.minimum(&c).unwrap()).unwrap();
+        let swapped = c.minimum(&a).unwrap().minimum(&b).unwrap();
+        assert_eq!(left, right);
+        assert_eq!(left, swapped);
+        assert_eq!(left.to_string(), "min(a, b, c)");
+        // A member another provably beats goes: min(a, a + 1, b) = min(a, b).
+        let a1 = a.add(&k(1)).unwrap();
+        assert_eq!(
+            SymExpr::extreme_of(&[a.clone(), a1.clone(), b.clone()], true).unwrap(),
+            a.minimum(&b).unwrap()
+        );
+        assert_eq!(
+            SymExpr::extreme_of(&[a.clone(), a1.clone(), b.clone()], false).unwrap(),
+            a1.maximum(&b).unwrap()
+        );
+        // Repeats and one member.
+        assert_eq!(
+            SymExpr::extreme_of(&[b.clone(), b.clone()], true).unwrap(),
+            b
+        );
+        assert!(SymExpr::extreme_of(&[], true).is_none());
+        // Constants last, and only the smallest kept.
+        let m = SymExpr::extreme_of(&[k(512), a.clone(), k(128)], true).unwrap();
+        assert_eq!(m.to_string(), "min(a, 128)");
+        let n = a.maximum(&b).unwrap().maximum(&c).unwrap();
+        assert_eq!(n.eval(&|x| Some(if x == "b" { 9 } else { 2 })), Ok(9));
+    }
+
+    #[test]
     fn evaluation_binds_symbols_and_reports_what_is_missing() {
         let e = s("past").add(&s("seq").scale(3).unwrap()).unwrap();
         let env = |n: &str| match n {
@@ -713,5 +933,111 @@ mod tests {
         let e = s("a").sub(&s("b")).unwrap().div_floor(&k(2)).unwrap();
         let b_is_a = e.substitute(&|n| (n == "b").then(|| s("a"))).unwrap();
         assert_eq!(b_is_a.as_const(), Some(0));
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A small expression over `a`, `b` (sizes) built from the operations the algebra
+    /// has: sums, products by constants, floor divisions, min and max.
+    fn expr() -> impl Strategy<Value = SymExpr> {
+        let leaf = prop_oneof![
+            (-6i64..7).prop_map(SymExpr::int),
+            Just(SymExpr::sym("a")),
+            Just(SymExpr::sym("b")),
+        ];
+        leaf.prop_recursive(4, 24, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone()).prop_filter_map("limits", |(x, y)| x.add(&y)),
+                (inner.clone(), -3i64..4).prop_filter_map("limits", |(x, c)| x.scale(c)),
+                (inner.clone(), 1i64..7)
+                    .prop_filter_map("limits", |(x, d)| x.div_floor(&SymExpr::int(d))),
+                (inner.clone(), inner.clone()).prop_filter_map("limits", |(x, y)| x.minimum(&y)),
+                (inner.clone(), inner).prop_filter_map("limits", |(x, y)| x.maximum(&y)),
+            ]
+        })
+    }
+
+    /// No negative coefficient and no floor division among the top-level factors.
+    fn plain(e: &SymExpr) -> bool {
+        e.terms()
+            .all(|(k, f)| k >= 0 && !f.iter().any(|f| matches!(f, Factor::FloorDiv(..))))
+    }
+
+    fn at(e: &SymExpr, a: i64, b: i64) -> Result<i64, EvalError> {
+        e.eval(&|s| match s {
+            "a" => Some(a),
+            "b" => Some(b),
+            _ => None,
+        })
+    }
+
+    proptest! {
+        /// Floor division by a constant, in its normal form, has the value of Python's
+        /// `//` at every binding.
+        #[test]
+        fn floor_division_keeps_its_value(e in expr(), d in 1i64..9, a in 0i64..40, b in 0i64..40) {
+            if let (Some(q), Ok(v)) = (e.div_floor(&SymExpr::int(d)), at(&e, a, b)) {
+                prop_assert_eq!(at(&q, a, b), Ok(v.div_euclid(d)), "{} // {}", e, d);
+            }
+        }
+
+        /// Nested floor division is one division: `(e // c) // d` has the value of
+        /// `e // (c*d)` at every binding, and is the same expression where `e` is
+        /// [`plain`] (where `e` holds floor divisions already, as `3 * (a // 2)`, two
+        /// forms of one value can remain: the normal form does not merge several
+        /// floor divisions of one operand).
+        #[test]
+        fn nested_floor_division_is_one(e in expr(), c in 1i64..6, d in 1i64..6, a in 0i64..40, b in 0i64..40) {
+            let nested = e.div_floor(&SymExpr::int(c)).and_then(|q| q.div_floor(&SymExpr::int(d)));
+            let once = e.div_floor(&SymExpr::int(c * d));
+            if let (Some(n), Some(o)) = (nested, once) {
+                if let (Ok(vn), Ok(vo)) = (at(&n, a, b), at(&o, a, b)) {
+                    prop_assert_eq!(vn, vo, "{} against {}", n, o);
+                }
+                if plain(&e) {
+                    prop_assert_eq!(n, o);
+                }
+            }
+        }
+
+        /// A factor common to every coefficient and the divisor cancels:
+        /// `(g*e) // (g*d) == e // d` in value, and as expressions where `e` is
+        /// [`plain`].
+        #[test]
+        fn common_factors_cancel(e in expr(), g in 1i64..5, d in 1i64..6, a in 0i64..40, b in 0i64..40) {
+            let scaled = e.scale(g).and_then(|x| x.div_floor(&SymExpr::int(g * d)));
+            if let (Some(x), Some(y)) = (scaled, e.div_floor(&SymExpr::int(d))) {
+                if let (Ok(vx), Ok(vy)) = (at(&x, a, b), at(&y, a, b)) {
+                    prop_assert_eq!(vx, vy, "{} against {}", x, y);
+                }
+                if plain(&e) {
+                    prop_assert_eq!(x, y);
+                }
+            }
+        }
+
+        /// min and max are associative and commutative as expressions, and keep the
+        /// value of the smallest or largest operand.
+        #[test]
+        fn min_max_are_one_form(x in expr(), y in expr(), z in expr(), a in 0i64..40, b in 0i64..40) {
+            for min in [true, false] {
+                let f = |p: &SymExpr, q: &SymExpr| if min { p.minimum(q) } else { p.maximum(q) };
+                let l = f(&x, &y).and_then(|xy| f(&xy, &z));
+                let r = f(&y, &z).and_then(|yz| f(&z, &x).and(f(&x, &yz)));
+                let o = SymExpr::extreme_of(&[z.clone(), y.clone(), x.clone()], min);
+                if let (Some(l), Some(r), Some(o)) = (l, r, o) {
+                    prop_assert_eq!(&l, &r);
+                    prop_assert_eq!(&l, &o);
+                    if let (Ok(vx), Ok(vy), Ok(vz)) = (at(&x, a, b), at(&y, a, b), at(&z, a, b)) {
+                        let want = if min { vx.min(vy).min(vz) } else { vx.max(vy).max(vz) };
+                        prop_assert_eq!(at(&l, a, b), Ok(want));
+                    }
+                }
+            }
+        }
     }
 }

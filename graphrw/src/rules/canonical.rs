@@ -20,6 +20,15 @@
 //!   without the max) becomes `softmax`; a softmax computed in another float precision
 //!   (`cast(softmax(cast(x, f32)), f16)`) is computed in `x`'s own (the fused kernels
 //!   accumulate in f32 anyway), and a cast to the dtype a value already has goes away;
+//! - log-sum-exp: `x - (log(sum(exp(x - m), d, keepdim)) + m)`, with any shift `m`
+//!   constant along `d` (the max, torch's guarded max that `ReduceLogSumExp` imports
+//!   as, or none at all), is `log_softmax(x, d)`, and `exp(log_softmax(x, d))` is
+//!   `softmax(x, d)`; so `exp(x - logsumexp(x, d, keepdim=True))` is a softmax. A
+//!   log-sum-exp without its dim (`keepdim=False`) put back by `unsqueeze` at the same
+//!   dim is the kept form again (`unsqueeze(squeeze(y, [d]), d)` is `y`);
+//! - relative-position scores: a scale after a bias on the scores
+//!   (`(q @ kT + bias) * s`, Transformer-XL's content plus shifted position scores) is
+//!   applied to each (`q @ kT * s + bias * s`), so the bias is an additive mask;
 //! - scales: a scalar factor moves after the layout ops (`reshape`, `transpose`,
 //!   `permute`, `unsqueeze`, `expand`) that follow it, so a scale applied to q or k
 //!   right after their projection meets the `matmul`.
@@ -166,6 +175,56 @@ fn softmax_over<'b>(x: crate::Var<'b>, dims: &[i64]) -> Result<crate::Var<'b>, c
     let r = x.meta()?.rank() as i64;
     let d = dims.first().copied().unwrap_or(-1);
     x.softmax(if d >= 0 { d - r } else { d })
+}
+
+/// True when `y = x - (log(sum(exp(x - m), d, keepdim)) + m)` is `log_softmax(x, d)`:
+/// `x` is float, `d` is one dim of it, `m` is constant along `d` (a dim of 1 there, or
+/// no such dim once aligned from the end), and `y` has `x`'s shape (so `m` broadcast
+/// no dim of `x`). Then `log(sum(exp(x - m))) + m` is `logsumexp(x, d)` whatever `m`.
+fn is_log_softmax_by_hand(
+    x: &crate::pattern::TensorRef<'_>,
+    m: &crate::pattern::TensorRef<'_>,
+    d: &[i64],
+    y: &crate::pattern::TensorRef<'_>,
+) -> bool {
+    let r = x.rank();
+    let [d] = d else {
+        return false;
+    };
+    let Some(d) = crate::meta::normalize_axis(*d, r) else {
+        return false;
+    };
+    if !x.dtype().is_float() || m.rank() > r || y.meta().shape != x.meta().shape {
+        return false;
+    }
+    let off = r - m.rank();
+    d < off || m.meta().shape.dims()[d - off].known() == Some(1)
+}
+
+/// True when `unsqueeze(squeeze(y, dims), dim)` is `y`: `dims` is one dim of `y`, of
+/// size 1, and `dim` puts it back where it was.
+fn unsqueeze_restores(y: &crate::pattern::TensorRef<'_>, dims: &[i64], dim: i64) -> bool {
+    let r = y.rank();
+    let [d] = dims else {
+        return false;
+    };
+    match (
+        crate::meta::normalize_axis(*d, r),
+        crate::meta::normalize_axis(dim, r),
+    ) {
+        (Some(a), Some(b)) => a == b && y.meta().shape.dims()[a].known() == Some(1),
+        _ => false,
+    }
+}
+
+/// `log_softmax(x, dims[0])` with the dim counted from the end.
+fn log_softmax_over<'b>(
+    x: crate::Var<'b>,
+    dims: &[i64],
+) -> Result<crate::Var<'b>, crate::GraphError> {
+    let r = x.meta()?.rank() as i64;
+    let d = dims.first().copied().unwrap_or(-1);
+    x.log_softmax(if d >= 0 { d - r } else { d })
 }
 
 /// `x + where(keep, 0, fill)` in `x`'s dtype: scores with an additive mask.
@@ -335,6 +394,62 @@ rule_set! {
         e.div(e.sum(d, true))
     } => {
         x.softmax(-1)?
+    }
+
+    // `m` is any shift constant along `d`: the max (`amax`, `max(..).values`), torch's
+    // guarded max (`where(|max| == inf, 0, max)`, what `ReduceLogSumExp` imports as), or
+    // a detached max; the check reads its shape, not how it was made.
+    rule log_softmax_by_hand(x: Tensor, m: Tensor, d: Vec<i64>) -> Tensor
+    where check(|x, m, d, y| is_log_softmax_by_hand(&x, &m, &d, &y))
+    {
+        let y = x.sub(x.sub(m).exp().sum(d, true).log().add(m));
+        y
+    } => {
+        log_softmax_over(x, &d)?
+    }
+
+    // Without a shift: `x - log(sum(exp(x)))`.
+    rule log_softmax_by_hand_no_shift(x: Tensor, d: Vec<i64>) -> Tensor
+    where check(|x, d, y| x.dtype().is_float() && d.len() == 1
+        && crate::meta::normalize_axis(d[0], x.rank()).is_some()
+        && y.meta().shape == x.meta().shape)
+    {
+        let y = x.sub(x.exp().sum(d, true).log());
+        y
+    } => {
+        log_softmax_over(x, &d)?
+    }
+
+    rule exp_of_log_softmax(x: Tensor, d: i64) -> Tensor {
+        x.log_softmax(d).exp()
+    } => {
+        x.softmax(d)?
+    }
+
+    rule unsqueeze_of_squeeze(y: Tensor, dims: Vec<i64>, d: i64) -> Tensor
+    where check(|y, dims, d| unsqueeze_restores(&y, &dims, d))
+    {
+        y.squeeze(dims).unsqueeze(d)
+    } => {
+        y
+    }
+
+    // Transformer-XL: `(content + position) * scale`, masked or not, before a softmax.
+    // `#[overlap]`: scores plus a mask that is itself such a scaled sum match
+    // `scores_two_masks` too; either rewrite keeps the value, and this one runs again on
+    // the merged mask.
+    #[overlap]
+    rule scale_after_score_bias(a: Tensor, b: Tensor, bias: Tensor, s: f64, mask: Option<Tensor>, d: i64) -> Tensor
+    where check(|a, bias| a.dtype().is_float() && bias.dtype() == a.dtype())
+    {
+        a.matmul(b).add(bias).mul(s).add(mask?).softmax(d)
+    } => {
+        let bias = bias.mul(s)?;
+        let bias = match mask {
+            Some(mask) => bias.add(mask)?,
+            None => bias,
+        };
+        a.matmul(b)?.mul(s)?.add(bias)?.softmax(d)?
     }
 
     rule softmax_in_other_precision(x: Tensor, wide: DType, d: i64, back: DType) -> Tensor

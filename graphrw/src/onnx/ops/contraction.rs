@@ -56,8 +56,9 @@ impl<'m> Importer<'m> {
     /// Einsum of two operands as a batched contraction: one letter only in the first
     /// (rows), one only in the second (columns), one contracted, the others batch
     /// letters in both and the output (`bhqd,bhkd->bhqk`, `...id,...jd->...ij`); a
-    /// `permute` of each operand, a `matmul` and a `permute` of the result. Other
-    /// equations stay opaque.
+    /// `permute` of each operand, a `matmul` and a `permute` of the result. With no
+    /// contracted letter (`i,j->ij`: `torch.outer`) the operands are unsqueezed to a
+    /// contracted dim of 1. Other equations stay opaque.
     pub(crate) fn einsum(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         at.only_attrs(&["equation"])?;
         at.inputs_between(1, usize::MAX)?;
@@ -121,7 +122,9 @@ impl<'m> Importer<'m> {
         let covered = batch.len() + rows.len() + cols.len() == eo.len()
             && batch.len() + rows.len() + sum.len() == ea.len()
             && batch.len() + cols.len() + sum.len() == eb.len();
-        if !covered || rows.len() != 1 || cols.len() != 1 || sum.len() != 1 {
+        // No summed letter: an outer product (`i,j->ij`, `torch.outer`), a matrix
+        // product over a contracted dim of 1.
+        if !covered || rows.len() != 1 || cols.len() != 1 || sum.len() > 1 {
             return Err(at.err(format!("equation `{eq}` is not a batched matrix product")));
         }
         let pos = |t: &[char], c: char| t.iter().position(|&x| x == c).unwrap_or(0) as i64;
@@ -135,8 +138,12 @@ impl<'m> Importer<'m> {
         let la: Vec<char> = batch.iter().chain(&rows).chain(&sum).copied().collect();
         let lb: Vec<char> = batch.iter().chain(&sum).chain(&cols).copied().collect();
         let ly: Vec<char> = batch.iter().chain(&rows).chain(&cols).copied().collect();
-        let pa = permute(self, a, &ea, &la)?;
-        let pb = permute(self, b, &eb, &lb)?;
+        let mut pa = permute(self, a, &ea, &la)?;
+        let mut pb = permute(self, b, &eb, &lb)?;
+        if sum.is_empty() {
+            pa = self.op1(at, Op::Unsqueeze, &[pa], &[("dim", int_attr(-1))])?;
+            pb = self.op1(at, Op::Unsqueeze, &[pb], &[("dim", int_attr(-2))])?;
+        }
         let y = self.op1(at, Op::Matmul, &[pa, pb], &[])?;
         Ok(smallvec![permute(self, y, &ly, &eo)?])
     }

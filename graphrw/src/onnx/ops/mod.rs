@@ -10,8 +10,8 @@
 //! |---|---|---|
 //! | `elementwise.rs` | `Identity`, `Dropout`, `Clip`, `PRelu`/`LeakyRelu`/`Elu`/`Selu`/`Softplus` | `ne`, `rsqrt`, `silu`, `dropout`, `masked_fill` |
 //! | `contraction.rs` | `Gemm`, `Einsum` | (through the table) |
-//! | `normalization.rs` | `Softmax`/`LogSoftmax` before opset 13, `BatchNormalization` | (through the table, or `function.rs`) |
-//! | `shape.rs` | `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split`, `Slice`, `Tile` of dims of 1 | `transpose`, `reshape`, `expand`, `unsqueeze`, `split`, `slice` |
+//! | `normalization.rs` | `Softmax`/`LogSoftmax` before opset 13, `BatchNormalization`, `ReduceLogSumExp` (decomposed) | (through the table, or `function.rs`) |
+//! | `shape.rs` | `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split`, `Slice`, `Tile` of dims of 1, `Pad` (constant) | `transpose`, `reshape`, `expand`, `unsqueeze`, `split`, `slice` |
 //! | `source.rs` | `Constant`, `ConstantOfShape`, `Range` | `full`/`zeros`/`ones`, `arange`, `sym_ints` |
 //! | `shape_arith.rs` | `Shape`, `Gather`, `Concat`, ... of shapes, folded symbolically | symbolic attributes as `Shape`/`Gather`/arithmetic |
 //! | `attention.rs` | `Attention` (opset 23) | `scaled_dot_product_attention` |
@@ -79,12 +79,14 @@ impl<'m> Importer<'m> {
             "Einsum" => self.einsum(at),
             "PRelu" | "LeakyRelu" | "Elu" | "Selu" | "Softplus" => self.activation(at),
             "BatchNormalization" => self.batch_norm(at),
+            "ReduceLogSumExp" => self.reduce_log_sum_exp(at),
             "Gemm" => self.gemm(at),
             "Reshape" => self.reshape(at),
             "Slice" => self.slice(at),
             "Unsqueeze" => self.unsqueeze(at),
             "Expand" => self.expand(at),
             "Tile" => self.tile(at),
+            "Pad" => self.pad(at),
             "Split" => self.split(at),
             "Constant" => self.constant(at),
             "ConstantOfShape" => self.constant_of_shape(at),

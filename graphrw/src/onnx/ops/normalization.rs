@@ -1,8 +1,12 @@
-//! `Softmax`/`LogSoftmax` before opset 13 (flattened to 2-D around `axis`) and
+//! `Softmax`/`LogSoftmax` before opset 13 (flattened to 2-D around `axis`),
 //! `BatchNormalization` (inference form: `(x - mean) / sqrt(var + eps) * scale + bias`
-//! over the channel dim) in.
+//! over the channel dim) and `ReduceLogSumExp` (as torch decomposes `logsumexp`:
+//! `log(sum(exp(x - m))) + m` with `m` the max, or 0 where the max is infinite, so that
+//! it neither overflows nor gives NaN on a row of `-inf`) in. The canonicalisation rules
+//! read that form: `exp(x - logsumexp(x))` becomes `softmax(x)`.
 
 use crate::graph::Value;
+use crate::meta::normalize_axis;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
 use crate::onnx::OnnxError;
@@ -127,5 +131,70 @@ impl<'m> Importer<'m> {
             Op::LogSoftmax
         };
         self.softmax_2d(at, op, x)
+    }
+}
+
+impl<'m> Importer<'m> {
+    /// ONNX `ReduceLogSumExp` of a float tensor (`axes` an attribute before opset 18,
+    /// an input from 18), as `torch.logsumexp` decomposes it:
+    /// `m = amax(x, axes, keepdim)`, `m' = where(|m| == inf, 0, m)`,
+    /// `log(sum(exp(x - m'), axes, keepdim)) + m'`, then the reduced dims squeezed
+    /// unless `keepdims`. No axes reduce every dim, or, with `noop_with_empty_axes`,
+    /// give the input back.
+    pub(crate) fn reduce_log_sum_exp(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        at.only_outputs(1)?;
+        let axes = if self.opset < 18 {
+            at.only_attrs(&["axes", "keepdims"])?;
+            at.inputs_between(1, 1)?;
+            at.ints("axes")?
+        } else {
+            at.only_attrs(&["keepdims", "noop_with_empty_axes"])?;
+            at.inputs_between(1, 2)?;
+            self.const_ints(at, 1, "axes")?
+        };
+        let axes = axes.unwrap_or_default();
+        let keep = at.int("keepdims", 1)? != 0;
+        let x = self.req(at, 0)?;
+        let meta = self.meta(x)?;
+        if !meta.dtype.is_float() {
+            return Err(at.err(format!("only a float input is read, found {}", meta.dtype)));
+        }
+        if axes.is_empty() && at.int("noop_with_empty_axes", 0)? != 0 {
+            return Ok(smallvec![x]);
+        }
+        let r = meta.rank();
+        let mut dims = Vec::with_capacity(axes.len());
+        for &a in &axes {
+            let d = normalize_axis(a, r)
+                .ok_or_else(|| at.bad(format!("axis {a} is out of range for {}", meta.shape)))?;
+            if dims.contains(&(d as i64)) {
+                return Err(at.bad(format!("axes {axes:?} repeat axis {d}")));
+            }
+            dims.push(d as i64);
+        }
+        dims.sort_unstable();
+        let reduce = |dims: &[i64]| {
+            [
+                ("dims", AttrValue::Ints(dims.to_vec())),
+                ("keepdim", AttrValue::Bool(true)),
+            ]
+        };
+        let m = self.op1(at, Op::Amax, &[x], &reduce(&dims))?;
+        let abs = self.op1(at, Op::Abs, &[m], &[])?;
+        let inf = self.scalar(meta.dtype, f64::INFINITY);
+        let infinite = self.op1(at, Op::Eq, &[abs, inf], &[])?;
+        let zero = self.scalar(meta.dtype, 0.0);
+        let m = self.op1(at, Op::Where, &[infinite, zero, m], &[])?;
+        let shifted = self.op1(at, Op::Sub, &[x, m], &[])?;
+        let e = self.op1(at, Op::Exp, &[shifted], &[])?;
+        let total = self.op1(at, Op::Sum, &[e], &reduce(&dims))?;
+        let log = self.op1(at, Op::Log, &[total], &[])?;
+        let lse = self.op1(at, Op::Add, &[log, m], &[])?;
+        if keep {
+            return Ok(smallvec![lse]);
+        }
+        // Every dim when no axes were given (all are 1 now).
+        let squeezed = [("dims", AttrValue::Ints(dims))];
+        Ok(smallvec![self.op1(at, Op::Squeeze, &[lse], &squeezed)?])
     }
 }

@@ -1,6 +1,7 @@
 //! Layout ops both ways: `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split` and `Slice`
-//! in (constant or symbolic shape arguments), and `Tile` of dims of size 1 (as an
-//! `expand`); `transpose`, `reshape`, `expand`, `unsqueeze`, `split` and `slice` out,
+//! in (constant or symbolic shape arguments), `Tile` of dims of size 1 (as an
+//! `expand`), and `Pad` in constant mode with constant pads of at least 0 (as a
+//! `concat` with `full` blocks, symbolic where the other dims are); `transpose`, `reshape`, `expand`, `unsqueeze`, `split` and `slice` out,
 //! their shapes as initialisers or, when symbolic, as shape arithmetic
 //! (`shape_arith.rs`).
 
@@ -418,6 +419,100 @@ impl<'m> Importer<'m> {
             v = self.op1(at, Op::Unsqueeze, &[v], &[("dim", int_attr(d as i64))])?;
         }
         Ok(smallvec![v])
+    }
+}
+
+impl<'m> Importer<'m> {
+    /// ONNX `Pad`, constant mode, constant pads of at least 0 (`F.pad(x, (1, 0))`):
+    /// per padded axis, `concat([full(before), x, full(after)], axis)`, each block as
+    /// large as `x` but along the axis (symbolic sizes where `x`'s dims are). Other
+    /// modes and negative pads (crops) stay opaque.
+    pub(crate) fn pad(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        at.only_outputs(1)?;
+        let mode = at.string("mode", "constant")?;
+        if mode != "constant" {
+            return Err(at.err(format!("mode `{mode}` is not lowered, only `constant`")));
+        }
+        let x = self.req(at, 0)?;
+        let meta = self.meta(x)?;
+        let r = meta.rank();
+        let (pads, value, axes) = if self.opset < 11 {
+            at.only_attrs(&["mode", "pads", "value"])?;
+            at.inputs_between(1, 1)?;
+            let pads = at
+                .ints("pads")?
+                .ok_or_else(|| at.bad("attribute `pads` is required"))?;
+            (pads, f64::from(at.float("value", 0.0)?), None)
+        } else {
+            at.only_attrs(&["mode"])?;
+            at.inputs_between(2, 4)?;
+            let pads = self
+                .const_ints(at, 1, "pads")?
+                .ok_or_else(|| at.bad("input 1 (pads) is required"))?;
+            let value = match self.const_input(at, 2, "constant_value")? {
+                Some(t) if t.numel() == 1 => t.to_f64_vec().first().copied().unwrap_or(0.0),
+                Some(t) => {
+                    return Err(at.bad(format!(
+                        "constant_value must be one element, found shape {:?}",
+                        t.shape()
+                    )))
+                }
+                None => 0.0,
+            };
+            (pads, value, self.const_ints(at, 3, "axes")?)
+        };
+        let axes: Vec<i64> = axes.unwrap_or_else(|| (0..r as i64).collect());
+        if pads.len() != 2 * axes.len() {
+            return Err(at.bad(format!(
+                "{} pads for {} axes: expected two per axis",
+                pads.len(),
+                axes.len()
+            )));
+        }
+        if pads.iter().any(|&p| p < 0) {
+            return Err(at.err(format!("negative pads {pads:?} (a crop) are not lowered")));
+        }
+        let n = axes.len();
+        let mut y = x;
+        for (i, &a) in axes.iter().enumerate() {
+            let d = normalize_axis(a, r)
+                .ok_or_else(|| at.bad(format!("axis {a} is out of range for {}", meta.shape)))?;
+            let (before, after) = (pads[i], pads[n + i]);
+            if before == 0 && after == 0 {
+                continue;
+            }
+            let mut parts = Vec::with_capacity(3);
+            for (width, first) in [(before, true), (after, false)] {
+                if width == 0 {
+                    continue;
+                }
+                let mut size: Vec<SymExpr> = self
+                    .meta(y)?
+                    .shape
+                    .dims()
+                    .iter()
+                    .map(Dim::to_expr)
+                    .collect();
+                size[d] = SymExpr::int(width);
+                let attrs = [
+                    ("size", AttrValue::sym_ints(size)),
+                    ("value", AttrValue::Float(value)),
+                    ("dtype", AttrValue::DType(meta.dtype)),
+                ];
+                let block = self.op1(at, Op::Full, &[], &attrs)?;
+                if first {
+                    parts.push(block);
+                    parts.push(y);
+                } else {
+                    if parts.is_empty() {
+                        parts.push(y);
+                    }
+                    parts.push(block);
+                }
+            }
+            y = self.op1(at, Op::Concat, &parts, &[("dim", int_attr(d as i64))])?;
+        }
+        Ok(smallvec![y])
     }
 }
 

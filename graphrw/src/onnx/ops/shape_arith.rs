@@ -645,21 +645,36 @@ impl Exporter<'_> {
                 let v = match f {
                     Factor::Sym(s) => self.symbol(&s.clone())?,
                     Factor::FloorDiv(x, d) => {
-                        // ONNX integer division truncates; dims are never negative.
+                        // ONNX integer division truncates: the same as flooring where
+                        // the dividend is never negative. Where it may be (`(t - s) // 2`
+                        // as a slice bound), `(x - x mod d) / d`, ONNX `Mod` taking the
+                        // divisor's sign (`fmod` 0), so the division is exact.
+                        let sign = x.sign();
                         let x = self.sym_expr(&x.clone())?;
                         let d = self.init_ints("divisor", &[d])?;
-                        self.binary("Div", x, d)
+                        if matches!(sign, Sign::Zero | Sign::Positive | Sign::NonNegative) {
+                            self.binary("Div", x, d)
+                        } else {
+                            let rem = self.binary("Mod", x, d);
+                            let whole = self.binary("Sub", x, rem);
+                            self.binary("Div", whole, d)
+                        }
                     }
-                    Factor::Min(a, b) | Factor::Max(a, b) => {
+                    Factor::Min(v) | Factor::Max(v) => {
                         let op = if matches!(f, Factor::Min(..)) {
                             "Min"
                         } else {
                             "Max"
                         };
-                        let (a, b) = (a.clone(), b.clone());
-                        let a = self.sym_expr(&a)?;
-                        let b = self.sym_expr(&b)?;
-                        self.binary(op, a, b)
+                        // ONNX `Min`/`Max` take any number of inputs.
+                        let v = v.to_vec();
+                        let mut ins = Names8::new();
+                        for e in &v {
+                            ins.push(self.sym_expr(e)?);
+                        }
+                        let out = self.tmp(&op.to_lowercase());
+                        self.push(op, &ins, &[out], &[]);
+                        out
                     }
                 };
                 product = Some(match product {

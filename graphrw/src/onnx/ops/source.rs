@@ -3,9 +3,11 @@
 
 use crate::graph::Node;
 use crate::meta::DType;
+use crate::meta::SymExpr;
 use crate::onnx::encode::Attr;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
+use crate::onnx::ops::shape_arith::SymTensor;
 use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
 use crate::onnx::tensor_pb::{dtype_to_onnx, tensor_from_proto, tensor_to_proto};
@@ -68,10 +70,19 @@ impl<'m> Importer<'m> {
                     bounds[i] = AttrValue::Float(t.to_f64_vec().first().copied().unwrap_or(0.0));
                 }
                 Ok(None) => return Err(at.bad(format!("input {i} ({what}) is required"))),
-                // A bound computed from shapes (`arange(seq)`).
-                Err(e) => match self.shape_arg(at, i, what)?.as_deref() {
-                    Some([b]) => bounds[i] = AttrValue::sym_int(b.clone()),
-                    _ => return Err(e),
+                // A bound computed from shapes (`arange(seq)`), or such a bound cast to
+                // a float (`arange(seq - 1, -1, -1.0)`: the exporters cast the size).
+                Err(e) => match self.shape_arg(at, i, what) {
+                    Ok(Some(b)) if b.len() == 1 => {
+                        bounds[i] = AttrValue::sym_int(b[0].clone());
+                    }
+                    _ => match self.cast_shape_scalar(at, i) {
+                        Some((b, cast)) => {
+                            bounds[i] = AttrValue::sym_int(b);
+                            dtype = cast;
+                        }
+                        None => return Err(e),
+                    },
                 },
             }
         }
@@ -87,6 +98,23 @@ impl<'m> Importer<'m> {
             ("dtype", AttrValue::DType(dtype)),
         ];
         Ok(smallvec![self.op1(at, Op::Arange, &[], &attrs)?])
+    }
+}
+
+impl<'m> Importer<'m> {
+    /// When input `i` is `cast(n, dtype)` of one symbolic size `n`: `n` and the dtype.
+    fn cast_shape_scalar(&mut self, at: &At<'m, '_>, i: usize) -> Option<(SymExpr, DType)> {
+        let v = self.input(at, i).ok()??;
+        let node = self.graph.node(v.node)?;
+        if !node.op().is(Op::Cast) {
+            return None;
+        }
+        let dtype = node.attrs().dtype("dtype").ok()?;
+        let size = SymTensor::of(&self.graph, *node.operands().first()?)?;
+        match (size.dtype, size.values.as_slice()) {
+            (DType::I64 | DType::I32, [n]) => Some((n.clone(), dtype)),
+            _ => None,
+        }
     }
 }
 
