@@ -123,6 +123,14 @@ enum Source<'a> {
 }
 
 impl<'a> Source<'a> {
+    /// The model as a log line names it: its path, or its size in bytes.
+    fn describe(&self) -> String {
+        match self {
+            Source::Path(p) => p.display().to_string(),
+            Source::Bytes(b) => format!("a model of {} bytes", b.len()),
+        }
+    }
+
     /// `bytes` (or `bytearray`-free `bytes` only) or a path (`str`, `os.PathLike`).
     fn extract(obj: &'a Bound<'_, PyAny>) -> PyResult<Source<'a>> {
         if let Ok(b) = obj.cast::<PyBytes>() {
@@ -207,6 +215,17 @@ struct OptimizeArgs {
 }
 
 /// `graphrw optimize`'s work, without printing: load, apply the rule sets, write.
+/// Logs `message` at INFO on Python's `graphrw` logger (`logging.getLogger("graphrw")`),
+/// from a thread that may not hold the GIL; a logging failure is ignored.
+fn log_info(message: &str) {
+    Python::attach(|py| {
+        let _ = py
+            .import("logging")
+            .and_then(|logging| logging.call_method1("getLogger", ("graphrw",)))
+            .and_then(|logger| logger.call_method1("info", ("%s", message)));
+    });
+}
+
 fn run_optimize(src: &Source<'_>, args: &OptimizeArgs) -> Outcome<OptimizeOutcome> {
     let start = Instant::now();
     let names = &args.rules;
@@ -215,7 +234,14 @@ fn run_optimize(src: &Source<'_>, args: &OptimizeArgs) -> Outcome<OptimizeOutcom
         // Builds the passes' decision trees while the model loads, as the CLI does.
         std::thread::spawn(rules::prepare);
     }
+    log_info(&format!("optimize: loading {}", src.describe()));
+    let loading = Instant::now();
     let mut graph = src.load()?;
+    log_info(&format!(
+        "optimize: loaded in {:.1} ms, {} nodes",
+        loading.elapsed().as_secs_f64() * 1e3,
+        graph.node_count()
+    ));
     let mut rule_counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut skipped = Vec::new();
     let mut text = String::new();
@@ -230,7 +256,11 @@ fn run_optimize(src: &Source<'_>, args: &OptimizeArgs) -> Outcome<OptimizeOutcom
         }
     };
     if whole {
-        let done = rules::optimize(&mut graph).map_err(|e| Failure::new(Kind::Optimize, e))?;
+        let verify = graphrw::rewrite::Verify::default();
+        let done = rules::optimize_observed(&mut graph, verify, &mut |p| {
+            log_info(&format!("optimize: {p}"))
+        })
+        .map_err(|e| Failure::new(Kind::Optimize, e))?;
         for r in done.reports() {
             add(r);
             text.push_str(&r.to_string());
@@ -266,8 +296,13 @@ fn run_optimize(src: &Source<'_>, args: &OptimizeArgs) -> Outcome<OptimizeOutcom
     }
     let saved = match &args.output {
         Some(path) => {
+            let saving = Instant::now();
             let saved = graphrw::onnx::save_with(&graph, path, &args.save)
                 .map_err(|e| Failure::new(Kind::Save, e))?;
+            log_info(&format!(
+                "optimize: saved in {:.1} ms: {saved}",
+                saving.elapsed().as_secs_f64() * 1e3
+            ));
             text.push_str(&format!("{saved}\n"));
             Some(saved.to_string())
         }

@@ -3,6 +3,7 @@ exception, ``python -m graphrw`` mirrors the command, the GIL is released."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -207,6 +208,19 @@ def test_python_m_graphrw(tmp_path: Path) -> None:
     assert r.stderr.startswith("error: unknown rule `nope`") and r.stderr.count("\n") == 1
     r = _cli("inspect", str(tmp_path / "missing.onnx"))
     assert r.returncode == 1 and r.stderr.startswith("error: ")
+
+
+def test_optimize_logs_each_stage(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    skip_without_corpus()
+    model = corpus_models()[0] / "model.onnx"
+    with caplog.at_level(logging.INFO, logger="graphrw"):
+        graphrw.optimize(str(model), str(tmp_path / "o.onnx"))
+    msgs = [r.getMessage() for r in caplog.records if r.name == "graphrw"]
+    assert msgs[0] == f"optimize: loading {model}", msgs
+    assert msgs[1].startswith("optimize: loaded in "), msgs
+    passes = ["attention", "causal masks", "norm spellings", "kernels", "unweighted rms norms"]
+    assert [m.split(":")[1].strip() for m in msgs[2:7]] == [f"pass {p}" for p in passes], msgs
+    assert msgs[7].startswith("optimize: saved in "), msgs
 
 
 def test_every_subcommand_and_version() -> None:

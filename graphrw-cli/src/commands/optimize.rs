@@ -8,8 +8,10 @@
 //! [`graphrw::onnx::external`]); a model past protobuf's 2 GiB limit is refused in
 //! the single-file layout rather than written corrupt.
 
+use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use graphrw::onnx::SaveOptions;
 use graphrw::rewrite::Rewriter;
@@ -27,9 +29,23 @@ pub fn run(model: &Path, output: &Path, names: &[String], save: &SaveOptions) ->
         // loads (see `rules::prepare`).
         std::thread::spawn(rules::prepare);
     }
+    // On a terminal, each stage as it finishes (on stderr: stdout is the report).
+    let progress = std::io::stderr().is_terminal();
+    let stage = |what: &dyn std::fmt::Display| {
+        if progress {
+            eprintln!("  .. {what}");
+        }
+    };
+    let t = Instant::now();
     let mut graph = super::load(model)?;
+    stage(&format_args!(
+        "loaded in {:.1} ms, {} nodes",
+        t.elapsed().as_secs_f64() * 1e3,
+        graph.node_count()
+    ));
     if whole_pipeline {
-        let done = rules::optimize(&mut graph)?;
+        let verify = graphrw::rewrite::Verify::default();
+        let done = rules::optimize_observed(&mut graph, verify, &mut |p| stage(p))?;
         for r in done.reports() {
             print!("{r}");
         }

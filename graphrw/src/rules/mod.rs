@@ -12,7 +12,9 @@ pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
 pub use kernels::Kernels;
 pub use norms::{NORM_SPELLINGS, UNWEIGHTED_RMS_NORM};
-pub use pipeline::{optimize, optimize_with, prepare, OptimizeError, Optimized};
+pub use pipeline::{
+    optimize, optimize_observed, optimize_with, prepare, OptimizeError, Optimized, PassDone,
+};
 
 use crate::rewrite::{Report, RewriteError, Rewriter, Verify};
 

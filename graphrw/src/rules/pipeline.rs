@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -47,6 +48,36 @@ pub struct Optimized {
     /// Nodes per op after the pipeline, for the ops it creates
     /// (`scaled_dot_product_attention` and every `fused.*` op).
     pub fused_nodes: BTreeMap<&'static str, usize>,
+    /// Each pass as it finished, in order ([`optimize_observed`] saw the same).
+    pub passes: Vec<PassDone>,
+}
+
+/// One pass of the pipeline, finished: what [`optimize_observed`] reports as it goes
+/// (a large model's optimisation takes seconds) and [`Optimized::passes`] keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PassDone {
+    /// The pass: `attention`, `causal masks`, `norm spellings`, `kernels` or
+    /// `unweighted rms norms`.
+    pub pass: &'static str,
+    /// How long it took.
+    pub took: Duration,
+    /// Rewrites it made (for `causal masks`, masks made causal).
+    pub rewrites: usize,
+    /// The graph's node count after it.
+    pub nodes_after: usize,
+}
+
+impl fmt::Display for PassDone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pass {}: {} rewrite(s) in {:.1} ms, {} nodes",
+            self.pass,
+            self.rewrites,
+            self.took.as_secs_f64() * 1e3,
+            self.nodes_after
+        )
+    }
 }
 
 /// Runs the built-in pipeline on `graph`: [`super::fuse_attention`], then
@@ -75,16 +106,72 @@ pub fn optimize(graph: &mut Graph) -> Result<Optimized, OptimizeError> {
 /// [`optimize`], with each rewrite pass verifying as `verify` says ([`Verify`]; the
 /// default is [`Verify::Local`] in debug builds, [`Verify::Off`] in release builds).
 pub fn optimize_with(graph: &mut Graph, verify: Verify) -> Result<Optimized, OptimizeError> {
+    optimize_observed(graph, verify, &mut |_| {})
+}
+
+/// [`optimize_with`], calling `observe` as each pass finishes (for progress: the
+/// Python package logs each to its `graphrw` logger, `graphrw optimize` prints each on
+/// a terminal).
+///
+/// ```
+/// use graphrw::{rewrite::Verify, rules, Builder, DType, TensorMeta};
+///
+/// let g = Builder::new();
+/// let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 8]));
+/// let y = x.mul(x.sigmoid()?)?;
+/// g.output(&[y])?;
+/// let mut graph = g.finish();
+/// let mut seen = Vec::new();
+/// let done = rules::optimize_observed(&mut graph, Verify::default(), &mut |p| {
+///     seen.push(p.clone())
+/// })?;
+/// let names: Vec<&str> = seen.iter().map(|p| p.pass).collect();
+/// assert_eq!(names, ["attention", "causal masks", "norm spellings", "kernels", "unweighted rms norms"]);
+/// assert_eq!(seen, done.passes);
+/// assert_eq!(seen.last().map(|p| p.nodes_after), Some(done.nodes_after));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn optimize_observed(
+    graph: &mut Graph,
+    verify: Verify,
+    observe: &mut dyn FnMut(&PassDone),
+) -> Result<Optimized, OptimizeError> {
     let nodes_before = graph.node_count();
+    let mut passes = Vec::new();
+    let mut done = |graph: &Graph, pass: &'static str, started: Instant, rewrites: usize| {
+        let p = PassDone {
+            pass,
+            took: started.elapsed(),
+            rewrites,
+            nodes_after: graph.node_count(),
+        };
+        observe(&p);
+        passes.push(p);
+    };
+    let t = Instant::now();
     let attention = super::fuse_attention_with(graph, verify)?;
+    done(
+        graph,
+        "attention",
+        t,
+        attention.iter().map(Report::total).sum(),
+    );
+    let t = Instant::now();
     let causal = mark_causal(graph)?;
+    done(graph, "causal masks", t, causal.converted);
+    let t = Instant::now();
     let norms = Rewriter::new(NORM_PASS).with_verify(verify).run(graph)?;
+    done(graph, "norm spellings", t, norms.total());
+    let t = Instant::now();
     let kernels = Rewriter::new(&crate::generated::builtin_rules())
         .with_verify(verify)
         .run(graph)?;
+    done(graph, "kernels", t, kernels.total());
+    let t = Instant::now();
     let unweighted = Rewriter::new(UNWEIGHTED_PASS)
         .with_verify(verify)
         .run(graph)?;
+    done(graph, "unweighted rms norms", t, unweighted.total());
     let mut fused_nodes = BTreeMap::new();
     for op in graph
         .node_ids()
@@ -103,6 +190,7 @@ pub fn optimize_with(graph: &mut Graph, verify: Verify) -> Result<Optimized, Opt
         kernels,
         unweighted,
         fused_nodes,
+        passes,
     })
 }
 
