@@ -234,6 +234,7 @@
 //! that can match it.
 
 mod bindings;
+pub(crate) mod claims;
 pub mod dispatch;
 mod display;
 mod explain;
