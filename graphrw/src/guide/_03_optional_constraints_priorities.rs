@@ -45,7 +45,12 @@
 //! `dtype(x) == f32`, `dim(q, -1) == dim(k, -1)`, comparisons of scalar parameters
 //! (`s != 0.0`), `users(t) == 1` (an interior value with no other user), and
 //! `check(|x, s| ..)`, an escape hatch that sees the bound values' metadata and scalars
-//! as plain Rust:
+//! as plain Rust. Dtypes are written as in Rust (`f32`, `bf16`; `float32` is an error
+//! that says so). A number compares with a literal of its own kind: an `i64` parameter,
+//! a rank, a dim or a user count against a float literal (`d0 > 0.5`) is a compile
+//! error giving the integer bound that says the same (`d0 > 0`), and an `f64`
+//! parameter against an integer literal (`s > 1`) asks for `1.0`; an `f64` parameter
+//! compared with an integer term (`s > rank(x)`) compares as `f64`:
 //!
 //! ```
 //! use graphrw::{pattern, Builder, DType, TensorMeta};
