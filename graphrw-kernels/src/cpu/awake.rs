@@ -100,7 +100,7 @@ fn poll(shared: &Shared, owner: Option<usize>) {
                 Some(rayon::Yield::Idle) => {
                     std::hint::spin_loop();
                     polls += 1;
-                    if polls % POLLS_PER_CLOCK == 0 && idle_since.elapsed() > IDLE_LIMIT {
+                    if polls.is_multiple_of(POLLS_PER_CLOCK) && idle_since.elapsed() > IDLE_LIMIT {
                         break;
                     }
                 }
