@@ -3,7 +3,7 @@
 //!
 //! A weight block that streams from the last-level cache or memory stalls the first
 //! tile that reads it, unless the tiles before it have prefetched it, each its share
-//! ([`super::panel_block`]). Whether that pays depends on the core's own prefetchers,
+//! (`panel_block` in the packed GEMM). Whether that pays depends on the core's own prefetchers,
 //! and the CPUs disagree:
 //! - on a 2-core Zen 4 the AVX-512 kernel lost 2-10% with it (weights cold, 2 threads,
 //!   `gemm_rate --cold 8`: `128 x 768 x 2304` 216-220 GFLOP/s without, 194-196 with)
