@@ -50,7 +50,8 @@ pub fn replacement(input: TokenStream) -> TokenStream {
 /// Compiles a checked set of rules: `rule_set! { pub static NAME; rule r(x: Tensor) ->
 /// Tensor { pattern } => { replacement } .. }` emits one module per rule (with `RULE`)
 /// and the `RuleSet` static; shadowed and equal-priority overlapping rules are errors.
-/// See `graphrw::pattern`.
+/// A rule's module is private unless the rule is written `pub rule` (or `pub(crate)
+/// rule`). See `graphrw::pattern`.
 #[proc_macro]
 pub fn rule_set(input: TokenStream) -> TokenStream {
     pattern::expand_rule_set(input.into())

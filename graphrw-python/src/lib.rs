@@ -419,10 +419,10 @@ fn run_explain(src: &Source<'_>, rule: &str, node: Option<&str>) -> Outcome<Stri
             out.push_str(&format!("{matches} match(es)\n"));
             let misses = near_misses(rule.pattern, &graph);
             out.push_str(&format!("{} near miss(es), deepest first:\n", misses.len()));
-            for (id, why) in misses.iter().take(10) {
+            for why in misses.iter().take(10) {
                 out.push_str(&format!(
                     "  {}\n    {why}\n",
-                    node_line(&graph, &names, *id)
+                    node_line(&graph, &names, why.anchor)
                 ));
             }
         }

@@ -127,7 +127,17 @@ fn custom_op_without_kernel_runs_through_its_decomposition() {
     b.output(&[b.var(outs[0]), b.var(outs[1])]).unwrap();
     let p = plan(&b.finish(), &stack(vec![Arc::new(ReferenceCpu)])).unwrap();
     let text = p.to_string();
-    assert!(!text.contains("multimul"), "{text}");
+    // The op runs nowhere as itself: only the comment that says so names it.
+    assert_eq!(text.matches("multimul").count(), 2, "{text}");
+    assert!(
+        text.contains("# runs as its decomposition (no executor took it): ")
+            && text.contains("seed.multimul(x0, x1, x2, x3)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("#   refused by cpu-reference: `seed.multimul` is not a built-in op"),
+        "{text}"
+    );
     assert_eq!(text.matches("= mul(").count(), 2, "{text}");
     let inputs = [
         t(&[2], vec![1., 2.]),
@@ -388,6 +398,13 @@ fn a_fallback_to_the_decomposition_is_recorded_with_every_refusal() {
         "{f}"
     );
     assert!(f.refusals[1].starts_with("cpu-reference:"), "{f}");
+    // The plan's printout says it too, with the user checker's reason.
+    let text = p.to_string();
+    assert!(
+        text.contains("# runs as its decomposition (no executor took it): ")
+            && text.contains("#   refused by picky: only runs on the accelerator"),
+        "{text}"
+    );
     // A plan with a kernel for every node records none.
     let direct = plan(
         &one_multimul(),

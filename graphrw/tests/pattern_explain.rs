@@ -191,14 +191,11 @@ fn near_misses_deepest_first() -> Result<(), GraphError> {
     let (shallow, deep, middle) = (shallow.value(), deep.value(), middle.value());
     let graph = g.finish();
     let misses = near_misses(&sfdp_1::PATTERN, &graph);
-    let ids: Vec<_> = misses.iter().map(|(n, _)| *n).collect();
+    let ids: Vec<_> = misses.iter().map(|e| e.anchor).collect();
     assert_eq!(ids[0], deep.node, "{misses:?}");
-    let depths: Vec<usize> = misses.iter().map(|(_, e)| e.depth).collect();
-    assert!(depths.windows(2).all(|w| w[0] >= w[1]), "{depths:?}");
-    assert_eq!(depths[0], 3);
-    for (_, e) in &misses {
-        println!("{e}");
-    }
+    let progress: Vec<usize> = misses.iter().map(|e| e.progress).collect();
+    assert!(progress.windows(2).all(|w| w[0] >= w[1]), "{progress:?}");
+    assert_eq!(misses[0].depth, 3);
     assert!(ids.contains(&shallow.node) && ids.contains(&middle.node));
     Ok(())
 }
@@ -235,5 +232,80 @@ fn why_no_rule_of_a_set_fired_at_a_node() -> Result<(), GraphError> {
         "{debug}"
     );
     assert!(!debug.contains("NodeIndex"), "{debug}");
+    Ok(())
+}
+
+mod mlp {
+    graphrw::pattern! {
+        /// A SwiGLU MLP written the long way.
+        pub fn swiglu_mlp(x: Tensor, wg: Tensor, wu: Tensor) -> Tensor {
+            let h = x.matmul(wg);
+            h.mul(h.sigmoid()).mul(x.matmul(wu))
+        }
+    }
+}
+
+/// The user's case: an MLP whose gate another rule already turned into `silu`, after
+/// a norm of two `mul`s. The MLP comes first among the near misses (its up projection
+/// and inputs are there), not the norm (whose two `mul`s only share the pattern's
+/// outer ops); a value the pattern shares (`h`) is placed at the op that reads it in
+/// the graph (`operand 0 of `mul``, never `of `sigmoid`` in a graph without one); the
+/// candidates are named as the printer names them.
+#[test]
+fn near_misses_rank_the_deepest_partial_match_first() -> Result<(), GraphError> {
+    let g = Builder::new();
+    let x = g.input("x", meta(&[2, 8]));
+    let w = g.input("w", meta(&[8]));
+    let wg = g.input("wg", meta(&[8, 8]));
+    let wu = g.input("wu", meta(&[8, 8]));
+    let norm = x.mul(x.rsqrt()?)?.mul(w)?;
+    let mlp = norm.matmul(wg)?.silu()?.mul(norm.matmul(wu)?)?;
+    g.output(&[mlp])?;
+    let (norm, mlp) = (norm.value().node, mlp.value().node);
+    let graph = g.finish();
+    let names = graphrw::printer::Names::new(&graph);
+    let misses = near_misses(&mlp::swiglu_mlp::PATTERN, &graph);
+    assert_eq!(misses.len(), 3, "{misses:#?}");
+    let first = &misses[0];
+    assert_eq!(first.anchor, mlp, "{misses:#?}");
+    assert_eq!(first.anchor_name, names.get(graphrw::Value::new(mlp, 0)));
+    let silu = names.get(graph.node(mlp).unwrap().operands()[0]);
+    assert_eq!(
+        first.message,
+        format!("operand 0 of `mul`: expected `mul`, found `silu` {silu}"),
+        "{misses:#?}"
+    );
+    // Its outer `mul`, its up projection and that one's two parameters are there; the
+    // norm has the two `mul`s only.
+    assert_eq!(first.progress, 4, "{misses:#?}");
+    let second = &misses[1];
+    assert_eq!(second.anchor, norm, "{misses:#?}");
+    assert!(second.progress < first.progress);
+    assert!(
+        second.message.contains("expected `matmul`, found") && !second.message.contains("sigmoid"),
+        "{}",
+        second.message
+    );
+    Ok(())
+}
+
+/// A graph without the pattern's anchor op has no candidate at all.
+#[test]
+fn near_misses_without_the_anchor_op_are_empty() -> Result<(), GraphError> {
+    let g = Builder::new();
+    let x = g.input("x", meta(&[2, 8]));
+    let wg = g.input("wg", meta(&[8, 8]));
+    g.output(&[x.matmul(wg)?.sigmoid()?])?;
+    let graph = g.finish();
+    assert!(near_misses(&mlp::swiglu_mlp::PATTERN, &graph).is_empty());
+    // Explaining a node of another op says which op the pattern starts at.
+    let any = graph.outputs()[0].node;
+    let why = mlp::swiglu_mlp::PATTERN.explain(&graph, any);
+    assert!(!why.matched);
+    assert!(
+        why.message
+            .starts_with("the root: expected `mul`, found `sigmoid`"),
+        "{why}"
+    );
     Ok(())
 }

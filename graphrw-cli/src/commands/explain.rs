@@ -69,9 +69,22 @@ pub fn run(model: &Path, rule: &str, node: Option<&str>) -> CmdResult {
             let matches = rule.pattern.find(&graph).len();
             println!("{matches} match(es)");
             let misses = near_misses(rule.pattern, &graph);
-            println!("{} near miss(es), deepest first:", misses.len());
-            for (id, why) in misses.iter().take(10) {
-                println!("  {}\n    {why}", node_line(&graph, &names, *id));
+            if misses.is_empty() && matches == 0 {
+                let ops: Vec<String> = rule
+                    .pattern
+                    .anchors
+                    .iter()
+                    .map(|op| format!("`{}`", op.name))
+                    .collect();
+                println!(
+                    "no candidate: no node has the op the pattern starts at ({})",
+                    ops.join(" or ")
+                );
+            } else {
+                println!("{} near miss(es), deepest first:", misses.len());
+            }
+            for why in misses.iter().take(10) {
+                println!("  {}\n    {why}", node_line(&graph, &names, why.anchor));
             }
         }
     }

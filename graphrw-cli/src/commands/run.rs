@@ -710,6 +710,46 @@ mod tests {
         Tensor::from_f64_slice(dtype, &[values.len()], values).expect("tensor")
     }
 
+    /// `--profile` lists each node that ran as its decomposition with every executor's
+    /// refusal, a user checker's reason included.
+    #[test]
+    fn fallback_lines_keep_a_user_checkers_reason() {
+        use graphrw::exec::{OpExecutor, ReferenceCpu};
+        use graphrw::{Builder, Shape, TensorMeta};
+        let b = Builder::new();
+        let q = b.input(
+            "q",
+            TensorMeta::new(DType::F32, Shape::known(&[1, 2, 4, 8])),
+        );
+        let out = q
+            .scaled_dot_product_attention(q, q, None)
+            .expect("attention");
+        b.output(&[out]).expect("output");
+        let picky = OpExecutor::new("picky").with_checked_kernel(
+            &graphrw::ops::builtin::SCALED_DOT_PRODUCT_ATTENTION,
+            |_| Err("head size 8 is below the kernel's 64".into()),
+            |_, _| Err("never runs".into()),
+        );
+        let stack: Vec<Arc<dyn Executor>> = vec![Arc::new(picky), Arc::new(ReferenceCpu)];
+        let plan = exec::plan(&b.finish(), &stack).expect("plan");
+        let lines = fallback_lines(&plan);
+        assert_eq!(
+            lines[0],
+            "1 node(s) ran as their decomposition (no executor took them)"
+        );
+        assert!(
+            lines[1].contains("scaled_dot_product_attention(q, q, q"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2..],
+            [
+                "    refused by picky: head size 8 is below the kernel's 64",
+                "    refused by cpu-reference: runs attention through its decomposition",
+            ]
+        );
+    }
+
     #[test]
     fn low_precision_outputs_are_held_to_ulps_of_their_type() {
         // Four f16 ulps at 2.0 (4 x 2^-9) are within an f16 output's tolerance but

@@ -11,6 +11,21 @@ use crate::vocab::{Kind, OpSpec};
 /// The dtype names a pattern may write.
 pub const DTYPES: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "bool"];
 
+/// The dtype name a pattern writes for a name users bring from torch, numpy or ONNX
+/// (`float32` is `f32`).
+pub fn dtype_alias(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "float32" | "float" | "FLOAT" | "Float" | "single" => "f32",
+        "float64" | "double" | "DOUBLE" | "Double" => "f64",
+        "float16" | "half" | "FLOAT16" | "Half" => "f16",
+        "bfloat16" | "BFLOAT16" | "BFloat16" => "bf16",
+        "int64" | "long" | "INT64" | "Long" => "i64",
+        "int32" | "int" | "INT32" | "Int" => "i32",
+        "boolean" | "BOOL" | "Bool" => "bool",
+        _ => return None,
+    })
+}
+
 /// The kind of a parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamKind {

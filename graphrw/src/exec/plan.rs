@@ -133,9 +133,21 @@ impl fmt::Debug for Plan {
 
 impl fmt::Display for Plan {
     /// The plan as a program: each line is the node and, after `|`, its executor.
+    /// First, as `#` comments, every node that no executor took and that runs as its
+    /// op's decomposition ([`Plan::fallbacks`]), with each executor's refusal.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names = Names::new(&self.graph);
         writeln!(f, "plan {{")?;
+        for fb in &self.fallbacks {
+            writeln!(
+                f,
+                "  # runs as its decomposition (no executor took it): {}",
+                fb.node
+            )?;
+            for r in &fb.refusals {
+                writeln!(f, "  #   refused by {r}")?;
+            }
+        }
         for &(id, ex) in &self.steps {
             let line = node_line(&self.graph, &names, id);
             match ex {

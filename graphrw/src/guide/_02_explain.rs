@@ -63,8 +63,9 @@
 //!
 //! When you do not know which node should have matched,
 //! [`near_misses`](crate::pattern::near_misses) tries the pattern at every node of its
-//! anchor op and lists the misses deepest first — the first is usually the block you
-//! meant:
+//! anchor op and lists the misses deepest first (most of the pattern matched: nodes
+//! plus parameters bound) — the first is usually the block you meant. Each names its
+//! node as the printer does (`anchor_name`, `t5`) beside its id (`anchor`):
 //!
 //! ```
 //! use graphrw::pattern::near_misses;
@@ -87,9 +88,10 @@
 //! let graph = g.finish();
 //!
 //! let misses = near_misses(&sfdp_1::PATTERN, &graph);
-//! assert_eq!(misses[0].0, deep);
-//! for (_node, why) in &misses {
-//!     println!("{why}");
+//! assert_eq!(misses[0].anchor, deep);
+//! assert_eq!(misses[0].anchor_name, "t5"); // as the printer names it
+//! for why in &misses {
+//!     println!("{}: {why}", why.anchor_name);
 //! }
 //! # Ok(())
 //! # }

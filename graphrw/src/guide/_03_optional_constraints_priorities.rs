@@ -45,7 +45,12 @@
 //! `dtype(x) == f32`, `dim(q, -1) == dim(k, -1)`, comparisons of scalar parameters
 //! (`s != 0.0`), `users(t) == 1` (an interior value with no other user), and
 //! `check(|x, s| ..)`, an escape hatch that sees the bound values' metadata and scalars
-//! as plain Rust:
+//! as plain Rust. Dtypes are written as in Rust (`f32`, `bf16`; `float32` is an error
+//! that says so). A number compares with a literal of its own kind: an `i64` parameter,
+//! a rank, a dim or a user count against a float literal (`d0 > 0.5`) is a compile
+//! error giving the integer bound that says the same (`d0 > 0`), and an `f64`
+//! parameter against an integer literal (`s > 1`) asks for `1.0`; an `f64` parameter
+//! compared with an integer term (`s > rank(x)`) compares as `f64`:
 //!
 //! ```
 //! use graphrw::{pattern, Builder, DType, TensorMeta};
@@ -89,7 +94,20 @@
 //!
 //! A [`rule_set!`](crate::rule_set) tries its rules in priority order, higher first.
 //! The default priority is the pattern's op count, so a larger pattern is tried before a
-//! smaller one it contains; `#[priority(N)]` sets it by hand. Where two rules overlap
+//! smaller one it contains; `#[priority(N)]` sets it by hand.
+//!
+//! That holds across nodes too, not only at one node: a larger pattern is anchored
+//! further down the graph than a smaller one nested in it (`swiglu_mlp`,
+//! `silu(x @ wg) * (x @ wu)`, at the outer `mul`; `silu`, `x * sigmoid(x)`, at the inner
+//! one), and the rewriter may reach the smaller rule's anchor first. So before a rule
+//! fires, every rule of higher priority whose pattern holds the smaller rule's anchor op
+//! below its own anchor is tried at the users of the match, that many levels up; if
+//! one matches there with the smaller match inside it, it fires instead (its *claim*).
+//! Declaration order, the order of rule sets given to the
+//! [`Rewriter`](crate::rewrite::Rewriter) and node order do not change which wins; a
+//! smaller rule given the higher `#[priority]` wins instead. The claim search looks at
+//! most 8 levels of users up (64 nodes), and from a multi-output pattern's first
+//! output only. Where two rules overlap
 //! (a node could match both) the order must be decided: two overlapping rules of equal
 //! priority, or a rule that can never fire because a rule tried before it matches
 //! everything it matches, are compile errors that say which `#[priority]` to add.

@@ -133,8 +133,14 @@
 //! assert_eq!(out[1].as_slice::<f32>()?, &[35., 48.]);
 //!
 //! // Without our executor, the planner falls back to the decomposition: two `mul`s.
+//! // The plan's printout says so first, with each executor's refusal, and so does
+//! // `plan.fallbacks()` (and `graphrw run --profile`).
 //! let p = plan(&graph, &reference_stack())?;
-//! assert!(!p.to_string().contains("multimul"));
+//! let text = p.to_string();
+//! assert!(text.contains("# runs as its decomposition (no executor took it): t0, t1 = my.multimul("));
+//! assert!(text.contains("#   refused by cpu-reference: `my.multimul` is not a built-in op"));
+//! assert_eq!(text.matches("= mul(").count(), 2);
+//! assert_eq!(p.fallbacks().len(), 1);
 //! assert_eq!(p.run(&inputs)?.0[1].as_slice::<f32>()?, &[35., 48.]);
 //! # Ok(())
 //! # }
@@ -142,7 +148,8 @@
 //!
 //! [`OpExecutor::with_checked_kernel`](crate::exec::OpExecutor::with_checked_kernel)
 //! adds a checker: `Ok(())` to take a node, `Err(reason)` to pass it on to the next
-//! executor. `with_transform` replaces an accepted node by a subgraph (Thunder's
+//! executor; a node every executor passes on runs as its decomposition, and the
+//! plan's printout lists it with each checker's reason. `with_transform` replaces an accepted node by a subgraph (Thunder's
 //! execution transforms). For full control, implement the
 //! [`Executor`](crate::exec::Executor) trait. When no executor takes a node and it has no
 //! decomposition, [`plan`](crate::exec::plan) fails with each executor's reason.

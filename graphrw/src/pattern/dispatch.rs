@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::op_index::VACANT;
 use crate::ops::{same_name, AttrValue, Op};
+use crate::pattern::claims::Claims;
 use crate::pattern::matcher::attr_literal_matches;
 use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
 use crate::pattern::NodeMatcher;
@@ -54,6 +55,8 @@ pub struct Dispatch {
     /// of more than one element then takes the default branch, since it can match
     /// none of those. [`NO_OP`] otherwise.
     scalar_constant: OpId,
+    /// Which rules may claim which others' matches ([`Claims`]), found at first use.
+    claims: OnceLock<Claims>,
 }
 
 /// What the decision tree of one anchor op is built from, and the tree once built.
@@ -264,7 +267,14 @@ impl Dispatch {
             ids,
             trees,
             scalar_constant,
+            claims: OnceLock::new(),
         }
+    }
+
+    /// Which rules of higher priority may claim a match of which others: the larger
+    /// rules that contain a smaller one's anchor op ([`Claims`]).
+    pub(crate) fn claims(&self) -> &Claims {
+        self.claims.get_or_init(|| Claims::new(&self.rules))
     }
 
     /// This dispatch's op ids for the op codes of `graph` ([`Graph::op_codes`]): a

@@ -36,6 +36,13 @@ pub struct Explanation {
     /// Graph nodes matched before matching stopped (how far it got); for a match, the
     /// number of nodes it covers.
     pub depth: usize,
+    /// Pattern parameters bound before matching stopped.
+    pub bound: usize,
+    /// How much of the pattern the graph around the anchor has, the failing parts
+    /// skipped: the ops of the pattern found at their places (each failing operand
+    /// passed over, so that parts after it still count) plus the parameters they reach
+    /// ([`near_misses`] ranks by it). Constraints are not checked here.
+    pub progress: usize,
     /// The graph node where matching stopped (`None` for a match).
     pub node: Option<NodeId>,
     /// That node as the printer names it.
@@ -59,6 +66,8 @@ impl fmt::Debug for Explanation {
             .field("anchor", &format_args!("{}", self.anchor_name))
             .field("matched", &self.matched)
             .field("depth", &self.depth)
+            .field("bound", &self.bound)
+            .field("progress", &self.progress)
             .field(
                 "node",
                 &format_args!("{}", self.node_name.as_deref().unwrap_or("None")),
@@ -152,9 +161,17 @@ pub fn explain(pattern: &'static Pattern, graph: &Graph, node: NodeId) -> Explan
 }
 
 /// Every anchor candidate of `pattern` in `graph` (a node with one of the ops the
-/// pattern can start at) where the pattern does not match, with its explanation,
-/// deepest first (ties in node order).
-pub fn near_misses(pattern: &'static Pattern, graph: &Graph) -> Vec<(NodeId, Explanation)> {
+/// pattern can start at) where the pattern does not match, with its explanation; each
+/// names its candidate as the printer does ([`Explanation::anchor_name`], `t4`) beside
+/// its id ([`Explanation::anchor`]).
+///
+/// The deepest partial match comes first: ranked by [`Explanation::progress`] (how many
+/// of the pattern's ops and parameters the graph has at their places, the failing
+/// parts skipped: an MLP whose gate was already rewritten still has its up projection
+/// and inputs, where some other block only shares its outer op), then by nodes matched
+/// before the first failure, ties in node order. Only nodes of the pattern's anchor ops are candidates: where the
+/// graph has none, the list is empty.
+pub fn near_misses(pattern: &'static Pattern, graph: &Graph) -> Vec<Explanation> {
     let names = Names::new(graph);
     let mut anchors: Vec<NodeId> = pattern
         .anchors
@@ -163,12 +180,18 @@ pub fn near_misses(pattern: &'static Pattern, graph: &Graph) -> Vec<(NodeId, Exp
         .collect();
     anchors.sort_unstable();
     anchors.dedup();
-    let mut out: Vec<(NodeId, Explanation)> = anchors
+    let mut out: Vec<Explanation> = anchors
         .into_iter()
-        .map(|n| (n, explain_named(pattern, graph, n, &names)))
-        .filter(|(_, e)| !e.matched)
+        .map(|n| explain_named(pattern, graph, n, &names))
+        .filter(|e| !e.matched)
         .collect();
-    out.sort_by_key(|(n, e)| (std::cmp::Reverse(e.depth), *n));
+    out.sort_by_key(|e| {
+        (
+            std::cmp::Reverse(e.progress),
+            std::cmp::Reverse(e.depth),
+            e.anchor,
+        )
+    });
     out
 }
 
@@ -185,11 +208,16 @@ pub fn explain_named(
         anchor_name: names.get(Value::from(node)),
         matched: false,
         depth: 0,
+        bound: 0,
+        progress: 0,
         node: Some(node),
         node_name: Some(names.get(Value::from(node))),
         position: "the root".into(),
         message: String::new(),
     };
+    if let Some(root) = pattern.roots.first() {
+        e.progress = partial(pattern, graph, root.node, Value::new(node, 0), 0);
+    }
     match matcher::run::<true>(pattern, graph, node) {
         Ok(m) => {
             e.matched = true;
@@ -209,10 +237,11 @@ pub fn explain_named(
         }
         Err(Some(f)) => {
             e.depth = f.depth;
+            e.bound = f.bound;
             e.node = Some(f.value.node);
             e.node_name = Some(names.get(Value::from(f.value.node)));
             e.position = match f.pat {
-                Some(p) => position(pattern, p),
+                Some(p) => position(pattern, graph, p, f.value),
                 None => "the root".into(),
             };
             e.message = sentence(pattern, graph, names, &e.position, &f);
@@ -221,8 +250,74 @@ pub fn explain_named(
     e
 }
 
-/// Where pattern node `n` sits: `the root`, `output 1`, `operand 0 of `div``.
-fn position(p: &Pattern, n: u16) -> String {
+/// How much of the pattern below pattern node `n` the graph has below `value`: each op
+/// found at its place counts one, each tensor or scalar parameter reached one; a part
+/// that fails counts nothing, and its siblings are still counted. Commutative ops of
+/// two operands take the better order. No binding is kept (a name used twice is not
+/// checked) and constraints are not run: a ranking, not a match.
+fn partial(p: &Pattern, graph: &Graph, n: u16, value: Value, level: usize) -> usize {
+    if level > p.nodes.len() + 1 {
+        return 0;
+    }
+    let Some(node) = graph.node(value.node) else {
+        return 0;
+    };
+    match p.nodes.get(n as usize) {
+        Some(PatNode::Tensor(_)) => 1,
+        Some(PatNode::Const(_)) => usize::from(node.is_scalar_constant()),
+        Some(PatNode::Op(o)) => {
+            if o.op.name != node.op_name() || value.output != 0 {
+                return 0;
+            }
+            let operands = node.operands();
+            let score = |order: &[usize]| -> usize {
+                o.operands
+                    .iter()
+                    .zip(order)
+                    .filter_map(|(&pn, &i)| operands.get(i).map(|&v| (pn, v)))
+                    .map(|(pn, v)| partial(p, graph, pn, v, level + 1))
+                    .sum()
+            };
+            let straight = score(&[0, 1, 2, 3, 4, 5, 6, 7][..o.operands.len().min(8)]);
+            let swapped = if o.op.commutative && o.operands.len() == 2 {
+                score(&[1, 0])
+            } else {
+                0
+            };
+            1 + straight.max(swapped)
+        }
+        Some(PatNode::Alt(alts)) => alts
+            .iter()
+            .map(|&a| partial(p, graph, a, value, level + 1))
+            .max()
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Where pattern node `n`, matched against graph value `value`, sits: `the root`,
+/// `output 1`, `operand 0 of `div``. A node the pattern shares (`let h = ..; h.mul(h
+/// .sigmoid())`) has several places: the one named is an operand of an op that some
+/// user of `value` has, so that the words name the graph's node (`operand 0 of `mul``
+/// for a value a `mul` reads, not `of `sigmoid`` when the graph has none).
+fn position(p: &Pattern, graph: &Graph, n: u16, value: Value) -> String {
+    let user_ops: Vec<&str> = graph
+        .uses(value)
+        .filter_map(|(u, _)| graph.node(u).map(|u| u.op_name()))
+        .collect();
+    let parents = p.nodes.iter().filter_map(|node| match node {
+        PatNode::Op(o) => o
+            .operands
+            .iter()
+            .position(|&x| x == n)
+            .map(|j| (j, o.op.name)),
+        _ => None,
+    });
+    for (j, op) in parents {
+        if user_ops.contains(&op) {
+            return format!("operand {j} of `{op}`");
+        }
+    }
     position_depth(p, n, 0)
 }
 

@@ -101,6 +101,8 @@ impl Scratch {
 pub(crate) struct Failure {
     /// Graph nodes matched when it stopped.
     pub depth: usize,
+    /// Parameters bound when it stopped.
+    pub bound: usize,
     /// The pattern node being matched (`None`: before the first root).
     pub pat: Option<u16>,
     /// The graph value it was matched against.
@@ -191,6 +193,7 @@ pub(crate) fn run_into<const E: bool>(
     if !pattern.anchors.iter().any(|op| *op == node.op()) {
         return Err(E.then_some(Failure {
             depth: 0,
+            bound: 0,
             pat: Some(root.node),
             value,
             why: Why::Anchor,
@@ -298,10 +301,22 @@ impl<const E: bool> Matcher<'_, '_, E> {
     fn record(&mut self, pat: Option<u16>, value: Value, why: impl FnOnce(&Self) -> Why) {
         if E {
             let depth = self.scratch.nodes.len();
-            if self.fail.as_ref().is_none_or(|f| depth > f.depth) {
+            let params = self.pattern.params.len();
+            let bound = self
+                .scratch
+                .trail
+                .iter()
+                .filter(|&&s| (s as usize) < params)
+                .count();
+            if self
+                .fail
+                .as_ref()
+                .is_none_or(|f| (depth, bound) > (f.depth, f.bound))
+            {
                 let why = why(self);
                 self.fail = Some(Failure {
                     depth,
+                    bound,
                     pat,
                     value,
                     why,

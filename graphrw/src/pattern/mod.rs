@@ -223,6 +223,30 @@
 //! assert_eq!(CANON.rules[0].name, "neg_neg");
 //! assert_eq!(div_to_mul::RULE.priority, 1);
 //! ```
+//!
+//! Each rule is a module named after it, holding its `PATTERN`, `RULE`, typed `Match`
+//! and `replace`. Like any module it is private to the module around the `rule_set!`
+//! unless written `pub rule` (or `pub(crate) rule`): then its pattern can be reached
+//! from elsewhere, for [`explain()`] or [`near_misses`]. [`RuleSet::rule`] looks a rule
+//! up by name.
+//!
+//! ```
+//! mod mlp {
+//!     graphrw::rule_set! {
+//!         pub static MLP;
+//!
+//!         /// Reachable as `mlp::swiglu_mlp`.
+//!         pub rule swiglu_mlp(x: Tensor, wg: Tensor, wu: Tensor) -> Tensor {
+//!             let h = x.matmul(wg);
+//!             h.mul(h.sigmoid()).mul(x.matmul(wu))
+//!         } => {
+//!             x.matmul(wg)?.silu()?.mul(x.matmul(wu)?)?
+//!         }
+//!     }
+//! }
+//! assert_eq!(mlp::swiglu_mlp::PATTERN.op_count, 5);
+//! assert!(std::ptr::eq(mlp::MLP.rule("swiglu_mlp").unwrap(), &mlp::swiglu_mlp::RULE));
+//! ```
 
 //! # Matching options and many rules at once
 //!
@@ -234,6 +258,7 @@
 //! that can match it.
 
 mod bindings;
+pub(crate) mod claims;
 pub mod dispatch;
 mod display;
 mod explain;

@@ -45,6 +45,27 @@ pub const fn user_attr_index(op: &OpDef, name: &str, kind: Option<AttrKind>) -> 
     panic!("the user op has no attribute of this name: check the name against the op's `OpDef` (its `attrs`)")
 }
 
+/// The fewest and most operands `op` takes (`usize::MAX`: any number from the fewest),
+/// for the spanned operand-count check `pattern!` emits at a user op's call.
+pub const fn user_op_operand_range(op: &'static OpDef) -> (usize, usize) {
+    let mut min = 0;
+    let mut max = 0;
+    let mut unbounded = false;
+    let mut i = 0;
+    while i < op.operands.len() {
+        match op.operands[i].arity {
+            crate::ops::Arity::Required => {
+                min += 1;
+                max += 1;
+            }
+            crate::ops::Arity::Optional => max += 1,
+            crate::ops::Arity::Variadic => unbounded = true,
+        }
+        i += 1;
+    }
+    (min, if unbounded { usize::MAX } else { max })
+}
+
 /// The user op itself, after checking at compile time that it takes `n` operands and
 /// that its declaration is sound ([`OpDef::checked`]: `like` needs a decomposition).
 pub const fn user_op_with_operands(op: &'static OpDef, n: usize, more: bool) -> &'static OpDef {

@@ -7,7 +7,11 @@
 //! for all rules, so rules that cannot match a node cost nothing. The first
 //! match that is safe to replace ([`check_safe`]) is replaced atomically
 //! ([`apply::apply`]), with whatever only the match used, and the new nodes and their
-//! users go back on the worklist. Matches never overlap: each replacement happens on
+//! users go back on the worklist; unless a rule of higher priority claims it first: one
+//! whose pattern holds this rule's anchor op below its own anchor, and that matches at
+//! a user of the match with the match inside its own. That rule's match is then
+//! replaced instead, so a larger rule wins over a smaller one nested in it whatever the
+//! node order (the guide's chapter 3, *Priorities*). Matches never overlap: each replacement happens on
 //! the graph as it is after the previous one. An iteration guard turns a rule
 //! ping-pong into an error naming the rules. A replacement that fails is rolled back
 //! (the graph is exactly as before), the match is skipped and listed in
@@ -39,6 +43,7 @@ use thiserror::Error;
 use crate::graph::{Graph, Node, NodeId, Value};
 use crate::op_index::VACANT;
 use crate::pattern::dispatch::Dispatch;
+use crate::pattern::matcher::Scratch;
 use crate::pattern::safety::safe_interior_verdict;
 use crate::pattern::{MatchOptions, NodeMatcher, Rule, RuleSet};
 use crate::verify::{verify, verify_patch, Touched};
@@ -298,6 +303,8 @@ impl Rewriter {
             .unwrap_or(4 * graph.node_count() + 1000);
         let dispatch = self.dispatch();
         let mut matcher = NodeMatcher::new(&dispatch, graph, &self.options);
+        let claims = dispatch.claims();
+        let mut scratch = Scratch::default();
         let mut report = Report::default();
         let mut queue = Worklist::default();
         // (rule, anchor) pairs whose replacement failed.
@@ -323,7 +330,24 @@ impl Rewriter {
                     *report.rejected_unsafe.entry(rule.name).or_default() += 1;
                     continue;
                 };
-                let at = describe(graph, id);
+                // A rule of higher priority whose match holds this one takes it.
+                let claimed = if claims.is_empty() {
+                    None
+                } else {
+                    claims.claimant(graph, rule, id, &self.options, &mut scratch, |r, a| {
+                        !failed.is_empty() && failed.contains(&(r.name, a))
+                    })
+                };
+                let (rule, m, inside, anchor) = match &claimed {
+                    Some(c) => (
+                        c.rule,
+                        &c.m,
+                        &c.inside,
+                        c.m.outputs.first().map_or(id, |v| v.node),
+                    ),
+                    None => (rule, m, &inside, id),
+                };
+                let at = describe(graph, anchor);
                 if self.verify == Verify::Local {
                     producers.clear();
                     producers.extend(
@@ -333,7 +357,7 @@ impl Rewriter {
                             .flat_map(|n| n.operands().iter().map(|v| v.node)),
                     );
                 }
-                let patch = match apply::apply_safe(graph, m, rule.replace, &inside) {
+                let patch = match apply::apply_safe(graph, m, rule.replace, inside) {
                     Ok(patch) => patch,
                     Err(source) if self.strict => {
                         return Err(RewriteError::Replacement {
@@ -344,7 +368,7 @@ impl Rewriter {
                     }
                     Err(source) => {
                         // `apply_safe` rolled the patch back: the graph is unchanged.
-                        failed.insert((rule.name, id));
+                        failed.insert((rule.name, anchor));
                         report.skipped.push(Skip {
                             rule: rule.name,
                             at,

@@ -56,7 +56,9 @@ impl Sema<'_> {
         );
     }
 
-    /// A term of a comparison and its type (`n` number, `d` dim, `t` dtype, `b` bool).
+    /// A term of a comparison and its type: `i` an integer (`rank`, `users`, an `i64`
+    /// parameter), `I` an integer literal, `f` an `f64` parameter, `F` a float literal,
+    /// `d` a dim, `t` a dtype, `b` a bool.
     pub(super) fn term(&mut self, e: &Expr, reads: &mut Vec<usize>) -> Option<(Term, char)> {
         match e {
             Expr::Paren(p) => self.term(&p.expr, reads),
@@ -68,8 +70,8 @@ impl Sema<'_> {
                 let args: Vec<&Expr> = c.args.iter().collect();
                 let f = f.unwrap_or_default();
                 let (t, ty) = match (f.as_str(), args.as_slice()) {
-                    ("rank", [x]) => (Term::Rank(self.tensor_binding(x, "rank")?), 'n'),
-                    ("users", [x]) => (Term::Users(self.tensor_binding(x, "users")?), 'n'),
+                    ("rank", [x]) => (Term::Rank(self.tensor_binding(x, "rank")?), 'i'),
+                    ("users", [x]) => (Term::Users(self.tensor_binding(x, "users")?), 'i'),
                     ("dtype", [x]) => (Term::DType(self.tensor_binding(x, "dtype")?), 't'),
                     ("dim", [x, i]) => {
                         let s = self.tensor_binding(x, "dim")?;
@@ -95,7 +97,8 @@ impl Sema<'_> {
                 let name = id.to_string();
                 if let Some(i) = self.param(&name) {
                     let ty = match self.params[i].kind? {
-                        ParamKind::Int | ParamKind::Float => 'n',
+                        ParamKind::Int => 'i',
+                        ParamKind::Float => 'f',
                         ParamKind::Bool => 'b',
                         ParamKind::DType => 't',
                         ParamKind::Tensor => {
@@ -113,12 +116,19 @@ impl Sema<'_> {
                 if let Some(d) = DTYPES.iter().find(|d| **d == name) {
                     return Some((Term::DTypeLit(d), 't'));
                 }
+                if let Some(d) = dtype_alias(&name) {
+                    self.errs.spanned(
+                        id,
+                        format!("`{name}` is not a dtype name in a pattern: write `{d}` (dtypes are `{}`)", DTYPES.join("`, `")),
+                    );
+                    return None;
+                }
                 self.unknown_binding(id);
                 None
             }
             e => match literal(e) {
-                Some(Lit::Int(v)) => Some((Term::Int(v), 'n')),
-                Some(Lit::Float(v)) => Some((Term::Float(v), 'n')),
+                Some(Lit::Int(v)) => Some((Term::Int(v), 'I')),
+                Some(Lit::Float(v)) => Some((Term::Float(v), 'F')),
                 Some(Lit::Bool(v)) => Some((Term::Bool(v), 'b')),
                 _ => {
                     self.errs.spanned(e, "unsupported term in a `where` comparison: use `rank(x)`, `dtype(x)`, `dim(x, i)`, `users(x)`, a scalar parameter, a number, a bool or a dtype (`f16`)");
@@ -126,6 +136,77 @@ impl Sema<'_> {
                 }
             },
         }
+    }
+
+    /// False, with an error at the literal, when a comparison sets an integer against a
+    /// float literal (`d0 > 0.5` with `d0: i64`, `rank(x) > 2.5`), or an `f64` parameter
+    /// against an integer literal (`s > 1` with `s: f64`): the first compares with a
+    /// bound the integer can never take, the second reads as an integer bound on a
+    /// float; either is more likely a slip in the declaration or the bound than meant.
+    /// Integers and `f64` parameters otherwise compare as numbers (`s > rank(x)`
+    /// compares `s` with the rank as an `f64`).
+    fn same_number_kind(
+        &mut self,
+        (l, lt): (&Expr, char),
+        op: &BinOp,
+        (r, rt): (&Expr, char),
+    ) -> bool {
+        let text = |e: &Expr| tidy(&e.to_token_stream().to_string());
+        if let (('i' | 'd', 'F'), Some(Lit::Float(v))) = ((lt, rt), literal(r)) {
+            let what = if lt == 'd' {
+                "a dim, an integer"
+            } else {
+                "an integer"
+            };
+            // The integer bound that says the same.
+            let same = match op {
+                BinOp::Gt(_) => Some(format!("> {}", v.floor())),
+                BinOp::Ge(_) => Some(format!(">= {}", v.ceil())),
+                BinOp::Lt(_) => Some(format!("< {}", v.ceil())),
+                BinOp::Le(_) => Some(format!("<= {}", v.floor())),
+                _ => None,
+            };
+            let same = same
+                .map(|s| format!("compare with an integer (`{} {s}` says the same)", text(l)))
+                .unwrap_or_else(|| "compare with an integer".into());
+            self.errs.spanned(
+                r,
+                format!(
+                    "`{}` is {what}, but `{}` is a float literal: {same}, or declare the parameter `f64` to compare a float",
+                    text(l),
+                    text(r),
+                ),
+            );
+            return false;
+        }
+        for ((a, at), (lit, litt)) in [((l, lt), (r, rt)), ((r, rt), (l, lt))] {
+            match (at, litt) {
+                ('i' | 'd', 'F') => {
+                    self.errs.spanned(
+                        lit,
+                        format!(
+                            "`{}` is an integer, but `{}` is a float literal: compare with an integer literal, or declare the parameter `f64` to compare a float",
+                            text(a),
+                            text(lit),
+                        ),
+                    );
+                    return false;
+                }
+                ('f', 'I') => {
+                    let t = text(lit);
+                    self.errs.spanned(
+                        lit,
+                        format!(
+                            "`{}` is `f64`, but `{t}` is an integer literal: write the bound as a float, `{t}.0`",
+                            text(a)
+                        ),
+                    );
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        true
     }
 
     pub(super) fn constraint(&mut self, e: &Expr) -> Option<Constraint> {
@@ -148,8 +229,11 @@ impl Sema<'_> {
                 let l = self.term(&b.left, &mut reads);
                 let r = self.term(&b.right, &mut reads);
                 let ((l, lt), (r, rt)) = (l?, r?);
+                if !self.same_number_kind((&b.left, lt), &b.op, (&b.right, rt)) {
+                    return None;
+                }
                 let ok = match (lt, rt) {
-                    ('n' | 'd', 'n' | 'd') => true,
+                    ('i' | 'I' | 'f' | 'F' | 'd', 'i' | 'I' | 'f' | 'F' | 'd') => true,
                     ('t', 't') | ('b', 'b') => matches!(cmp, Cmp::Eq | Cmp::Ne),
                     _ => false,
                 };

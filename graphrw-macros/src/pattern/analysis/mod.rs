@@ -26,8 +26,8 @@ use syn::{BinOp, Expr, Ident, Lit as SynLit, Pat, Path, Stmt, Type, UnOp};
 
 use super::error::{article, hint, Errors};
 use super::ir::{
-    param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit, Node, OpNode,
-    OpRef, Param, ParamKind, Term, DTYPES,
+    dtype_alias, param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit,
+    Node, OpNode, OpRef, Param, ParamKind, Term, DTYPES,
 };
 use super::parse::PatternFn;
 use crate::vocab::{self, Arity, DefaultValue, Kind, OpSpec, BUILTIN_OPS};
