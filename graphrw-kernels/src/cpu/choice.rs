@@ -292,10 +292,14 @@ impl ProductChooser {
                 }
                 let chosen = measure(a, (w, transposed), (start, end), isa);
                 let kernel = chosen.kernel;
-                if let Ok(mut c) = self.choices.lock() {
-                    c.entry(key).or_insert(chosen);
+                // Two threads meeting a shape at once both measure, and may choose
+                // differently on a busy machine: the first kept is every caller's
+                // kernel, this one's too, so that a shape's products always run (and
+                // round) alike in a process.
+                match self.choices.lock() {
+                    Ok(mut c) => c.entry(key).or_insert(chosen).kernel,
+                    Err(_) => kernel,
                 }
-                kernel
             }
         }
     }
@@ -521,6 +525,39 @@ mod tests {
         assert_eq!((again, chooser.choices().len()), (first, 1));
         chooser.kernel_for(&matrix(1, 96), &w, Some((8, 200)), &opts);
         assert_eq!(chooser.choices().len(), 2, "one row is a bucket of its own");
+    }
+
+    /// Threads meeting a shape at once each measure it, but all of them, and every
+    /// later caller, get the one choice kept: a shape's products never mix kernels (and
+    /// their rounding) in a process, however the racing measurements came out.
+    #[test]
+    fn racing_first_sights_all_take_the_kept_choice() {
+        for _ in 0..4 {
+            let chooser = ProductChooser::default();
+            let w = matrix(96, 200);
+            let a = matrix(20, 96);
+            let barrier = std::sync::Barrier::new(4);
+            let got: Vec<ProductKernel> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            chooser.kernel_for(&a, &w, None, &KernelOptions::default())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("joins"))
+                    .collect()
+            });
+            let kept = chooser.choices();
+            assert_eq!(kept.len(), 1);
+            assert!(
+                got.iter().all(|&k| k == kept[0].1.kernel),
+                "{got:?} vs {kept:?}"
+            );
+        }
     }
 
     /// A product by a transposed weight (`[N, K]` stored) is measured on its own, on
