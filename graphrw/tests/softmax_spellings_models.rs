@@ -17,10 +17,10 @@ mod ort_support;
 
 use std::path::PathBuf;
 
-use graphrw::exec::{default_stack, plan, reference_stack};
-use graphrw::onnx::{load, load_bytes, read_test_sets, to_bytes, to_model, TestSet};
+use graphrw::exec::{default_stack, reference_stack};
+use graphrw::onnx::{load, load_bytes, read_test_sets, to_bytes};
 use graphrw::ops::Op;
-use graphrw::{rules, Graph, Tensor};
+use graphrw::{rules, Graph};
 
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -28,33 +28,11 @@ fn dir(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn expected(set: &TestSet) -> Vec<Tensor> {
-    set.outputs.iter().map(|(_, t)| t.clone()).collect()
-}
-
 /// How many nodes of `g` run `op`.
 fn count(g: &Graph, op: Op) -> usize {
     g.node_ids()
         .filter(|&id| g.node(id).is_some_and(|n| n.op().is(op)))
         .count()
-}
-
-/// Runs `g` on `stack` at every test set; an error names the set.
-fn run_sets(
-    g: &Graph,
-    sets: &[TestSet],
-    stack: &[std::sync::Arc<dyn graphrw::exec::Executor>],
-    what: &str,
-) -> Result<(), String> {
-    let p = plan(g, stack).map_err(|e| format!("{what}: plan: {e}"))?;
-    for (i, set) in sets.iter().enumerate() {
-        let inputs = set.inputs_for(g).map_err(|e| format!("{what}: {e}"))?;
-        let (got, _) = p
-            .run(&inputs)
-            .map_err(|e| format!("{what}, set {i}: {e}"))?;
-        ort_support::same_all(&got, &expected(set)).map_err(|e| format!("{what}, set {i}: {e}"))?;
-    }
-    Ok(())
 }
 
 /// What the optimised graph must hold besides its one fused attention.
@@ -74,7 +52,7 @@ fn check(name: &str, scores: Scores) {
     let sets = read_test_sets(&d).expect("test sets");
     assert_eq!(sets.len(), 2, "{name}: two test sets");
     let mut g = load(d.join("model.onnx")).expect("loads");
-    run_sets(&g, &sets, &reference_stack(), "as loaded, reference stack")
+    ort_support::run_sets(&g, &sets, &reference_stack(), "as loaded, reference stack")
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let done = rules::optimize(&mut g).unwrap_or_else(|e| panic!("{name}: optimize: {e}"));
     let left = || graphrw::printer::print(&g);
@@ -107,47 +85,18 @@ fn check(name: &str, scores: Scores) {
             left()
         );
     }
-    run_sets(&g, &sets, &default_stack(), "optimised, default stack")
+    ort_support::run_sets(&g, &sets, &default_stack(), "optimised, default stack")
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let bytes = to_bytes(&g).unwrap_or_else(|e| panic!("{name}: save: {e}"));
-    let model = to_model(&g).expect("model");
-    let ops: Vec<&str> = model
-        .graph
-        .as_ref()
-        .expect("graph")
-        .node
-        .iter()
-        .map(|n| n.op_type.as_str())
-        .collect();
+    let ops = ort_support::written_ops(&g);
     assert!(
-        ops.contains(&"Attention"),
+        ops.iter().any(|o| o == "Attention"),
         "{name}: no `Attention` written: {ops:?}"
     );
     let back = load_bytes(&bytes).unwrap_or_else(|e| panic!("{name}: load back: {e}"));
-    run_sets(&back, &sets, &reference_stack(), "loaded back")
+    ort_support::run_sets(&back, &sets, &reference_stack(), "loaded back")
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let Some(python) = ort_support::python_or_skip(&format!("{name} is not run in onnxruntime"))
-    else {
-        return;
-    };
-    let cases: Vec<ort_support::Case> = sets
-        .iter()
-        .enumerate()
-        .map(|(i, set)| ort_support::Case {
-            name: format!("{name} set {i}"),
-            model: bytes.clone(),
-            inputs: set.inputs_for(&back).expect("inputs"),
-        })
-        .collect();
-    for ((c, set), got) in cases
-        .iter()
-        .zip(&sets)
-        .zip(ort_support::run_all(&python, &cases))
-    {
-        if let Err(e) = got.and_then(|g| ort_support::same_all(&g, &expected(set))) {
-            panic!("{}: onnxruntime on the saved model: {e}", c.name);
-        }
-    }
+    ort_support::saved_model_runs_in_onnxruntime(name, &bytes, &sets, &back);
 }
 
 #[test]

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use graphrw::{DType, Tensor};
+use graphrw::exec::{plan, Executor};
+use graphrw::onnx::{to_model, TestSet};
+use graphrw::{DType, Graph, Tensor};
 use graphrw_kernels::testing::compare;
 
 /// A Python with onnxruntime and numpy: `GRAPHRW_PYTHON` (CI sets it), else the
@@ -234,4 +236,58 @@ pub fn same_all(got: &[Tensor], want: &[Tensor]) -> Result<(), String> {
         same(g, w).map_err(|e| format!("output {k}: {e}"))?;
     }
     Ok(())
+}
+
+/// The outputs a test set expects, in order.
+pub fn expected(set: &TestSet) -> Vec<Tensor> {
+    set.outputs.iter().map(|(_, t)| t.clone()).collect()
+}
+
+/// Runs `g` on `stack` at every test set against its expected outputs; an error names
+/// `what` and the set.
+pub fn run_sets(
+    g: &Graph,
+    sets: &[TestSet],
+    stack: &[std::sync::Arc<dyn Executor>],
+    what: &str,
+) -> Result<(), String> {
+    let p = plan(g, stack).map_err(|e| format!("{what}: plan: {e}"))?;
+    for (i, set) in sets.iter().enumerate() {
+        let inputs = set.inputs_for(g).map_err(|e| format!("{what}: {e}"))?;
+        let (got, _) = p
+            .run(&inputs)
+            .map_err(|e| format!("{what}, set {i}: {e}"))?;
+        same_all(&got, &expected(set)).map_err(|e| format!("{what}, set {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The ONNX op types `g` is saved as, in order.
+pub fn written_ops(g: &Graph) -> Vec<String> {
+    let model = to_model(g).expect("model");
+    let graph = model.graph.expect("graph");
+    graph.node.into_iter().map(|n| n.op_type).collect()
+}
+
+/// The saved model `bytes` (`back` as it loads again) run in onnxruntime at every test
+/// set, against the expected outputs; a printed `SKIPPED` without onnxruntime (a
+/// failure under `CI=true`).
+pub fn saved_model_runs_in_onnxruntime(name: &str, bytes: &[u8], sets: &[TestSet], back: &Graph) {
+    let Some(python) = python_or_skip(&format!("{name} is not run in onnxruntime")) else {
+        return;
+    };
+    let cases: Vec<Case> = sets
+        .iter()
+        .enumerate()
+        .map(|(i, set)| Case {
+            name: format!("{name} set {i}"),
+            model: bytes.to_vec(),
+            inputs: set.inputs_for(back).expect("inputs"),
+        })
+        .collect();
+    for ((c, set), got) in cases.iter().zip(sets).zip(run_all(&python, &cases)) {
+        if let Err(e) = got.and_then(|g| same_all(&g, &expected(set))) {
+            panic!("{}: onnxruntime on the saved model: {e}", c.name);
+        }
+    }
 }
