@@ -18,6 +18,9 @@ pub(crate) struct Dims {
     pub(crate) hkv: usize,
     pub(crate) sq: usize,
     pub(crate) skv: usize,
+    /// Rows each key/value head takes in K and V's storage: `skv`, or more where K and
+    /// V are a cache with spare capacity whose first `skv` rows are the keys.
+    pub(crate) kv_pitch: usize,
     pub(crate) d: usize,
     pub(crate) dv: usize,
 }
@@ -82,6 +85,7 @@ pub(crate) fn check(
         hkv,
         sq: qs[r - 2],
         skv: ks[r - 2],
+        kv_pitch: ks[r - 2],
         d: qs[r - 1],
         dv: vs[r - 1],
     };

@@ -13,4 +13,4 @@ pub mod cross_entropy;
 pub mod sdpa;
 pub mod sdpa_backward;
 
-pub use sdpa::{sdpa, FullyMaskedRows, SdpaOptions};
+pub use sdpa::{sdpa, sdpa_prefix, FullyMaskedRows, SdpaOptions};

@@ -196,9 +196,56 @@ pub fn sdpa_tuned(
     opts: &SdpaOptions,
     kernel: &KernelOptions,
 ) -> Result<Tensor, KernelError> {
+    sdpa_keys(q, k, v, None, mask, opts, kernel)
+}
+
+/// [`sdpa_tuned`] over a key/value cache with spare capacity: `k` is `[.., Hkv, C, D]`
+/// and `v` `[.., Hkv, C, Dv]` in storage, of which the first `keys` rows of each head
+/// are the keys and values (`keys <= C`; the rest is never read). The mask, if any,
+/// broadcasts to `[.., Hq, Sq, keys]`, and the result is that of [`sdpa_tuned`] on the
+/// first `keys` rows of each head, bit for bit.
+///
+/// ```
+/// use graphrw_kernels::fused::{sdpa, sdpa_prefix, SdpaOptions};
+/// use graphrw_kernels::{KernelOptions, Tensor};
+///
+/// let q = Tensor::from_vec(vec![1, 1, 2], vec![1.0f32, 0.5])?;
+/// // Two keys in use out of a capacity of three (the third row is spare).
+/// let k = Tensor::from_vec(vec![1, 3, 2], vec![1.0f32, 0.0, 0.0, 1.0, 9.0, 9.0])?;
+/// let v = Tensor::from_vec(vec![1, 3, 1], vec![10.0f32, 20.0, 99.0])?;
+/// let opts = SdpaOptions::default();
+/// let got = sdpa_prefix(&q, &k, &v, 2, None, &opts, &KernelOptions::current())?;
+/// let k2 = Tensor::from_vec(vec![1, 2, 2], vec![1.0f32, 0.0, 0.0, 1.0])?;
+/// let v2 = Tensor::from_vec(vec![1, 2, 1], vec![10.0f32, 20.0])?;
+/// let want = sdpa(&q, &k2, &v2, None, &opts)?;
+/// assert_eq!(got.as_slice::<f32>()?, want.as_slice::<f32>()?);
+/// # Ok::<(), graphrw_kernels::KernelError>(())
+/// ```
+pub fn sdpa_prefix(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    keys: usize,
+    mask: Option<&Tensor>,
+    opts: &SdpaOptions,
+    kernel: &KernelOptions,
+) -> Result<Tensor, KernelError> {
+    sdpa_keys(q, k, v, Some(keys), mask, opts, kernel)
+}
+
+/// [`sdpa_tuned`], with `keys` rows of each K/V head in use where `Some`.
+fn sdpa_keys(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    keys: Option<usize>,
+    mask: Option<&Tensor>,
+    opts: &SdpaOptions,
+    kernel: &KernelOptions,
+) -> Result<Tensor, KernelError> {
     let path = path_of(kernel);
     if kernel.sdpa.choose && path == Path::Best && q.dtype() != DType::F64 {
-        let dims = check(q, k, v, opts.enable_gqa)?;
+        let dims = check(q, k, v, opts.enable_gqa, keys)?;
         let key = choice::SdpaKey {
             dtype: q.dtype(),
             sq: dims.sq.next_power_of_two(),
@@ -213,10 +260,10 @@ pub fn sdpa_tuned(
             key,
             (q.dtype(), dims.sq, dims.skv),
             kernel,
-            &|o: &KernelOptions| sdpa_on(q, k, v, mask, opts, o, Path::Best),
+            &|o: &KernelOptions| sdpa_on(q, k, v, keys, mask, opts, o, Path::Best),
         );
     }
-    sdpa_on(q, k, v, mask, opts, kernel, path)
+    sdpa_on(q, k, v, keys, mask, opts, kernel, path)
 }
 
 /// The path `kernel` asks for: [`SdpaTuning::pack`](crate::SdpaTuning::pack) off reads
@@ -355,20 +402,22 @@ pub(crate) fn sdpa_with(
     opts: &SdpaOptions,
     path: Path,
 ) -> Result<Tensor, KernelError> {
-    sdpa_on(q, k, v, mask, opts, &KernelOptions::default(), path)
+    sdpa_on(q, k, v, None, mask, opts, &KernelOptions::default(), path)
 }
 
 /// [`sdpa`] with `kernel` on the implementation `path`.
+#[allow(clippy::too_many_arguments)]
 fn sdpa_on(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    keys: Option<usize>,
     mask: Option<&Tensor>,
     opts: &SdpaOptions,
     kernel: &KernelOptions,
     path: Path,
 ) -> Result<Tensor, KernelError> {
-    let dims = check(q, k, v, opts.enable_gqa)?;
+    let dims = check(q, k, v, opts.enable_gqa, keys)?;
     let r = q.rank();
     let mut score_shape = q.shape()[..r - 1].to_vec();
     score_shape.push(dims.skv);
@@ -401,8 +450,15 @@ fn sdpa_on(
     })
 }
 
-/// Validates dtypes and shapes; returns the sizes.
-fn check(q: &Tensor, k: &Tensor, v: &Tensor, enable_gqa: bool) -> Result<Dims, KernelError> {
+/// Validates dtypes and shapes; returns the sizes (with `keys` of the K/V rows in use
+/// where `Some`).
+fn check(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    enable_gqa: bool,
+    keys: Option<usize>,
+) -> Result<Dims, KernelError> {
     let op = "sdpa";
     if !q.dtype().is_float() {
         return Err(KernelError::UnsupportedDType {
@@ -420,7 +476,20 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, enable_gqa: bool) -> Result<Dims, K
             });
         }
     }
-    Ok(crate::cpu::attention_ref::check(q, k, v, enable_gqa)?.0)
+    let mut dims = crate::cpu::attention_ref::check(q, k, v, enable_gqa)?.0;
+    if let Some(keys) = keys {
+        if keys > dims.kv_pitch {
+            return Err(KernelError::shape(
+                op,
+                format!(
+                    "{keys} keys in use, but k and v hold {} rows a head",
+                    dims.kv_pitch
+                ),
+            ));
+        }
+        dims.skv = keys;
+    }
+    Ok(dims)
 }
 
 /// Everything a work item reads.
@@ -783,7 +852,8 @@ fn process_item<T: Element, const FMA: bool>(
 
     let group = hq / hkv;
     let kvh = (bh / hq) * hkv + (bh % hq) / group;
-    let (k_off, v_off) = (kvh * skv * d, kvh * skv * dv);
+    let pitch = prob.dims.kv_pitch;
+    let (k_off, v_off) = (kvh * pitch * d, kvh * pitch * dv);
     // Causal: keys past the last query row of the block are all masked.
     let kend = if prob.causal { skv.min(i0 + nq) } else { skv };
     let mut j0 = 0;

@@ -145,7 +145,7 @@ fn ensure_packed<T: Element>(prob: &Problem<'_, T>, ps: &mut PackScratch, kvh: u
         return;
     }
     let (j0, j1) = (ps.done, (kend.div_ceil(MR) * MR).min(skv));
-    let k_off = kvh * skv * d;
+    let k_off = kvh * prob.dims.kv_pitch * d;
     let krows = rows_f32(
         prob.k_f32,
         prob.k_half,
@@ -155,7 +155,7 @@ fn ensure_packed<T: Element>(prob: &Problem<'_, T>, ps: &mut PackScratch, kvh: u
     );
     // `j0` is a multiple of 6 (or all keys are packed).
     pack_panels::<MR>(krows, j1 - j0, d, 1.0, &mut ps.kp[j0 * d..]);
-    let v_off = kvh * skv * dv;
+    let v_off = kvh * prob.dims.kv_pitch * dv;
     let vrows = rows_f32(
         prob.v_f32,
         prob.v_half,

@@ -134,7 +134,8 @@ unsafe fn ensure_packed<T: Element>(
     }
     // `j0` is a multiple of 8 (or all keys are packed).
     let (j0, j1) = (ps.done, (kend.div_ceil(MR) * MR).min(skv));
-    let (k_off, v_off) = (kvh * skv * d, kvh * skv * dv);
+    let pitch = prob.dims.kv_pitch;
+    let (k_off, v_off) = (kvh * pitch * d, kvh * pitch * dv);
     match bf {
         Some((_, k, v)) => {
             let krows = &k[k_off + j0 * d..k_off + j1 * d];

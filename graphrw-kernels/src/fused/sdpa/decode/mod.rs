@@ -462,7 +462,7 @@ fn task<T: Element, const FMA: bool, const WIDE: bool>(
     T::Acc: Tiles,
 {
     let dm = &prob.dims;
-    let (hq, hkv, sq, skv, d, dv) = (dm.hq, dm.hkv, dm.sq, dm.skv, dm.d, dm.dv);
+    let (hq, hkv, sq, d, dv) = (dm.hq, dm.hkv, dm.sq, dm.d, dm.dv);
     let neg_inf = <T::Acc as Real>::NEG_INFINITY;
     let zero = <T::Acc as Real>::ZERO;
     let blk = t % split.blocks;
@@ -520,7 +520,8 @@ fn task<T: Element, const FMA: bool, const WIDE: bool>(
     reset(o, cols * dv, zero);
     reset(s, TILE_K * cols, zero);
 
-    let (k_off, v_off) = ((b * hkv + kvh) * skv * d, (b * hkv + kvh) * skv * dv);
+    let head = (b * hkv + kvh) * prob.dims.kv_pitch;
+    let (k_off, v_off) = (head * d, head * dv);
     let jend = split.kend.min((blk + 1) * split.block);
     let mut j0 = blk * split.block;
     while j0 < jend {
@@ -694,6 +695,7 @@ mod tests {
             hkv,
             sq,
             skv,
+            kv_pitch: skv,
             d: 64,
             dv: 64,
         };
