@@ -415,6 +415,15 @@ impl Tensor {
         Arc::try_unwrap(self.storage).ok()
     }
 
+    /// The whole storage, writable, when this tensor starts at its first element and is
+    /// its only holder; `None` otherwise (a shared storage stays immutable).
+    pub(crate) fn unique_storage_mut(&mut self) -> Option<&mut Storage> {
+        if self.offset != 0 {
+            return None;
+        }
+        Arc::get_mut(&mut self.storage)
+    }
+
     /// A copy converted to `dtype` (PyTorch casting: float to integer truncates toward
     /// zero with NaN becoming 0, anything to bool is `!= 0`); a cheap clone when the
     /// dtype already matches.

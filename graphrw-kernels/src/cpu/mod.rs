@@ -20,6 +20,7 @@ mod packed_weight;
 pub mod pool;
 pub mod probe;
 mod reduce;
+pub mod row_cache;
 pub(crate) mod util;
 
 pub use attention_ref::sdpa_reference;
@@ -42,3 +43,4 @@ pub use packed_gemm::prefetch as packed_prefetch;
 pub use packed_weight::PackedWeight;
 pub use pool::{buffer, BufferPool, PoolGuard};
 pub use reduce::{cumsum, log_softmax, reduce, softmax, ReduceOp};
+pub use row_cache::RowCache;
