@@ -81,29 +81,39 @@ pub trait Executor: Send + Sync {
         node: &NodeView<'_>,
         inputs: &[&RunValue],
     ) -> Result<Vec<RunValue>, KernelFailure> {
-        // Host values are lent as they are (no clone, which allocates a shape, per
-        // operand); device values are copied to the host first.
-        let fetched = inputs
-            .iter()
-            .map(|v| match v {
-                RunValue::Host(_) => Ok(None),
-                RunValue::Device(d) => d.to_host().map(Some),
-            })
-            .collect::<Result<SmallVec<[Option<Tensor>; 4]>, _>>()?;
-        let refs: SmallVec<[&Tensor; 4]> = inputs
-            .iter()
-            .zip(&fetched)
-            .filter_map(|(v, f)| match v {
-                RunValue::Host(t) => Some(t),
-                RunValue::Device(_) => f.as_ref(),
-            })
-            .collect();
-        Ok(self
-            .run(node, &refs)?
-            .into_iter()
-            .map(RunValue::Host)
-            .collect())
+        run_on_host(self, node, inputs)
     }
+}
+
+/// [`Executor::run_values`]'s default: device values copied to the host, then
+/// [`Executor::run`].
+pub(crate) fn run_on_host<E: Executor + ?Sized>(
+    executor: &E,
+    node: &NodeView<'_>,
+    inputs: &[&RunValue],
+) -> Result<Vec<RunValue>, KernelFailure> {
+    // Host values are lent as they are (no clone, which allocates a shape, per
+    // operand); device values are copied to the host first.
+    let fetched = inputs
+        .iter()
+        .map(|v| match v {
+            RunValue::Host(_) => Ok(None),
+            RunValue::Device(d) => d.to_host().map(Some),
+        })
+        .collect::<Result<SmallVec<[Option<Tensor>; 4]>, _>>()?;
+    let refs: SmallVec<[&Tensor; 4]> = inputs
+        .iter()
+        .zip(&fetched)
+        .filter_map(|(v, f)| match v {
+            RunValue::Host(t) => Some(t),
+            RunValue::Device(_) => f.as_ref(),
+        })
+        .collect();
+    Ok(executor
+        .run(node, &refs)?
+        .into_iter()
+        .map(RunValue::Host)
+        .collect())
 }
 
 impl fmt::Debug for dyn Executor {

@@ -7,7 +7,9 @@
 use graphrw_kernels::fused::{self, FullyMaskedRows, SdpaOptions};
 use graphrw_kernels::Tensor;
 
-use super::executor::{Executor, KernelFailure, NodeView};
+use super::executor::{run_on_host, Executor, KernelFailure, NodeView};
+use super::kv_cache::KvCache;
+use super::value::{DeviceValue, RunValue};
 use crate::meta::{DType, Device};
 use crate::ops::Op;
 
@@ -48,19 +50,34 @@ impl Executor for FusedCpu {
         Ok(())
     }
 
+    /// As [`Executor::run`], but attention whose keys and values are
+    /// [`KvCache`](super::KvCache)s of one length reads them in place from their
+    /// buffers.
+    fn run_values(
+        &self,
+        node: &NodeView<'_>,
+        inputs: &[&RunValue],
+    ) -> Result<Vec<RunValue>, KernelFailure> {
+        if node.op.builtin == Some(Op::ScaledDotProductAttention) {
+            if let (Some(k), Some(v)) = (
+                inputs.get(1).and_then(|x| KvCache::of(x)),
+                inputs.get(2).and_then(|x| KvCache::of(x)),
+            ) {
+                if let Some(out) = sdpa_on_caches(node, inputs, k, v)? {
+                    return Ok(vec![RunValue::Host(out)]);
+                }
+            }
+        }
+        run_on_host(self, node, inputs)
+    }
+
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
         match node.op.builtin {
             Some(Op::ScaledDotProductAttentionBackward) => return run_sdpa_backward(node, x),
             Some(Op::CrossEntropy | Op::CrossEntropyBackward) => return run_cross_entropy(node, x),
             _ => {}
         }
-        let a = &node.attrs;
-        let opts = SdpaOptions {
-            is_causal: a.bool("is_causal")?,
-            scale: a.opt_float("scale")?,
-            enable_gqa: a.bool("enable_gqa")?,
-            fully_masked_rows: FullyMaskedRows::Zero,
-        };
+        let opts = sdpa_options(node)?;
         Ok(vec![fused::sdpa(
             x[0],
             x[1],
@@ -69,6 +86,53 @@ impl Executor for FusedCpu {
             &opts,
         )?])
     }
+}
+
+/// The options of an attention node.
+fn sdpa_options(node: &NodeView<'_>) -> Result<SdpaOptions, KernelFailure> {
+    let a = &node.attrs;
+    Ok(SdpaOptions {
+        is_causal: a.bool("is_causal")?,
+        scale: a.opt_float("scale")?,
+        enable_gqa: a.bool("enable_gqa")?,
+        fully_masked_rows: FullyMaskedRows::Zero,
+    })
+}
+
+/// Attention over keys and values held as caches (the sequence axis theirs, one
+/// length and capacity), read in place; `None` when they are not of that form.
+fn sdpa_on_caches(
+    node: &NodeView<'_>,
+    inputs: &[&RunValue],
+    k: &KvCache,
+    v: &KvCache,
+) -> Result<Option<Tensor>, KernelFailure> {
+    let rank = k.shape().len();
+    let seq_axis = rank.checked_sub(2);
+    let (kb, vb) = (k.buffer()?, v.buffer()?);
+    let same = k.len() == v.len()
+        && Some(k.axis()) == seq_axis
+        && Some(v.axis()) == seq_axis
+        && kb.shape()[..rank - 1] == vb.shape()[..rank - 1];
+    if !same {
+        return Ok(None);
+    }
+    let q = inputs[0].to_host()?;
+    let mask = match inputs.get(3) {
+        Some(m) => Some(m.to_host()?),
+        None => None,
+    };
+    let opts = sdpa_options(node)?;
+    let kernel = graphrw_kernels::KernelOptions::current();
+    Ok(Some(fused::sdpa_prefix(
+        &q,
+        &kb,
+        &vb,
+        k.len(),
+        mask.as_ref(),
+        &opts,
+        &kernel,
+    )?))
 }
 
 /// The fused attention backward: float q/k/v on the CPU, a bool or same-dtype mask.
@@ -89,13 +153,7 @@ fn check_sdpa_backward(node: &NodeView<'_>) -> Result<(), String> {
 }
 
 fn run_sdpa_backward(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
-    let a = &node.attrs;
-    let opts = SdpaOptions {
-        is_causal: a.bool("is_causal")?,
-        scale: a.opt_float("scale")?,
-        enable_gqa: a.bool("enable_gqa")?,
-        fully_masked_rows: FullyMaskedRows::Zero,
-    };
+    let opts = sdpa_options(node)?;
     let g = fused::sdpa_backward::sdpa_backward(
         x[0],
         x[1],

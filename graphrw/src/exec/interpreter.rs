@@ -171,28 +171,33 @@ impl Plan {
     /// Runs the plan. Inputs are matched to the graph's inputs in order; their dtype
     /// and shape are checked (symbolic dims must be consistent) before anything runs.
     pub fn run(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, RunReport), ExecError> {
-        self.run_with(inputs, false)
+        self.run_tensors(inputs, false)
     }
 
     /// [`Plan::run`], also timing each kernel call: the report's
     /// [`per_op`](RunReport::per_op) has the time and calls of each op.
     pub fn run_profiled(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, RunReport), ExecError> {
-        self.run_with(inputs, true)
+        self.run_tensors(inputs, true)
     }
 
-    /// [`Plan::run`], timing each kernel call when `profile`, on a worker of the plan's
-    /// thread pool (rayon's global pool unless the options set threads). The thread that
-    /// walks the plan then takes its share of each parallel kernel: run from outside the
-    /// pool, it handed every kernel to the pool and slept until it was done, two thread
-    /// wake-ups per kernel (GPT-2 small at S = 128: 900 context switches a run, 100 from
-    /// a worker). Medians of 30 pairs of runs by `benches/paired.py`, worker over
-    /// main thread: 0.982 on GPT-2 small at S = 128 and 0.987 on the main example's
-    /// model on a 2-vCPU Zen 4 (an A/A run 0.999), 0.93-0.99 and 0.95 on a Zen 3.
-    fn run_with(
+    /// [`Plan::run`] on the values the interpreter holds, returning the outputs as they
+    /// are: a value an executor keeps (on a device, or a [`KvCache`](super::KvCache)
+    /// with spare capacity) stays so, for a later run to take as an input without a
+    /// copy. Times each kernel call when `profile`.
+    ///
+    /// It runs on a worker of the plan's thread pool (rayon's global pool unless the
+    /// options set threads). The thread that walks the plan then takes its share of
+    /// each parallel kernel: run from outside the pool, it handed every kernel to the
+    /// pool and slept until it was done, two thread wake-ups per kernel (GPT-2 small at
+    /// S = 128: 900 context switches a run, 100 from a worker). Medians of 30 pairs of
+    /// runs by `benches/paired.py`, worker over main thread: 0.982 on GPT-2 small at
+    /// S = 128 and 0.987 on the main example's model on a 2-vCPU Zen 4 (an A/A run
+    /// 0.999), 0.93-0.99 and 0.95 on a Zen 3.
+    pub fn run_values(
         &self,
-        inputs: &[Tensor],
+        inputs: &[RunValue],
         profile: bool,
-    ) -> Result<(Vec<Tensor>, RunReport), ExecError> {
+    ) -> Result<(Vec<RunValue>, RunReport), ExecError> {
         match &self.threads {
             Some(pool) => pool.install(|| self.run_here(inputs, profile)),
             // `scope` runs its closure on a worker of the global pool (in place when
@@ -201,12 +206,34 @@ impl Plan {
         }
     }
 
-    /// [`Plan::run_with`] on the calling thread.
-    fn run_here(
+    /// [`Plan::run_values`] on host tensors, the outputs brought to the host.
+    fn run_tensors(
         &self,
         inputs: &[Tensor],
         profile: bool,
     ) -> Result<(Vec<Tensor>, RunReport), ExecError> {
+        let values: Vec<RunValue> = inputs.iter().cloned().map(RunValue::Host).collect();
+        let (outputs, mut report) = self.run_values(&values, profile)?;
+        let mut tensors = Vec::with_capacity(outputs.len());
+        for (value, v) in outputs.into_iter().zip(self.graph.outputs()) {
+            if matches!(value, RunValue::Device(_)) {
+                report.outputs_downloaded += 1;
+            }
+            tensors.push(value.to_host().map_err(|e| ExecError::Kernel {
+                node: format!("output %{}.{}", v.node.index(), v.output),
+                executor: "interpreter".into(),
+                message: e.to_string(),
+            })?);
+        }
+        Ok((tensors, report))
+    }
+
+    /// [`Plan::run_values`] on the calling thread.
+    fn run_here(
+        &self,
+        inputs: &[RunValue],
+        profile: bool,
+    ) -> Result<(Vec<RunValue>, RunReport), ExecError> {
         let start = Instant::now();
         let mut bindings = self.check_inputs(inputs)?;
         let sched = &self.schedule;
@@ -246,7 +273,7 @@ impl Plan {
             awake.top_up();
             let outs: Vec<RunValue> = match ex {
                 None => match (node.builtin(), slots.input) {
-                    (Some(Op::Input), Some(i)) => vec![RunValue::Host(inputs[i].clone())],
+                    (Some(Op::Input), Some(i)) => vec![inputs[i].clone()],
                     _ => vec![RunValue::Host(node.payload().cloned().ok_or_else(
                         || ExecError::Kernel {
                             node: self.line(id),
@@ -362,10 +389,7 @@ impl Plan {
             let value = s
                 .and_then(|s| values[s].as_ref())
                 .ok_or_else(|| fail("the output was never computed".into()))?;
-            if matches!(value, RunValue::Device(_)) {
-                report.outputs_downloaded += 1;
-            }
-            outputs.push(value.to_host().map_err(|e| fail(e.to_string()))?);
+            outputs.push(value.clone());
         }
         if bindings.len() > bound_by_inputs {
             sched.data_dependent.store(true, Ordering::Relaxed);
@@ -387,7 +411,7 @@ impl Plan {
     }
 
     /// Checks the inputs against the graph's and binds the symbols of their shapes.
-    fn check_inputs(&self, inputs: &[Tensor]) -> Result<Bindings, ExecError> {
+    fn check_inputs(&self, inputs: &[RunValue]) -> Result<Bindings, ExecError> {
         let g = &self.graph;
         if inputs.len() != g.inputs().len() {
             return Err(ExecError::Input {

@@ -21,11 +21,13 @@
 mod bind;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod decode_loop;
 mod epilogue;
 mod executor;
 mod fused_cpu;
 mod generated;
 mod interpreter;
+mod kv_cache;
 mod plan;
 mod reference;
 pub mod tile;
@@ -39,6 +41,7 @@ use graphrw_kernels::Tensor;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
+pub use decode_loop::{CachePair, DecodeLoop};
 pub use epilogue::{EpilogueCpu, EPILOGUE_CPU, MATMUL_EPILOGUE, PACKED_LIMIT};
 pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
@@ -48,6 +51,7 @@ pub use generated::{
 };
 pub use graphrw_kernels::KernelOptions;
 pub use interpreter::RunReport;
+pub use kv_cache::KvCache;
 pub use plan::{plan, plan_with, Fallback, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
 pub use tile::{tile_executor, TileCpu, TILE_CPU};

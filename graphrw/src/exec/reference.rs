@@ -3,7 +3,9 @@
 use graphrw_kernels::cpu::{self, BinaryOp, ReduceOp, UnaryOp};
 use graphrw_kernels::Tensor;
 
-use super::executor::{Executor, KernelFailure, NodeView};
+use super::executor::{run_on_host, Executor, KernelFailure, NodeView};
+use super::kv_cache::append_to_cache;
+use super::value::RunValue;
 use crate::meta::Device;
 use crate::ops::{InferError, Op};
 
@@ -51,6 +53,22 @@ impl Executor for ReferenceCpu {
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
         check_outputs(node)?;
         run_builtin(node, x)
+    }
+
+    /// As [`Executor::run`], but a `concat` onto a [`KvCache`](super::KvCache) appends
+    /// to it in place.
+    fn run_values(
+        &self,
+        node: &NodeView<'_>,
+        inputs: &[&RunValue],
+    ) -> Result<Vec<RunValue>, KernelFailure> {
+        if node.op.builtin == Some(Op::Concat) {
+            let dim = node.attrs.int("dim").map_err(attr_err)?;
+            if let Some(appended) = append_to_cache(inputs, dim) {
+                return Ok(vec![appended?]);
+            }
+        }
+        run_on_host(self, node, inputs)
     }
 }
 
