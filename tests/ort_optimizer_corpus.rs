@@ -13,7 +13,7 @@
 //!
 //! `opt_level=1` keeps onnxruntime's portable fusions only (99 adds layout and
 //! hardware-specific ones, `NchwcTransformer`, that it warns are for the machine that
-//! wrote them). The optimizer needs `sympy` (its symbolic shape inference); onnxruntime
+//! wrote them; `GRAPHRW_ORT_OPT_LEVEL=99` runs the test at that level by hand). The optimizer needs `sympy` (its symbolic shape inference); onnxruntime
 //! 1.32's `optimize_by_onnxruntime` also imports `torch`, only to read
 //! `torch.version.hip`, so where torch is absent a stub module saying "no ROCm" stands
 //! in. Without onnxruntime or sympy the test says `SKIPPED`, except under `CI=true`,
@@ -50,7 +50,7 @@ fn corpora() -> Vec<(PathBuf, Vec<PathBuf>)> {
     out
 }
 
-/// For each model folder (the arguments after the output root): optimise it into
+/// For each model folder (the arguments after the output root and the level): optimise it into
 /// `<out>/<k>/model.onnx` (or write why not in `error.txt`), list the contrib ops in
 /// `contrib.txt`, run the optimised file in onnxruntime on each `test_data_set_<j>`
 /// into `<out>/<k>/set_<j>/` (or write why not in `ort_error.txt`).
@@ -67,12 +67,12 @@ from onnx import numpy_helper
 from onnxruntime.transformers import optimizer
 import logging
 logging.disable(logging.WARNING)
-out_root = sys.argv[1]
+out_root, level = sys.argv[1], int(sys.argv[2])
 TYPES = [("albert", "bert"), ("electra", "bert"), ("bert", "bert"), ("gpt_neox", "gpt_neox"),
          ("gpt2", "gpt2"), ("t5", "t5"), ("bart", "bart")]
 opts = ort.SessionOptions()
 opts.log_severity_level = 4
-for k, d in enumerate(sys.argv[2:]):
+for k, d in enumerate(sys.argv[3:]):
     out = os.path.join(out_root, str(k))
     os.makedirs(out, exist_ok=True)
     name = os.path.basename(d)
@@ -82,7 +82,7 @@ for k, d in enumerate(sys.argv[2:]):
         for kind in kinds:
             try:
                 m = optimizer.optimize_model(os.path.join(d, "model.onnx"), model_type=kind,
-                                             opt_level=1, use_gpu=False, only_onnxruntime=False)
+                                             opt_level=level, use_gpu=False, only_onnxruntime=False)
                 break
             except Exception as e:
                 errors.append("%s: %s: %s" % (kind, type(e).__name__, e))
@@ -228,12 +228,18 @@ fn graphrw_runs_what_onnxruntimes_transformer_optimizer_writes() {
         println!("SKIPPED: {why}");
         return;
     }
+    // `GRAPHRW_ORT_OPT_LEVEL=99` tries onnxruntime's every fusion instead (by hand).
+    let level: u32 = match std::env::var("GRAPHRW_ORT_OPT_LEVEL") {
+        Ok(v) => v.parse().expect("GRAPHRW_ORT_OPT_LEVEL is 1, 2 or 99"),
+        Err(_) => 1,
+    };
     let scratch =
         std::env::temp_dir().join(format!("graphrw_ort_optimizer_{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch dir");
     let run = Command::new(&python)
         .args(["-c", SCRIPT])
         .arg(&scratch)
+        .arg(level.to_string())
         .args(&models)
         .output()
         .expect("python runs");
