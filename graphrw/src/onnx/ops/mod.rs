@@ -17,7 +17,7 @@
 //! | `attention.rs` | `Attention` (opset 23) | `scaled_dot_product_attention` |
 //! | `rotary.rs` | `RotaryEmbedding` (opset 23), as its decomposition | `fused.rotary_embedding` where exact |
 //! | `function.rs` | model-local functions, inlined | fused ops as standard ops or function calls |
-//! | `microsoft.rs` | onnxruntime's contrib ops its optimizers write (`SkipLayerNormalization`, `FastGelu`, ...), as their decompositions | (as the ops they became) |
+//! | `microsoft/` | onnxruntime's contrib ops its optimizers write (`SkipLayerNormalization`, `FastGelu`, `Attention`, `GroupQueryAttention`, ...), as their decompositions (attentions as the fused attention) | (as the ops they became) |
 //! | `opaque.rs` | what graphrw does not read, kept as it came | opaque nodes, upgraded where only the form changed |
 
 mod attention;

@@ -13,10 +13,17 @@
 //! | `BiasGelu(x, bias)`, `Gelu(x)` | `gelu(x (+ bias))` (erf) |
 //! | `QuickGelu(x)` | `x * sigmoid(alpha * x)` |
 //! | `BiasAdd(x, bias, skip)` | `x + bias + skip` |
+//! | `Attention`, `MultiHeadAttention`, `GroupQueryAttention` | `scaled_dot_product_attention` with its projections, caches and masks (`attention.rs`, `gqa.rs`) |
+//! | `RotaryEmbedding`, `EmbedLayerNormalization` | rotations of the heads; gathers, sum and `layer_norm` (`embed.rs`) |
 //!
 //! The normalisations' optional `mean` and `inv_std_var` outputs (training statistics,
 //! which neither optimizer reads) are not computed: a node that names them passes
 //! through unread, as does any other contrib op.
+
+mod attention;
+mod embed;
+mod gqa;
+mod heads;
 
 use crate::graph::Value;
 use crate::onnx::load::importer::*;
@@ -41,6 +48,11 @@ pub(crate) fn is_contrib(op_type: &str, domain: &str) -> bool {
                 | "Gelu"
                 | "QuickGelu"
                 | "BiasAdd"
+                | "Attention"
+                | "MultiHeadAttention"
+                | "GroupQueryAttention"
+                | "RotaryEmbedding"
+                | "EmbedLayerNormalization"
         ),
         "" => op_type == "SimplifiedLayerNormalization",
         _ => false,
@@ -57,6 +69,11 @@ impl<'m> Importer<'m> {
             "FastGelu" | "BiasGelu" | "Gelu" => self.contrib_gelu(at),
             "QuickGelu" => self.quick_gelu(at),
             "BiasAdd" => self.bias_add(at),
+            "Attention" => self.ms_attention(at),
+            "MultiHeadAttention" => self.multi_head_attention(at),
+            "GroupQueryAttention" => self.group_query_attention(at),
+            "RotaryEmbedding" => self.ms_rotary_embedding(at),
+            "EmbedLayerNormalization" => self.embed_layer_norm(at),
             other => Err(OnnxError::UnknownOp {
                 op_type: other.to_string(),
                 domain: at.domain.to_string(),
