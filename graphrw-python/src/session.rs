@@ -498,6 +498,13 @@ impl Session {
         Ok((raw, profile.then(|| profile_of(&report))))
     }
 
+    /// A generation loop over this session's plan (`graphrw.DecodeLoop`): the pairs of
+    /// `present*` outputs and `past*` inputs found by name.
+    fn decode_loop(&self, py: Python<'_>) -> PyResult<crate::decode_loop::Loop> {
+        crate::decode_loop::Loop::new(Arc::clone(&self.plan), self.feed_dtypes.clone())
+            .map_err(|f| f.into_pyerr(py))
+    }
+
     /// [`Session::run`], the outputs kept in graphrw's memory ([`Outputs`]) until
     /// copied; their buffers go back to the plan's pool when the `Outputs` is freed.
     #[pyo3(signature = (feeds, profile=false))]

@@ -30,6 +30,7 @@ from ._errors import (
     SaveError,
 )
 from ._session import (
+    DecodeLoop,
     ExecutionMode,
     GraphOptimizationLevel,
     InferenceSession,
@@ -52,6 +53,7 @@ __all__ = [
     "Report",
     "Skip",
     "InferenceSession",
+    "DecodeLoop",
     "SessionOptions",
     "RunOptions",
     "GraphOptimizationLevel",

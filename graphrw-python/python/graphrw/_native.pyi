@@ -67,6 +67,22 @@ class Session:
         self, feeds: List[Tuple[str, List[int], bytes]], profile: bool = False
     ) -> Tuple[Outputs, Optional[_Profile]]:
         """``run``, the outputs kept in graphrw's memory."""
+    def decode_loop(self) -> Loop:
+        """A generation loop over the plan (pairs of ``present*`` / ``past*`` by name)."""
+
+class Loop:
+    """A generation loop: presents fed back as pasts, caches growing in place."""
+
+    def pairs(self) -> List[Tuple[int, int, Optional[int]]]:
+        """``(input index, output index, cache axis or None)`` per pair."""
+    def start(self, caches: List[Tuple[str, List[int], bytes]]) -> None:
+        """(Re)starts from one cache per pair."""
+    def step(self, feeds: List[Tuple[str, List[int], bytes]]) -> List[_Raw]:
+        """One step on the inputs that are not caches; the outputs that are not."""
+    def cache(self, k: int) -> _Raw:
+        """Pair ``k``'s cache (a copy)."""
+    def cache_len(self, k: int) -> Optional[int]:
+        """Pair ``k``'s cache length."""
 
 class Outputs:
     """A run's outputs held in graphrw's memory, back to the session's pool when freed."""

@@ -982,6 +982,17 @@ class InferenceSession:
         raw = self._run_native(feeds, run_options, keep=False)
         return [_array(*raw[k]) for k in wanted]
 
+    def decode_loop(self) -> "DecodeLoop":
+        """A generation loop over this session (see :class:`DecodeLoop`): each step's
+        ``present*`` outputs are fed back as the next step's ``past*`` inputs (pairs
+        found by name: ``present_key_0`` / ``past_key_0``, ``present.0.key`` /
+        ``past_key_values.0.key``), the caches growing in place.
+
+        Raises:
+            InvalidArgument: the model has no such pairs.
+        """
+        return DecodeLoop(self, self._session.decode_loop())
+
     def run_with_ort_values(
         self, output_names: Optional[Sequence[str]], input_dict_ort_values: Mapping[str, Any],
         run_options: Any = None,
@@ -1108,3 +1119,126 @@ def _normalize_providers(
         names.append(name)
         options.append({str(k): str(v) for k, v in opts.items()})
     return names, options
+
+
+class DecodeLoop:
+    """A decoder step run again and again (graphrw's own API; onnxruntime has none).
+
+    Each step takes the model's inputs that are not caches and returns its outputs that
+    are not; the ``present*`` outputs stay in graphrw's memory and are the next step's
+    ``past*`` inputs. A present that the model computes as ``concat(past, new)`` is kept
+    in a buffer with spare capacity, so the next step appends its new rows instead of
+    copying the cache, and attention reads the cache where it is. The outputs are those
+    of running the steps one by one through :meth:`InferenceSession.run`, bit for bit.
+
+    Example::
+
+        loop = sess.decode_loop()
+        loop.start(batch=1)                      # empty caches
+        logits, = loop.step({"input_ids": prompt, "attention_mask": mask,
+                             "position_ids": positions})
+        for _ in range(steps):
+            token = logits[:, -1:].argmax(-1)
+            logits, = loop.step({"input_ids": token, ...})
+    """
+
+    def __init__(self, session: InferenceSession, native: Any):
+        self._session = session
+        self._native = native
+        pairs = native.pairs()
+        self._pasts = [p[0] for p in pairs]
+        self._presents = [p[1] for p in pairs]
+        inputs, outputs = session._inputs, session._outputs
+        self._feeds = [k for k in range(len(inputs)) if k not in self._pasts]
+
+    @property
+    def cache_names(self) -> List["tuple[str, str]"]:
+        """The pairs fed back, as ``(past input name, present output name)``."""
+        return [
+            (self._session._inputs[i].name, self._session._outputs[o].name)
+            for i, o in zip(self._pasts, self._presents)
+        ]
+
+    @property
+    def input_names(self) -> List[str]:
+        """The inputs each step takes (the model's, without the caches)."""
+        return [self._session._inputs[k].name for k in self._feeds]
+
+    @property
+    def output_names(self) -> List[str]:
+        """The outputs each step returns (the model's, without the presents)."""
+        return [o.name for k, o in enumerate(self._session._outputs) if k not in self._presents]
+
+    def start(self, caches: Optional[Mapping[str, Any]] = None, batch: int = 1) -> None:
+        """(Re)starts the loop from ``caches`` (past input name -> array, every pair's),
+        or, when ``None``, from empty caches: each past input's dims with its first
+        symbolic dim ``batch`` and its next one 0 (``[batch, heads, 0, head_dim]``).
+
+        Raises:
+            InvalidArgument: a cache is missing, of the wrong dtype, or (for empty
+                caches) a past input has other symbolic dims.
+        """
+        values = []
+        for k in self._pasts:
+            arg = self._session._inputs[k]
+            if caches is not None:
+                if arg.name not in caches:
+                    raise InvalidArgument(f"start: no cache for `{arg.name}`")
+                values.append(self._session._feed(k, caches[arg.name]))
+                continue
+            shape, symbolic = [], 0
+            for d in arg.shape:
+                if isinstance(d, int) or (isinstance(d, str) and d.isdigit()):
+                    shape.append(int(d))
+                    continue
+                if symbolic > 1:
+                    raise InvalidArgument(
+                        f"start: `{arg.name}` {arg.shape} has more than two symbolic dims; "
+                        "give its first cache"
+                    )
+                shape.append(batch if symbolic == 0 else 0)
+                symbolic += 1
+            dtype = _bf16() if arg.dtype == "bfloat16" else arg.dtype
+            values.append(self._session._feed(k, np.zeros(shape, dtype=dtype)))
+        self._native.start(values)
+
+    def step(self, input_feed: Mapping[str, Any]) -> List[np.ndarray]:
+        """One step on ``input_feed`` (every name of :attr:`input_names`); returns the
+        outputs of :attr:`output_names`, in order.
+
+        Raises:
+            InvalidArgument (an unknown or missing name, a wrong dtype, the loop not
+            started), RunError.
+        """
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument("input_feed: expected a dict of input name -> array")
+        names = self.input_names
+        unknown = [k for k in input_feed if k not in names]
+        if unknown:
+            raise InvalidArgument(
+                f"unknown step input(s) {', '.join(map(repr, unknown))} "
+                f"(a step takes {', '.join(names)}; the caches stay in the loop)"
+            )
+        missing = [n for n in names if n not in input_feed]
+        if missing:
+            raise InvalidArgument(f"missing input(s): {', '.join(missing)}")
+        feeds = [self._session._feed(k, input_feed[n]) for k, n in zip(self._feeds, names)]
+        return [_array(*raw) for raw in self._native.step(feeds)]
+
+    def cache(self, name: str) -> np.ndarray:
+        """The cache the next step reads for ``name`` (a past input's or a present
+        output's name), as a copy."""
+        for k, (past, present) in enumerate(self.cache_names):
+            if name in (past, present):
+                return _array(*self._native.cache(k))
+        raise InvalidArgument(
+            f"no cache named {name!r} (the loop's: "
+            f"{', '.join(p for pair in self.cache_names for p in pair)})"
+        )
+
+    def cache_length(self, name: str) -> Optional[int]:
+        """How many rows the cache ``name`` holds along its growing axis."""
+        for k, (past, present) in enumerate(self.cache_names):
+            if name in (past, present):
+                return self._native.cache_len(k)
+        raise InvalidArgument(f"no cache named {name!r}")
