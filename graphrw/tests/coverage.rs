@@ -53,8 +53,16 @@ fn a_hand_made_rule_sets_near_misses_name_the_failing_check() -> Result<(), Grap
     // Every `mul` and every `softmax` (the rules' anchor ops) is a site.
     assert_eq!(report.sites.len(), 3, "{report}");
     assert_eq!(report.fused(), 2, "{report}");
-    assert_eq!(report.fused_by_rule().get("rank4_silu"), Some(&1), "{report}");
-    assert_eq!(report.fused_by_rule().get("softmax_of_exp"), Some(&1), "{report}");
+    assert_eq!(
+        report.fused_by_rule().get("rank4_silu"),
+        Some(&1),
+        "{report}"
+    );
+    assert_eq!(
+        report.fused_by_rule().get("softmax_of_exp"),
+        Some(&1),
+        "{report}"
+    );
     let missed = report.sites.iter().find(|s| !s.is_fused()).expect("a miss");
     assert_eq!(missed.op, "mul");
     let near = missed.nearest.as_ref().expect("a nearest rule");
@@ -277,7 +285,10 @@ fn every_site_of_every_corpus_model_is_accounted_for() {
                     counts.get(rule)
                 );
             }
-            println!("{corpus}/{name}: {} site(s), {fused} fused", report.sites.len());
+            println!(
+                "{corpus}/{name}: {} site(s), {fused} fused",
+                report.sites.len()
+            );
         }
     }
 }

@@ -457,7 +457,9 @@ fn check(p: &Pattern, pos: &str, f: &Failure) -> String {
             .map_or_else(|| format!("%{s}"), |x| x.name.to_string())
     };
     let ops = |ops: &mut dyn Iterator<Item = &str>| -> String {
-        ops.map(|o| format!("`{o}`")).collect::<Vec<_>>().join(" or ")
+        ops.map(|o| format!("`{o}`"))
+            .collect::<Vec<_>>()
+            .join(" or ")
     };
     match &f.why {
         Why::Anchor => format!(
@@ -483,7 +485,10 @@ fn check(p: &Pattern, pos: &str, f: &Failure) -> String {
         Why::ConstValue { want, .. } => format!("{pos}: expected the constant {want:?}"),
         Why::NotInt { .. } => format!("{pos}: expected an integral constant"),
         Why::Rebound { slot, .. } => {
-            format!("{pos}: `{}` bound to two different values", slot_name(*slot))
+            format!(
+                "{pos}: `{}` bound to two different values",
+                slot_name(*slot)
+            )
         }
         Why::Shared { .. } => format!("{pos}: the shared (`let`) node matched twice"),
         Why::Constraint { index, .. } => {

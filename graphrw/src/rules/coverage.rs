@@ -162,7 +162,10 @@ impl fmt::Display for Coverage {
         for site in &self.sites {
             if site.pass != pass {
                 pass = site.pass;
-                writeln!(f, "sites of the `{pass}` pass (named as in the graph it sees):")?;
+                writeln!(
+                    f,
+                    "sites of the `{pass}` pass (named as in the graph it sees):"
+                )?;
             }
             writeln!(f, "  {site}")?;
         }
@@ -219,13 +222,18 @@ fn mean_of_square(graph: &Graph, id: NodeId) -> bool {
 pub fn coverage(graph: &Graph) -> Result<Coverage, OptimizeError> {
     let mut graph = graph.clone();
     let mut tracker = Tracker::new(BUILTIN_SITES.to_vec(), super::fusions());
-    run_pipeline(&mut graph, Verify::default(), &mut |_| {}, &mut |g, step| {
-        match step {
-            Step::Before(pass) => tracker.before(g, pass),
-            Step::After(report) => tracker.after(g, report),
-        }
-        ControlFlow::Continue(())
-    })?;
+    run_pipeline(
+        &mut graph,
+        Verify::default(),
+        &mut |_| {},
+        &mut |g, step| {
+            match step {
+                Step::Before(pass) => tracker.before(g, pass),
+                Step::After(report) => tracker.after(g, report),
+            }
+            ControlFlow::Continue(())
+        },
+    )?;
     Ok(tracker.finish())
 }
 
@@ -376,7 +384,8 @@ impl Tracker {
             .into_iter()
             .partition(|o| graph.node(o.id).is_some_and(|n| n.op_name() == o.site.op));
         self.open = kept;
-        self.closed.extend(gone.into_iter().map(|o| (o.seq, o.site)));
+        self.closed
+            .extend(gone.into_iter().map(|o| (o.seq, o.site)));
     }
 
     /// Every site, in the order found.

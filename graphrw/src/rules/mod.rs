@@ -11,9 +11,9 @@ mod pipeline;
 
 pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
+pub use coverage::{coverage, coverage_of, Coverage, NearMiss, Site};
 pub use kernels::Kernels;
 pub use norms::{NORM_SPELLINGS, UNWEIGHTED_RMS_NORM};
-pub use coverage::{coverage, coverage_of, Coverage, NearMiss, Site};
 pub use pipeline::{
     fusions, optimize, optimize_observed, optimize_with, prepare, rewrite_passes, run_until,
     OptimizeError, Optimized, PassDone, RewritePass,

@@ -137,7 +137,12 @@ pub fn optimize_observed(
     verify: Verify,
     observe: &mut dyn FnMut(&PassDone),
 ) -> Result<Optimized, OptimizeError> {
-    run_pipeline(graph, verify, observe, &mut |_, _| ControlFlow::Continue(()))
+    run_pipeline(
+        graph,
+        verify,
+        observe,
+        &mut |_, _| ControlFlow::Continue(()),
+    )
 }
 
 /// One rewrite pass of the pipeline ([`rewrite_passes`]): its name and its rule sets.
@@ -218,13 +223,18 @@ pub fn run_until(
     stop: impl Fn(&RewritePass) -> bool,
 ) -> Result<Option<RewritePass>, OptimizeError> {
     let mut found = None;
-    run_pipeline(graph, Verify::default(), &mut |_| {}, &mut |_, step| match step {
-        Step::Before(pass) if stop(pass) => {
-            found = Some(pass.clone());
-            ControlFlow::Break(())
-        }
-        _ => ControlFlow::Continue(()),
-    })?;
+    run_pipeline(
+        graph,
+        Verify::default(),
+        &mut |_| {},
+        &mut |_, step| match step {
+            Step::Before(pass) if stop(pass) => {
+                found = Some(pass.clone());
+                ControlFlow::Break(())
+            }
+            _ => ControlFlow::Continue(()),
+        },
+    )?;
     Ok(found)
 }
 
