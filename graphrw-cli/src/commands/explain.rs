@@ -1,5 +1,5 @@
 //! `graphrw explain`: which sites of a model fused and why the others did not
-//! (`graphrw explain MODEL`, [`graphrw::rules::coverage`]; `--json` for tools); why one
+//! (`graphrw explain MODEL`, [`graphrw::rules::coverage()`]; `--json` for tools); why one
 //! built-in rule does or does not match (`--rule NAME [--node N]`), on the graph as the
 //! pipeline has it when that rule's pass runs; and every rule's name
 //! (`--list-rules`). With the name of a rule set that is not also a rule's

@@ -6,7 +6,7 @@
 //!
 //! ## Why didn't my model fuse? The coverage report
 //!
-//! [`rules::coverage`](crate::rules::coverage) runs [`optimize`](crate::rules::optimize)'s
+//! [`rules::coverage`](crate::rules::coverage()) runs [`optimize`](crate::rules::optimize)'s
 //! passes on a copy of the graph and reports every *site*: each node where a fusion
 //! could start (every `softmax`, every normalisation's mean of squares and every
 //! `layer_norm`, every GELU's `erf` or `tanh`, every `sigmoid` or `silu`, every
