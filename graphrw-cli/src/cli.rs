@@ -51,6 +51,11 @@ enum Command {
     Print {
         /// The ONNX model file.
         model: PathBuf,
+        /// Print the graph as the pipeline has it when this pass runs (`canonical`,
+        /// `attention`, `norm-spellings`, `kernels`, `unweighted-rms-norms`), or the
+        /// pass that runs this rule: the names `graphrw explain` gives.
+        #[arg(long, value_name = "PASS_OR_RULE")]
+        before: Option<String>,
     },
     /// Write a model as a Graphviz DOT graph.
     ///
@@ -65,23 +70,37 @@ enum Command {
         #[arg(long, value_name = "RULE")]
         highlight: Option<String>,
     },
-    /// Explain why a built-in rule matches or not.
+    /// Explain which sites of a model fused and why the others did not, or why one
+    /// built-in rule matches or not.
     ///
-    /// With `--node`, says where matching stopped at that node and why (the pattern
-    /// position, the graph node, what was expected and found). Without it, lists the
-    /// rule's near misses over the model, deepest first. With a rule set's name
-    /// (`canonical`, a kernel's) and `--node`, says why no rule of the set fires there.
+    /// Without `--rule`: one line per site where a fusion could start (every softmax,
+    /// normalisation, GELU, gate, rotation), with the rule that fused it or the nearest
+    /// rule and its first failing check, then a summary (`--json` for tools). With
+    /// `--rule`: the rule's near misses over the model, deepest first, or with `--node`
+    /// where matching stopped at that node and why; with a rule set's name (`canonical`,
+    /// a kernel's) and `--node`, why no rule of the set fires there. Always on the graph
+    /// as the pipeline has it when the rule runs (after canonicalisation), whose names
+    /// `graphrw print MODEL --before PASS` shows.
     ///
-    /// Example: `graphrw explain model.onnx --rule attention --node t41`
+    /// Example: `graphrw explain model.onnx`, `graphrw explain model.onnx --rule
+    /// attention --node t41`, `graphrw explain --list-rules`
     Explain {
         /// The ONNX model file.
-        model: PathBuf,
-        /// The rule's name (see `rules/` or the report of `graphrw optimize`).
+        #[arg(required_unless_present = "list_rules")]
+        model: Option<PathBuf>,
+        /// The rule's name: any the report of `graphrw optimize` prints (see
+        /// `--list-rules`).
         #[arg(long, value_name = "NAME")]
-        rule: String,
-        /// The node: its printed name (`t41`, from `graphrw print`) or its ONNX name.
-        #[arg(long, value_name = "N")]
+        rule: Option<String>,
+        /// The node: its printed name (`t41`) or its ONNX name.
+        #[arg(long, value_name = "N", requires = "rule")]
         node: Option<String>,
+        /// List every built-in rule, its rule set and the pass that runs it.
+        #[arg(long)]
+        list_rules: bool,
+        /// The site report as JSON.
+        #[arg(long, conflicts_with = "rule")]
+        json: bool,
     },
     /// Apply rule sets (by default: attention fusion) and write the result as ONNX.
     ///
@@ -199,15 +218,25 @@ where
     let result = match cli.command {
         Command::Ops { filter } => commands::ops::run(filter.as_deref()),
         Command::Inspect { model } => commands::inspect::run(&model),
-        Command::Print { model } => commands::print::run(&model),
+        Command::Print { model, before } => commands::print::run(&model, before.as_deref()),
         Command::Dot {
             model,
             output,
             highlight,
         } => commands::dot::run(&model, output.as_deref(), highlight.as_deref()),
-        Command::Explain { model, rule, node } => {
-            commands::explain::run(&model, &rule, node.as_deref())
-        }
+        Command::Explain {
+            model,
+            rule,
+            node,
+            list_rules,
+            json,
+        } => commands::explain::run(
+            model.as_deref(),
+            rule.as_deref(),
+            node.as_deref(),
+            list_rules,
+            json,
+        ),
         Command::Optimize {
             model,
             output,

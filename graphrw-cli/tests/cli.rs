@@ -217,8 +217,9 @@ fn explain_lists_near_misses_and_explains_one_node() {
     let out = ok(&["explain", &model("bert_eager"), "--rule", "attention"]);
     assert!(out.starts_with("rule `attention`:"), "{out}");
     assert!(out.contains("match(es)"), "{out}");
-    // At one node: the first softmax as printed.
-    let printed = ok(&["print", &model("bert_eager")]);
+    // At one node: the first softmax as printed in the graph the attention pass sees
+    // (after canonicalisation: the names `explain` uses).
+    let printed = ok(&["print", &model("bert_eager"), "--before", "attention"]);
     let node = printed
         .lines()
         .find(|l| l.contains(" = softmax("))
@@ -258,6 +259,80 @@ fn explain_lists_near_misses_and_explains_one_node() {
     assert!(set.starts_with("rule set `"), "{set}");
     assert!(set.contains(&format!("at {node} = softmax(")), "{set}");
     assert!(set.contains("rule(s) could start here"), "{set}");
+}
+
+/// `graphrw explain MODEL`: one line per site and a summary whose counts add up, the
+/// same as JSON (one object per site); the hint names the `graphrw` command.
+#[test]
+fn explain_without_a_rule_reports_every_site() {
+    let out = ok(&["explain", &model("llama_sdpa")]);
+    let summary = out
+        .lines()
+        .find(|l| l.contains(" site(s): "))
+        .unwrap_or_else(|| panic!("no summary:\n{out}"));
+    let numbers: Vec<usize> = summary
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [sites, fused, missed] = numbers[..] else {
+        panic!("summary: {summary}")
+    };
+    assert_eq!(sites, fused + missed, "{out}");
+    let lines = out.lines().filter(|l| l.contains(": fused by `")).count();
+    assert_eq!(lines, fused, "{out}");
+    assert!(
+        out.contains("softmax ") && out.contains("fused by `attention`"),
+        "{out}"
+    );
+    assert!(!out.contains("cargo "), "{out}");
+    let json = ok(&["explain", &model("llama_sdpa"), "--json"]);
+    assert!(json.starts_with("{\"sites\": ["), "{json}");
+    assert_eq!(json.matches("\"onnx_name\": ").count(), sites, "{json}");
+    assert!(
+        json.contains(&format!(
+            "\"summary\": {{\"sites\": {sites}, \"fused\": {fused}"
+        )),
+        "{json}"
+    );
+}
+
+/// Every rule name the report of `graphrw optimize` prints is one `graphrw explain
+/// --rule` takes and `--list-rules` lists, explained on the graph its pass sees.
+#[test]
+fn explain_takes_every_rule_the_optimize_report_prints() {
+    let scratch_dir = scratch("explain_rules");
+    let out = scratch_dir.path().join("o.onnx");
+    let src = model("llama_sdpa");
+    let report = ok(&["optimize", &src, "-o", out.to_str().unwrap()]);
+    let fired: Vec<&str> = report
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some(rule), Some(n), None)
+                    if l.starts_with("  ")
+                        && !rule.ends_with(':')
+                        && n.parse::<usize>().is_ok() =>
+                {
+                    Some(rule)
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    assert!(fired.len() >= 3, "{report}");
+    let listed = ok(&["explain", "--list-rules"]);
+    for rule in fired {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(rule)),
+            "{rule} not listed:\n{listed}"
+        );
+        let text = ok(&["explain", &src, "--rule", rule]);
+        assert!(text.starts_with(&format!("rule `{rule}`:")), "{text}");
+        assert!(text.contains("pass sees it"), "{text}");
+    }
 }
 
 /// Every `--rules` value: the written model loads, verifies and (for the sets that
@@ -537,7 +612,9 @@ fn bad_arguments_are_usage_errors() {
     usage_error(&["frobnicate"]);
     usage_error(&["inspect"]);
     usage_error(&["optimize", &model("bert_eager")]); // no -o
-    usage_error(&["explain", &model("bert_eager")]); // no --rule
+    usage_error(&["explain"]); // no model
+    usage_error(&["explain", &model("bert_eager"), "--node", "t1"]); // no --rule
+    usage_error(&["explain", &model("bert_eager"), "--rule", "x", "--json"]);
     usage_error(&["print", "--no-such-flag", &model("bert_eager")]);
     assert!(ok(&["--help"]).contains("optimize"));
     assert!(ok(&["--version"]).starts_with("graphrw "));

@@ -19,10 +19,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use graphrw::onnx::{SaveOptions, WeightLayout};
-use graphrw::pattern::{explain_named, near_misses};
-use graphrw::printer::{node_line, Names};
 use graphrw::rewrite::Rewriter;
-use graphrw::{rules, DType, Graph, NodeId, Value};
+use graphrw::{rules, DType, Graph, Value};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 
@@ -32,6 +30,7 @@ use pyo3::types::{PyBytes, PyType};
 use graphrw_cli::commands;
 
 mod decode_loop;
+mod explain;
 mod meta;
 mod narrow;
 mod session;
@@ -380,70 +379,6 @@ fn optimize<'py>(
     Ok(dict.into_any())
 }
 
-/// The built-in rule named `name` (an `InvalidArgument` listing the names if none).
-fn find_rule(name: &str) -> Outcome<&'static graphrw::Rule> {
-    commands::explain::find_rule(name).map_err(|e| Failure::new(Kind::InvalidArgument, e))
-}
-
-/// The node printed as `name` (`t41`, `c3`, an input's name) or with that ONNX name.
-fn find_node(graph: &Graph, names: &Names, name: &str) -> Option<NodeId> {
-    graph.node_ids().find(|&id| {
-        let node = graph.node(id);
-        (0..node.map_or(0, |n| n.outputs().len()) as u32)
-            .any(|o| names.get(Value::new(id, o)) == name)
-            || node.and_then(|n| n.name()) == Some(name)
-    })
-}
-
-/// `graphrw explain`'s text: why `rule` matches at `node` or not, or its near misses.
-fn run_explain(src: &Source<'_>, rule: &str, node: Option<&str>) -> Outcome<String> {
-    let graph = src.load()?;
-    let rule = find_rule(rule)?;
-    let names = Names::new(&graph);
-    let mut out = format!("rule `{}`:\n{}\n", rule.name, rule.pattern);
-    match node {
-        Some(n) => {
-            let id = find_node(&graph, &names, n).ok_or_else(|| {
-                Failure::new(
-                    Kind::InvalidArgument,
-                    format!("no node printed as or named `{n}` (see `graphrw print`)"),
-                )
-            })?;
-            out.push_str(&format!("at {}:\n", node_line(&graph, &names, id)));
-            out.push_str(&format!(
-                "  {}\n",
-                explain_named(rule.pattern, &graph, id, &names)
-            ));
-        }
-        None => {
-            let matches = rule.pattern.find(&graph).len();
-            out.push_str(&format!("{matches} match(es)\n"));
-            let misses = near_misses(rule.pattern, &graph);
-            out.push_str(&format!("{} near miss(es), deepest first:\n", misses.len()));
-            for why in misses.iter().take(10) {
-                out.push_str(&format!(
-                    "  {}\n    {why}\n",
-                    node_line(&graph, &names, why.anchor)
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Explains a built-in rule on a model (see `graphrw.explain`).
-#[pyfunction]
-#[pyo3(signature = (model, rule, node=None))]
-fn explain(
-    py: Python<'_>,
-    model: &Bound<'_, PyAny>,
-    rule: String,
-    node: Option<String>,
-) -> PyResult<String> {
-    let src = Source::extract(model)?;
-    detached(py, || run_explain(&src, &rule, node.as_deref()))
-}
-
 /// The numpy name of a dtype (`float32`, `bfloat16`, `bool`, ...).
 fn numpy_name(dtype: DType) -> &'static str {
     match dtype {
@@ -502,7 +437,9 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> PyResult<u8> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(optimize, m)?)?;
-    m.add_function(wrap_pyfunction!(explain, m)?)?;
+    m.add_function(wrap_pyfunction!(explain::explain, m)?)?;
+    m.add_function(wrap_pyfunction!(explain::coverage, m)?)?;
+    m.add_function(wrap_pyfunction!(explain::rules, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(session::model_meta, m)?)?;
     m.add_function(wrap_pyfunction!(session::has_cuda, m)?)?;

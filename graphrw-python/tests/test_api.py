@@ -254,3 +254,45 @@ def test_the_extension_is_abi3() -> None:
 def test_corpus_location_is_reported() -> None:
     # Not a check of graphrw: says where the corpus tests looked.
     print(f"corpus: {CORPUS} ({len(corpus_models())} models)")
+
+
+def test_explain_a_whole_model_returns_every_site() -> None:
+    skip_without_corpus()
+    model = CORPUS / "llama_sdpa" / "model.onnx"
+    report = graphrw.explain(model)
+    assert isinstance(report, graphrw.Coverage)
+    assert len(report) > 0 and len(report) == len(report.sites)
+    assert report.fused + sum(report.not_fused_by_reason.values()) == len(report)
+    assert report.fused_by_rule.get("attention") == 2, report
+    for site in report.sites:
+        assert isinstance(site, graphrw.Site)
+        assert site.fused == (site.reason is None)
+        if site.nearest is not None:
+            assert isinstance(site.nearest, graphrw.NearMiss)
+            assert site.nearest.check in site.reason
+    assert f"{len(report)} site(s): {report.fused} fused" in str(report)
+    # The `graphrw` command prints the same report, and a hint naming itself.
+    r = _cli("explain", str(model))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(str(report)), r.stdout
+    assert "cargo" not in r.stdout
+
+
+def test_rules_lists_every_rule_explain_takes() -> None:
+    listed = graphrw.rules()
+    names = [r.name for r in listed]
+    assert "attention" in names and len(names) == len(set(names))
+    assert {r.pass_ for r in listed} >= {"canonical", "attention", "kernels"}
+    swiglu = [r for r in listed if r.rule_set == "swiglu"]
+    assert swiglu and all(r.pass_ == "kernels" for r in swiglu)
+    skip_without_corpus()
+    model = CORPUS / "llama_sdpa" / "model.onnx"
+    # A kernel's rule is explained on the graph its pass sees, not the raw import.
+    text = graphrw.explain(model, swiglu[0].name)
+    assert text.startswith(f"rule `{swiglu[0].name}`:")
+    assert "as the `kernels` pass sees it" in text and "graphrw print " in text
+    assert "cargo" not in text
+    with pytest.raises(graphrw.InvalidArgument, match="--list-rules"):
+        graphrw.explain(model, "nope")
+    with pytest.raises(graphrw.InvalidArgument, match="give the rule"):
+        graphrw.explain(model, node="t1")

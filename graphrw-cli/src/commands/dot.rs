@@ -12,7 +12,7 @@ pub fn run(model: &Path, output: Option<&Path>, highlight: Option<&str>) -> CmdR
     let graph = super::load(model)?;
     let mut marked = BTreeSet::new();
     if let Some(name) = highlight {
-        let rule = super::explain::find_rule(name)?;
+        let (rule, _) = super::explain::find_rule(name)?;
         let matches = rule.pattern.find(&graph);
         eprintln!("{}: {} match(es) highlighted", rule.name, matches.len());
         marked.extend(matches.iter().flat_map(|m| m.nodes.iter().copied()));

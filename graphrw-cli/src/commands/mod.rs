@@ -1,6 +1,7 @@
 //! One module per subcommand. Each `run` returns the exit code, or an error that
 //! `main` prints as one line.
 
+pub mod coverage_json;
 pub mod device;
 pub mod dot;
 pub mod env;

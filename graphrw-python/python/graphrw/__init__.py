@@ -50,6 +50,11 @@ __version__: str = _native.__version__
 __all__ = [
     "optimize",
     "explain",
+    "rules",
+    "Coverage",
+    "Site",
+    "NearMiss",
+    "RuleInfo",
     "Report",
     "Skip",
     "InferenceSession",
@@ -212,15 +217,165 @@ def optimize(
     return Report(fields, result, out)
 
 
-def explain(model: ModelLike, rule: str, node: Optional[str] = None) -> str:
-    """Why a built-in rule matches or not, as ``graphrw explain`` prints it.
+class NearMiss(NamedTuple):
+    """The nearest fusing rule at a site that did not fuse, and where it stopped."""
 
-    With ``node`` (its printed name, ``t41``, or its ONNX name), says where matching
-    stopped at that node and why; without it, lists the rule's near misses over the
-    model, deepest first.
+    rule: str
+    """The rule."""
+    pass_: str
+    """The pipeline pass it runs in; the names below are those of the graph it sees."""
+    anchor: str
+    """The node it was tried at, as the printer names it (``t61``)."""
+    node: Optional[str]
+    """The node where its pattern stopped (``None`` when it matched)."""
+    position: str
+    """The pattern position where it stopped (``operand 1 of `mul` ``)."""
+    check: str
+    """The failed check, without the graph's names (the same for every such miss)."""
+    message: str
+    """The failure sentence, naming the graph's nodes."""
+    matched: bool
+    """True when the rule matches but was not applied."""
+
+    def __str__(self) -> str:
+        return f"`{self.rule}` at {self.anchor} ({self.pass_} pass): {self.message}"
+
+
+def _near_miss(n: Optional[Mapping[str, Any]]) -> Optional[NearMiss]:
+    """A :class:`NearMiss` from the native module's fields."""
+    if n is None:
+        return None
+    return NearMiss(
+        n["rule"],
+        n["pass"],
+        n["anchor"],
+        n["node"],
+        n["position"],
+        n["check"],
+        n["message"],
+        n["matched"],
+    )
+
+
+class Site(NamedTuple):
+    """A node where a fusion could start, and what became of it."""
+
+    node: str
+    """The node as the printer names it in the graph of the pass that found it."""
+    onnx_name: Optional[str]
+    """Its ONNX node name, when the model gave one."""
+    op: str
+    """Its op (``softmax``, ``mean``, ``layer_norm``, ``erf``, ...)."""
+    pass_: str
+    """The pass whose graph it was found in (``attention``, ``kernels``)."""
+    fused_by: Optional[str]
+    """The rule that fused it."""
+    rewritten_by: Optional[str]
+    """A rule that does not fuse which replaced it first."""
+    nearest: Optional[NearMiss]
+    """For a site not fused: the nearest rule and why it did not match."""
+    reason: Optional[str]
+    """Why it did not fuse, without the graph's names; ``None`` when fused."""
+
+    @property
+    def fused(self) -> bool:
+        """True when a fusing rule replaced it."""
+        return self.fused_by is not None
+
+
+class Coverage:
+    """What :func:`explain` found on a whole model: every site, fused or not.
+
+    Attributes:
+        sites: every :class:`Site`, in the order found.
+        text: the report as ``graphrw explain MODEL`` prints it.
+    """
+
+    def __init__(self, fields: Mapping[str, Any]):
+        self.sites: List[Site] = [
+            Site(
+                s["node"],
+                s["onnx_name"],
+                s["op"],
+                s["pass"],
+                s["fused_by"],
+                s["rewritten_by"],
+                _near_miss(s["nearest"]),
+                s["reason"],
+            )
+            for s in fields["sites"]
+        ]
+        self.text: str = fields["text"]
+
+    @property
+    def fused(self) -> int:
+        """Sites fused."""
+        return sum(1 for s in self.sites if s.fused)
+
+    @property
+    def fused_by_rule(self) -> Dict[str, int]:
+        """Sites fused, per rule."""
+        out: Dict[str, int] = {}
+        for s in self.sites:
+            if s.fused_by is not None:
+                out[s.fused_by] = out.get(s.fused_by, 0) + 1
+        return out
+
+    @property
+    def not_fused_by_reason(self) -> Dict[str, int]:
+        """Sites not fused, per reason."""
+        out: Dict[str, int] = {}
+        for s in self.sites:
+            if s.reason is not None:
+                out[s.reason] = out.get(s.reason, 0) + 1
+        return out
+
+    def __len__(self) -> int:
+        return len(self.sites)
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
+class RuleInfo(NamedTuple):
+    """A built-in rule, as :func:`rules` lists it."""
+
+    name: str
+    """The rule's name (as the optimize report prints it)."""
+    rule_set: str
+    """Its rule set (``canonical``, ``attention``, ``norms``, a kernel's name)."""
+    pass_: str
+    """The pipeline pass that first runs it."""
+
+
+def rules() -> List[RuleInfo]:
+    """Every built-in rule, in pipeline order, as ``graphrw explain --list-rules`` lists
+    them: every name the optimize report prints, each one :func:`explain` takes."""
+    return [RuleInfo(*r) for r in _native.rules()]
+
+
+def explain(
+    model: ModelLike, rule: Optional[str] = None, node: Optional[str] = None
+) -> Union[Coverage, str]:
+    """Which sites of a model fused and why the others did not; or one rule's
+    explanation, as ``graphrw explain`` prints it.
+
+    Without ``rule``: a :class:`Coverage`, every site where a fusion could start (every
+    softmax, normalisation, GELU, gate, rotation) with the rule that fused it or the
+    nearest rule and its first failing check. With ``rule`` (any name :func:`rules`
+    lists), the rule's text: its near misses over the model, deepest first, or with
+    ``node`` (its printed name, ``t41``, or its ONNX name) where matching stopped at that
+    node and why. Both look at the graph as the pipeline has it when the rule runs
+    (after canonicalisation), whose names ``graphrw print MODEL --before PASS`` shows.
 
     Raises:
-        LoadError, InvalidArgument (an unknown rule or node).
+        LoadError, OptimizeError, InvalidArgument (an unknown rule or node).
     """
     src, _ = _source(model)
+    if rule is None:
+        if node is not None:
+            raise InvalidArgument("node: give the rule to explain there as well")
+        return Coverage(_native.coverage(src))
     return _native.explain(src, rule, node)

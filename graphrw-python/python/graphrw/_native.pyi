@@ -19,7 +19,13 @@ def optimize(
     """Optimises a model; the fields of ``graphrw.Report`` as a dict."""
 
 def explain(model: Union[str, bytes], rule: str, node: Optional[str] = None) -> str:
-    """``graphrw explain``'s text."""
+    """``graphrw explain --rule``'s text."""
+
+def coverage(model: Union[str, bytes]) -> Dict[str, Any]:
+    """``graphrw explain MODEL``: ``{"sites": [dict], "text": str}``."""
+
+def rules() -> List[Tuple[str, str, str]]:
+    """``(rule, rule set, pass)`` of every built-in rule."""
 
 _Raw = Tuple[str, List[int], bytearray]
 _Profile = Tuple[float, List[Tuple[str, float, int]]]

@@ -99,6 +99,7 @@
 //!
 //! The command line does the same on an ONNX model: `graphrw explain MODEL --rule
 //! attention` lists a rule set's near misses, and `--node t41` explains one node
-//! ([chapter 6](super::_06_onnx_and_cli)).
+//! ([chapter 6](super::_06_onnx_and_cli)); without `--rule` it reports every site of
+//! the model, fused or not ([chapter 8](super::_08_is_my_rule_right)).
 //!
 //! Next: [optional parts, constraints and priorities](super::_03_optional_constraints_priorities).

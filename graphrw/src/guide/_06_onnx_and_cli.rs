@@ -71,6 +71,7 @@
 //! graphrw optimize model.onnx -o fused.onnx  # built-in rules; reports what fired
 //! graphrw run MODEL_DIR --repeat 5 --compare # MODEL_DIR/model.onnx on its test data
 //! graphrw run MODEL_DIR --model fused.onnx --profile
+//! graphrw explain model.onnx                             # every site: fused, or why not
 //! graphrw explain model.onnx --rule attention            # the rule's near misses
 //! graphrw explain model.onnx --rule attention --node t41 # why not at t41
 //! graphrw dot model.onnx --highlight attention -o model.dot

@@ -112,5 +112,6 @@
 //! implement `std::error::Error`, so `?` into `Box<dyn Error>` or `anyhow` works. Bad
 //! input never panics.
 //!
-//! That is the end of the guide. The API documentation of each module goes further, and
-//! the repository's `ARCHITECTURE.md` maps where each step lives.
+//! Next: [is my rule right, and why didn't my model fuse?](super::_08_is_my_rule_right)
+//! The API documentation of each module goes further, and the repository's
+//! `ARCHITECTURE.md` maps where each step lives.

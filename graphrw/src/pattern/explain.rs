@@ -51,6 +51,10 @@ pub struct Explanation {
     pub position: String,
     /// The failure sentence, or `matches`.
     pub message: String,
+    /// The check that failed, in words that name no graph value (``operand 0 of `div`:
+    /// expected `matmul` ``, ``the root: constraint `rank(x) == 4` ``), so that misses
+    /// at different nodes for one reason read the same; `matches` for a match.
+    pub check: String,
 }
 
 impl fmt::Display for Explanation {
@@ -74,6 +78,7 @@ impl fmt::Debug for Explanation {
             )
             .field("position", &self.position)
             .field("message", &self.message)
+            .field("check", &self.check)
             .finish()
     }
 }
@@ -214,6 +219,7 @@ pub fn explain_named(
         node_name: Some(names.get(Value::from(node))),
         position: "the root".into(),
         message: String::new(),
+        check: String::new(),
     };
     if let Some(root) = pattern.roots.first() {
         e.progress = partial(pattern, graph, root.node, Value::new(node, 0), 0);
@@ -225,6 +231,7 @@ pub fn explain_named(
             e.node = None;
             e.node_name = None;
             e.message = "matches".into();
+            e.check = "matches".into();
         }
         Err(None) => {
             e.message = match graph.node(node) {
@@ -234,6 +241,7 @@ pub fn explain_named(
                 ),
                 Some(_) => format!("`{}` has no roots", pattern.name),
             };
+            e.check = e.message.clone();
         }
         Err(Some(f)) => {
             e.depth = f.depth;
@@ -245,6 +253,7 @@ pub fn explain_named(
                 None => "the root".into(),
             };
             e.message = sentence(pattern, graph, names, &e.position, &f);
+            e.check = check(pattern, &e.position, &f);
         }
     }
     e
@@ -437,6 +446,55 @@ fn sentence(p: &Pattern, g: &Graph, names: &Names, pos: &str, f: &Failure) -> St
         Why::NoRoot { root } => {
             format!("output {root}: no consumer matches (the other outputs matched from {name})")
         }
+    }
+}
+
+/// The failed check of `f` at `pos`, without the graph's names and values.
+fn check(p: &Pattern, pos: &str, f: &Failure) -> String {
+    let slot_name = |s: u16| {
+        p.params
+            .get(s as usize)
+            .map_or_else(|| format!("%{s}"), |x| x.name.to_string())
+    };
+    let ops = |ops: &mut dyn Iterator<Item = &str>| -> String {
+        ops.map(|o| format!("`{o}`"))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
+    match &f.why {
+        Why::Anchor => format!(
+            "{pos}: expected {}",
+            ops(&mut p.anchors.iter().map(|o| o.name))
+        ),
+        Why::Op { expected } => {
+            format!("{pos}: expected {}", ops(&mut expected.iter().copied()))
+        }
+        Why::Output => format!("{pos}: expected output 0"),
+        Why::Operands { want, more, .. } => format!(
+            "{pos}: expected {want}{} operand(s)",
+            if *more { " or more" } else { "" }
+        ),
+        Why::Attr { name, attr: k, .. } => {
+            let want = match p.nodes.get(f.pat.unwrap_or(u16::MAX) as usize) {
+                Some(PatNode::Op(o)) => attr_pat(p, &o.attrs[*k].pat),
+                _ => "?".into(),
+            };
+            format!("{pos}: expected {name}={want}")
+        }
+        Why::NotConst => format!("{pos}: expected a one-element constant"),
+        Why::ConstValue { want, .. } => format!("{pos}: expected the constant {want:?}"),
+        Why::NotInt { .. } => format!("{pos}: expected an integral constant"),
+        Why::Rebound { slot, .. } => {
+            format!(
+                "{pos}: `{}` bound to two different values",
+                slot_name(*slot)
+            )
+        }
+        Why::Shared { .. } => format!("{pos}: the shared (`let`) node matched twice"),
+        Why::Constraint { index, .. } => {
+            format!("{pos}: constraint `{}`", p.constraints[*index].text)
+        }
+        Why::NoRoot { root } => format!("output {root}: no consumer matches"),
     }
 }
 

@@ -32,6 +32,7 @@
 //! ```
 
 pub mod apply;
+mod later;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -51,6 +52,7 @@ use crate::GraphError;
 
 pub use crate::pattern::{check_safe, Unsafe};
 pub use apply::Patch;
+pub use later::Preempted;
 
 pub use crate::pattern::MatchFilter;
 
@@ -136,6 +138,9 @@ pub struct Firing {
     pub rule: &'static str,
     /// The anchor node (`%id op "name"`) before the rewrite.
     pub at: String,
+    /// The matched op nodes the rewrite replaced, sorted, as ids of the graph before
+    /// it (a later rewrite may give a freed id to a new node).
+    pub replaced: Vec<NodeId>,
 }
 
 /// A match whose replacement failed: rolled back (the graph is as it was before) and
@@ -166,6 +171,10 @@ pub struct Report {
     /// Matches whose replacement failed and was rolled back, in order (each rule and
     /// anchor at most once).
     pub skipped: Vec<Skip>,
+    /// Rewrites that replaced a node where a rule of the later rule sets matched
+    /// ([`Rewriter::with_later`]), in order: the later rule would have fused that
+    /// region, had this rewrite not taken it.
+    pub preempted: Vec<Preempted>,
     /// Nodes removed by dead-code elimination after the last rewrite. The nodes a
     /// replacement leaves unused are removed with it and not counted here.
     pub dead_removed: usize,
@@ -215,6 +224,9 @@ impl fmt::Display for Report {
         for skip in &self.skipped {
             writeln!(f, "  skipped (replacement failed, rolled back): {skip}")?;
         }
+        for p in &self.preempted {
+            writeln!(f, "  preempted: {p}")?;
+        }
         Ok(())
     }
 }
@@ -227,6 +239,7 @@ pub struct Rewriter {
     verify: Verify,
     strict: bool,
     options: MatchOptions,
+    later: Vec<&'static RuleSet>,
 }
 
 impl Rewriter {
@@ -239,6 +252,7 @@ impl Rewriter {
             verify: Verify::default(),
             strict: false,
             options: MatchOptions::new(),
+            later: Vec::new(),
         }
     }
 
@@ -295,6 +309,18 @@ impl Rewriter {
         self
     }
 
+    /// Rule sets that run after this rewriter (the built-in fusions,
+    /// [`rules::fusions`](crate::rules::fusions), for rules of your own run before
+    /// [`rules::optimize`](crate::rules::optimize)): each rewrite by a rule of this
+    /// rewriter (not of `sets`) that replaces a node where one of their rules matches
+    /// is listed in [`Report::preempted`] with that rule, and printed with the report.
+    /// Only rewrites are checked, on the graph as it is before each (see
+    /// [`Preempted`]'s module for what that misses).
+    pub fn with_later(mut self, sets: &[&'static RuleSet]) -> Rewriter {
+        self.later = sets.to_vec();
+        self
+    }
+
     /// Rewrites `graph` in place to a fixed point.
     pub fn run(&self, graph: &mut Graph) -> Result<Report, RewriteError> {
         let start = Instant::now();
@@ -304,6 +330,16 @@ impl Rewriter {
         let dispatch = self.dispatch();
         let mut matcher = NodeMatcher::new(&dispatch, graph, &self.options);
         let claims = dispatch.claims();
+        let later = (!self.later.is_empty()).then(|| Dispatch::for_sets(&self.later));
+        let later_options = MatchOptions::new();
+        let mut later_matcher = later
+            .as_deref()
+            .map(|d| NodeMatcher::new(d, graph, &later_options));
+        let is_later = |rule: &Rule| {
+            self.later
+                .iter()
+                .any(|s| s.rules.iter().any(|r| std::ptr::eq(*r, rule)))
+        };
         let mut scratch = Scratch::default();
         let mut report = Report::default();
         let mut queue = Worklist::default();
@@ -348,6 +384,13 @@ impl Rewriter {
                     None => (rule, m, &inside, id),
                 };
                 let at = describe(graph, anchor);
+                let replaced: Vec<NodeId> = inside.iter().copied().collect();
+                let preempted = match later_matcher.as_mut() {
+                    Some(lm) if !is_later(rule) => {
+                        later::later_match(lm, graph, &replaced, &m.outputs)
+                    }
+                    _ => None,
+                };
                 if self.verify == Verify::Local {
                     producers.clear();
                     producers.extend(
@@ -377,9 +420,17 @@ impl Rewriter {
                         continue;
                     }
                 };
+                if let Some(later) = preempted {
+                    report.preempted.push(Preempted {
+                        rule: rule.name,
+                        at: at.clone(),
+                        later,
+                    });
+                }
                 report.firings.push(Firing {
                     rule: rule.name,
                     at,
+                    replaced,
                 });
                 if report.firings.len() > limit {
                     return Err(ping_pong(limit, &report));

@@ -4,16 +4,19 @@
 pub mod attention;
 pub mod canonical;
 pub mod causal;
+pub mod coverage;
 mod kernels;
 pub mod norms;
 mod pipeline;
 
 pub use attention::ATTENTION;
 pub use canonical::CANONICAL;
+pub use coverage::{coverage, coverage_of, Coverage, NearMiss, Site};
 pub use kernels::Kernels;
 pub use norms::{NORM_SPELLINGS, UNWEIGHTED_RMS_NORM};
 pub use pipeline::{
-    optimize, optimize_observed, optimize_with, prepare, OptimizeError, Optimized, PassDone,
+    fusions, optimize, optimize_observed, optimize_with, prepare, rewrite_passes, run_until,
+    OptimizeError, Optimized, PassDone, RewritePass,
 };
 
 use crate::rewrite::{Report, RewriteError, Rewriter, Verify};

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -136,6 +137,124 @@ pub fn optimize_observed(
     verify: Verify,
     observe: &mut dyn FnMut(&PassDone),
 ) -> Result<Optimized, OptimizeError> {
+    run_pipeline(
+        graph,
+        verify,
+        observe,
+        &mut |_, _| ControlFlow::Continue(()),
+    )
+}
+
+/// One rewrite pass of the pipeline ([`rewrite_passes`]): its name and its rule sets.
+#[derive(Clone, Debug)]
+pub struct RewritePass {
+    /// `canonical`, `attention`, `norm spellings`, `kernels` or `unweighted rms norms`.
+    pub name: &'static str,
+    /// Its rule sets, as one [`Rewriter`] runs them.
+    pub sets: Vec<&'static crate::RuleSet>,
+}
+
+impl RewritePass {
+    /// True when one of the pass's sets holds the rule named `rule`.
+    pub fn has_rule(&self, rule: &str) -> bool {
+        self.sets.iter().any(|s| s.rule(rule).is_some())
+    }
+}
+
+/// The rewrite passes of [`optimize`], in order: `canonical` and `attention` (the two
+/// passes of [`super::fuse_attention`]), then, after the causal-mask analysis,
+/// `norm spellings`, `kernels` and `unweighted rms norms`. Every rule name the
+/// pipeline's reports print is a rule of one of them.
+pub fn rewrite_passes() -> Vec<RewritePass> {
+    let [canonical, attention] = super::ATTENTION_PASSES;
+    vec![
+        RewritePass {
+            name: "canonical",
+            sets: canonical.to_vec(),
+        },
+        RewritePass {
+            name: "attention",
+            sets: attention.to_vec(),
+        },
+        RewritePass {
+            name: "norm spellings",
+            sets: NORM_PASS.to_vec(),
+        },
+        RewritePass {
+            name: "kernels",
+            sets: crate::generated::builtin_rules(),
+        },
+        RewritePass {
+            name: "unweighted rms norms",
+            sets: UNWEIGHTED_PASS.to_vec(),
+        },
+    ]
+}
+
+/// The rule sets whose rules fuse (make `scaled_dot_product_attention` or a `fused.*`
+/// node): attention, every built-in kernel's, and the unweighted RMS norm's. Give them
+/// to [`Rewriter::with_later`] when your rules run before [`optimize`], and the report
+/// says which of your rewrites took a region one of them would have fused.
+pub fn fusions() -> Vec<&'static crate::RuleSet> {
+    let mut sets = vec![&super::ATTENTION];
+    sets.extend(crate::generated::builtin_rules());
+    sets.extend(UNWEIGHTED_PASS);
+    sets
+}
+
+/// Runs [`optimize`]'s passes on `graph` until the first rewrite pass that `stop`
+/// accepts, and returns that pass without running it (`graph` is then as that pass
+/// would see it); runs the whole pipeline and returns `None` when `stop` accepts none.
+///
+/// ```
+/// use graphrw::{rules, Builder, DType, TensorMeta};
+///
+/// let g = Builder::new();
+/// let x = g.input("x", TensorMeta::new(DType::F32, [2usize, 8]));
+/// g.output(&[x.softmax(-1)?])?;
+/// let mut graph = g.finish();
+/// // The graph as the attention rule sees it: after canonicalisation.
+/// let pass = rules::run_until(&mut graph, |p| p.has_rule("attention"))?;
+/// assert_eq!(pass.map(|p| p.name), Some("attention"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_until(
+    graph: &mut Graph,
+    stop: impl Fn(&RewritePass) -> bool,
+) -> Result<Option<RewritePass>, OptimizeError> {
+    let mut found = None;
+    run_pipeline(
+        graph,
+        Verify::default(),
+        &mut |_| {},
+        &mut |_, step| match step {
+            Step::Before(pass) if stop(pass) => {
+                found = Some(pass.clone());
+                ControlFlow::Break(())
+            }
+            _ => ControlFlow::Continue(()),
+        },
+    )?;
+    Ok(found)
+}
+
+/// A point of the pipeline a hook of [`run_pipeline`] sees.
+pub(crate) enum Step<'a> {
+    /// The pass is about to run on the graph.
+    Before(&'a RewritePass),
+    /// The pass has run, with this report.
+    After(&'a Report),
+}
+
+/// [`optimize_observed`] with `hook` called on the graph before and after each rewrite
+/// pass; when it breaks, the pipeline stops there, and the passes not run have empty
+/// reports in the result.
+pub(crate) fn run_pipeline(
+    graph: &mut Graph,
+    verify: Verify,
+    observe: &mut dyn FnMut(&PassDone),
+    hook: &mut dyn FnMut(&Graph, Step<'_>) -> ControlFlow<()>,
+) -> Result<Optimized, OptimizeError> {
     let nodes_before = graph.node_count();
     let mut passes = Vec::new();
     let mut done = |graph: &Graph, pass: &'static str, started: Instant, rewrites: usize| {
@@ -148,30 +267,42 @@ pub fn optimize_observed(
         observe(&p);
         passes.push(p);
     };
-    let t = Instant::now();
-    let attention = super::fuse_attention_with(graph, verify)?;
-    done(
-        graph,
-        "attention",
-        t,
-        attention.iter().map(Report::total).sum(),
-    );
-    let t = Instant::now();
-    let causal = mark_causal(graph)?;
-    done(graph, "causal masks", t, causal.converted);
-    let t = Instant::now();
-    let norms = Rewriter::new(NORM_PASS).with_verify(verify).run(graph)?;
-    done(graph, "norm spellings", t, norms.total());
-    let t = Instant::now();
-    let kernels = Rewriter::new(&crate::generated::builtin_rules())
-        .with_verify(verify)
-        .run(graph)?;
-    done(graph, "kernels", t, kernels.total());
-    let t = Instant::now();
-    let unweighted = Rewriter::new(UNWEIGHTED_PASS)
-        .with_verify(verify)
-        .run(graph)?;
-    done(graph, "unweighted rms norms", t, unweighted.total());
+    let all = rewrite_passes();
+    let mut reports = Vec::with_capacity(all.len());
+    let mut causal = None;
+    let mut started = Instant::now();
+    for pass in &all {
+        if pass.name == "norm spellings" {
+            let t = Instant::now();
+            let c = mark_causal(graph)?;
+            done(graph, "causal masks", t, c.converted);
+            causal = Some(c);
+        }
+        if pass.name != "attention" {
+            started = Instant::now();
+        }
+        if hook(graph, Step::Before(pass)).is_break() {
+            break;
+        }
+        let report = Rewriter::new(&pass.sets).with_verify(verify).run(graph)?;
+        let stop = hook(graph, Step::After(&report)).is_break();
+        match pass.name {
+            "canonical" => {}
+            "attention" => {
+                let total = reports.iter().chain([&report]).map(Report::total).sum();
+                done(graph, "attention", started, total);
+            }
+            name => done(graph, name, started, report.total()),
+        }
+        reports.push(report);
+        if stop {
+            break;
+        }
+    }
+    let mut reports = reports.into_iter();
+    let mut next = || reports.next().unwrap_or_default();
+    let (attention0, attention1, norms, kernels, unweighted) =
+        (next(), next(), next(), next(), next());
     let mut fused_nodes = BTreeMap::new();
     for op in graph
         .node_ids()
@@ -184,8 +315,8 @@ pub fn optimize_observed(
     Ok(Optimized {
         nodes_before,
         nodes_after: graph.node_count(),
-        attention,
-        causal,
+        attention: vec![attention0, attention1],
+        causal: causal.unwrap_or_default(),
         norms,
         kernels,
         unweighted,
