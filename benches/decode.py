@@ -26,9 +26,10 @@ What it measures, batch 1, f32, default threads:
   one-token steps (greedy), each step's `present_*` fed back as the next `past_*`,
   with plain `run` and with IOBinding (the presents stay onnxruntime's values, bound as
   the next inputs), in a child process of its own: prompt ms, tokens per second of
-  the 256 steps, peak RSS. graphrw has no loop of its own in the CLI: where the
-  `graphrw` Python package imports (`graphrw.InferenceSession`), the same loop runs
-  through it; otherwise graphrw's rate is ESTIMATED from the paired one-token step at
+  the 256 steps, peak RSS. Where the `graphrw` Python package imports, the same loop
+  runs through `graphrw.InferenceSession.run` (`plain`) and through its generation
+  loop, `InferenceSession.decode_loop()` (`loop`: the caches stay in graphrw's memory
+  and grow in place); otherwise graphrw's rate is ESTIMATED from the paired one-token step at
   cache 255 (the loop's steps see caches 128..383, whose mean is 255.5, and a step's
   cost is linear in the cache length), printed beside onnxruntime's estimate from the
   same pairs, so that the estimate's bias can be read off onnxruntime's real loop.
@@ -258,6 +259,29 @@ def generate_iobinding(sess, prompt, steps):
     return t1 - t0, time.perf_counter() - t1
 
 
+def generate_loop(sess, prompt, steps):
+    """The same loop through graphrw's `DecodeLoop`: the caches stay in graphrw's memory
+    and grow in place; each step takes only the token, the mask and the position."""
+    import numpy as np
+
+    loop = sess.decode_loop()
+    loop.start(batch=1)
+    f = feeds(PROMPT, 0)
+    f["input_ids"] = prompt
+    for n in PAST:
+        f.pop(n)
+    t0 = time.perf_counter()
+    out = loop.step(f)
+    t1 = time.perf_counter()
+    past = PROMPT
+    for _ in range(steps):
+        out = loop.step({"input_ids": greedy(out[0]),
+                         "attention_mask": np.ones((1, past + 1), np.int64),
+                         "position_ids": np.array([[past]], np.int64)})
+        past += 1
+    return t1 - t0, time.perf_counter() - t1
+
+
 def generate_child(runtime, path, mode):
     """`--generate`: one loop (after a warm-up loop of 8 steps), printed as JSON."""
     import numpy as np
@@ -279,6 +303,8 @@ def generate_child(runtime, path, mode):
     def loop(steps):
         if mode == "iobinding":
             return generate_iobinding(sess, prompt, steps)
+        if mode == "loop":
+            return generate_loop(sess, prompt, steps)
         return generate_plain(lambda f: sess.run(OUTPUTS, f), prompt, steps)
 
     loop(8)
@@ -357,7 +383,7 @@ def main():
     if not args.no_generate:
         model = os.path.join(folder, "model.onnx")
         for runtime, mode in [("ort", "plain"), ("ort", "iobinding")] + (
-                [("graphrw", "plain")] if graphrw_python() else []):
+                [("graphrw", "plain"), ("graphrw", "loop")] if graphrw_python() else []):
             print(f"generation loop: {runtime} {mode}", flush=True)
             loops.append((runtime, mode) + generate(runtime, model, mode))
     import onnxruntime
