@@ -128,7 +128,7 @@ fn a_loop_needs_started_caches_and_the_right_feeds() {
     let p = Arc::new(plan(&g, &default_stack()).expect("plan"));
     let mut lp = DecodeLoop::new(Arc::clone(&p)).expect("loop");
     let x = data(&[1, 1, 64], 1);
-    let err = lp.step(&[x.clone()]).unwrap_err().to_string();
+    let err = lp.step(std::slice::from_ref(&x)).unwrap_err().to_string();
     assert!(err.contains("not started"), "{err}");
     let err = lp
         .start(&[Tensor::zeros(x.dtype(), &[1, 2, 0, 16])])
