@@ -108,8 +108,9 @@ fn concat_axis(graph: &Graph, past: usize, present: usize) -> Option<usize> {
 /// let past = b.input("past", TensorMeta::new(DType::F32, [Dim::from(1usize), Dim::sym("n")]));
 /// let present = b.var(b.concat_with(&[past.value(), x.value()], 1)?);
 /// let y = present.sum_with(&[1], true)?;
+/// let (y, present) = (y.value(), present.value());
 /// let mut g = b.finish();
-/// g.set_named_outputs(vec![("y".into(), y.value()), ("present".into(), present.value())])?;
+/// g.set_named_outputs(vec![("y".into(), y), ("present".into(), present)])?;
 /// let plan = Arc::new(plan(&g, &default_stack())?);
 /// let mut lp = DecodeLoop::new(plan)?;
 /// lp.start(&[Tensor::zeros(DType::F32, &[1, 0])])?;
