@@ -35,6 +35,7 @@ pub mod onnx;
 pub mod pattern;
 pub mod rewrite;
 pub mod rules;
+pub mod selfcheck;
 
 pub(crate) use ir::op_index;
 pub use ir::{assume, builder, dot, foreign, graph, meta, ops, printer, verify};

@@ -295,6 +295,7 @@ rule_set! {
         x
     }
 
+    #[verify(generator = crate::rules::generators::transpose_through_3d)]
     rule reshape_transpose_reshape(x: Tensor, s1: Vec<i64>, p: Vec<i64>, s2: Vec<i64>) -> Tensor
     where check(|x, s1, p, s2| p[..] == [0, 2, 1]
         && x.meta().shape.numel().and_then(|n| transpose_split_shape(n, &s1, &s2)).is_some())
@@ -312,6 +313,7 @@ rule_set! {
     // (dynamo's `k.transpose(-2, -1)` over a cache of symbolic length): read from the
     // metadata of `x`, the 3-D view and the result instead.
     #[overlap]
+    #[verify(generator = crate::rules::generators::transpose_through_3d)]
     rule reshape_transpose_reshape_symbolic(x: Tensor, p: Vec<i64>) -> Tensor
     where check(|p| p[..] == [0, 2, 1]), check(|x, v, y| swaps_last_two_in_3d(&x, &v, &y))
     {
@@ -452,6 +454,9 @@ rule_set! {
         a.matmul(b)?.mul(s)?.add(bias)?.softmax(d)?
     }
 
+    // Computing in `x`'s own precision changes the rounding when the other precision
+    // is narrower (bf16: 3 significant digits), hence the tolerance.
+    #[verify(tol = 3e-2)]
     rule softmax_in_other_precision(x: Tensor, wide: DType, d: i64, back: DType) -> Tensor
     where check(|x, wide, back| x.dtype() == back && x.dtype().is_float() && wide.is_float())
     {
@@ -468,6 +473,9 @@ rule_set! {
         x
     }
 
+    // Exact on rows with a visible key; a row with none is the documented exception
+    // (`rules::attention`), so the generator keeps one.
+    #[verify(generator = crate::rules::generators::masked_fill_softmax)]
     rule masked_fill_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
     where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
     {
@@ -476,6 +484,7 @@ rule_set! {
         add_hiding(b, x, m.not()?, f)?.softmax(d)?
     }
 
+    #[verify(generator = crate::rules::generators::where_keep_softmax)]
     rule where_keep_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
     where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
     {
@@ -485,6 +494,7 @@ rule_set! {
     }
 
     #[overlap]
+    #[verify(generator = crate::rules::generators::where_hide_softmax)]
     rule where_hide_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
     where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
     {

@@ -1,0 +1,382 @@
+//! Rules that check themselves: a differential test of a rule, from its pattern.
+//!
+//! For each rule, [`check_rule`] builds small random graphs its pattern matches (from
+//! the compiled pattern tree: a graph input per tensor parameter, drawn values for
+//! scalar parameters and free attributes, every alternative and optional part taken
+//! and left out, repeated chains one to three times; see `instantiate`), rewrites each
+//! with that rule alone, runs both graphs with the reference executor on the same
+//! random inputs, and compares them with the NaN-safe helper
+//! ([`graphrw_kernels::testing::compare`]). Constraints the generator does not meet by
+//! construction (`check(..)` closures, comparisons of scalars) are met by rejection: a
+//! graph the pattern refuses is drawn again, at most [`Config::tries`] times per graph.
+//! A rule whose pattern no generator can satisfy states its own generator
+//! (`#[verify(generator = path)]`, a [`GenFn`](crate::pattern::GenFn)).
+//!
+//! `rule_set!` emits, for every rule not marked `#[verify(skip = "why")]`, a test
+//! `verify_<rule>` under the crate's `cfg(test)` that calls [`test_rule`]: a wrong
+//! replacement fails `cargo test` with the rule's `file:line` and a counterexample
+//! (shapes, dtypes, both graphs and the first differing element). See the guide's
+//! chapter [Rules that check themselves](crate::guide).
+//!
+//! ```
+//! use graphrw::rule_set;
+//! use graphrw::selfcheck::{check_rule, Config, Failure};
+//!
+//! rule_set! {
+//!     static SCALES;
+//!
+//!     rule div_to_mul(x: Tensor, s: f64) -> Tensor where s != 0.0 {
+//!         x.div(s)
+//!     } => {
+//!         x.mul(1.0 / s)?
+//!     }
+//!
+//!     // Wrong on purpose: the scale is not inverted.
+//!     #[verify(skip = "wrong on purpose, to show the check")]
+//!     rule div_to_mul_wrong(x: Tensor, s: f64) -> Tensor where s != 0.0, s != 1.0, s != -1.0 {
+//!         x.div(s)
+//!     } => {
+//!         x.mul(s)?
+//!     }
+//! }
+//!
+//! let cfg = Config::default();
+//! let report = check_rule(SCALES.rule("div_to_mul").unwrap(), &cfg).unwrap();
+//! assert!(report.graphs >= cfg.graphs && report.max_error < 1e-4, "{report}");
+//! let caught = check_rule(SCALES.rule("div_to_mul_wrong").unwrap(), &cfg).unwrap_err();
+//! assert!(matches!(caught, Failure::Mismatch { .. }), "{caught}");
+//! ```
+
+mod compare;
+mod instantiate;
+mod rng;
+mod sample;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Mutex, OnceLock};
+
+pub use compare::Counterexample;
+pub use rng::Rng;
+
+use crate::rewrite::Rewriter;
+use crate::{Graph, Rule, RuleSet};
+use compare::Outcome;
+use instantiate::Coverage;
+
+/// How many graphs, how many tries, which seed.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Graphs to compare per rule (at least; more until every alternative was taken).
+    /// Default 8, or `GRAPHRW_VERIFY_GRAPHS` with [`Config::from_env`].
+    pub graphs: u32,
+    /// Graphs drawn per graph compared before giving up ("could not generate").
+    pub tries: u32,
+    /// The first seed (`GRAPHRW_VERIFY_SEED`); graph `i` uses a seed derived from it.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            graphs: 8,
+            tries: 100,
+            seed: 0x6772_6170_6872_77,
+        }
+    }
+}
+
+impl Config {
+    /// The defaults, with `GRAPHRW_VERIFY_GRAPHS` and `GRAPHRW_VERIFY_SEED` from the
+    /// environment when set (for a longer run than CI's).
+    pub fn from_env() -> Config {
+        let mut cfg = Config::default();
+        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        if let Some(n) = var("GRAPHRW_VERIFY_GRAPHS") {
+            cfg.graphs = n.clamp(1, u64::from(u32::MAX)) as u32;
+        }
+        if let Some(s) = var("GRAPHRW_VERIFY_SEED") {
+            cfg.seed = s;
+        }
+        cfg
+    }
+}
+
+/// What verifying one rule found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleReport {
+    /// The rule.
+    pub rule: &'static str,
+    /// Where its pattern is written (`file:line`).
+    pub location: &'static str,
+    /// Graphs compared (each one the rule rewrote).
+    pub graphs: u32,
+    /// Graphs drawn and refused by the pattern (or by an op) on the way.
+    pub rejected: u32,
+    /// The largest error, `|after - before| / (1 + |before|)`.
+    pub max_error: f64,
+    /// `Some(why)` when the rule is marked `#[verify(skip = "why")]` (nothing was run).
+    pub skipped: Option<&'static str>,
+}
+
+impl fmt::Display for RuleReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.skipped {
+            Some(why) => write!(f, "rule `{}` ({}): skipped: {why}", self.rule, self.location),
+            None => write!(
+                f,
+                "rule `{}` ({}): {} graphs rewritten and compared ({} drawn and refused), largest error {:.3e}",
+                self.rule, self.location, self.graphs, self.rejected, self.max_error
+            ),
+        }
+    }
+}
+
+/// Why a rule failed its check.
+#[derive(Clone, Debug)]
+pub enum Failure {
+    /// The rewrite changed the numbers.
+    Mismatch {
+        /// The rule.
+        rule: &'static str,
+        /// Its `file:line`.
+        location: &'static str,
+        /// The graph, its inputs and the first differing element.
+        counterexample: Box<Counterexample>,
+    },
+    /// No graph the pattern matches was found in the tries allowed (the generator cannot
+    /// meet the rule's constraints: state a generator, `#[verify(generator = path)]`).
+    CouldNotGenerate {
+        /// The rule.
+        rule: &'static str,
+        /// Its `file:line`.
+        location: &'static str,
+        /// Graphs compared before the tries ran out.
+        graphs: u32,
+        /// Graphs drawn.
+        tries: u32,
+        /// Why the last one was refused.
+        last_reason: String,
+    },
+    /// The pattern matched a generated graph but the rewrite did not happen, failed, or
+    /// the rewritten graph does not run.
+    Rewrite {
+        /// The rule.
+        rule: &'static str,
+        /// Its `file:line`.
+        location: &'static str,
+        /// What happened.
+        message: String,
+        /// The graph.
+        graph: String,
+    },
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Mismatch {
+                rule,
+                location,
+                counterexample,
+            } => write!(
+                f,
+                "rule `{rule}` ({location}) is wrong: {counterexample}"
+            ),
+            Failure::CouldNotGenerate {
+                rule,
+                location,
+                graphs,
+                tries,
+                last_reason,
+            } => write!(
+                f,
+                "rule `{rule}` ({location}): could not generate a graph it matches ({graphs} compared, {tries} drawn); the last was refused: {last_reason}. Give the rule a generator with `#[verify(generator = path)]`, or `#[verify(skip = \"why\")]`"
+            ),
+            Failure::Rewrite {
+                rule,
+                location,
+                message,
+                graph,
+            } => write!(f, "rule `{rule}` ({location}): {message}; graph:\n{graph}"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// A set holding `rule` alone (one per rule, made once: the rewriter takes sets).
+fn alone(rule: &'static Rule) -> &'static RuleSet {
+    static SETS: OnceLock<Mutex<HashMap<usize, &'static RuleSet>>> = OnceLock::new();
+    let key = rule as *const Rule as usize;
+    let mut sets = SETS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    sets.entry(key).or_insert_with(|| {
+        let rules: &'static [&'static Rule] = Box::leak(Box::new([rule]));
+        Box::leak(Box::new(RuleSet {
+            name: rule.name,
+            rules,
+        }))
+    })
+}
+
+/// A seed for graph `i` of a rule.
+fn seed_of(cfg: &Config, rule: &Rule, i: u32) -> u64 {
+    let mut h = cfg.seed ^ (u64::from(i) << 32);
+    for b in rule.name.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Verifies `rule` (see the module docs): `Ok` with the report when every graph kept
+/// its numbers (or the rule is skipped), else the first failure. Never panics on a
+/// generator failure: that is [`Failure::CouldNotGenerate`].
+pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failure> {
+    let pattern = rule.pattern;
+    let mut report = RuleReport {
+        rule: rule.name,
+        location: pattern.location,
+        graphs: 0,
+        rejected: 0,
+        max_error: 0.0,
+        skipped: rule.verify.skip,
+    };
+    if report.skipped.is_some() {
+        return Ok(report);
+    }
+    let want = rule.verify.graphs.unwrap_or(cfg.graphs).max(1);
+    let budget = want.saturating_mul(cfg.tries.max(1));
+    let set = alone(rule);
+    let mut coverage = Coverage::default();
+    let mut last_reason = String::from("nothing drawn");
+    let mut drawn = 0u32;
+    let enough = |report: &RuleReport, coverage: &Coverage| {
+        report.graphs >= want
+            && (rule.verify.generator.is_some() || coverage.missing(pattern).is_empty())
+    };
+    while !enough(&report, &coverage) {
+        if drawn >= budget {
+            if report.graphs >= want {
+                // Every graph asked for was compared; some alternative was never taken.
+                let missing = coverage.missing(pattern);
+                last_reason = format!(
+                    "alternatives never taken (pattern node, branch): {missing:?}; last refusal: {last_reason}"
+                );
+            }
+            return Err(Failure::CouldNotGenerate {
+                rule: rule.name,
+                location: pattern.location,
+                graphs: report.graphs,
+                tries: drawn,
+                last_reason,
+            });
+        }
+        let seed = seed_of(cfg, rule, drawn);
+        drawn += 1;
+        let (graph, trail) = match rule.verify.generator {
+            Some(generate) => match generate(seed) {
+                Ok(Some(g)) => (g, Vec::new()),
+                Ok(None) => {
+                    report.rejected += 1;
+                    last_reason = "the rule's generator gave no graph".into();
+                    continue;
+                }
+                Err(e) => {
+                    report.rejected += 1;
+                    last_reason = format!("the rule's generator failed: {e}");
+                    continue;
+                }
+            },
+            None => {
+                let mut rng = Rng::new(seed);
+                match instantiate::instantiate(pattern, &mut rng, &coverage) {
+                    Ok(i) => (i.graph, i.trail),
+                    Err(e) => {
+                        report.rejected += 1;
+                        last_reason = e;
+                        continue;
+                    }
+                }
+            }
+        };
+        let Some(root) = graph.outputs().first().map(|v| v.node) else {
+            report.rejected += 1;
+            last_reason = "a generated graph without outputs".into();
+            continue;
+        };
+        if pattern.match_at(&graph, root).is_none() {
+            report.rejected += 1;
+            last_reason = pattern.explain(&graph, root).to_string();
+            continue;
+        }
+        match differential(rule, set, &graph, seed)? {
+            Ok(err) => {
+                report.graphs += 1;
+                report.max_error = report.max_error.max(err);
+                coverage.commit(&trail);
+            }
+            Err(why) => {
+                report.rejected += 1;
+                last_reason = format!("the generated graph does not run: {why}");
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Rewrites `graph` with `set` (the rule alone) and compares: `Ok(error)` when the
+/// numbers agree, `Err(why)` when the generated graph itself does not run.
+fn differential(
+    rule: &'static Rule,
+    set: &'static RuleSet,
+    graph: &Graph,
+    seed: u64,
+) -> Result<Result<f64, String>, Failure> {
+    let fail = |message: String| Failure::Rewrite {
+        rule: rule.name,
+        location: rule.pattern.location,
+        message,
+        graph: graph.to_string(),
+    };
+    let mut after = graph.clone();
+    let done = Rewriter::new(&[set])
+        .with_strict(true)
+        .run(&mut after)
+        .map_err(|e| fail(format!("the rewrite failed: {e}")))?;
+    if done.total() == 0 {
+        return Err(fail(format!(
+            "the pattern matches at the output but the rule did not fire ({})",
+            done.to_string().trim_end()
+        )));
+    }
+    match compare::compare(graph, &after, seed, rule.verify.tol) {
+        Outcome::Same(err) => Ok(Ok(err)),
+        Outcome::BeforeFails(why) => Ok(Err(why)),
+        Outcome::AfterFails(e) => Err(fail(format!(
+            "the rewritten graph does not run ({e}); after:\n{after}"
+        ))),
+        Outcome::Differs(counterexample) => Err(Failure::Mismatch {
+            rule: rule.name,
+            location: rule.pattern.location,
+            counterexample,
+        }),
+    }
+}
+
+/// [`check_rule`] over every rule of `set`, in its order.
+pub fn check_set(set: &RuleSet, cfg: &Config) -> Vec<Result<RuleReport, Failure>> {
+    set.rules.iter().map(|&r| check_rule(r, cfg)).collect()
+}
+
+/// What the test `rule_set!` emits for a rule calls: [`check_rule`] with
+/// [`Config::from_env`], printing the report, and failing the test with the failure's
+/// message (the rule's `file:line` and a counterexample).
+pub fn test_rule(rule: &'static Rule) {
+    match check_rule(rule, &Config::from_env()) {
+        Ok(report) => println!("{report}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
