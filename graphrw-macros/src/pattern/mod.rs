@@ -252,12 +252,15 @@ pub fn expand_rule_set(input: TokenStream) -> syn::Result<TokenStream> {
         };
         let spec = attrs.verify.spec();
         // The differential test, in the crate's own `cfg(test)` only; none for a rule
-        // marked `skip` (its reason stays in `RULE.verify`).
+        // marked `skip` (its reason stays in `RULE.verify`). A `rule_set!` inside a
+        // function body gets a test the harness cannot reach (rustc's
+        // `unnameable_test_items`), so none runs there: `selfcheck::check_rule` does.
         let test_name = format_ident!("verify_{}", f.name);
         let test = attrs.verify.skip.is_none().then(|| {
             quote! {
                 #[cfg(test)]
                 #[test]
+                #[allow(unnameable_test_items)]
                 fn #test_name() {
                     graphrw::__private::test_rule(&RULE);
                 }

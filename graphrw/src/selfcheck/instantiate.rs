@@ -242,8 +242,12 @@ impl Walk<'_> {
         };
         // A tensor parameter binds any value: now and then a one-number constant (what
         // `check(|c| c.scalar() == Some(2.0))` looks for), 0-d or of all-ones shape.
-        let v = if dtype.is_float() && self.rng.chance(0.15) {
-            let x = sample::float(self.rng, &self.seen_sizes);
+        let v = if dtype.is_float() && self.rng.chance(0.2) {
+            let x = if self.rng.chance(0.6) {
+                self.rng.pick(&[1.0, 2.0])
+            } else {
+                sample::float(self.rng, &self.seen_sizes)
+            };
             let ones = vec![1usize; self.rng.below(shape.len() + 1)];
             self.graph.add_constant(Tensor::full(dtype, &ones, x))
         } else {
@@ -440,7 +444,7 @@ impl Walk<'_> {
                 Some(c) => self.attr_pat(op, i, &c.pat, &metas)?,
                 None => match spec.default.value() {
                     Some(v) => v,
-                    None => sample::attr(self.rng, op.op, i, spec, &metas, &self.seen_sizes),
+                    None => sample::attr(self.rng, op.op, spec, &metas, &self.seen_sizes),
                 },
             };
             attrs.push(value);
@@ -476,7 +480,7 @@ impl Walk<'_> {
                 Some(b) => bound_attr(b)?,
                 None => {
                     let spec = &op.op.attrs[index];
-                    let v = sample::attr(self.rng, op.op, index, spec, metas, &self.seen_sizes);
+                    let v = sample::attr(self.rng, op.op, spec, metas, &self.seen_sizes);
                     if let Some(b) = attr_bound(&v) {
                         self.slots[usize::from(*slot)] = Some(b);
                     }

@@ -113,6 +113,13 @@ pub struct RuleReport {
     pub graphs: u32,
     /// Graphs drawn and refused by the pattern (or by an op) on the way.
     pub rejected: u32,
+    /// Graphs the pattern matched but whose replacement failed (the rewriter rolls
+    /// such a match back and leaves the graph as it was: safe, but the rule's
+    /// constraints admit more than its replacement builds). The first reason is in
+    /// `rolled_back_example`.
+    pub rolled_back: u32,
+    /// Why the first rolled-back replacement failed.
+    pub rolled_back_example: Option<String>,
     /// The largest error, `|after - before| / (1 + |before|)`.
     pub max_error: f64,
     /// `Some(why)` when the rule is marked `#[verify(skip = "why")]` (nothing was run).
@@ -123,11 +130,21 @@ impl fmt::Display for RuleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.skipped {
             Some(why) => write!(f, "rule `{}` ({}): skipped: {why}", self.rule, self.location),
-            None => write!(
-                f,
-                "rule `{}` ({}): {} graphs rewritten and compared ({} drawn and refused), largest error {:.3e}",
-                self.rule, self.location, self.graphs, self.rejected, self.max_error
-            ),
+            None => {
+                write!(
+                    f,
+                    "rule `{}` ({}): {} graphs rewritten and compared ({} drawn and refused), largest error {:.3e}",
+                    self.rule, self.location, self.graphs, self.rejected, self.max_error
+                )?;
+                if let Some(why) = &self.rolled_back_example {
+                    write!(
+                        f,
+                        "; {} matches whose replacement failed and was rolled back, the first: {why}",
+                        self.rolled_back
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -241,6 +258,8 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
         location: pattern.location,
         graphs: 0,
         rejected: 0,
+        rolled_back: 0,
+        rolled_back_example: None,
         max_error: 0.0,
         skipped: rule.verify.skip,
     };
@@ -313,12 +332,17 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
             continue;
         }
         match differential(rule, set, &graph, seed)? {
-            Ok(err) => {
+            Compared::Same(err) => {
                 report.graphs += 1;
                 report.max_error = report.max_error.max(err);
                 coverage.commit(&trail);
             }
-            Err(why) => {
+            Compared::RolledBack(why) => {
+                report.rolled_back += 1;
+                report.rolled_back_example.get_or_insert(why.clone());
+                last_reason = format!("the replacement failed and was rolled back: {why}");
+            }
+            Compared::DoesNotRun(why) => {
                 report.rejected += 1;
                 last_reason = format!("the generated graph does not run: {why}");
             }
@@ -327,14 +351,23 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
     Ok(report)
 }
 
-/// Rewrites `graph` with `set` (the rule alone) and compares: `Ok(error)` when the
-/// numbers agree, `Err(why)` when the generated graph itself does not run.
+/// What [`differential`] found when nothing was wrong.
+enum Compared {
+    /// The numbers agree; the largest error.
+    Same(f64),
+    /// The replacement failed and the rewriter rolled the match back.
+    RolledBack(String),
+    /// The generated graph itself does not run.
+    DoesNotRun(String),
+}
+
+/// Rewrites `graph` with `set` (the rule alone) and compares.
 fn differential(
     rule: &'static Rule,
     set: &'static RuleSet,
     graph: &Graph,
     seed: u64,
-) -> Result<Result<f64, String>, Failure> {
+) -> Result<Compared, Failure> {
     let fail = |message: String| Failure::Rewrite {
         rule: rule.name,
         location: rule.pattern.location,
@@ -343,9 +376,11 @@ fn differential(
     };
     let mut after = graph.clone();
     let done = Rewriter::new(&[set])
-        .with_strict(true)
         .run(&mut after)
         .map_err(|e| fail(format!("the rewrite failed: {e}")))?;
+    if let (0, Some(skip)) = (done.total(), done.skipped.first()) {
+        return Ok(Compared::RolledBack(skip.reason.clone()));
+    }
     if done.total() == 0 {
         return Err(fail(format!(
             "the pattern matches at the output but the rule did not fire ({})",
@@ -353,8 +388,8 @@ fn differential(
         )));
     }
     match compare::compare(graph, &after, seed, rule.verify.tol) {
-        Outcome::Same(err) => Ok(Ok(err)),
-        Outcome::BeforeFails(why) => Ok(Err(why)),
+        Outcome::Same(err) => Ok(Compared::Same(err)),
+        Outcome::BeforeFails(why) => Ok(Compared::DoesNotRun(why)),
         Outcome::AfterFails(e) => Err(fail(format!(
             "the rewritten graph does not run ({e}); after:\n{after}"
         ))),
