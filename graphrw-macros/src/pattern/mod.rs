@@ -152,9 +152,7 @@ impl Verify {
         let tol = opt(self.tol.as_ref().map(|t| quote!(#t)));
         // The rule's module is one level down from where the path was written.
         let generator = opt(self.generator.as_ref().map(|p| {
-            if p.leading_colon.is_some()
-                || p.segments.first().is_some_and(|s| s.ident == "crate")
-            {
+            if p.leading_colon.is_some() || p.segments.first().is_some_and(|s| s.ident == "crate") {
                 quote!(#p)
             } else {
                 quote!(super::#p)

@@ -28,7 +28,13 @@ fn mask_keeping_key0(rng: &mut Rng, shape: &[usize], visible: bool) -> Result<Te
     let last = shape.last().copied().unwrap_or(1);
     let n: usize = shape.iter().product();
     let data: Vec<bool> = (0..n)
-        .map(|i| if i % last == 0 { visible } else { rng.chance(0.5) })
+        .map(|i| {
+            if i % last == 0 {
+                visible
+            } else {
+                rng.chance(0.5)
+            }
+        })
         .collect();
     Tensor::from_vec(shape.to_vec(), data).map_err(|e| GraphError::Signature {
         op: "constant",
@@ -181,4 +187,59 @@ pub(crate) fn grouped_kv_masked_default(seed: u64) -> Result<Option<Graph>, Grap
 /// A known shape from sizes.
 fn known(shape: &[usize]) -> crate::Shape {
     crate::Shape::known(&shape.iter().map(|&d| d as u64).collect::<Vec<_>>())
+}
+
+/// Attention whose mask holds the top-left causal triangle, in one of the spellings
+/// [`crate::rules::causal`] takes apart: the bool triangle alone or `and` a padding
+/// mask (either order), the additive triangle (`where(T, 0, -inf)`) alone or plus an
+/// additive padding mask, or hiding with `finfo.min` alone. `Sq` and `Skv` differ now
+/// and then (the triangle is top-left aligned).
+pub(crate) fn causal_attention(seed: u64) -> Result<Option<Graph>, GraphError> {
+    let mut rng = Rng::new(seed);
+    let dtype = rng.pick(&[DType::F32, DType::F64]);
+    let [b, h, d] = [0; 3].map(|_| rng.range(1, 3) as usize);
+    let sq = rng.range(1, 4) as usize;
+    let skv = if rng.chance(0.3) {
+        rng.range(2, 5) as usize
+    } else {
+        sq.max(2)
+    };
+    let g = Builder::new();
+    let q = g.input("q", TensorMeta::new(dtype, [b, h, sq, d]));
+    let k = g.input("k", TensorMeta::new(dtype, [b, h, skv, d]));
+    let v = g.input("v", TensorMeta::new(dtype, [b, h, skv, d]));
+    let tri = g.var(g.tril(g.ones_with(&[sq as i64, skv as i64], DType::Bool)?)?);
+    let zero = g.scalar(0.0, dtype);
+    let mask = match rng.below(5) {
+        0 => tri,
+        1 => {
+            let pad = g.input("pad", TensorMeta::new(DType::Bool, [b, 1, 1, skv]));
+            if rng.chance(0.5) {
+                tri.and(pad)?
+            } else {
+                pad.and(tri)?
+            }
+        }
+        2 => tri.where_(zero, g.scalar(f64::NEG_INFINITY, dtype))?,
+        3 => {
+            let pad = g.input("pad", TensorMeta::new(dtype, [b, 1, 1, skv]));
+            let additive = tri.where_(zero, g.scalar(f64::NEG_INFINITY, dtype))?;
+            if rng.chance(0.5) {
+                additive.add(pad)?
+            } else {
+                pad.add(additive)?
+            }
+        }
+        _ => {
+            let lowest = if dtype == DType::F32 {
+                f32::MIN as f64
+            } else {
+                f64::MIN
+            };
+            tri.where_(zero, g.scalar(lowest, dtype))?
+        }
+    };
+    let y = q.scaled_dot_product_attention(k, v, Some(mask))?;
+    g.output(&[y])?;
+    Ok(Some(g.finish()))
 }

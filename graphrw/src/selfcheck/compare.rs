@@ -47,7 +47,12 @@ impl fmt::Display for Counterexample {
             .iter()
             .map(|(n, d, s)| format!("{n}: {d} {s:?}"))
             .collect();
-        writeln!(f, "inputs: {} (seed {})", inputs.join(", "), self.seed)?;
+        let inputs = if inputs.is_empty() {
+            "none (constants only)".to_string()
+        } else {
+            inputs.join(", ")
+        };
+        writeln!(f, "inputs: {inputs} (seed {})", self.seed)?;
         writeln!(f, "before:\n{}", self.before.trim_end())?;
         write!(f, "after:\n{}", self.after.trim_end())
     }
@@ -68,7 +73,8 @@ pub(super) fn default_tol(dtype: DType) -> f64 {
 /// not against its own decomposition).
 fn stacks() -> (Vec<Arc<dyn Executor>>, Vec<Arc<dyn Executor>>) {
     let reference: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
-    let after: Vec<Arc<dyn Executor>> = vec![Arc::new(generated_executor()), Arc::new(ReferenceCpu)];
+    let after: Vec<Arc<dyn Executor>> =
+        vec![Arc::new(generated_executor()), Arc::new(ReferenceCpu)];
     (reference, after)
 }
 

@@ -57,7 +57,10 @@ impl Coverage {
             return rng.below(n);
         }
         let c = counts.map(|c| c.as_slice()).unwrap_or(&[]);
-        let least = (0..n).map(|b| c.get(b).copied().unwrap_or(0)).min().unwrap_or(0);
+        let least = (0..n)
+            .map(|b| c.get(b).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(0);
         let ties: Vec<usize> = (0..n)
             .filter(|&b| c.get(b).copied().unwrap_or(0) == least)
             .collect();
@@ -355,12 +358,14 @@ impl Walk<'_> {
         match op.op.builtin {
             Some(Op::And | Op::Or | Op::Not) => bool_hint(out.shape.clone()),
             // Ops whose operands have another dtype than their result.
-            Some(
-                Op::Isnan | Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge | Op::Cast,
-            ) if i == 0 => Hint {
-                dtype: None,
-                shape: out.shape.clone(),
-            },
+            Some(Op::Isnan | Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge | Op::Cast)
+                if i == 0 =>
+            {
+                Hint {
+                    dtype: None,
+                    shape: out.shape.clone(),
+                }
+            }
             Some(Op::Where) if i == 0 => bool_hint(out.shape.clone()),
             Some(Op::Where) if i == 2 && built.len() > 1 => Hint {
                 dtype: Some(built[1].dtype),
@@ -377,7 +382,12 @@ impl Walk<'_> {
                 Some(a) if !a.is_empty() => {
                     let mut s = a[..a.len().saturating_sub(2)].to_vec();
                     s.push(a[a.len() - 1]);
-                    s.push(out.shape.as_ref().and_then(|o| o.last().copied()).unwrap_or(0));
+                    s.push(
+                        out.shape
+                            .as_ref()
+                            .and_then(|o| o.last().copied())
+                            .unwrap_or(0),
+                    );
                     Hint {
                         dtype: Some(built[0].dtype),
                         shape: Some(s),

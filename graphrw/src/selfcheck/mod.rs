@@ -18,6 +18,9 @@
 //! (shapes, dtypes, both graphs and the first differing element). See the guide's
 //! chapter [Rules that check themselves](crate::guide).
 //!
+//! A pass that is not a rule (one that evaluates, say) is checked the same way from a
+//! generator of its own ([`check_pass`]).
+//!
 //! ```
 //! use graphrw::rule_set;
 //! use graphrw::selfcheck::{check_rule, Config, Failure};
@@ -31,8 +34,7 @@
 //!         x.mul(1.0 / s)?
 //!     }
 //!
-//!     // Wrong on purpose: the scale is not inverted.
-//!     #[verify(skip = "wrong on purpose, to show the check")]
+//!     // Wrong: the scale is not inverted.
 //!     rule div_to_mul_wrong(x: Tensor, s: f64) -> Tensor where s != 0.0, s != 1.0, s != -1.0 {
 //!         x.div(s)
 //!     } => {
@@ -49,14 +51,18 @@
 
 mod compare;
 mod instantiate;
+mod pass;
 mod rng;
 mod sample;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 
 pub use compare::Counterexample;
+pub use pass::{check_pass, PassFn};
 pub use rng::Rng;
 
 use crate::rewrite::Rewriter;
@@ -122,6 +128,10 @@ pub struct RuleReport {
     pub rolled_back_example: Option<String>,
     /// The largest error, `|after - before| / (1 + |before|)`.
     pub max_error: f64,
+    /// Branches of the pattern's choices (each alternative, each optional part present
+    /// and absent, each repetition count from 1 to 3) taken by compared graphs: all of
+    /// them, or the check fails.
+    pub choices: u32,
     /// `Some(why)` when the rule is marked `#[verify(skip = "why")]` (nothing was run).
     pub skipped: Option<&'static str>,
 }
@@ -129,13 +139,20 @@ pub struct RuleReport {
 impl fmt::Display for RuleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.skipped {
-            Some(why) => write!(f, "rule `{}` ({}): skipped: {why}", self.rule, self.location),
+            Some(why) => write!(
+                f,
+                "rule `{}` ({}): skipped: {why}",
+                self.rule, self.location
+            ),
             None => {
                 write!(
                     f,
                     "rule `{}` ({}): {} graphs rewritten and compared ({} drawn and refused), largest error {:.3e}",
                     self.rule, self.location, self.graphs, self.rejected, self.max_error
                 )?;
+                if self.choices > 0 {
+                    write!(f, "; all {} branches of its choices taken", self.choices)?;
+                }
                 if let Some(why) = &self.rolled_back_example {
                     write!(
                         f,
@@ -261,6 +278,7 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
         rolled_back: 0,
         rolled_back_example: None,
         max_error: 0.0,
+        choices: 0,
         skipped: rule.verify.skip,
     };
     if report.skipped.is_some() {
@@ -295,43 +313,21 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
         }
         let seed = seed_of(cfg, rule, drawn);
         drawn += 1;
-        let (graph, trail) = match rule.verify.generator {
-            Some(generate) => match generate(seed) {
-                Ok(Some(g)) => (g, Vec::new()),
-                Ok(None) => {
-                    report.rejected += 1;
-                    last_reason = "the rule's generator gave no graph".into();
-                    continue;
-                }
-                Err(e) => {
-                    report.rejected += 1;
-                    last_reason = format!("the rule's generator failed: {e}");
-                    continue;
-                }
-            },
-            None => {
-                let mut rng = Rng::new(seed);
-                match instantiate::instantiate(pattern, &mut rng, &coverage) {
-                    Ok(i) => (i.graph, i.trail),
-                    Err(e) => {
-                        report.rejected += 1;
-                        last_reason = e;
-                        continue;
-                    }
-                }
+        let (graph, trail) = match draw(rule, seed, &coverage) {
+            Ok(drawn) => drawn,
+            Err(why) => {
+                report.rejected += 1;
+                last_reason = why;
+                continue;
             }
         };
-        let Some(root) = graph.outputs().first().map(|v| v.node) else {
-            report.rejected += 1;
-            last_reason = "a generated graph without outputs".into();
-            continue;
+        let compared = match differential(rule, set, &graph, seed) {
+            Err(failure @ Failure::Mismatch { .. }) => {
+                return Err(smaller(rule, set, cfg, &coverage, failure))
+            }
+            other => other?,
         };
-        if pattern.match_at(&graph, root).is_none() {
-            report.rejected += 1;
-            last_reason = pattern.explain(&graph, root).to_string();
-            continue;
-        }
-        match differential(rule, set, &graph, seed)? {
+        match compared {
             Compared::Same(err) => {
                 report.graphs += 1;
                 report.max_error = report.max_error.max(err);
@@ -348,7 +344,85 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
             }
         }
     }
+    report.choices = pattern
+        .nodes
+        .iter()
+        .map(|n| instantiate::branches(n) as u32)
+        .sum();
     Ok(report)
+}
+
+/// A graph for `seed` that the rule's pattern matches at its first output, and the
+/// choices taken, or why there is none.
+fn draw(
+    rule: &'static Rule,
+    seed: u64,
+    coverage: &Coverage,
+) -> Result<(Graph, Vec<(u16, usize, usize)>), String> {
+    let pattern = rule.pattern;
+    let (graph, trail) = match rule.verify.generator {
+        Some(generate) => match generate(seed) {
+            Ok(Some(g)) => (g, Vec::new()),
+            Ok(None) => return Err("the rule's generator gave no graph".into()),
+            Err(e) => return Err(format!("the rule's generator failed: {e}")),
+        },
+        None => {
+            let i = instantiate::instantiate(pattern, &mut Rng::new(seed), coverage)?;
+            (i.graph, i.trail)
+        }
+    };
+    let root = graph
+        .outputs()
+        .first()
+        .map(|v| v.node)
+        .ok_or("a generated graph without outputs")?;
+    if pattern.match_at(&graph, root).is_none() {
+        return Err(pattern.explain(&graph, root).to_string());
+    }
+    Ok((graph, trail))
+}
+
+/// Graphs drawn after a mismatch in search of a smaller counterexample.
+const SHRINK_TRIES: u32 = 64;
+
+/// How big a mismatch's counterexample is: graphs with inputs first (one of only
+/// constants shows less), then the fewest input elements.
+fn size(failure: &Failure) -> (bool, usize) {
+    match failure {
+        Failure::Mismatch { counterexample, .. } => (
+            counterexample.inputs.is_empty(),
+            counterexample
+                .inputs
+                .iter()
+                .map(|(_, _, s)| s.iter().product::<usize>())
+                .sum(),
+        ),
+        _ => (true, usize::MAX),
+    }
+}
+
+/// `failure`, or a mismatch on a graph with fewer input elements among
+/// [`SHRINK_TRIES`] more drawn: the counterexample to read.
+fn smaller(
+    rule: &'static Rule,
+    set: &'static RuleSet,
+    cfg: &Config,
+    coverage: &Coverage,
+    failure: Failure,
+) -> Failure {
+    let mut best = failure;
+    for i in 0..SHRINK_TRIES {
+        let seed = seed_of(cfg, rule, u32::MAX - i);
+        let Ok((graph, _)) = draw(rule, seed, coverage) else {
+            continue;
+        };
+        if let Err(f @ Failure::Mismatch { .. }) = differential(rule, set, &graph, seed) {
+            if size(&f) < size(&best) {
+                best = f;
+            }
+        }
+    }
+    best
 }
 
 /// What [`differential`] found when nothing was wrong.
