@@ -36,11 +36,11 @@
 //!         x.mul(1.0 / s)?
 //!     }
 //!
-//!     // Wrong: `a - b` is not `b - a`.
-//!     rule sub_commutes(a: Tensor, b: Tensor) -> Tensor {
-//!         a.sub(b)
+//!     // Wrong: the scale should be 2.
+//!     rule double(x: Tensor) -> Tensor {
+//!         x.add(x)
 //!     } => {
-//!         b.sub(a)?
+//!         x.mul(0.5)?
 //!     }
 //! }
 //!
@@ -51,26 +51,35 @@
 //! // rule `div_to_mul` (src/lib.rs:9): 8 graphs rewritten and compared (..), largest error ..
 //! println!("{report}");
 //!
-//! // What fails `verify_sub_commutes`, with the rule's line and a counterexample.
-//! let failure = check_rule(ALGEBRA.rule("sub_commutes").unwrap(), &Config::default()).unwrap_err();
-//! assert!(matches!(failure, Failure::Mismatch { .. }));
+//! // What fails `verify_double`, with the rule's line and a counterexample.
+//! let failure = check_rule(ALGEBRA.rule("double").unwrap(), &Config::default()).unwrap_err();
 //! let text = failure.to_string();
-//! assert!(text.contains("rule `sub_commutes` (") && text.contains("is wrong"), "{text}");
+//! assert!(matches!(failure, Failure::Mismatch { .. }), "{text}");
+//! assert!(text.contains("rule `double` (") && text.contains("is wrong"), "{text}");
+//! println!("{text}");
 //! ```
 //!
-//! The failure reads (`cargo test` shows it as the test's panic):
+//! A failure reads like this one, of a rule `wrong_scale` (`x / s` to `x * s`;
+//! `cargo test` shows it as the test's panic). The counterexample is the smallest of
+//! the failing graphs found (by input elements, among 64 more drawn after the first):
 //!
 //! ```text
-//! rule `sub_commutes` (src/rules.rs:16) is wrong: output 0 (f32 [3, 3]) differs after the
-//! rewrite: element 0: 0.5112 vs -0.5112 (difference 1.0224, allowed 0.000151)
-//! inputs: a: f32 [3, 3], b: f32 [3] (seed 1690..)
+//! rule `wrong_scale` (graphrw/src/selfcheck/tests.rs:17) is wrong: output 0 (f32 [1])
+//! differs after the rewrite: element 0: -1.4564566612243652 vs -1.4770632982254028
+//! (difference 0.020606637001037598, allowed 0.0002477063298225403)
+//! inputs: x: f32 [1] (seed 15180835470052759825)
 //! before:
-//! graph(a: f32[3, 3], b: f32[3]) {
-//!   t0 = sub(a, b)  # f32[3, 3]
+//! graph(x: f32[1]) {
+//!   c0 = constant(-0.993)  # f32[]
+//!   t0 = div(x, c0)  # f32[1]
 //!   return t0
 //! }
 //! after:
-//! ..
+//! graph(x: f32[1]) {
+//!   c0 = constant(-0.993)  # f32[]
+//!   t0 = mul(x, c0)  # f32[1]
+//!   return t0
+//! }
 //! ```
 //!
 //! ## Tuning: `#[verify(..)]`
@@ -124,8 +133,10 @@
 //!     }
 //! }
 //!
-//! let report = check_rule(LAYOUT.rule("reshape_back").unwrap(), &Config::default()).unwrap();
-//! assert_eq!((report.graphs, report.rejected), (8, 0));
+//! fn main() {
+//!     let report = check_rule(LAYOUT.rule("reshape_back").unwrap(), &Config::default()).unwrap();
+//!     assert_eq!((report.graphs, report.rejected), (8, 0));
+//! }
 //! ```
 //!
 //! ## The built-in rules

@@ -8,7 +8,6 @@ pub use crate::pattern::{
     ParamKind, PatNode, Pattern, PatternMatch, RepeatPat, Root, Rule, RuleSet, TensorRef, Term,
     VerifySpec,
 };
-pub use crate::selfcheck::test_rule;
 pub use crate::{Builder, DType, Graph, GraphError, Value, Var};
 
 const fn str_eq(a: &str, b: &str) -> bool {

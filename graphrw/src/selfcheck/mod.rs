@@ -33,6 +33,10 @@
 //!     } => {
 //!         x.mul(1.0 / s)?
 //!     }
+//! }
+//!
+//! rule_set! {
+//!     static WRONG;
 //!
 //!     // Wrong: the scale is not inverted.
 //!     rule div_to_mul_wrong(x: Tensor, s: f64) -> Tensor where s != 0.0, s != 1.0, s != -1.0 {
@@ -45,7 +49,7 @@
 //! let cfg = Config::default();
 //! let report = check_rule(SCALES.rule("div_to_mul").unwrap(), &cfg).unwrap();
 //! assert!(report.graphs >= cfg.graphs && report.max_error < 1e-4, "{report}");
-//! let caught = check_rule(SCALES.rule("div_to_mul_wrong").unwrap(), &cfg).unwrap_err();
+//! let caught = check_rule(WRONG.rule("div_to_mul_wrong").unwrap(), &cfg).unwrap_err();
 //! assert!(matches!(caught, Failure::Mismatch { .. }), "{caught}");
 //! ```
 

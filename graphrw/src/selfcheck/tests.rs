@@ -94,6 +94,7 @@ fn check_unskipped(name: &str) -> Result<super::RuleReport, Failure> {
 fn a_wrong_scale_is_caught_with_its_line_and_a_counterexample() {
     let failure = check_unskipped("wrong_scale").unwrap_err();
     let text = failure.to_string();
+    println!("{text}");
     assert!(matches!(failure, Failure::Mismatch { .. }), "{text}");
     assert!(
         text.starts_with("rule `wrong_scale` (graphrw/src/selfcheck/tests.rs:"),
