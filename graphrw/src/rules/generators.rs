@@ -194,6 +194,7 @@ fn known(shape: &[usize]) -> crate::Shape {
 /// mask (either order), the additive triangle (`where(T, 0, -inf)`) alone or plus an
 /// additive padding mask, or hiding with `finfo.min` alone. `Sq` and `Skv` differ now
 /// and then (the triangle is top-left aligned).
+#[cfg(test)]
 pub(crate) fn causal_attention(seed: u64) -> Result<Option<Graph>, GraphError> {
     let mut rng = Rng::new(seed);
     let dtype = rng.pick(&[DType::F32, DType::F64]);

@@ -68,13 +68,15 @@ pub(super) fn default_tol(dtype: DType) -> f64 {
     }
 }
 
+/// An executor stack.
+type Stack = Vec<Arc<dyn Executor>>;
+
 /// The stacks the two graphs run on: the reference kernels, and for the rewritten graph
 /// the generated kernels first (so that a kernel's rule is checked against the kernel,
 /// not against its own decomposition).
-fn stacks() -> (Vec<Arc<dyn Executor>>, Vec<Arc<dyn Executor>>) {
-    let reference: Vec<Arc<dyn Executor>> = vec![Arc::new(ReferenceCpu)];
-    let after: Vec<Arc<dyn Executor>> =
-        vec![Arc::new(generated_executor()), Arc::new(ReferenceCpu)];
+fn stacks() -> (Stack, Stack) {
+    let reference: Stack = vec![Arc::new(ReferenceCpu)];
+    let after: Stack = vec![Arc::new(generated_executor()), Arc::new(ReferenceCpu)];
     (reference, after)
 }
 

@@ -19,6 +19,9 @@ use crate::pattern::{
 };
 use crate::{Graph, Tensor, Value};
 
+/// The choices taken for one graph: `(pattern node, branch, branches)`.
+pub(super) type Trail = Vec<(u16, usize, usize)>;
+
 /// How many times each branch of each choice (an alternative, an optional part, a
 /// repetition count) was taken by an accepted graph, per pattern node.
 #[derive(Clone, Debug, Default)]
@@ -105,7 +108,7 @@ pub(super) struct Instance {
     /// The graph; its outputs are the pattern's roots.
     pub graph: Graph,
     /// The choices taken: `(pattern node, branch, branches)`.
-    pub trail: Vec<(u16, usize, usize)>,
+    pub trail: Trail,
 }
 
 /// The walker's state for one graph.
@@ -114,7 +117,7 @@ struct Walk<'a> {
     graph: Graph,
     rng: &'a mut Rng,
     coverage: &'a Coverage,
-    trail: Vec<(u16, usize, usize)>,
+    trail: Trail,
     slots: Vec<Option<Bound>>,
     holes: Vec<Value>,
     float: DType,
