@@ -301,10 +301,10 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
     while !enough(&report, &coverage) {
         if drawn >= budget {
             if report.graphs >= want {
-                // Every graph asked for was compared; some alternative was never taken.
-                let missing = coverage.missing(pattern);
+                // Every graph asked for was compared; some choice was never taken.
                 last_reason = format!(
-                    "alternatives never taken (pattern node, branch): {missing:?}; last refusal: {last_reason}"
+                    "{} never taken; the last refusal: {last_reason}",
+                    describe_missing(pattern, &coverage.missing(pattern))
                 );
             }
             return Err(Failure::CouldNotGenerate {
@@ -354,6 +354,29 @@ pub fn check_rule(rule: &'static Rule, cfg: &Config) -> Result<RuleReport, Failu
         .map(|n| instantiate::branches(n) as u32)
         .sum();
     Ok(report)
+}
+
+/// The choices no compared graph took, in the pattern's own words.
+fn describe_missing(pattern: &crate::Pattern, missing: &[(u16, usize)]) -> String {
+    use crate::pattern::PatNode;
+    let parts: Vec<String> = missing
+        .iter()
+        .map(|&(node, branch)| match &pattern.nodes[usize::from(node)] {
+            PatNode::Alt(list) => {
+                let mut text = String::new();
+                let _ = pattern.write_node(&mut text, list[branch]);
+                format!("the alternative `{text}`")
+            }
+            PatNode::Repeat(r) => {
+                format!(
+                    "{} repetitions of a chain",
+                    usize::from(r.min.max(1)) + branch
+                )
+            }
+            _ => format!("choice {branch} of pattern node {node}"),
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// A graph for `seed` that the rule's pattern matches at its first output, and the

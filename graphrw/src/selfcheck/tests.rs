@@ -51,6 +51,15 @@ rule_set! {
         x.tanh()?
     }
 
+    /// An alternative no graph can take (`not` of a float does not build).
+    #[verify(skip = "one alternative cannot be built: the check must say which")]
+    #[overlap]
+    rule dead_alternative(x: Tensor) -> Tensor {
+        (x.exp() | x.isnan()).not()
+    } => {
+        x.eq(x)?
+    }
+
     /// Right, with its own generator.
     #[verify(generator = own_graph, graphs = 3)]
     #[overlap]
@@ -169,4 +178,18 @@ fn a_stated_generator_is_used() {
     let report = check_rule(rule("with_generator"), &Config::default()).unwrap();
     assert_eq!(report.graphs, 3, "{report}");
     assert_eq!(report.rejected, 0, "{report}");
+}
+
+#[test]
+fn an_alternative_never_taken_is_named() {
+    let failure = check_unskipped("dead_alternative").unwrap_err();
+    let text = failure.to_string();
+    assert!(
+        matches!(failure, Failure::CouldNotGenerate { .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains("the alternative `exp(x)` never taken"),
+        "{text}"
+    );
 }
