@@ -98,8 +98,9 @@
 //!   The path is written as from the `rule_set!`'s module.
 //!
 //! A generator that cannot find a graph the pattern matches is reported, not panicked
-//! on: "could not generate a graph it matches (.. drawn); the last was refused: <why
-//! the pattern refused it>", which names the constraint that failed. A match whose
+//! on: "could not generate a graph it matches (.. drawn); the last was refused: ..",
+//! followed by why the pattern refused it, which names the constraint that failed (or
+//! the alternative no graph took). A match whose
 //! replacement fails is rolled back by the rewriter (the graph is left as it was), so
 //! it is counted in the report, not failed.
 //!

@@ -79,8 +79,9 @@ pub(super) fn branches(node: &PatNode) -> usize {
     match node {
         PatNode::Alt(list) => list.len(),
         PatNode::Repeat(r) => {
-            let hi = r.max.min(r.min.max(1).max(MAX_REPEAT));
-            usize::from(hi - r.min.max(1)) + 1
+            let lo = r.min.max(1);
+            let hi = r.max.min(lo.max(MAX_REPEAT));
+            usize::from(hi.saturating_sub(lo)) + 1
         }
         _ => 0,
     }
@@ -176,11 +177,18 @@ impl Walk<'_> {
                 continue;
             };
             for (x, y) in [(a, b), (b, a)] {
+                // Only parameters (a `let` name's rank follows from its ops).
                 match (x, y) {
                     (Term::Rank(s), Term::Int(n)) if n >= 0 => {
-                        self.rank_of[usize::from(s)] = Some(n as usize)
+                        if let Some(r) = self.rank_of.get_mut(usize::from(s)) {
+                            *r = Some(n as usize);
+                        }
                     }
-                    (Term::DType(s), Term::DTypeLit(t)) => self.dtype_of[usize::from(s)] = Some(t),
+                    (Term::DType(s), Term::DTypeLit(t)) => {
+                        if let Some(d) = self.dtype_of.get_mut(usize::from(s)) {
+                            *d = Some(t);
+                        }
+                    }
                     _ => {}
                 }
             }

@@ -8,7 +8,7 @@ use crate::Graph;
 /// A pass over whole graphs: how many places it changed, or why it failed.
 pub type PassFn = fn(&mut Graph) -> Result<usize, String>;
 
-/// Verifies a pass that is not a rule the way [`check_rule`] verifies a rule: graphs
+/// Verifies a pass that is not a rule the way [`check_rule`](super::check_rule) verifies a rule: graphs
 /// from `generate` (seeds as for a rule named `name`), each run before and after
 /// `pass` on the same random inputs and compared. Graphs the pass leaves unchanged are
 /// counted as refused; `cfg.graphs` changed ones are compared. `location` names the
