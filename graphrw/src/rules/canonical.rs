@@ -155,6 +155,17 @@ fn resolve_reshape(numel: u64, shape: &[i64]) -> Option<Vec<i64>> {
     (out.iter().all(|&d| d >= 0) && out.iter().product::<i64>() == numel as i64).then_some(out)
 }
 
+/// True when `v` is finite once stored in the float dtype `dtype`.
+fn finite_in(v: f64, dtype: crate::DType) -> bool {
+    let max = match dtype {
+        crate::DType::F16 => 65504.0,
+        crate::DType::BF16 => 3.389_531_389_251_535_5e38,
+        crate::DType::F32 => f64::from(f32::MAX),
+        _ => f64::MAX,
+    };
+    v.abs() <= max
+}
+
 /// The largest fill value that hides a score: a masked score of at most this much
 /// gives `exp(fill - max) == 0` in every float dtype for any reasonable score.
 pub const HIDE_LIMIT: f64 = -1e4;
@@ -324,8 +335,10 @@ rule_set! {
         x.transpose(-2, -1)?
     }
 
+    // `1 / s` must be finite in `x`'s dtype: dividing an f16 value by 1e-5 is finite
+    // where multiplying by 1e5 is not (found by the rule's own test).
     rule div_by_scalar(x: Tensor, s: f64) -> Tensor
-    where s != 0.0, check(|x| x.dtype().is_float())
+    where s != 0.0, check(|x, s| x.dtype().is_float() && finite_in(1.0 / s, x.dtype()))
     {
         x.div(s)
     } => {

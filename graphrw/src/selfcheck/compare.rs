@@ -58,12 +58,15 @@ impl fmt::Display for Counterexample {
     }
 }
 
-/// The default tolerance of a dtype: `|after - before| <= tol * (1 + |before|)`.
+/// The default tolerance of a dtype: `|after - before| <= tol * (1 + |before|)`. The
+/// half types round at every op of a decomposed graph (bf16 keeps 8 bits) where a fused
+/// kernel or a reordered product rounds once or elsewhere, so their bound only catches
+/// gross errors; f32 and f64 are the precise check.
 pub(super) fn default_tol(dtype: DType) -> f64 {
     match dtype {
         DType::F64 => 1e-9,
         DType::F32 => 1e-4,
-        DType::F16 | DType::BF16 => 3e-2,
+        DType::F16 | DType::BF16 => 1e-1,
         _ => 0.0,
     }
 }

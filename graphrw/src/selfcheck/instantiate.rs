@@ -134,13 +134,18 @@ pub(super) fn instantiate(
     pattern: &'static Pattern,
     rng: &mut Rng,
     coverage: &Coverage,
+    half: bool,
 ) -> Result<Instance, String> {
     let sizes = if rng.chance(0.5) {
         Sizes::One(rng.range(2, 4) as u64)
     } else {
         Sizes::Varied
     };
-    let float = rng.pick(&sample::FLOATS);
+    let float = if half {
+        rng.pick(&sample::WITH_HALF)
+    } else {
+        rng.pick(&sample::FLOATS)
+    };
     let n = pattern.params.len();
     let mut walk = Walk {
         pattern,

@@ -11,6 +11,16 @@ use crate::{GraphError, Tensor};
 /// The float dtypes a generated graph computes in.
 pub(super) const FLOATS: [DType; 2] = [DType::F32, DType::F64];
 
+/// With [`super::Config::half`], the half types too (a third of the graphs).
+pub(super) const WITH_HALF: [DType; 6] = [
+    DType::F32,
+    DType::F32,
+    DType::F64,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+];
+
 /// The dtypes a `DType` parameter (a `cast` target) is drawn from.
 const CAST_TARGETS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
