@@ -16,7 +16,7 @@
 //! `verify_<rule>` under the crate's `cfg(test)` that calls [`test_rule`]: a wrong
 //! replacement fails `cargo test` with the rule's `file:line` and a counterexample
 //! (shapes, dtypes, both graphs and the first differing element). See the guide's
-//! chapter [Rules that check themselves](crate::guide).
+//! chapter [Rules that check themselves](crate::guide::_09_rules_that_check_themselves).
 //!
 //! A pass that is not a rule (one that evaluates, say) is checked the same way from a
 //! generator of its own ([`check_pass`]).
