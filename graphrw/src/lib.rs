@@ -35,6 +35,7 @@ pub mod onnx;
 pub mod pattern;
 pub mod rewrite;
 pub mod rules;
+pub mod selfcheck;
 
 pub(crate) use ir::op_index;
 pub use ir::{assume, builder, dot, foreign, graph, meta, ops, printer, verify};
@@ -49,8 +50,12 @@ pub use graphrw_macros::{fused_kernel, pattern, replacement, rule_set};
 pub use pattern::{Match, Pattern, PatternMatch, Rule, RuleSet};
 pub use rules::Kernels;
 
+/// Support for the code the macros emit (not a public API).
 #[doc(hidden)]
-pub use pattern::private as __private;
+pub mod __private {
+    pub use crate::pattern::private::*;
+    pub use crate::selfcheck::test_rule;
+}
 
 /// Tensors and kernels (re-exported from `graphrw-kernels`).
 pub use graphrw_kernels as kernels;

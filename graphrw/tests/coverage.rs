@@ -23,6 +23,7 @@ rule_set! {
         x.silu()?
     }
 
+    #[verify(skip = "a coverage fixture: drops the `exp` on purpose (the tests report sites, not values)")]
     rule softmax_of_exp(x: Tensor) -> Tensor {
         x.exp().softmax(-1)
     } => {

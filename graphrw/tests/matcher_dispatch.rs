@@ -33,7 +33,9 @@ rule_set! {
     rule add_of_log(x: Tensor, y: Tensor) -> Tensor { x.log().add(y) } => {
         x.log()?.sub(y.neg()?)?
     }
+    #[verify(skip = "a matcher fixture: its replacement matches its pattern again, so rewriting never ends (the tests only match)")]
     rule softmax_dim0(x: Tensor) -> Tensor { x.softmax(0) } => { x.softmax(0)? }
+    #[verify(skip = "a matcher fixture: its replacement matches its pattern again, so rewriting never ends (the tests only match)")]
     rule softmax_of_exp(x: Tensor) -> Tensor { x.exp().softmax(-1) } => {
         x.exp()?.softmax(-1)?
     }

@@ -25,6 +25,7 @@ rule_set! {
     /// The replacement sees `Option<Var>` and `Option<f64>`.
     static FUSE;
 
+    #[verify(skip = "a fixture of `Option` plumbing: with no scale it leaves the fused node sdpa's default 1/sqrt(d), not 1 (the built-in `attention` rule passes `s.unwrap_or(1.0)`)")]
     rule fuse(q: Tensor, kt: Tensor, v: Tensor, s: Option<f64>, mask: Option<Tensor>) -> Tensor {
         let p = q.matmul(kt).mul(s?).add(mask?).softmax(-1);
         opt(p, |p| p.isnan().where_(0.0, p)).matmul(v)

@@ -8,6 +8,7 @@ rule_set! {
     /// Rules that start at `softmax`, and one that does not.
     static SOFTMAX_RULES;
 
+    #[verify(skip = "an explain fixture: drops the `exp` on purpose")]
     #[priority(5)]
     rule softmax_of_exp(x: Tensor) -> Tensor {
         x.exp().softmax(-1)
@@ -15,6 +16,7 @@ rule_set! {
         x.softmax(-1)?
     }
 
+    #[verify(skip = "a matcher fixture: its replacement matches its pattern again, so rewriting never ends (the tests only match)")]
     #[overlap]
     rule rank4_softmax_rule(x: Tensor) -> Tensor where rank(x) == 4 {
         x.softmax(-1)

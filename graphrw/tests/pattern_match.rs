@@ -86,6 +86,7 @@ rule_set! {
     }
 
     /// double negation
+    #[verify(skip = "a matcher fixture: its replacement matches its pattern again, so rewriting never ends (the tests only match)")]
     rule neg_neg(x: Tensor) -> Tensor {
         x.neg().neg()
     } => {

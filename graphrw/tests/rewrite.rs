@@ -23,6 +23,7 @@ rule_set! {
         x
     }
 
+    #[verify(skip = "exact only for positive `x`: `log` of a negative is NaN, and the rewrite gives `x`")]
     rule exp_log(x: Tensor) -> Tensor {
         x.log().exp()
     } => {
@@ -51,6 +52,7 @@ rule_set! {
     /// A replacement that builds something of the wrong shape.
     pub static BROKEN;
 
+    #[verify(skip = "broken on purpose: the tests check that the rewriter refuses its replacement")]
     rule sum_instead(x: Tensor) -> Tensor {
         x.relu().relu()
     } => {

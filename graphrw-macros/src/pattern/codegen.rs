@@ -392,13 +392,14 @@ pub fn pattern_module(f: &PatternFn, ir: &Ir, low: &Lowered, extra: TokenStream)
             .map(|q| (&q.name, q.kind.map(|k| (k, q.optional)))),
     );
     let doc = format!("The compiled tree of pattern `{name_str}`.");
+    let location = location(f);
     quote! {
         #[allow(unused_imports)]
         use super::*;
         #[doc = #doc]
         pub static PATTERN: #rt::Pattern = #rt::Pattern {
             name: #name_str,
-            location: concat!(file!(), ":", line!()),
+            location: #location,
             params: &[#(#params),*],
             slots: #slots,
             nodes: &[#(#nodes),*],
@@ -544,6 +545,17 @@ pub fn stub_module(f: &PatternFn, extra: TokenStream) -> TokenStream {
 }
 
 /// Wraps module items into `vis mod name { .. }` with the function's docs.
+/// `file:line` of the pattern function's name: its own line (not the macro call's, which
+/// `line!()` gives for every rule of a `rule_set!`), where the compiler can say it.
+fn location(f: &PatternFn) -> TokenStream {
+    if proc_macro::is_available() {
+        let line = f.name.span().unwrap().line() as u32;
+        quote!(concat!(file!(), ":", #line))
+    } else {
+        quote!(concat!(file!(), ":", line!()))
+    }
+}
+
 pub fn wrap_module(f: &PatternFn, items: TokenStream) -> TokenStream {
     let docs = f.attrs.iter().filter(|a| a.path().is_ident("doc"));
     let vis = &f.vis;

@@ -97,19 +97,90 @@ fn is_builder(ty: &syn::Type) -> bool {
     matches!(ty, syn::Type::Reference(r) if matches!(&*r.elem, syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Builder")))
 }
 
-/// Rule attributes: `#[priority(N)]` / `#[priority = N]`, `#[overlap]`.
+/// Rule attributes: `#[priority(N)]` / `#[priority = N]`, `#[overlap]`, `#[verify(..)]`.
 struct RuleAttrs {
     priority: Option<i32>,
     overlap: bool,
+    verify: Verify,
+}
+
+/// `#[verify(skip = "why", graphs = N, tol = x, generator = path)]`: how the rule's
+/// differential test runs (`graphrw::selfcheck`).
+#[derive(Default)]
+struct Verify {
+    skip: Option<syn::LitStr>,
+    graphs: Option<syn::LitInt>,
+    tol: Option<syn::LitFloat>,
+    generator: Option<syn::Path>,
+}
+
+impl Verify {
+    /// Reads one `#[verify(..)]` attribute into `self`.
+    fn read(&mut self, a: &syn::Attribute) -> syn::Result<()> {
+        a.parse_nested_meta(|m| {
+            if m.path.is_ident("skip") {
+                let why: syn::LitStr = m.value()?.parse()?;
+                if why.value().trim().is_empty() {
+                    return Err(m.error("say why the rule is not verified: `skip = \"why\"`"));
+                }
+                self.skip = Some(why);
+            } else if m.path.is_ident("graphs") {
+                let n: syn::LitInt = m.value()?.parse()?;
+                n.base10_parse::<u32>()?;
+                self.graphs = Some(n);
+            } else if m.path.is_ident("tol") {
+                self.tol = Some(m.value()?.parse()?);
+            } else if m.path.is_ident("generator") {
+                self.generator = Some(m.value()?.parse()?);
+            } else {
+                return Err(m.error(
+                    "unknown `verify` argument: write `skip = \"why\"`, `graphs = N`, `tol = 1e-4` or `generator = path`",
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    /// The `VerifySpec` expression.
+    fn spec(&self) -> TokenStream {
+        let opt = |t: Option<TokenStream>| match t {
+            Some(t) => quote!(::core::option::Option::Some(#t)),
+            None => quote!(::core::option::Option::None),
+        };
+        let skip = opt(self.skip.as_ref().map(|s| quote!(#s)));
+        let graphs = opt(self.graphs.as_ref().map(|n| quote!(#n)));
+        let tol = opt(self.tol.as_ref().map(|t| quote!(#t)));
+        // The rule's module is one level down from where the path was written.
+        let generator = opt(self.generator.as_ref().map(|p| {
+            if p.leading_colon.is_some() || p.segments.first().is_some_and(|s| s.ident == "crate") {
+                quote!(#p)
+            } else {
+                quote!(super::#p)
+            }
+        }));
+        quote! {
+            graphrw::__private::VerifySpec {
+                skip: #skip,
+                graphs: #graphs,
+                tol: #tol,
+                generator: #generator,
+            }
+        }
+    }
 }
 
 fn rule_attrs(f: &PatternFn, errs: &mut Errors) -> RuleAttrs {
     let mut out = RuleAttrs {
         priority: None,
         overlap: false,
+        verify: Verify::default(),
     };
     for a in &f.attrs {
-        if a.path().is_ident("overlap") {
+        if a.path().is_ident("verify") {
+            if let Err(e) = out.verify.read(a) {
+                errs.push(e);
+            }
+        } else if a.path().is_ident("overlap") {
             out.overlap = true;
         } else if a.path().is_ident("priority") {
             let lit: Option<syn::Expr> = match &a.meta {
@@ -124,7 +195,7 @@ fn rule_attrs(f: &PatternFn, errs: &mut Errors) -> RuleAttrs {
         } else if !a.path().is_ident("doc") {
             errs.spanned(
                 a,
-                "unknown rule attribute: rules take `#[priority(N)]` and `#[overlap]`",
+                "unknown rule attribute: rules take `#[priority(N)]`, `#[overlap]` and `#[verify(..)]`",
             );
         }
     }
@@ -136,6 +207,14 @@ pub fn expand_rule_set(input: TokenStream) -> syn::Result<TokenStream> {
     let set: RuleSetInput = syn::parse2(input)?;
     let mut errs = Errors::default();
     let mut out = TokenStream::new();
+    // `#[verify(skip = "why")]` on the set: every rule of it not verified, for that
+    // reason (fixtures of tests that are wrong on purpose).
+    let mut set_verify = Verify::default();
+    for a in set.attrs.iter().filter(|a| a.path().is_ident("verify")) {
+        if let Err(e) = set_verify.read(a) {
+            errs.push(e);
+        }
+    }
     struct Checked {
         name: syn::Ident,
         ir: ir::Ir,
@@ -146,7 +225,10 @@ pub fn expand_rule_set(input: TokenStream) -> syn::Result<TokenStream> {
     let mut all_ok = true;
     for r in &set.rules {
         let f = &r.pattern;
-        let attrs = rule_attrs(f, &mut errs);
+        let mut attrs = rule_attrs(f, &mut errs);
+        if attrs.verify.skip.is_none() {
+            attrs.verify.skip = set_verify.skip.clone();
+        }
         let builder = format_ident!("b");
         let has_b = f.params.iter().any(|q| q.name == "b");
         let replace = codegen::replacement_fn(
@@ -166,11 +248,29 @@ pub fn expand_rule_set(input: TokenStream) -> syn::Result<TokenStream> {
             Some(p) => quote!(.with_priority(#p)),
             None => quote!(),
         };
+        let spec = attrs.verify.spec();
+        // The differential test, in the crate's own `cfg(test)` only; none for a rule
+        // marked `skip` (its reason stays in `RULE.verify`). A `rule_set!` inside a
+        // function body gets a test the harness cannot reach (rustc's
+        // `unnameable_test_items`), so none runs there: `selfcheck::check_rule` does.
+        let test_name = format_ident!("verify_{}", f.name);
+        let test = attrs.verify.skip.is_none().then(|| {
+            quote! {
+                #[cfg(test)]
+                #[test]
+                #[allow(unnameable_test_items)]
+                fn #test_name() {
+                    graphrw::__private::test_rule(&RULE);
+                }
+            }
+        });
         let rule = quote! {
             #replace
             #[doc = #rule_doc]
             pub static RULE: graphrw::__private::Rule =
-                graphrw::__private::Rule::new(#name_str, &PATTERN, replace) #prio;
+                graphrw::__private::Rule::new(#name_str, &PATTERN, replace) #prio
+                    .with_verify(#spec);
+            #test
         };
         let (items, ir) = pattern_item(f, &mut errs, rule);
         out.extend(items);

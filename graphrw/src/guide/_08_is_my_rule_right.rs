@@ -169,8 +169,7 @@
 //!
 //! ## Is my rule right? `#[verify]`
 //!
-//! Rule self-verification (`#[verify]` in `rule_set!`: does the replacement compute
-//! what the pattern computes?) is described in its own section, to be appended to this
-//! chapter.
-//!
-//! That is the end of the guide: back to [its contents](super).
+//! Whether the replacement computes what the pattern computes is checked for you:
+//! `rule_set!` emits a differential test for every rule, which `cargo test` runs, and
+//! `#[verify(..)]` tunes or skips it. The next chapter tells how:
+//! [rules that check themselves](super::_09_rules_that_check_themselves).

@@ -1,6 +1,6 @@
 //! # The graphrw guide
 //!
-//! A tutorial in eight chapters, in the manner of egg's: each chapter is prose with
+//! A tutorial in nine chapters, in the manner of egg's: each chapter is prose with
 //! examples, and every example is a doctest, compiled and run by `cargo test` (so what
 //! you read here works with the version you read it in). The module holds no code; it
 //! exists only in the documentation and the doctests.
@@ -20,6 +20,8 @@
 //! 8. [Is my rule right, and why didn't my model fuse?](_08_is_my_rule_right): the
 //!    coverage report of a whole model, and rules of yours that took a built-in
 //!    fusion's block.
+//! 9. [Rules that check themselves](_09_rules_that_check_themselves): the differential
+//!    test `rule_set!` emits for every rule.
 //!
 //! Every chapter uses only graphrw's public API; the examples need nothing beside
 //! `graphrw` (and `graphrw-kernels`' tensors, re-exported as [`crate::kernels`]).
@@ -32,3 +34,4 @@ pub mod _05_fused_kernel;
 pub mod _06_onnx_and_cli;
 pub mod _07_your_crate;
 pub mod _08_is_my_rule_right;
+pub mod _09_rules_that_check_themselves;

@@ -817,7 +817,9 @@ mod tests {
     rule_set! {
         /// Anchored at `neg`, switching on its operand's op.
         static NEG_OF;
+        #[verify(skip = "a dispatch fixture: the replacement drops the `neg` on purpose")]
         rule neg_of_silu(x: Tensor) -> Tensor { x.silu().neg() } => { x.silu()? }
+        #[verify(skip = "a dispatch fixture: the replacement drops the `neg` on purpose")]
         rule neg_of_exp(x: Tensor) -> Tensor { x.exp().neg() } => { x.exp()? }
     }
 

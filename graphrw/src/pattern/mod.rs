@@ -278,7 +278,7 @@ pub use explain::{
 };
 pub use node_matcher::NodeMatcher;
 pub use options::{find_with, match_at_with, MatchFilter, MatchOptions};
-pub use rule::{ReplaceFn, Rule, RuleSet};
+pub use rule::{GenFn, ReplaceFn, Rule, RuleSet, VerifySpec};
 pub use safety::{check_safe, Unsafe};
 pub use tree::{
     AttrCheck, AttrPat, Check, CmpOp, ConstPat, Constraint, Link, OpPat, Param, ParamKind, PatNode,

@@ -6,6 +6,7 @@ pub use crate::ops::{AttrKind, OpDef};
 pub use crate::pattern::{
     AttrCheck, AttrPat, Bindings, Check, CmpOp, ConstPat, Constraint, Link, Match, OpPat, Param,
     ParamKind, PatNode, Pattern, PatternMatch, RepeatPat, Root, Rule, RuleSet, TensorRef, Term,
+    VerifySpec,
 };
 pub use crate::{Builder, DType, Graph, GraphError, Value, Var};
 

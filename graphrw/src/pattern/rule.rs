@@ -3,11 +3,42 @@
 use std::fmt;
 
 use crate::pattern::{Bindings, Pattern};
-use crate::{Builder, GraphError, Value};
+use crate::{Builder, Graph, GraphError, Value};
 
 /// A replacement: builds the new subgraph on a builder holding the matched graph and
 /// returns one value per pattern output. What `replacement!` emits.
 pub type ReplaceFn = fn(&Builder, &Bindings) -> Result<Vec<Value>, GraphError>;
+
+/// A generator a rule states for its own differential test (`#[verify(generator =
+/// path)]`): given a seed, a graph whose output is a match of the rule (see
+/// [`crate::selfcheck`]). `Ok(None)` means "no graph for this seed", counted as a
+/// rejected try.
+pub type GenFn = fn(u64) -> Result<Option<Graph>, GraphError>;
+
+/// How a rule's differential test runs (`#[verify(..)]` on a rule in `rule_set!`), read
+/// by [`crate::selfcheck`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VerifySpec {
+    /// `skip = "why"`: the rule is not verified, for this reason.
+    pub skip: Option<&'static str>,
+    /// `graphs = N`: graphs to try (default [`crate::selfcheck::Config`]'s).
+    pub graphs: Option<u32>,
+    /// `tol = x`: the tolerance, `|after - before| <= tol * (1 + |before|)` (default by
+    /// dtype).
+    pub tol: Option<f64>,
+    /// `generator = path`: the rule's own generator instead of the pattern's.
+    pub generator: Option<GenFn>,
+}
+
+impl VerifySpec {
+    /// Verified with the defaults.
+    pub const DEFAULT: VerifySpec = VerifySpec {
+        skip: None,
+        graphs: None,
+        tol: None,
+        generator: None,
+    };
+}
 
 /// A rewrite rule.
 #[derive(Clone, Copy)]
@@ -20,6 +51,8 @@ pub struct Rule {
     pub replace: ReplaceFn,
     /// Higher first; by default the number of ops the pattern matches.
     pub priority: i32,
+    /// How its differential test runs ([`crate::selfcheck`]).
+    pub verify: VerifySpec,
 }
 
 impl Rule {
@@ -30,7 +63,13 @@ impl Rule {
             pattern,
             replace,
             priority: pattern.op_count as i32,
+            verify: VerifySpec::DEFAULT,
         }
+    }
+
+    /// The same rule with another verification spec.
+    pub const fn with_verify(self, verify: VerifySpec) -> Rule {
+        Rule { verify, ..self }
     }
 
     /// The same rule with another priority.

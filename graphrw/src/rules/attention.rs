@@ -113,6 +113,7 @@ rule_set! {
     // [`repeats_kv_heads`]), not from their attributes: at symbolic shapes the expand
     // and reshape targets are shape arithmetic (`AttrValue::Dims`), which binds no
     // `Vec<i64>` parameter, so they are matched with `_`.
+    #[verify(generator = crate::rules::generators::grouped_kv_masked_scaled)]
     rule grouped_kv_heads_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kd: i64, vd: i64, c: bool, s: f64) -> Tensor
     where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
         check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
@@ -126,6 +127,7 @@ rule_set! {
         q.scaled_dot_product_attention_with(k, v, Some(mask), 0.0, c, Some(s), true)?
     }
 
+    #[verify(generator = crate::rules::generators::grouped_kv_scaled)]
     rule grouped_kv_heads(q: Tensor, k: Tensor, v: Tensor, kd: i64, vd: i64, c: bool, s: f64) -> Tensor
     where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
         check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
@@ -143,6 +145,7 @@ rule_set! {
     // an imported ONNX `Attention` without `scale`. `#[overlap]`: a `f64` parameter never
     // binds an unset attribute, so no node matches both.
     #[overlap]
+    #[verify(generator = crate::rules::generators::grouped_kv_masked_default)]
     rule grouped_kv_heads_masked_default_scale(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kd: i64, vd: i64, c: bool) -> Tensor
     where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
         check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))
@@ -157,6 +160,7 @@ rule_set! {
     }
 
     #[overlap]
+    #[verify(generator = crate::rules::generators::grouped_kv_default)]
     rule grouped_kv_heads_default_scale(q: Tensor, k: Tensor, v: Tensor, kd: i64, vd: i64, c: bool) -> Tensor
     where check(|k, kd, kx, kr| repeats_kv_heads(&k, kd, &kx, &kr)),
         check(|k, v, vd, vx, vr| same_heads(&k, &v) && repeats_kv_heads(&v, vd, &vx, &vr))

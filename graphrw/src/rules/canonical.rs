@@ -155,6 +155,17 @@ fn resolve_reshape(numel: u64, shape: &[i64]) -> Option<Vec<i64>> {
     (out.iter().all(|&d| d >= 0) && out.iter().product::<i64>() == numel as i64).then_some(out)
 }
 
+/// True when `v` is finite once stored in the float dtype `dtype`.
+fn finite_in(v: f64, dtype: crate::DType) -> bool {
+    let max = match dtype {
+        crate::DType::F16 => 65504.0,
+        crate::DType::BF16 => 3.389_531_389_251_535_5e38,
+        crate::DType::F32 => f64::from(f32::MAX),
+        _ => f64::MAX,
+    };
+    v.abs() <= max
+}
+
 /// The largest fill value that hides a score: a masked score of at most this much
 /// gives `exp(fill - max) == 0` in every float dtype for any reasonable score.
 pub const HIDE_LIMIT: f64 = -1e4;
@@ -295,6 +306,7 @@ rule_set! {
         x
     }
 
+    #[verify(generator = crate::rules::generators::transpose_through_3d)]
     rule reshape_transpose_reshape(x: Tensor, s1: Vec<i64>, p: Vec<i64>, s2: Vec<i64>) -> Tensor
     where check(|x, s1, p, s2| p[..] == [0, 2, 1]
         && x.meta().shape.numel().and_then(|n| transpose_split_shape(n, &s1, &s2)).is_some())
@@ -312,6 +324,7 @@ rule_set! {
     // (dynamo's `k.transpose(-2, -1)` over a cache of symbolic length): read from the
     // metadata of `x`, the 3-D view and the result instead.
     #[overlap]
+    #[verify(generator = crate::rules::generators::transpose_through_3d)]
     rule reshape_transpose_reshape_symbolic(x: Tensor, p: Vec<i64>) -> Tensor
     where check(|p| p[..] == [0, 2, 1]), check(|x, v, y| swaps_last_two_in_3d(&x, &v, &y))
     {
@@ -322,8 +335,10 @@ rule_set! {
         x.transpose(-2, -1)?
     }
 
+    // `1 / s` must be finite in `x`'s dtype: dividing an f16 value by 1e-5 is finite
+    // where multiplying by 1e5 is not (found by the rule's own test).
     rule div_by_scalar(x: Tensor, s: f64) -> Tensor
-    where s != 0.0, check(|x| x.dtype().is_float())
+    where s != 0.0, check(|x, s| x.dtype().is_float() && finite_in(1.0 / s, x.dtype()))
     {
         x.div(s)
     } => {
@@ -452,6 +467,9 @@ rule_set! {
         a.matmul(b)?.mul(s)?.add(bias)?.softmax(d)?
     }
 
+    // Computing in `x`'s own precision changes the rounding when the other precision
+    // is narrower (bf16: 3 significant digits), hence the tolerance.
+    #[verify(tol = 3e-2)]
     rule softmax_in_other_precision(x: Tensor, wide: DType, d: i64, back: DType) -> Tensor
     where check(|x, wide, back| x.dtype() == back && x.dtype().is_float() && wide.is_float())
     {
@@ -468,6 +486,9 @@ rule_set! {
         x
     }
 
+    // Exact on rows with a visible key; a row with none is the documented exception
+    // (`rules::attention`), so the generator keeps one.
+    #[verify(generator = crate::rules::generators::masked_fill_softmax)]
     rule masked_fill_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
     where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
     {
@@ -476,6 +497,7 @@ rule_set! {
         add_hiding(b, x, m.not()?, f)?.softmax(d)?
     }
 
+    #[verify(generator = crate::rules::generators::where_keep_softmax)]
     rule where_keep_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
     where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
     {
@@ -485,6 +507,7 @@ rule_set! {
     }
 
     #[overlap]
+    #[verify(generator = crate::rules::generators::where_hide_softmax)]
     rule where_hide_before_softmax(x: Tensor, m: Tensor, f: f64, d: i64) -> Tensor
     where check(|x, m, f| x.dtype().is_float() && m.dtype() == crate::DType::Bool && hides(f))
     {

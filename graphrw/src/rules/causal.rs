@@ -456,3 +456,28 @@ fn additive_triangle(t: &Tensor, sq: usize, skv: usize, dtype: DType) -> Option<
     )
     .then_some(hide)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::selfcheck::{check_pass, Config};
+
+    /// `mark_causal` keeps the numbers of every spelling it converts (the differential
+    /// test rules get from `rule_set!`, for this pass).
+    #[test]
+    fn verify_mark_causal() {
+        let report = check_pass(
+            "mark_causal",
+            concat!(file!(), ":", line!()),
+            crate::rules::generators::causal_attention,
+            |g| {
+                super::mark_causal(g)
+                    .map(|r| r.converted)
+                    .map_err(|e| e.to_string())
+            },
+            &Config::from_env(),
+        )
+        .unwrap_or_else(|f| panic!("{f}"));
+        println!("{report}");
+        assert!(report.graphs >= 1);
+    }
+}

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod canonical;
 pub mod causal;
 pub mod coverage;
+mod generators;
 mod kernels;
 pub mod norms;
 mod pipeline;
