@@ -167,6 +167,12 @@ pub(crate) fn schedule(
     Ok(out)
 }
 
+/// A run shorter than this (its last run's time) runs on the calling thread instead of
+/// a worker of the global pool. On the 2-vCPU Xeon (family 6 model 167), a one-node
+/// model's `InferenceSession.run` from Python took 50 us, 25 of them in the native run,
+/// nearly all handing the run to a worker and waiting for it.
+const QUICK_RUN_NS: u64 = 50_000;
+
 impl Plan {
     /// Runs the plan. Inputs are matched to the graph's inputs in order; their dtype
     /// and shape are checked (symbolic dims must be consistent) before anything runs.
@@ -192,18 +198,30 @@ impl Plan {
     /// S = 128: 900 context switches a run, 100 from a worker). Medians of 30 pairs of
     /// runs by `benches/paired.py`, worker over main thread: 0.982 on GPT-2 small at
     /// S = 128 and 0.987 on the main example's model on a 2-vCPU Zen 4 (an A/A run
-    /// 0.999), 0.93-0.99 and 0.95 on a Zen 3.
+    /// 0.999), 0.93-0.99 and 0.95 on a Zen 3. A plan whose last run took under 50 us
+    /// runs on the calling thread instead, where that handoff would cost more than the
+    /// run.
     pub fn run_values(
         &self,
         inputs: &[RunValue],
         profile: bool,
     ) -> Result<(Vec<RunValue>, RunReport), ExecError> {
-        match &self.threads {
+        let quick = self.last_run_ns.load(Ordering::Relaxed) < QUICK_RUN_NS;
+        let result = match &self.threads {
             Some(pool) => pool.install(|| self.run_here(inputs, profile)),
+            // A quick plan (its last run under `QUICK_RUN_NS`) runs where it is called:
+            // handing it to a worker and waiting costs a wake-up and a latch, about
+            // 20 us, most of a small model's run.
+            None if quick => self.run_here(inputs, profile),
             // `scope` runs its closure on a worker of the global pool (in place when
             // called from one).
             None => rayon::scope(|_| self.run_here(inputs, profile)),
+        };
+        if let Ok((_, report)) = &result {
+            let ns = u64::try_from(report.total.as_nanos()).unwrap_or(u64::MAX);
+            self.last_run_ns.store(ns, Ordering::Relaxed);
         }
+        result
     }
 
     /// [`Plan::run_values`] on host tensors, the outputs brought to the host.

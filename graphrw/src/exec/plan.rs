@@ -41,6 +41,9 @@ pub struct Plan {
     pub(crate) threads: Option<Arc<rayon::ThreadPool>>,
     /// The nodes no executor took, replaced by their op's decomposition.
     pub(crate) fallbacks: Vec<Fallback>,
+    /// Nanoseconds the last run took (`u64::MAX` before the first): a quick plan runs
+    /// on the calling thread (see [`Plan::run_values`]).
+    pub(crate) last_run_ns: std::sync::atomic::AtomicU64,
 }
 
 /// A node no executor of the stack took, planned through its op's decomposition
@@ -401,6 +404,7 @@ pub fn plan_with(
             options,
             threads,
             fallbacks,
+            last_run_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
     }
 }
