@@ -12,15 +12,16 @@
 //! only casts *from* one is widened on the way in by the Python package
 //! (`graphrw-python/src/narrow.rs`).
 
+mod onnx_support;
 mod ort_support;
 
 use graphrw::exec::{default_stack, plan, reference_stack};
 use graphrw::onnx::proto::{
-    attribute_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+    attribute_type, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
 };
 use graphrw::onnx::{dtype_to_onnx, load_bytes};
 use graphrw::{rules, DType, Tensor};
+use onnx_support::value_of;
 use prost::Message;
 
 const SHAPE: [usize; 2] = [3, 4];
@@ -44,29 +45,6 @@ fn input(dt: DType) -> Tensor {
             t.cast(dt)
         }
         dt => t.cast(dt),
-    }
-}
-
-fn value_info(name: &str, dtype: DType, dims: &[usize]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: dtype_to_onnx(dtype),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d as i64)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            denotation: String::new(),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
     }
 }
 
@@ -96,8 +74,8 @@ fn model(from: DType, to: DType) -> Vec<u8> {
     let shown = if to == DType::BF16 { DType::F32 } else { to };
     let mut graph = GraphProto {
         name: format!("cast {from} -> {to}"),
-        input: vec![value_info("x", fed, &SHAPE)],
-        output: vec![value_info("y", shown, &SHAPE)],
+        input: vec![value_of("x", fed, Some(&SHAPE))],
+        output: vec![value_of("y", shown, Some(&SHAPE))],
         ..Default::default()
     };
     let mut x = "x";

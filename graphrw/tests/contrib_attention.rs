@@ -7,15 +7,13 @@
 //! onnxruntime, a failure under `CI=true`). A malformed node is refused in one line
 //! naming it; a form graphrw does not read passes through unread.
 
+mod onnx_support;
 mod ort_support;
 
-use graphrw::exec::{default_stack, plan, reference_stack};
-use graphrw::onnx::proto::{
-    attribute_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
-};
-use graphrw::onnx::{dtype_to_onnx, encode_tensor_pb, load_bytes};
-use graphrw::{rules, DType, Tensor};
+use graphrw::onnx::proto::{AttributeProto, GraphProto, NodeProto, TensorProto};
+use graphrw::onnx::{encode_tensor_pb, load_bytes};
+use graphrw::{DType, Tensor};
+use onnx_support::{contrib_model, float_attr, int_attr, ints_attr, value_of};
 use prost::Message;
 
 /// One input of the node.
@@ -54,56 +52,6 @@ fn ints(shape: &[usize], v: Vec<i32>) -> Tensor {
     Tensor::from_vec(shape.to_vec(), v).expect("tensor")
 }
 
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::INT,
-        i: v,
-        ..Default::default()
-    }
-}
-
-fn int_list(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::INTS,
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::FLOAT,
-        f: v,
-        ..Default::default()
-    }
-}
-
-fn value_info(name: &str, dtype: DType, dims: Option<&[usize]>) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: dtype_to_onnx(dtype),
-                shape: dims.map(|dims| TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d as i64)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            denotation: String::new(),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
-
 impl Case {
     fn new(name: impl Into<String>, op: &'static str) -> Case {
         Case {
@@ -127,9 +75,7 @@ impl Case {
         for i in &self.inputs {
             match i {
                 In::Fed(name, t) => {
-                    graph
-                        .input
-                        .push(value_info(name, t.dtype(), Some(t.shape())));
+                    graph.input.push(value_of(name, t.dtype(), Some(t.shape())));
                     fed.push(t.clone());
                     names.push(name.to_string());
                 }
@@ -156,24 +102,9 @@ impl Case {
             ..Default::default()
         });
         for (out, dtype) in self.outputs.iter().filter(|(o, _)| !o.is_empty()) {
-            graph.output.push(value_info(out, *dtype, None));
+            graph.output.push(value_of(out, *dtype, None));
         }
-        let model = ModelProto {
-            ir_version: 8,
-            opset_import: vec![
-                OperatorSetIdProto {
-                    domain: String::new(),
-                    version: 17,
-                },
-                OperatorSetIdProto {
-                    domain: "com.microsoft".into(),
-                    version: 1,
-                },
-            ],
-            graph: Some(graph),
-            ..Default::default()
-        };
-        (model.encode_to_vec(), fed)
+        (contrib_model(graph), fed)
     }
 }
 
@@ -182,7 +113,7 @@ fn attention_cases(all: &mut Vec<Case>) {
     for (b, s, hin, n, h) in [(2usize, 5usize, 16usize, 2i64, 16usize), (1, 7, 12, 3, 24)] {
         let base = |name: &str| {
             let mut c = Case::new(format!("Attention {name} b{b} s{s} n{n}"), "Attention");
-            c.attrs.push(int("num_heads", n));
+            c.attrs.push(int_attr("num_heads", n));
             c.inputs = vec![
                 In::Fed("x", values(&[b, s, hin], 1)),
                 In::Weight("w", values(&[hin, 3 * h], 2)),
@@ -199,7 +130,7 @@ fn attention_cases(all: &mut Vec<Case>) {
         all.push(c);
         let mut c = base("2-D mask unidirectional");
         c.inputs.push(In::Fed("mask", ints(&[b, s], keep)));
-        c.attrs.push(int("unidirectional", 1));
+        c.attrs.push(int_attr("unidirectional", 1));
         all.push(c);
         let lens: Vec<i32> = (0..b).map(|i| (s - i) as i32).collect();
         let mut c = base("lengths");
@@ -209,23 +140,23 @@ fn attention_cases(all: &mut Vec<Case>) {
         ends_starts.extend((0..b).map(|i| i as i32));
         let mut c = base("ends and starts");
         c.inputs.push(In::Fed("mask", ints(&[2 * b], ends_starts)));
-        c.attrs.push(float("mask_filter_value", -1e4));
+        c.attrs.push(float_attr("mask_filter_value", -1e4));
         all.push(c);
         let mut c = base("qkv_hidden_sizes and scale");
         c.inputs[1] = In::Weight("w", values(&[hin, 2 * h + h / 2], 2));
         c.inputs[2] = In::Weight("bias", values(&[2 * h + h / 2], 3));
-        c.attrs.push(int_list(
+        c.attrs.push(ints_attr(
             "qkv_hidden_sizes",
             &[h as i64, h as i64, h as i64 / 2],
         ));
-        c.attrs.push(float("scale", 0.3));
+        c.attrs.push(float_attr("scale", 0.3));
         all.push(c);
         let d = h / n as usize;
         let mut c = base("past unidirectional");
         c.inputs.push(In::Absent);
         c.inputs
             .push(In::Fed("past", values(&[2, b, n as usize, 3, d], 4)));
-        c.attrs.push(int("unidirectional", 1));
+        c.attrs.push(int_attr("unidirectional", 1));
         c.outputs.push(("present", DType::F32));
         all.push(c);
         let mut c = base("past, mask");
@@ -241,7 +172,7 @@ fn attention_cases(all: &mut Vec<Case>) {
         c.inputs.push(In::Absent);
         c.inputs
             .push(In::Fed("attn_bias", values(&[1, n as usize, s, s], 5)));
-        c.attrs.push(int("unidirectional", 1));
+        c.attrs.push(int_attr("unidirectional", 1));
         all.push(c);
     }
 }
@@ -265,7 +196,7 @@ fn mha_cases(all: &mut Vec<Case>) {
         let name = |what: &str| format!("MultiHeadAttention {what} b{b} s{s} l{l} n{n}");
         let sep = |what: &str| {
             let mut c = Case::new(name(what), "MultiHeadAttention");
-            c.attrs.push(int("num_heads", n as i64));
+            c.attrs.push(int_attr("num_heads", n as i64));
             c.inputs = vec![
                 In::Fed("q", values(&[b, s, h], 1)),
                 In::Fed("k", values(&[b, l, h], 2)),
@@ -290,7 +221,7 @@ fn mha_cases(all: &mut Vec<Case>) {
             .map(|j| In::Fed(["q", "k", "v"][j], part(&qkv, j)))
             .collect();
         let mut c = Case::new(name("packed QKV"), "MultiHeadAttention");
-        c.attrs.push(int("num_heads", n as i64));
+        c.attrs.push(int_attr("num_heads", n as i64));
         c.inputs = vec![In::Fed("qkv", qkv)];
         c.twin = Some(Box::new(twin));
         all.push(c);
@@ -299,12 +230,12 @@ fn mha_cases(all: &mut Vec<Case>) {
         twin.inputs[1] = In::Fed("k", part(&kv, 0));
         twin.inputs[2] = In::Fed("v", part(&kv, 1));
         let mut c = Case::new(name("packed KV"), "MultiHeadAttention");
-        c.attrs.push(int("num_heads", n as i64));
+        c.attrs.push(int_attr("num_heads", n as i64));
         c.inputs = vec![In::Fed("q", values(&[b, s, h], 1)), In::Fed("kv", kv)];
         c.twin = Some(Box::new(twin));
         all.push(c);
         let mut c = Case::new(name("BNSH key and value"), "MultiHeadAttention");
-        c.attrs.push(int("num_heads", n as i64));
+        c.attrs.push(int_attr("num_heads", n as i64));
         c.inputs = vec![
             In::Fed("q", values(&[b, s, h], 1)),
             In::Fed("k", values(&[b, n, l, d], 2)),
@@ -313,8 +244,8 @@ fn mha_cases(all: &mut Vec<Case>) {
         all.push(c);
         // Self attention with a cache, as a decoder runs it.
         let mut c = Case::new(name("past unidirectional"), "MultiHeadAttention");
-        c.attrs.push(int("num_heads", n as i64));
-        c.attrs.push(int("unidirectional", 1));
+        c.attrs.push(int_attr("num_heads", n as i64));
+        c.attrs.push(int_attr("unidirectional", 1));
         c.inputs = vec![
             In::Fed("q", values(&[b, s, h], 1)),
             In::Fed("k", values(&[b, s, h], 2)),
@@ -341,8 +272,8 @@ fn gqa_cases(all: &mut Vec<Case>) {
         let step = |what: &str, b: usize, s: usize, p: usize, seqlens: Vec<i32>| {
             let total = seqlens.iter().max().copied().unwrap_or(0) + 1;
             let mut c = Case::new(name(what), "GroupQueryAttention");
-            c.attrs.push(int("num_heads", n as i64));
-            c.attrs.push(int("kv_num_heads", nkv as i64));
+            c.attrs.push(int_attr("num_heads", n as i64));
+            c.attrs.push(int_attr("kv_num_heads", nkv as i64));
             c.inputs = vec![
                 In::Fed("q", values(&[b, s, n * d], 1)),
                 In::Fed("k", values(&[b, s, nkv * d], 2)),
@@ -364,7 +295,7 @@ fn gqa_cases(all: &mut Vec<Case>) {
         all.push(step("ragged decode", 2, 1, 6, vec![6, 3]));
         all.push(step("subsequent prompt", 1, 3, 4, vec![6]));
         let mut c = step("local window", 1, 1, 6, vec![6]);
-        c.attrs.push(int("local_window_size", 3));
+        c.attrs.push(int_attr("local_window_size", 3));
         all.push(c);
         for interleaved in [0, 1] {
             for (what, s, p, lens) in [("prompt", 4, 0, vec![3, 3]), ("decode", 1, 5, vec![5, 4])] {
@@ -375,8 +306,8 @@ fn gqa_cases(all: &mut Vec<Case>) {
                     p,
                     lens,
                 );
-                c.attrs.push(int("do_rotary", 1));
-                c.attrs.push(int("rotary_interleaved", interleaved));
+                c.attrs.push(int_attr("do_rotary", 1));
+                c.attrs.push(int_attr("rotary_interleaved", interleaved));
                 c.inputs.push(In::Weight("cos", values(&[16, d / 2], 6)));
                 c.inputs.push(In::Weight("sin", values(&[16, d / 2], 7)));
                 all.push(c);
@@ -424,10 +355,10 @@ fn rotary_cases(all: &mut Vec<Case>) {
                     In::Weight("cos", values(&[16, half], 6)),
                     In::Weight("sin", values(&[16, half], 7)),
                 ];
-                c.attrs.push(int("interleaved", interleaved));
+                c.attrs.push(int_attr("interleaved", interleaved));
                 if heads > 0 {
-                    c.attrs.push(int("num_heads", heads));
-                    c.attrs.push(int("rotary_embedding_dim", rd as i64));
+                    c.attrs.push(int_attr("num_heads", heads));
+                    c.attrs.push(int_attr("rotary_embedding_dim", rd as i64));
                 }
                 all.push(c);
             }
@@ -450,7 +381,7 @@ fn embed_cases(all: &mut Vec<Case>) {
                 format!("EmbedLayerNormalization {what} b{b} s{s}"),
                 "EmbedLayerNormalization",
             );
-            c.attrs.push(float("epsilon", 1e-5));
+            c.attrs.push(float_attr("epsilon", 1e-5));
             c.inputs = vec![
                 In::Fed("ids", ints(&[b, s], ids.clone())),
                 if segments {
@@ -504,23 +435,7 @@ fn contrib_attentions_load_and_run_as_onnxruntime_runs_them() {
     let mut ours = Vec::new();
     for c in &cases {
         let (bytes, fed) = c.model();
-        let g = load_bytes(&bytes).unwrap_or_else(|e| panic!("{}: load: {e}", c.name));
-        assert!(
-            !g.op_counts().contains_key("opaque"),
-            "{}: the node passed through unread: {:?}",
-            c.name,
-            g.op_counts()
-        );
-        let (reference, _) = plan(&g, &reference_stack())
-            .and_then(|p| p.run(&fed))
-            .unwrap_or_else(|e| panic!("{}: reference stack: {e}", c.name));
-        let mut optimised = g.clone();
-        rules::optimize(&mut optimised).unwrap_or_else(|e| panic!("{}: optimize: {e}", c.name));
-        let (fast, _) = plan(&optimised, &default_stack())
-            .and_then(|p| p.run(&fed))
-            .unwrap_or_else(|e| panic!("{}: default stack: {e}", c.name));
-        ort_support::same_all(&fast, &reference)
-            .unwrap_or_else(|e| panic!("{}: optimised against the reference: {e}", c.name));
+        let (optimised, reference) = ort_support::load_and_run_both_ways(&c.name, &bytes, &fed);
         // The attentions run as graphrw's fused attention, rotations in halves as its
         // fused rotary embedding.
         let fused = match c.op {
@@ -590,7 +505,7 @@ fn refused(c: &Case) -> String {
 #[test]
 fn a_malformed_contrib_attention_is_refused_naming_it() {
     let mut c = Case::new("heads that do not divide", "Attention");
-    c.attrs.push(int("num_heads", 5));
+    c.attrs.push(int_attr("num_heads", 5));
     c.inputs = vec![
         In::Fed("x", values(&[1, 4, 8], 1)),
         In::Weight("w", values(&[8, 24], 2)),
@@ -610,8 +525,8 @@ fn a_malformed_contrib_attention_is_refused_naming_it() {
     );
 
     let mut c = Case::new("kv heads", "GroupQueryAttention");
-    c.attrs.push(int("num_heads", 4));
-    c.attrs.push(int("kv_num_heads", 3));
+    c.attrs.push(int_attr("num_heads", 4));
+    c.attrs.push(int_attr("kv_num_heads", 3));
     c.inputs = vec![
         In::Fed("q", values(&[1, 2, 16], 1)),
         In::Fed("k", values(&[1, 2, 12], 2)),
@@ -652,8 +567,8 @@ fn a_malformed_contrib_attention_is_refused_naming_it() {
 #[test]
 fn an_unread_contrib_attention_form_passes_through() {
     let mut c = Case::new("rotary inside", "Attention");
-    c.attrs.push(int("num_heads", 2));
-    c.attrs.push(int("do_rotary", 1));
+    c.attrs.push(int_attr("num_heads", 2));
+    c.attrs.push(int_attr("do_rotary", 1));
     c.inputs = vec![
         In::Fed("x", values(&[1, 4, 8], 1)),
         In::Weight("w", values(&[8, 24], 2)),

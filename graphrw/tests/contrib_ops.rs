@@ -7,17 +7,13 @@
 //! two ranks. A malformed node is refused naming it; a node asking for what graphrw
 //! does not compute passes through unread.
 
+mod onnx_support;
 mod ort_support;
 
-use graphrw::exec::{default_stack, plan, reference_stack};
 use graphrw::onnx::load_bytes;
-use graphrw::onnx::proto::{
-    attribute_type, data_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto,
-    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor,
-    ValueInfoProto,
-};
-use graphrw::{rules, DType, Tensor};
-use prost::Message;
+use graphrw::onnx::proto::{data_type, AttributeProto, GraphProto, NodeProto, TensorProto};
+use graphrw::{DType, Tensor};
+use onnx_support::{contrib_model, float_attr, int_attr, value_of};
 
 /// One contrib node with its inputs: graph inputs (fed) or initialisers (weights).
 struct Case {
@@ -49,47 +45,6 @@ fn absent() -> (String, Option<Tensor>, bool) {
     (String::new(), None, false)
 }
 
-fn float_attr(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::FLOAT,
-        f: v,
-        ..Default::default()
-    }
-}
-
-fn int_attr(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::INT,
-        i: v,
-        ..Default::default()
-    }
-}
-
-fn value_info(name: &str, elem: i32, dims: Option<&[usize]>) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: elem,
-                shape: dims.map(|dims| TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(DimensionValue::DimValue(d as i64)),
-                            denotation: String::new(),
-                        })
-                        .collect(),
-                }),
-            }),
-            denotation: String::new(),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
-
 fn initializer(name: &str, t: &Tensor) -> TensorProto {
     let raw: Vec<u8> = t
         .to_f64_vec()
@@ -118,11 +73,7 @@ impl Case {
             if *weight {
                 graph.initializer.push(initializer(name, t));
             } else {
-                let elem = match t.dtype() {
-                    DType::I64 => data_type::INT64,
-                    _ => data_type::FLOAT,
-                };
-                graph.input.push(value_info(name, elem, Some(t.shape())));
+                graph.input.push(value_of(name, t.dtype(), Some(t.shape())));
                 fed.push(t.clone());
             }
         }
@@ -136,24 +87,9 @@ impl Case {
             ..Default::default()
         });
         for out in self.outputs.iter().filter(|o| !o.is_empty()) {
-            graph.output.push(value_info(out, data_type::FLOAT, None));
+            graph.output.push(value_of(out, DType::F32, None));
         }
-        let model = ModelProto {
-            ir_version: 8,
-            opset_import: vec![
-                OperatorSetIdProto {
-                    domain: String::new(),
-                    version: 17,
-                },
-                OperatorSetIdProto {
-                    domain: "com.microsoft".into(),
-                    version: 1,
-                },
-            ],
-            graph: Some(graph),
-            ..Default::default()
-        };
-        (model.encode_to_vec(), fed)
+        (contrib_model(graph), fed)
     }
 }
 
@@ -302,23 +238,7 @@ fn contrib_ops_load_and_run_as_onnxruntime_runs_them() {
     let mut ours = Vec::new();
     for c in &cases {
         let (bytes, fed) = c.model();
-        let g = load_bytes(&bytes).unwrap_or_else(|e| panic!("{}: load: {e}", c.name));
-        assert!(
-            !g.op_counts().contains_key("opaque"),
-            "{}: the node passed through unread: {:?}",
-            c.name,
-            g.op_counts()
-        );
-        let (reference, _) = plan(&g, &reference_stack())
-            .and_then(|p| p.run(&fed))
-            .unwrap_or_else(|e| panic!("{}: reference stack: {e}", c.name));
-        let mut optimised = g.clone();
-        rules::optimize(&mut optimised).unwrap_or_else(|e| panic!("{}: optimize: {e}", c.name));
-        let (fast, _) = plan(&optimised, &default_stack())
-            .and_then(|p| p.run(&fed))
-            .unwrap_or_else(|e| panic!("{}: default stack: {e}", c.name));
-        ort_support::same_all(&fast, &reference)
-            .unwrap_or_else(|e| panic!("{}: optimised against the reference: {e}", c.name));
+        let (_, reference) = ort_support::load_and_run_both_ways(&c.name, &bytes, &fed);
         if !c.in_onnxruntime {
             let want = bias_add(&fed[0], &values(&[fed[0].shape()[2]], 5), &fed[1]);
             ort_support::same_all(&reference, &[want])

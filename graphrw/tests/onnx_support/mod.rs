@@ -2,10 +2,87 @@
 //! built from.
 #![allow(dead_code)]
 
+use graphrw::onnx::dtype_to_onnx;
 use graphrw::onnx::proto::{
-    AttributeProto, Dimension, DimensionValue, NodeProto, TensorShapeProto, TypeProto,
-    TypeProtoTensor, ValueInfoProto,
+    attribute_type, AttributeProto, Dimension, DimensionValue, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
 };
+use graphrw::DType;
+use prost::Message;
+
+/// A value of `dtype` with fixed `dims` (`None`: its shape left unsaid).
+pub fn value_of(name: &str, dtype: DType, dims: Option<&[usize]>) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: dtype_to_onnx(dtype),
+                shape: dims.map(|dims| TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(DimensionValue::DimValue(d as i64)),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            }),
+            denotation: String::new(),
+            ..Default::default()
+        }),
+        doc_string: String::new(),
+    }
+}
+
+/// An `INT` attribute.
+pub fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INT,
+        i: v,
+        ..Default::default()
+    }
+}
+
+/// An `INTS` attribute.
+pub fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INTS,
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// A `FLOAT` attribute.
+pub fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::FLOAT,
+        f: v,
+        ..Default::default()
+    }
+}
+
+/// The bytes of a model of `graph` importing the default opset 17 and `com.microsoft` 1.
+pub fn contrib_model(graph: GraphProto) -> Vec<u8> {
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![
+            OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            },
+            OperatorSetIdProto {
+                domain: "com.microsoft".into(),
+                version: 1,
+            },
+        ],
+        graph: Some(graph),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
 
 /// A value of f32 elements (ONNX `elem_type` 1) with fixed `dims`.
 pub fn f32_value(name: &str, dims: &[i64]) -> ValueInfoProto {

@@ -14,6 +14,30 @@ use graphrw::onnx::{to_model, TestSet};
 use graphrw::{DType, Graph, Tensor};
 use graphrw_kernels::testing::compare;
 
+/// Loads the model `bytes` (named `name` in messages), checks that no node passed
+/// through unread, runs it on the reference stack and, optimised, on the default stack,
+/// and checks the two agree. Returns the optimised graph and the reference outputs.
+pub fn load_and_run_both_ways(name: &str, bytes: &[u8], fed: &[Tensor]) -> (Graph, Vec<Tensor>) {
+    use graphrw::exec::{default_stack, reference_stack};
+    let g = graphrw::onnx::load_bytes(bytes).unwrap_or_else(|e| panic!("{name}: load: {e}"));
+    assert!(
+        !g.op_counts().contains_key("opaque"),
+        "{name}: the node passed through unread: {:?}",
+        g.op_counts()
+    );
+    let (reference, _) = plan(&g, &reference_stack())
+        .and_then(|p| p.run(fed))
+        .unwrap_or_else(|e| panic!("{name}: reference stack: {e}"));
+    let mut optimised = g;
+    graphrw::rules::optimize(&mut optimised).unwrap_or_else(|e| panic!("{name}: optimize: {e}"));
+    let (fast, _) = plan(&optimised, &default_stack())
+        .and_then(|p| p.run(fed))
+        .unwrap_or_else(|e| panic!("{name}: default stack: {e}"));
+    same_all(&fast, &reference)
+        .unwrap_or_else(|e| panic!("{name}: optimised against the reference: {e}"));
+    (optimised, reference)
+}
+
 /// A Python with onnxruntime and numpy: `GRAPHRW_PYTHON` (CI sets it), else the
 /// workspace's `.venv/bin/python` (what `.ci/run` makes), else `python3`; or why none.
 pub fn python() -> Result<String, String> {
