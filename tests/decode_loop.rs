@@ -4,14 +4,16 @@
 //! fed back as the next step's pasts, gives bit for bit what running each step through
 //! `Plan::run` with the presents passed back by hand gives, while its caches grow in
 //! place (their capacity the next power of two of their length, so they were appended
-//! to, not rebuilt every step).
+//! to, not rebuilt every step). At each instruction set cap (the CPU's best, AVX2+FMA,
+//! the portable loops), so the AVX2 and baseline paths run on an AVX-512 machine too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use graphrw::exec::{default_stack, plan, CachePair, DecodeLoop};
+use graphrw::exec::{default_stack, plan, plan_with, CachePair, DecodeLoop, KernelOptions};
 use graphrw::{onnx, rules, Tensor};
 use graphrw_kernels::cpu::row_cache::capacity_for;
+use graphrw_kernels::cpu::Isa;
 
 fn decoders() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/decoders")
@@ -39,18 +41,25 @@ fn bits(t: &Tensor) -> Vec<u64> {
 #[test]
 fn the_loop_gives_the_steps_run_one_by_one_bit_for_bit() {
     let steps = [5usize, 1, 1, 1, 9, 1, 3, 1, 1, 1, 1, 1, 1, 12, 1];
-    for model in [
+    let caps = [None, Some(Isa::Avx2Fma), Some(Isa::Baseline)];
+    let models = [
         "gqa_dynamo",
         "gqa_torchscript",
         "step_dynamo",
         "step_torchscript",
         "chunk_dynamo",
         "chunk_torchscript",
-    ] {
+    ];
+    for (model, cap) in models.iter().flat_map(|m| caps.map(|c| (*m, c))) {
         let dir = decoders().join(model);
         let mut g = onnx::load(dir.join("model.onnx")).expect("load");
         rules::optimize(&mut g).unwrap_or_else(|e| panic!("{model}: {e}"));
-        let p = Arc::new(plan(&g, &default_stack()).expect("plan"));
+        let options = match cap {
+            Some(isa) => KernelOptions::default().with_max_isa(isa),
+            None => KernelOptions::default(),
+        };
+        let p = Arc::new(plan_with(&g, &default_stack(), options).expect("plan"));
+        let model = format!("{model} (cap {cap:?})");
         let pairs = CachePair::by_name(p.graph());
         assert_eq!(
             pairs,

@@ -27,6 +27,8 @@ use crate::meta::Device;
 #[derive(Clone, Debug)]
 pub struct KvCache {
     cache: Arc<Mutex<RowCache>>,
+    /// The axis the cache grows along.
+    axis: usize,
     /// Rows along the cache's axis this value sees (the cache's first `len`).
     len: usize,
     shape: Vec<usize>,
@@ -41,6 +43,7 @@ impl KvCache {
 
     fn over(cache: RowCache) -> KvCache {
         KvCache {
+            axis: cache.axis(),
             len: cache.len(),
             shape: cache.shape(),
             dtype: cache.buffer().dtype(),
@@ -56,7 +59,7 @@ impl KvCache {
 
     /// The axis the cache grows along.
     pub fn axis(&self) -> usize {
-        self.lock().map_or(0, |c| c.axis())
+        self.axis
     }
 
     /// Rows this value sees along the axis.
@@ -77,17 +80,18 @@ impl KvCache {
     /// This value with `new` appended along `axis`: written into the shared buffer when
     /// this is its newest value, else into a copy of this value's rows.
     pub fn append(&self, new: &Tensor, axis: usize) -> Result<KvCache, KernelFailure> {
-        let mut cache = self.lock()?;
-        if cache.axis() != axis {
+        if self.axis != axis {
             return Err(format!(
                 "a cache growing along axis {} appended to along axis {axis}",
-                cache.axis()
+                self.axis
             )
             .into());
         }
+        let mut cache = self.lock()?;
         if cache.len() == self.len {
             cache.append(new)?;
             return Ok(KvCache {
+                axis,
                 cache: Arc::clone(&self.cache),
                 len: cache.len(),
                 shape: cache.shape(),
