@@ -12,7 +12,7 @@
 //! backend: `SHAPE BACKEND best_ms GFLOP/s` with `2 BATCH M K N` flops. A product
 //! with one weight matrix (no `BATCH`) is also timed on the packed-weight GEMM with the
 //! weight packed beforehand, once per kernel the CPU has (`packed-Avx2Fma`,
-//! `packed-Avx512`), through `matmul_epilogue_with` as the planner's epilogue runs it;
+//! `packed-Avx512`, and `packed-Avx512-reg`, its form broadcasting into a register), through `matmul_epilogue_with` as the planner's epilogue runs it;
 //! `--cold N` packs it N times and runs the copies in turn, so that with enough copies
 //! the weight comes from memory each call, as in a model larger than the caches; `--act NAME`
 //! (`relu`, `gelu`, `gelu_tanh`, `silu`) adds that activation to the packed products'
@@ -27,11 +27,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use graphrw_kernels::cpu::choice::{self, ProductKernel};
+use graphrw_kernels::cpu::choice;
 use graphrw_kernels::cpu::probe::{self, VectorWidth};
 use graphrw_kernels::cpu::Isa;
 use graphrw_kernels::cpu::{
-    matmul_epilogue_with, matmul_with, Activation, Epilogue, GemmBackend, PackedWeight,
+    matmul_epilogue_with, matmul_with, Activation, Broadcast, Epilogue, GemmBackend, PackedWeight,
 };
 use graphrw_kernels::Tensor;
 
@@ -179,7 +179,11 @@ fn run() -> Result<(), String> {
         if spec.batch.is_some() {
             continue;
         }
-        for isa in [Isa::Avx2Fma, Isa::Avx512] {
+        for (isa, broadcast) in [
+            (Isa::Avx2Fma, Broadcast::InFma),
+            (Isa::Avx512, Broadcast::InFma),
+            (Isa::Avx512, Broadcast::InRegister),
+        ] {
             let packed: Vec<PackedWeight> = (0..copies)
                 .map_while(|_| PackedWeight::new_for(&b, None, isa))
                 .collect();
@@ -194,12 +198,17 @@ fn run() -> Result<(), String> {
                 let epilogue = Epilogue {
                     packed: Some(w),
                     activation: act,
+                    broadcast,
                     ..Epilogue::default()
                 };
                 matmul_epilogue_with(&a, &b, &epilogue, GemmBackend::Auto)
             };
+            let form = match broadcast {
+                Broadcast::InFma => "",
+                Broadcast::InRegister => "-reg",
+            };
             print(
-                &format!("packed-{isa:?}"),
+                &format!("packed-{isa:?}{form}"),
                 time(&|| run().map_err(|e| e.to_string()))?,
             );
         }
@@ -207,13 +216,13 @@ fn run() -> Result<(), String> {
         // timing is the first call), then its packing, as the epilogue executor does.
         let options = graphrw_kernels::KernelOptions::current();
         let kernel = choice::global().kernel_for(&a, &b, None, &options);
-        let packed = match kernel {
-            ProductKernel::Packed(isa) => PackedWeight::new_any_depth(&b, None, isa),
-            ProductKernel::Gemm => None,
-        };
+        let packed = kernel
+            .packed_isa()
+            .and_then(|isa| PackedWeight::new_any_depth(&b, None, isa));
         let epilogue = Epilogue {
             packed: packed.as_ref(),
             activation: act,
+            broadcast: kernel.broadcast(),
             ..Epilogue::default()
         };
         let best = time(&|| {

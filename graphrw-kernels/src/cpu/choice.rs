@@ -23,7 +23,7 @@ use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::cpu::{matmul_epilogue_with, Epilogue, GemmBackend, Isa, PackedWeight};
+use crate::cpu::{matmul_epilogue_with, Broadcast, Epilogue, GemmBackend, Isa, PackedWeight};
 use crate::{DType, KernelOptions, Tensor};
 
 /// Columns of the weight each candidate is timed on (a multiple of both packed
@@ -57,8 +57,41 @@ const SAMPLE_BUDGET: Duration = Duration::from_millis(8);
 pub enum ProductKernel {
     /// The `gemm` crate (packs the weight again on every call).
     Gemm,
-    /// The packed-weight GEMM on one instruction set's kernel.
+    /// The packed-weight GEMM on one instruction set's kernel (on AVX-512, each left
+    /// operand element broadcast inside its FMAs, [`Broadcast::InFma`]).
     Packed(Isa),
+    /// The packed-weight AVX-512 kernel broadcasting each left-operand element into a
+    /// register once per depth step ([`Broadcast::InRegister`]), on the same packing
+    /// as `Packed(Isa::Avx512)`.
+    PackedAvx512InRegister,
+}
+
+impl ProductKernel {
+    /// The instruction set whose packing the kernel runs on (`None` for the `gemm`
+    /// crate).
+    pub fn packed_isa(self) -> Option<Isa> {
+        match self {
+            ProductKernel::Gemm => None,
+            ProductKernel::Packed(isa) => Some(isa),
+            ProductKernel::PackedAvx512InRegister => Some(Isa::Avx512),
+        }
+    }
+
+    /// How the kernel broadcasts the left operand ([`Epilogue::broadcast`]).
+    pub fn broadcast(self) -> Broadcast {
+        match self {
+            ProductKernel::PackedAvx512InRegister => Broadcast::InRegister,
+            _ => Broadcast::InFma,
+        }
+    }
+
+    /// The kernel that runs on a weight packed for `isa` with `broadcast`.
+    pub fn packed(isa: Isa, broadcast: Broadcast) -> ProductKernel {
+        match (isa, broadcast) {
+            (Isa::Avx512, Broadcast::InRegister) => ProductKernel::PackedAvx512InRegister,
+            (isa, _) => ProductKernel::Packed(isa),
+        }
+    }
 }
 
 impl fmt::Display for ProductKernel {
@@ -68,6 +101,7 @@ impl fmt::Display for ProductKernel {
             ProductKernel::Packed(Isa::Avx512) => f.write_str("packed-avx512"),
             ProductKernel::Packed(Isa::Avx2Fma) => f.write_str("packed-avx2"),
             ProductKernel::Packed(Isa::Baseline) => f.write_str("packed-baseline"),
+            ProductKernel::PackedAvx512InRegister => f.write_str("packed-avx512-reg"),
         }
     }
 }
@@ -75,14 +109,16 @@ impl fmt::Display for ProductKernel {
 impl FromStr for ProductKernel {
     type Err = String;
 
-    /// `gemm`, `packed-avx512` or `packed-avx2`, any case.
+    /// `gemm`, `packed-avx512`, `packed-avx512-reg` or `packed-avx2`, any case.
     fn from_str(s: &str) -> Result<ProductKernel, String> {
         match s.trim().to_ascii_lowercase().as_str() {
             "gemm" => Ok(ProductKernel::Gemm),
             "packed-avx512" => Ok(ProductKernel::Packed(Isa::Avx512)),
+            "packed-avx512-reg" => Ok(ProductKernel::PackedAvx512InRegister),
             "packed-avx2" => Ok(ProductKernel::Packed(Isa::Avx2Fma)),
             other => Err(format!(
-                "unknown product kernel `{other}`: expected gemm, packed-avx512 or packed-avx2"
+                "unknown product kernel `{other}`: expected gemm, packed-avx512, \
+                 packed-avx512-reg or packed-avx2"
             )),
         }
     }
@@ -271,7 +307,13 @@ impl ProductChooser {
         };
         match options.product_kernel {
             ProductChoice::Rule => rule(),
-            ProductChoice::Pin(ProductKernel::Packed(p)) if p > isa || p == Isa::Baseline => rule(),
+            ProductChoice::Pin(kernel)
+                if kernel
+                    .packed_isa()
+                    .is_some_and(|p| p > isa || p == Isa::Baseline) =>
+            {
+                rule()
+            }
             ProductChoice::Pin(kernel) => kernel,
             ProductChoice::Measure => {
                 let key = ProductKey {
@@ -353,12 +395,16 @@ impl ProductChooser {
     }
 }
 
-/// The candidates under instruction set `isa`, the `gemm` crate first.
+/// The candidates under instruction set `isa`, the `gemm` crate first (the AVX-512
+/// kernel in both of its forms, [`Broadcast`]).
 pub fn candidates(isa: Isa) -> Vec<ProductKernel> {
     let mut all = vec![ProductKernel::Gemm];
     for packed in [Isa::Avx512, Isa::Avx2Fma] {
         if cfg!(target_arch = "x86_64") && packed <= isa && packed.is_available() {
             all.push(ProductKernel::Packed(packed));
+            if packed == Isa::Avx512 {
+                all.push(ProductKernel::PackedAvx512InRegister);
+            }
         }
     }
     all
@@ -388,16 +434,18 @@ fn measure(
         .into_iter()
         .filter_map(|kernel| match kernel {
             ProductKernel::Gemm => Some((kernel, None)),
-            ProductKernel::Packed(p) => {
+            packed => {
+                let p = packed.packed_isa()?;
                 PackedWeight::sample(w, sample, p, transposed).map(|w| (kernel, Some(w)))
             }
         })
         .collect();
-    let run = |packed: Option<&PackedWeight>| -> Option<Duration> {
+    let run = |kernel: ProductKernel, packed: Option<&PackedWeight>| -> Option<Duration> {
         let epilogue = Epilogue {
             columns: Some(sample),
             packed,
             transposed,
+            broadcast: kernel.broadcast(),
             ..Epilogue::default()
         };
         let t = Instant::now();
@@ -409,8 +457,8 @@ fn measure(
     let mut best = vec![Duration::MAX; packings.len()];
     let mut timed = Duration::ZERO;
     for round in 0..=SAMPLE_RUNS {
-        for ((_, packed), best) in packings.iter().zip(best.iter_mut()) {
-            let Some(took) = run(packed.as_ref()) else {
+        for ((kernel, packed), best) in packings.iter().zip(best.iter_mut()) {
+            let Some(took) = run(*kernel, packed.as_ref()) else {
                 continue;
             };
             if round > 0 {
@@ -474,9 +522,13 @@ mod tests {
         for kernel in [
             ProductKernel::Gemm,
             ProductKernel::Packed(Isa::Avx512),
+            ProductKernel::PackedAvx512InRegister,
             ProductKernel::Packed(Isa::Avx2Fma),
         ] {
             assert_eq!(kernel.to_string().parse::<ProductKernel>(), Ok(kernel));
+            if let Some(isa) = kernel.packed_isa() {
+                assert_eq!(ProductKernel::packed(isa, kernel.broadcast()), kernel);
+            }
             assert_eq!(
                 kernel.to_string().parse::<ProductChoice>(),
                 Ok(ProductChoice::Pin(kernel))

@@ -36,7 +36,8 @@ pub use layout::{
     unsqueeze,
 };
 pub use matmul::{
-    matmul, matmul_epilogue, matmul_epilogue_with, matmul_with, Activation, Epilogue, GemmBackend,
+    matmul, matmul_epilogue, matmul_epilogue_with, matmul_with, Activation, Broadcast, Epilogue,
+    GemmBackend,
 };
 pub use norm::{layer_norm, rms_norm};
 pub use packed_gemm::prefetch as packed_prefetch;

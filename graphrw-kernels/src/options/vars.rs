@@ -7,7 +7,7 @@
 //! | `GRAPHRW_ISA` | `KernelOptions::max_isa` | `baseline`, `avx2` or `avx512`: the highest instruction set any kernel uses |
 //! | `GRAPHRW_THREADS` | `KernelOptions::threads` | threads for a plan's kernels (default: one per core) |
 //! | `GRAPHRW_MAX_TENSOR_BYTES` | `KernelOptions::max_tensor_bytes` | the largest tensor a kernel may allocate, in bytes (default: the machine's memory) |
-//! | `GRAPHRW_PRODUCT_KERNEL` | `KernelOptions::product_kernel` | `measure` (default: each product shape times its candidate kernels once), `rule` (packed from 64 rows), or a kernel pinned: `gemm`, `packed-avx512`, `packed-avx2` |
+//! | `GRAPHRW_PRODUCT_KERNEL` | `KernelOptions::product_kernel` | `measure` (default: each product shape times its candidate kernels once), `rule` (packed from 64 rows), or a kernel pinned: `gemm`, `packed-avx512`, `packed-avx512-reg` (AVX-512, broadcasting into a register), `packed-avx2` |
 //! | `GRAPHRW_WORKERS_SLEEP` | `KernelOptions::keep_workers_awake` off | a run's workers sleep between kernels instead of polling for work |
 //! | `GRAPHRW_NO_PACKED_WEIGHTS=1` | `KernelOptions::pack_weights` off | matmul weights are not packed at their first run |
 //! | `GRAPHRW_FUSED_NO_AVX512` | `KernelOptions::fused_max_isa` = avx2 | the generated kernels stop at AVX2 |
@@ -48,7 +48,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "GRAPHRW_PRODUCT_KERNEL",
-        "measure, rule, gemm, packed-avx512 or packed-avx2: how products pick their kernel",
+        "measure, rule, gemm, packed-avx512, packed-avx512-reg or packed-avx2: how products pick their kernel",
     ),
     (
         "GRAPHRW_WORKERS_SLEEP",

@@ -170,6 +170,23 @@ fn check_packed(
         .unwrap_or_else(|e| panic!("{what}, packed: {e}"));
     let what = format!("{what}, packed");
     assert_fused_close_at_depth(&got, want, b.dtype(), b.shape()[0], &what);
+    // The AVX-512 kernel's other form computes the same sums in the same order.
+    let in_register = cpu::Epilogue {
+        broadcast: cpu::Broadcast::InRegister,
+        ..packed
+    };
+    let again = cpu::matmul_epilogue_with(a, b, &in_register, backend)
+        .unwrap_or_else(|e| panic!("{what}, broadcast in a register: {e}"));
+    let bits = |t: &Tensor| -> Vec<u64> { t.to_f64_vec().iter().map(|x| x.to_bits()).collect() };
+    assert_eq!(
+        again.shape(),
+        got.shape(),
+        "{what}: broadcast in a register"
+    );
+    assert!(
+        bits(&again) == bits(&got),
+        "{what}: broadcast in a register"
+    );
 }
 
 #[test]
@@ -271,6 +288,7 @@ fn matmul_epilogue_columns_and_residual_match_separate_kernels() {
                         heads: None,
                         packed: None,
                         transposed: false,
+                        broadcast: cpu::Broadcast::InFma,
                     };
                     let got = cpu::matmul_epilogue_with(&a, &b, &epilogue, backend).unwrap();
                     let what = format!(

@@ -185,15 +185,14 @@ impl EpilogueCpu {
             .iter()
             .find(|p| p.packs_as(w, columns, transposed))
             .cloned();
-        let isa = match (kernel, kept) {
-            (ProductKernel::Packed(_), Some(p)) => {
-                return (ProductKernel::Packed(p.isa()), Some(p))
-            }
-            (ProductKernel::Gemm, Some(p)) if external => {
-                return (ProductKernel::Packed(p.isa()), Some(p))
-            }
-            (ProductKernel::Gemm, _) => return gemm,
-            (ProductKernel::Packed(isa), None) => isa,
+        // The AVX-512 kernel's two forms share a packing: a kept one runs either.
+        let packed_kernel =
+            |p: &cpu::PackedWeight| ProductKernel::packed(p.isa(), kernel.broadcast());
+        let isa = match (kernel.packed_isa(), kept) {
+            (Some(_), Some(p)) => return (packed_kernel(&p), Some(p)),
+            (None, Some(p)) if external => return (packed_kernel(&p), Some(p)),
+            (None, _) => return gemm,
+            (Some(isa), None) => isa,
         };
         let (start, end) = columns.unwrap_or((0, n_all));
         let bytes = cpu::PackedWeight::size_for(k, end.saturating_sub(start));
@@ -211,7 +210,7 @@ impl EpilogueCpu {
             Some(p) => {
                 let p = Arc::new(p);
                 cache.push(Arc::clone(&p));
-                (ProductKernel::Packed(isa), Some(p))
+                (kernel, Some(p))
             }
             None => gemm,
         }
@@ -1010,6 +1009,7 @@ impl Executor for EpilogueCpu {
             heads: (heads > 0).then_some(heads as usize),
             packed: packed.as_deref(),
             transposed,
+            broadcast: kernel.broadcast(),
         };
         let started = Instant::now();
         let out = cpu::matmul_epilogue_with(a, w, &epilogue, GemmBackend::Auto)?;

@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use super::activation::{activate_f32, activate_scalar, Activation};
+use super::Broadcast;
 use crate::cpu::{Isa, PackedWeight};
 use crate::Real;
 
@@ -128,6 +129,8 @@ pub(crate) struct TileStore<'a, T> {
     /// residual), with the generated kernels' instruction set read on the calling
     /// thread ([`Gemm::activate`]).
     pub(crate) activation: Option<(Activation, Isa)>,
+    /// How the packed AVX-512 kernel broadcasts the left operand.
+    pub(crate) broadcast: Broadcast,
 }
 
 /// [`Gemm::gemm_packed`] for f32.

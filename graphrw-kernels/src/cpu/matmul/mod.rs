@@ -77,6 +77,23 @@ pub fn matmul_epilogue(
     matmul_epilogue_with(a, b, &epilogue, backend)
 }
 
+/// How the packed AVX-512 kernel reads each left-operand element of a depth step, which
+/// both of the step's FMAs multiply (the two forms compute the same sums in the same
+/// order: only their speed differs, by CPU). [`crate::cpu::choice`] measures which is
+/// faster on this CPU; other kernels ignore it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Broadcast {
+    /// Broadcast inside each FMA (`{1to16}`): one load per FMA and the fewest
+    /// instructions, where the load ports keep up (a core running one 512-bit FMA a
+    /// cycle, as Zen 4).
+    #[default]
+    InFma,
+    /// Broadcast into a register once, read by both FMAs: half the loads, for a core
+    /// with two 512-bit FMA ports and two load ports (Intel's server cores), which the
+    /// first form leaves waiting on its loads.
+    InRegister,
+}
+
 /// What [`matmul_epilogue_with`] does around the product `a @ b` (`Default`: nothing,
 /// a plain product).
 #[derive(Debug, Clone, Copy, Default)]
@@ -116,6 +133,9 @@ pub struct Epilogue<'a> {
     /// weight must pack the transpose ([`PackedWeight::new_transposed`]); columns,
     /// heads and the bias are those of the product (rows of `b`). `b` must have rank 2.
     pub transposed: bool,
+    /// How the packed AVX-512 kernel broadcasts the left operand (see [`Broadcast`]),
+    /// where it runs the product.
+    pub broadcast: Broadcast,
 }
 
 /// `act(a @ b[.., columns] + bias[columns] + residual)` in one kernel (see

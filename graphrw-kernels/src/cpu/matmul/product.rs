@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use super::activation::Activation;
 use super::gemm::{Gemm, GemmBackend, Strided, TileStore, SEQUENTIAL_WORK};
 use super::shapes::Plan;
-use super::Epilogue;
+use super::{Broadcast, Epilogue};
 use crate::cpu::{Isa, PackedWeight};
 use crate::KernelError;
 use crate::{DType, Element, IntElement, Tensor};
@@ -75,7 +75,7 @@ fn by_heads<T: Element>(
     (heads, rows): (usize, usize),
     backend: GemmBackend,
     operands: Operands<'_, T::Acc>,
-    (act, packed): (Activation, Option<&PackedWeight>),
+    (act, packed, broadcast): (Activation, Option<&PackedWeight>, Broadcast),
     out: &mut [T::Acc],
 ) where
     T::Acc: Gemm,
@@ -97,6 +97,7 @@ fn by_heads<T: Element>(
             bias,
             residual: None,
             activation: (act != Activation::Identity).then_some((act, isa)),
+            broadcast,
         };
         let done = out
             .chunks_mut(heads * rows * d)
@@ -201,7 +202,7 @@ where
             (heads, rows),
             backend,
             (&a, &b, bias),
-            (act, packed),
+            (act, packed, epilogue.broadcast),
             &mut out,
         );
         return Ok(out.into_iter().map(T::from_acc).collect());
@@ -217,6 +218,7 @@ where
             bias,
             residual: residual.as_deref(),
             activation: (act != Activation::Identity).then(|| (act, crate::elementwise::isa())),
+            broadcast: epilogue.broadcast,
         };
         let oa = plan.offsets[0][0];
         if T::Acc::gemm_packed(w, m, &a[oa..], &mut out, (n, n.max(1), 0), store) {

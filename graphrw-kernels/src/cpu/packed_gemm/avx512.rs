@@ -2,6 +2,13 @@
 //! stay in `zmm` registers; each depth step loads two weight vectors and broadcasts one
 //! element of each of its 12 rows. Full tiles and tiles of 8 rows run a loop in `asm`;
 //! other row counts an intrinsics loop over their own rows.
+//!
+//! The `asm` loops come in two forms ([`Broadcast`]), the same instructions' results
+//! in the same order: each row's element broadcast inside both of its FMAs (one load per
+//! FMA, the fewest instructions), or broadcast into a register once and used by both
+//! FMAs (half the loads). A core with two 512-bit FMA ports and two load ports (Intel's
+//! server cores) waits on its loads in the first form; one that runs a 512-bit FMA a
+//! cycle (Zen 4) does not. Which one runs is measured on the CPU ([`crate::cpu::choice`]).
 
 use std::arch::x86_64::*;
 
@@ -12,10 +19,11 @@ const MR: usize = 12;
 /// Columns per micro-tile and per packed weight panel (two 16-lane vectors).
 const NR: usize = 32;
 
-/// The AVX-512F kernel.
-pub(crate) struct Avx512;
+/// The AVX-512F kernel; with `IN_REGISTER`, its `asm` loops broadcast each row's
+/// element into a register once per depth step ([`Broadcast::InRegister`]).
+pub(crate) struct Avx512<const IN_REGISTER: bool>;
 
-impl Kernel for Avx512 {
+impl<const IN_REGISTER: bool> Kernel for Avx512<IN_REGISTER> {
     const MR: usize = MR;
     const NR: usize = NR;
     /// Measured: 256, 384 and 512 were slower on the module's shapes (Zen 4).
@@ -31,11 +39,12 @@ impl Kernel for Avx512 {
         hw: (usize, usize),
     ) {
         // SAFETY: the caller keeps [`Kernel::tile`]'s contract, which is `tile`'s.
-        unsafe { tile(kc, a, bp, add, c, hw) }
+        unsafe { tile::<IN_REGISTER>(kc, a, bp, add, c, hw) }
     }
 }
 
-/// [`Kernel::tile`] for [`Avx512`].
+/// [`Kernel::tile`] for [`Avx512`], its `asm` loops broadcasting into a register with
+/// `IN_REGISTER`.
 ///
 /// # Safety
 /// AVX-512F; `a` readable for `h` rows of `kc` floats at stride `lda`, `bp` for `NR kc`,
@@ -43,7 +52,7 @@ impl Kernel for Avx512 {
 /// `w` floats at stride `ldc`; `c` writable for `1 <= h <= MR` rows of `w <= NR`
 /// floats at stride `ldc`.
 #[target_feature(enable = "avx512f")]
-unsafe fn tile(
+unsafe fn tile<const IN_REGISTER: bool>(
     kc: usize,
     (a, lda): (*const f32, usize),
     bp: *const f32,
@@ -65,12 +74,12 @@ unsafe fn tile(
     if h == MR && kc > 0 {
         // SAFETY: all `MR` rows hold `kc` floats at stride `lda`, `bp` holds `NR kc`
         // (the function's contract).
-        unsafe { full_tile_steps(kc, (a, lda), bp, &mut acc) };
+        unsafe { full_tile_steps::<IN_REGISTER>(kc, (a, lda), bp, &mut acc) };
     } else if h == 8 && kc > 0 {
         let [eight @ .., _, _, _, _] = &mut acc;
         // SAFETY: the 8 rows hold `kc` floats at stride `lda`, `bp` holds `NR kc`
         // (the function's contract).
-        unsafe { eight_row_steps(kc, (a, lda), bp, eight) };
+        unsafe { eight_row_steps::<IN_REGISTER>(kc, (a, lda), bp, eight) };
     } else {
         // SAFETY (each arm): `h` rows of `kc` floats at stride `lda` from `a`, `NR kc`
         // floats at `bp` (the function's contract).
@@ -123,9 +132,10 @@ unsafe fn tile(
     }
 }
 
-/// The FMAs of one depth step of rows `$r0..` (each `[$a + $o]`, `$o` a row offset
-/// such as `{s}` plus the step's byte offset), on the weight vectors in `b0` and `b1`;
-/// accumulators `c{row}0` and `c{row}1`. Each row's element is broadcast inside its FMA.
+/// The FMAs of one depth step of some rows (each row's element at `[$addr]`, a row
+/// pointer plus a row offset such as `{s}` plus the step's byte offset), on the
+/// weight vectors in `b0` and `b1`; accumulators `$c0` and `$c1`. Each row's element
+/// is broadcast inside its FMA ([`Broadcast::InFma`]).
 macro_rules! fma_rows {
     ($( $c0:literal $c1:literal [$($addr:tt)*] ),* $(,)?) => {
         concat!($(
@@ -135,15 +145,28 @@ macro_rules! fma_rows {
     };
 }
 
+/// [`fma_rows`] with each row's element broadcast into register `t` first, then read
+/// by both FMAs ([`Broadcast::InRegister`]).
+macro_rules! fma_rows_in_register {
+    ($( $c0:literal $c1:literal [$($addr:tt)*] ),* $(,)?) => {
+        concat!($(
+            "vbroadcastss {t}, dword ptr [", $($addr)*, "]\n",
+            "vfmadd231ps {", $c0, "}, {b0}, {t}\n",
+            "vfmadd231ps {", $c1, "}, {b1}, {t}\n",
+        )*)
+    };
+}
+
 /// One depth step of rows 0 to 7 at byte offset `$d` of the rows and `$b` of the
-/// weight panel: the two weight vectors loaded into `b0`, `b1`, then the FMAs (row
-/// `3 g + r` read at `a{3g} + r s`).
+/// weight panel: the two weight vectors loaded into `b0`, `b1`, then the FMAs of
+/// `$fma` ([`fma_rows`] or [`fma_rows_in_register`]; row `3 g + r` read at
+/// `a{3g} + r s`).
 macro_rules! eight_rows_step {
-    ($d:literal, $b:literal) => {
+    ($fma:ident, $d:literal, $b:literal) => {
         concat!(
             "vmovups {b0}, [{bp} + ", $b, "]\n",
             "vmovups {b1}, [{bp} + ", $b, " + 64]\n",
-            fma_rows!(
+            $fma!(
                 "c00" "c01" ["{a0} + ", $d],
                 "c10" "c11" ["{a0} + {s} + ", $d],
                 "c20" "c21" ["{a0} + {s} * 2 + ", $d],
@@ -159,10 +182,10 @@ macro_rules! eight_rows_step {
 
 /// One depth step of all 12 rows (see [`eight_rows_step`]).
 macro_rules! twelve_rows_step {
-    ($d:literal, $b:literal) => {
+    ($fma:ident, $d:literal, $b:literal) => {
         concat!(
-            eight_rows_step!($d, $b),
-            fma_rows!(
+            eight_rows_step!($fma, $d, $b),
+            $fma!(
                 "c80" "c81" ["{a6} + {s} * 2 + ", $d],
                 "c90" "c91" ["{a9} + ", $d],
                 "ca0" "ca1" ["{a9} + {s} + ", $d],
@@ -172,22 +195,23 @@ macro_rules! twelve_rows_step {
     };
 }
 
-/// The depth loop of a full `12 x 32` tile, `acc += a @ bp` over `kc >= 1` depths, each
-/// row's element broadcast inside the FMA that reads it (`{1to16}`), as MLAS's kernel
-/// does. Written with intrinsics, the compiler broadcast each element into a register
-/// first (an instruction more per row and step) and, short of registers for twelve row
-/// pointers, reloaded two of them from the stack at every step; here four row pointers
-/// and the row stride address all twelve rows. On a 2-core Zen 4, 2 threads
-/// (`gemm_rate --repeat 16`, two calls against one before): `512 x 768 x 768` 225-227
-/// GFLOP/s against 214, `512 x 768 x 3072` 215-217 against 205; whole runs, 30 pairs
-/// by `benches/paired.py` against the intrinsics: GPT-2 small at S = 128 0.975, the
-/// main example's model 0.990 (its products carry epilogues and stream cold weights).
-///
+/// The depth loop of a full `12 x 32` tile, `acc += a @ bp` over `kc >= 1` depths, in
+/// `asm`: four row pointers and the row stride address all twelve rows (written with
+/// intrinsics, the compiler, short of registers for twelve row pointers, reloaded two
+/// of them from the stack at every step). Each row's element is broadcast inside both
+/// FMAs that read it, or with `IN_REGISTER` into a register once ([`Broadcast`]).
+/// Measured in one process, one thread, CPU time (`RAYON_NUM_THREADS=1 gemm_rate
+/// --cpu-time --repeat 10`, two runs), in-register against inside the FMAs, GFLOP/s:
+/// on a 2-vCPU Intel Xeon (family 6 model 167), `128 x 768 x 768` 168 against 147,
+/// `128 x 768 x 3072` 160 against 142-146, `128 x 2048 x 2048` 148-160 against
+/// 132-136, `512 x 768 x 768` 156-165 against 138-148. On a 2-core Zen 4 (2 threads)
+/// the loop broadcasting inside the FMAs ran `512 x 768 x 768` at 225-227 GFLOP/s
+/// against 214 for the intrinsics.///
 /// # Safety
 /// AVX-512F; `a` readable for `MR` rows of `kc` floats at stride `lda`, `bp` for
 /// `NR kc` floats; `kc >= 1`.
 #[target_feature(enable = "avx512f")]
-unsafe fn full_tile_steps(
+unsafe fn full_tile_steps<const IN_REGISTER: bool>(
     kc: usize,
     (a, lda): (*const f32, usize),
     bp: *const f32,
@@ -196,77 +220,88 @@ unsafe fn full_tile_steps(
     let stride = lda * std::mem::size_of::<f32>();
     let [[c00, c01], [c10, c11], [c20, c21], [c30, c31], [c40, c41], [c50, c51], [c60, c61], [c70, c71], [c80, c81], [c90, c91], [ca0, ca1], [cb0, cb1]] =
         acc;
+    // The loop's `asm`, its FMAs written by `$fma`; `$extra` the operands that adds.
+    macro_rules! depth_loop {
+        ($fma:ident, $($extra:tt)*) => {
+            std::arch::asm!(
+                // Four depth steps per pass while four are left: a quarter of the pointer
+                // and counter updates, which compete with the FMAs for their ports.
+                "cmp {k}, 4",
+                "jb 3f",
+                "2:",
+                twelve_rows_step!($fma, "0", "0"),
+                twelve_rows_step!($fma, "4", "128"),
+                twelve_rows_step!($fma, "8", "256"),
+                twelve_rows_step!($fma, "12", "384"),
+                "add {a0}, 16",
+                "add {a3}, 16",
+                "add {a6}, 16",
+                "add {a9}, 16",
+                "add {bp}, 512",
+                "sub {k}, 4",
+                "cmp {k}, 4",
+                "jae 2b",
+                "3:",
+                "test {k}, {k}",
+                "jz 5f",
+                "4:",
+                twelve_rows_step!($fma, "0", "0"),
+                "add {a0}, 4",
+                "add {a3}, 4",
+                "add {a6}, 4",
+                "add {a9}, 4",
+                "sub {bp}, -128",
+                "dec {k}",
+                "jnz 4b",
+                "5:",
+                k = inout(reg) kc => _,
+                bp = inout(reg) bp => _,
+                s = in(reg) stride,
+                a0 = inout(reg) a => _,
+                a3 = inout(reg) a.add(3 * lda) => _,
+                a6 = inout(reg) a.add(6 * lda) => _,
+                a9 = inout(reg) a.add(9 * lda) => _,
+                b0 = out(zmm_reg) _,
+                b1 = out(zmm_reg) _,
+                c00 = inout(zmm_reg) *c00,
+                c01 = inout(zmm_reg) *c01,
+                c10 = inout(zmm_reg) *c10,
+                c11 = inout(zmm_reg) *c11,
+                c20 = inout(zmm_reg) *c20,
+                c21 = inout(zmm_reg) *c21,
+                c30 = inout(zmm_reg) *c30,
+                c31 = inout(zmm_reg) *c31,
+                c40 = inout(zmm_reg) *c40,
+                c41 = inout(zmm_reg) *c41,
+                c50 = inout(zmm_reg) *c50,
+                c51 = inout(zmm_reg) *c51,
+                c60 = inout(zmm_reg) *c60,
+                c61 = inout(zmm_reg) *c61,
+                c70 = inout(zmm_reg) *c70,
+                c71 = inout(zmm_reg) *c71,
+                c80 = inout(zmm_reg) *c80,
+                c81 = inout(zmm_reg) *c81,
+                c90 = inout(zmm_reg) *c90,
+                c91 = inout(zmm_reg) *c91,
+                ca0 = inout(zmm_reg) *ca0,
+                ca1 = inout(zmm_reg) *ca1,
+                cb0 = inout(zmm_reg) *cb0,
+                cb1 = inout(zmm_reg) *cb1,
+                $($extra)*
+                options(nostack, readonly),
+            )
+        };
+    }
     // SAFETY: each step reads `NR` floats at `bp` and one float of each of the `MR`
     // rows (row `3 g + r` at `a + 3 g lda + r lda`, `r < 3`), then moves every
     // pointer one depth on; `kc` steps stay inside what the caller guarantees. Only
     // the named registers and flags are written.
     unsafe {
-        std::arch::asm!(
-            // Four depth steps per pass while four are left: a quarter of the pointer
-            // and counter updates, which compete with the FMAs for their ports.
-            "cmp {k}, 4",
-            "jb 3f",
-            "2:",
-            twelve_rows_step!("0", "0"),
-            twelve_rows_step!("4", "128"),
-            twelve_rows_step!("8", "256"),
-            twelve_rows_step!("12", "384"),
-            "add {a0}, 16",
-            "add {a3}, 16",
-            "add {a6}, 16",
-            "add {a9}, 16",
-            "add {bp}, 512",
-            "sub {k}, 4",
-            "cmp {k}, 4",
-            "jae 2b",
-            "3:",
-            "test {k}, {k}",
-            "jz 5f",
-            "4:",
-            twelve_rows_step!("0", "0"),
-            "add {a0}, 4",
-            "add {a3}, 4",
-            "add {a6}, 4",
-            "add {a9}, 4",
-            "sub {bp}, -128",
-            "dec {k}",
-            "jnz 4b",
-            "5:",
-            k = inout(reg) kc => _,
-            bp = inout(reg) bp => _,
-            s = in(reg) stride,
-            a0 = inout(reg) a => _,
-            a3 = inout(reg) a.add(3 * lda) => _,
-            a6 = inout(reg) a.add(6 * lda) => _,
-            a9 = inout(reg) a.add(9 * lda) => _,
-            b0 = out(zmm_reg) _,
-            b1 = out(zmm_reg) _,
-            c00 = inout(zmm_reg) *c00,
-            c01 = inout(zmm_reg) *c01,
-            c10 = inout(zmm_reg) *c10,
-            c11 = inout(zmm_reg) *c11,
-            c20 = inout(zmm_reg) *c20,
-            c21 = inout(zmm_reg) *c21,
-            c30 = inout(zmm_reg) *c30,
-            c31 = inout(zmm_reg) *c31,
-            c40 = inout(zmm_reg) *c40,
-            c41 = inout(zmm_reg) *c41,
-            c50 = inout(zmm_reg) *c50,
-            c51 = inout(zmm_reg) *c51,
-            c60 = inout(zmm_reg) *c60,
-            c61 = inout(zmm_reg) *c61,
-            c70 = inout(zmm_reg) *c70,
-            c71 = inout(zmm_reg) *c71,
-            c80 = inout(zmm_reg) *c80,
-            c81 = inout(zmm_reg) *c81,
-            c90 = inout(zmm_reg) *c90,
-            c91 = inout(zmm_reg) *c91,
-            ca0 = inout(zmm_reg) *ca0,
-            ca1 = inout(zmm_reg) *ca1,
-            cb0 = inout(zmm_reg) *cb0,
-            cb1 = inout(zmm_reg) *cb1,
-            options(nostack, readonly),
-        );
+        if IN_REGISTER {
+            depth_loop!(fma_rows_in_register, t = out(zmm_reg) _,);
+        } else {
+            depth_loop!(fma_rows,);
+        }
     }
 }
 
@@ -316,7 +351,7 @@ unsafe fn steps<const H: usize>(
 /// AVX-512F; `a` readable for 8 rows of `kc` floats at stride `lda`, `bp` for `NR kc`
 /// floats; `kc >= 1`.
 #[target_feature(enable = "avx512f")]
-unsafe fn eight_row_steps(
+unsafe fn eight_row_steps<const IN_REGISTER: bool>(
     kc: usize,
     (a, lda): (*const f32, usize),
     bp: *const f32,
@@ -325,64 +360,75 @@ unsafe fn eight_row_steps(
     let stride = lda * std::mem::size_of::<f32>();
     let [[c00, c01], [c10, c11], [c20, c21], [c30, c31], [c40, c41], [c50, c51], [c60, c61], [c70, c71]] =
         acc;
+    // The loop's `asm`, its FMAs written by `$fma`; `$extra` the operands that adds.
+    macro_rules! depth_loop {
+        ($fma:ident, $($extra:tt)*) => {
+            std::arch::asm!(
+                // Four depth steps per pass while four are left, as in `full_tile_steps`.
+                "cmp {k}, 4",
+                "jb 3f",
+                "2:",
+                eight_rows_step!($fma, "0", "0"),
+                eight_rows_step!($fma, "4", "128"),
+                eight_rows_step!($fma, "8", "256"),
+                eight_rows_step!($fma, "12", "384"),
+                "add {a0}, 16",
+                "add {a3}, 16",
+                "add {a6}, 16",
+                "add {bp}, 512",
+                "sub {k}, 4",
+                "cmp {k}, 4",
+                "jae 2b",
+                "3:",
+                "test {k}, {k}",
+                "jz 5f",
+                "4:",
+                eight_rows_step!($fma, "0", "0"),
+                "add {a0}, 4",
+                "add {a3}, 4",
+                "add {a6}, 4",
+                "sub {bp}, -128",
+                "dec {k}",
+                "jnz 4b",
+                "5:",
+                k = inout(reg) kc => _,
+                bp = inout(reg) bp => _,
+                s = in(reg) stride,
+                a0 = inout(reg) a => _,
+                a3 = inout(reg) a.add(3 * lda) => _,
+                a6 = inout(reg) a.add(6 * lda) => _,
+                b0 = out(zmm_reg) _,
+                b1 = out(zmm_reg) _,
+                c00 = inout(zmm_reg) *c00,
+                c01 = inout(zmm_reg) *c01,
+                c10 = inout(zmm_reg) *c10,
+                c11 = inout(zmm_reg) *c11,
+                c20 = inout(zmm_reg) *c20,
+                c21 = inout(zmm_reg) *c21,
+                c30 = inout(zmm_reg) *c30,
+                c31 = inout(zmm_reg) *c31,
+                c40 = inout(zmm_reg) *c40,
+                c41 = inout(zmm_reg) *c41,
+                c50 = inout(zmm_reg) *c50,
+                c51 = inout(zmm_reg) *c51,
+                c60 = inout(zmm_reg) *c60,
+                c61 = inout(zmm_reg) *c61,
+                c70 = inout(zmm_reg) *c70,
+                c71 = inout(zmm_reg) *c71,
+                $($extra)*
+                options(nostack, readonly),
+            )
+        };
+    }
     // SAFETY: each step reads `NR` floats at `bp` and one float of each of the 8 rows
     // (row `3 g + r` at `a + 3 g lda + r lda`), then moves every pointer one depth on;
     // `kc` steps stay inside what the caller guarantees. Only the named registers and
     // flags are written.
     unsafe {
-        std::arch::asm!(
-            // Four depth steps per pass while four are left, as in `full_tile_steps`.
-            "cmp {k}, 4",
-            "jb 3f",
-            "2:",
-            eight_rows_step!("0", "0"),
-            eight_rows_step!("4", "128"),
-            eight_rows_step!("8", "256"),
-            eight_rows_step!("12", "384"),
-            "add {a0}, 16",
-            "add {a3}, 16",
-            "add {a6}, 16",
-            "add {bp}, 512",
-            "sub {k}, 4",
-            "cmp {k}, 4",
-            "jae 2b",
-            "3:",
-            "test {k}, {k}",
-            "jz 5f",
-            "4:",
-            eight_rows_step!("0", "0"),
-            "add {a0}, 4",
-            "add {a3}, 4",
-            "add {a6}, 4",
-            "sub {bp}, -128",
-            "dec {k}",
-            "jnz 4b",
-            "5:",
-            k = inout(reg) kc => _,
-            bp = inout(reg) bp => _,
-            s = in(reg) stride,
-            a0 = inout(reg) a => _,
-            a3 = inout(reg) a.add(3 * lda) => _,
-            a6 = inout(reg) a.add(6 * lda) => _,
-            b0 = out(zmm_reg) _,
-            b1 = out(zmm_reg) _,
-            c00 = inout(zmm_reg) *c00,
-            c01 = inout(zmm_reg) *c01,
-            c10 = inout(zmm_reg) *c10,
-            c11 = inout(zmm_reg) *c11,
-            c20 = inout(zmm_reg) *c20,
-            c21 = inout(zmm_reg) *c21,
-            c30 = inout(zmm_reg) *c30,
-            c31 = inout(zmm_reg) *c31,
-            c40 = inout(zmm_reg) *c40,
-            c41 = inout(zmm_reg) *c41,
-            c50 = inout(zmm_reg) *c50,
-            c51 = inout(zmm_reg) *c51,
-            c60 = inout(zmm_reg) *c60,
-            c61 = inout(zmm_reg) *c61,
-            c70 = inout(zmm_reg) *c70,
-            c71 = inout(zmm_reg) *c71,
-            options(nostack, readonly),
-        );
+        if IN_REGISTER {
+            depth_loop!(fma_rows_in_register, t = out(zmm_reg) _,);
+        } else {
+            depth_loop!(fma_rows,);
+        }
     }
 }

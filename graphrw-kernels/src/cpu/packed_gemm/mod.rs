@@ -33,6 +33,7 @@ mod tests;
 use rayon::prelude::*;
 
 use super::matmul::{activate_tile_f32, TileStore};
+use crate::cpu::Broadcast;
 use crate::cpu::Isa;
 
 /// A micro-kernel of the packed GEMM: one `MR x NR` tile of the product.
@@ -69,7 +70,7 @@ pub(crate) trait Kernel {
 /// Columns per packed panel for `isa` (`None` where no packed GEMM runs on it).
 pub(crate) fn panel_width(isa: Isa) -> Option<usize> {
     match isa {
-        Isa::Avx512 => Some(<avx512::Avx512 as Kernel>::NR),
+        Isa::Avx512 => Some(<avx512::Avx512<false> as Kernel>::NR),
         Isa::Avx2Fma => Some(<avx2::Avx2 as Kernel>::NR),
         Isa::Baseline => None,
     }
@@ -383,7 +384,14 @@ pub(crate) fn gemm_prefetching(
     let prefetch = prefetch
         .unwrap_or_else(|| b.nbytes() >= prefetch::MIN_BYTES && prefetch::next_block(b.isa));
     match b.isa {
-        Isa::Avx512 => drive::<avx512::Avx512>(m, (a, lda), b, c, (layout, store), prefetch),
+        Isa::Avx512 => match store.broadcast {
+            Broadcast::InFma => {
+                drive::<avx512::Avx512<false>>(m, (a, lda), b, c, (layout, store), prefetch)
+            }
+            Broadcast::InRegister => {
+                drive::<avx512::Avx512<true>>(m, (a, lda), b, c, (layout, store), prefetch)
+            }
+        },
         Isa::Avx2Fma => drive::<avx2::Avx2>(m, (a, lda), b, c, (layout, store), prefetch),
         // `b.isa.is_available()` above, and nothing is packed for the baseline.
         Isa::Baseline => return Err(GemmShapeError("no packed GEMM without AVX2".into())),

@@ -66,7 +66,7 @@ pub fn measured(isa: Isa) -> Option<Prefetch> {
         Isa::Baseline => return None,
     };
     *slot.get_or_init(|| match isa {
-        Isa::Avx512 if isa.is_available() => Some(measure::<avx512::Avx512>(isa)),
+        Isa::Avx512 if isa.is_available() => Some(measure::<avx512::Avx512<false>>(isa)),
         Isa::Avx2Fma if isa.is_available() => Some(measure::<avx2::Avx2>(isa)),
         _ => None,
     })

@@ -170,7 +170,8 @@ fn matches_the_reference_on_a_grid_of_shapes() {
 }
 
 /// One product of [`matches_the_reference_on_a_grid_of_shapes`], with a bias, with
-/// and without prefetching the next weight block.
+/// and without prefetching the next weight block; on AVX-512 in both of its forms
+/// ([`Broadcast`]), which must agree bit for bit (the same sums in the same order).
 fn grid_case(pool: &rayon::ThreadPool, isa: Isa, (m, k, n): (usize, usize, usize)) {
     let a = values(m * k, m + k);
     let b = values(k * n, k + n);
@@ -180,22 +181,37 @@ fn grid_case(pool: &rayon::ThreadPool, isa: Isa, (m, k, n): (usize, usize, usize
     for (i, w) in want.iter_mut().enumerate() {
         *w += bias[i % n] as f64;
     }
+    let forms: &[Broadcast] = match isa {
+        Isa::Avx512 => &[Broadcast::InFma, Broadcast::InRegister],
+        _ => &[Broadcast::InFma],
+    };
     for prefetch in [false, true] {
-        let mut c = vec![f32::NAN; m * n];
-        let store = TileStore {
-            bias: Some(&bias),
-            ..TileStore::default()
-        };
-        pool.install(|| {
-            let out = (Layout::rows(n), store);
-            gemm_prefetching(m, (&a, k), &packed, &mut c, out, Some(prefetch))
-        })
-        .expect("gemm");
-        let what = format!(
-            "{isa:?} {m}x{k}x{n} at {} threads, prefetching {prefetch}",
-            pool.current_num_threads()
-        );
-        assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
+        let mut first: Option<Vec<f32>> = None;
+        for &broadcast in forms {
+            let mut c = vec![f32::NAN; m * n];
+            let store = TileStore {
+                bias: Some(&bias),
+                broadcast,
+                ..TileStore::default()
+            };
+            pool.install(|| {
+                let out = (Layout::rows(n), store);
+                gemm_prefetching(m, (&a, k), &packed, &mut c, out, Some(prefetch))
+            })
+            .expect("gemm");
+            let what = format!(
+                "{isa:?} ({broadcast:?}) {m}x{k}x{n} at {} threads, prefetching {prefetch}",
+                pool.current_num_threads()
+            );
+            assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
+            match &first {
+                Some(f) => assert!(
+                    f.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{what}: the two broadcast forms disagree"
+                ),
+                None => first = Some(c),
+            }
+        }
     }
 }
 
@@ -261,6 +277,7 @@ const ACCUMULATE: TileStore<'static, f32> = TileStore {
     bias: None,
     residual: None,
     activation: None,
+    broadcast: Broadcast::InFma,
 };
 
 /// The bias and a residual added as tiles are stored: one and two depth blocks, no
@@ -294,6 +311,13 @@ fn stores_tiles_with_a_bias_and_residual_on(isa: Isa) {
                 bias: Some(&bias),
                 residual: with_residual.then_some(&residual[..]),
                 activation: None,
+                // The store is the same in both forms; the residual's cases run the
+                // other one.
+                broadcast: if with_residual {
+                    Broadcast::InRegister
+                } else {
+                    Broadcast::InFma
+                },
             };
             gemm(m, &a, k, &packed, &mut c, layout, store).expect("gemm");
             let product = reference(m, k, n, &a, &b);
@@ -382,6 +406,7 @@ fn activates_each_tile_after_its_last_depth_block() {
                         bias: (!accumulate).then_some(&bias[..]),
                         residual: None,
                         activation: Some((act, crate::elementwise::isa())),
+                        broadcast: Broadcast::InFma,
                     };
                     pool.install(|| gemm(m, &a, k, &packed, &mut c, layout, store))
                         .expect("gemm");
