@@ -495,8 +495,9 @@ unsafe impl Sync for SharedOut {}
 
 /// Rows `rows.0..rows.1` and weight panels `cols.0..cols.1` of the product. The left
 /// operand is read in place (as MLAS does): a micro-tile broadcasts from its rows;
-/// but where its row stride is a multiple of 4 KiB ([`aliases`]), each block of rows
-/// is first copied at a padded stride ([`A_COPY`]).
+/// but where its row stride is a multiple of 4 KiB ([`aliases`]), the rows are first
+/// copied at a padded stride ([`A_COPY`]): all at once where they stay in cache
+/// ([`resident_rows`]), else a block at a time.
 ///
 /// # Safety
 /// The CPU has `K`'s instruction set; `a` holds the rows at stride `lda` (`k` each); `c` addresses, through
@@ -514,9 +515,34 @@ unsafe fn block<K: Kernel>(
 ) {
     let k = b.k;
     let mut copy = aliases(lda).then(|| A_COPY.take());
-    if copy.is_none() && resident_rows(rows.1 - rows.0, k) {
-        // SAFETY: the caller's contract, which is `block_by_panels`'.
-        unsafe { block_by_panels::<K>(a, lda, b, (rows, cols), c, (layout, store), prefetch) };
+    if resident_rows(rows.1 - rows.0, k) {
+        let mine = &a[rows.0 * lda..];
+        match copy {
+            // SAFETY: the caller's contract, which is `block_by_panels`' (the rows
+            // start at `mine`).
+            None => unsafe {
+                block_by_panels::<K>(mine, lda, b, (rows, cols), c, (layout, store), prefetch)
+            },
+            Some(mut buf) => {
+                // All the rows, copied once at a padded stride, then weight panel by
+                // panel over every depth as for rows read in place: a panel streams
+                // from memory in one run instead of a depth block at a time.
+                let ld = k + COPY_PAD;
+                let m = rows.1 - rows.0;
+                if buf.len() < m * ld {
+                    buf.resize(m * ld, 0.0);
+                }
+                for (i, row) in buf[..m * ld].chunks_exact_mut(ld).enumerate() {
+                    row[..k].copy_from_slice(&mine[i * lda..][..k]);
+                }
+                // SAFETY: the copy holds the rows' `k` depths at stride `ld`; the
+                // caller's contract covers the rest.
+                unsafe {
+                    block_by_panels::<K>(&buf, ld, b, (rows, cols), c, (layout, store), prefetch)
+                };
+                A_COPY.set(buf);
+            }
+        }
         return;
     }
     for pc in (0..k).step_by(K::KC) {
@@ -600,12 +626,13 @@ fn even_row_block(rows: usize, mc: usize, mr: usize) -> usize {
         .clamp(mr, mc.max(mr))
 }
 
-/// [`block`] for rows that stay in cache ([`resident_rows`]), read in place: weight panel
-/// by weight panel, each over every depth block, so that a result tile is stored once
-/// per depth block while it is still in L1.
+/// [`block`] for rows that stay in cache ([`resident_rows`]), whose left operand `a`
+/// starts at row `rows.0` (in place, or a copy): weight panel by weight panel, each
+/// over every depth block, so that a result tile is stored once per depth block while
+/// it is still in L1, and each panel streams in one run.
 ///
 /// # Safety
-/// As [`block`].
+/// As [`block`], with `a` holding rows `rows.0..rows.1` from its start.
 #[allow(clippy::too_many_arguments)]
 unsafe fn block_by_panels<K: Kernel>(
     a: &[f32],
@@ -628,14 +655,14 @@ unsafe fn block_by_panels<K: Kernel>(
             } else {
                 (q + 1 < cols.1).then_some((q + 1, 0))
             };
-            // SAFETY: rows `rows.0..rows.1` of `a` hold `kc` depths from `pc` at stride
+            // SAFETY: `a` holds rows `rows.0..rows.1`, `kc` depths from `pc` at stride
             // `lda` (the caller's contract, which is `panel_block`'s for the rest).
             unsafe {
                 panel_block::<K>(
                     b,
                     (q, pc, kc),
                     ahead,
-                    (a.as_ptr().add(rows.0 * lda + pc), lda),
+                    (a.as_ptr().add(pc), lda),
                     rows,
                     c,
                     layout,

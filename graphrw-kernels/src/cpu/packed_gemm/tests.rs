@@ -230,7 +230,14 @@ fn aliased_rows_and_uneven_thread_shares_match_the_reference_on(isa: Isa) {
             .num_threads(threads)
             .build()
             .expect("a thread pool");
-        for (m, k, n) in [(500, 1024, 40), (61, 2048, 70), (130, 1000, 96)] {
+        // Aliased rows that stay in cache (copied whole) and more than do (1100 rows
+        // of 4 KiB, copied a block at a time).
+        for (m, k, n) in [
+            (500, 1024, 40),
+            (61, 2048, 70),
+            (130, 1000, 96),
+            (1100, 1024, 24),
+        ] {
             assert_eq!(aliases(k), k % 1024 == 0);
             let a = values(m * k, 5);
             let b = values(k * n, 6);
@@ -249,7 +256,10 @@ fn aliased_rows_and_uneven_thread_shares_match_the_reference_on(isa: Isa) {
             })
             .expect("gemm");
             let want = reference(m, k, n, &a, &b);
-            let what = format!("{m}x{k}x{n} at {threads} threads");
+            let what = format!(
+                "{m}x{k}x{n} at {threads} threads, rows resident {}",
+                resident_rows(m, k)
+            );
             assert_close(&widen(&c), &want, Tol::scaled(1e-4), &what);
         }
     }
