@@ -285,6 +285,22 @@ _BY_ELEMENT = {number: name for name, (_, number) in _TYPES.items()}
 
 _SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
 
+#: The numpy dtypes (native byte order) an input is read in place in, by dtype: a dict
+#: lookup, since numpy computes ``dtype.name`` in Python, at more than a small copy costs.
+_NAME_OF = {np.dtype(n): n for n in ("float32", "float64", "float16", "int64", "int32", "bool")}
+
+_byte_at = ctypes.c_byte.from_buffer
+
+
+def _address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's first element: through the buffer protocol
+    (ctypes), or, for a read-only or empty array, through numpy's
+    ``__array_interface__`` (ten times slower: it builds the dtype's description)."""
+    try:
+        return ctypes.addressof(_byte_at(array))
+    except (TypeError, ValueError):
+        return array.__array_interface__["data"][0]
+
 
 def _bf16() -> Any:
     """ml_dtypes' bfloat16, or None without ml_dtypes."""
@@ -324,7 +340,7 @@ def _array(native: Any) -> np.ndarray:
     ``base`` is the native object, which keeps the buffer alive). A bfloat16 buffer is
     viewed as ml_dtypes' bfloat16, or, without ml_dtypes, widened to a float32 copy."""
     array = np.asarray(native)
-    if array.dtype == np.uint16 and native.dtype == "bfloat16":
+    if array.dtype.char == "H" and native.dtype == "bfloat16":
         bf16 = _bf16()
         if bf16 is not None:
             return array.view(bf16)
@@ -803,6 +819,11 @@ class InferenceSession:
         self._inputs = [_node_arg(i) for i in self._session.inputs()]
         self._outputs = [_node_arg(o) for o in self._session.outputs()]
         self._feed_dtypes = list(self._session.feed_dtypes())
+        #: Per input, the dtype an array is read in place in (None: a widened input,
+        #: always converted).
+        self._in_place = [
+            want if arg.dtype == want else None for arg, want in zip(self._inputs, self._feed_dtypes)
+        ]
         self._input_index = {a.name: k for k, a in enumerate(self._inputs)}
         self._output_index = {o.name: k for k, o in enumerate(self._outputs)}
         for severity, message in self._session.notes():
@@ -888,11 +909,21 @@ class InferenceSession:
 
     # --- running ---------------------------------------------------------------------
 
-    def _feed(self, k: int, value: Any) -> "tuple[str, List[int], int, np.ndarray]":
+    def _feed(self, k: int, value: Any) -> "tuple[str, Sequence[int], int, np.ndarray]":
         """Input ``k`` as the native session reads it: dtype name, shape, the address of
-        its first element and the array (C-contiguous, little-endian), which graphrw
-        reads in place; a copy is made only where ``value`` is not such an array of a
-        dtype graphrw takes (a strided view, a big-endian array, a list)."""
+        its first element and the array (C-contiguous, native byte order), which graphrw
+        reads in place; a copy is made only where ``value`` is not such an array of the
+        input's dtype (a strided view, a big-endian array, a list, a narrow integer
+        input widened)."""
+        if type(value) is np.ndarray and value.flags.c_contiguous:
+            name = _NAME_OF.get(value.dtype)
+            if name is not None and name == self._in_place[k]:
+                return name, value.shape, _address(value), value
+        return self._feed_converted(k, value)
+
+    def _feed_converted(self, k: int, value: Any) -> "tuple[str, Sequence[int], int, np.ndarray]":
+        """``_feed`` for a value that is not already a C-contiguous array of the dtype
+        the plan takes: converted (copied) as needed."""
         arg = self._inputs[k]
         want = self._feed_dtypes[k]
         if isinstance(value, OrtValue) or (
@@ -927,7 +958,7 @@ class InferenceSession:
             array = array.astype(array.dtype.newbyteorder("<"))
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
-        return name, array.shape, array.__array_interface__["data"][0], array
+        return name, array.shape, _address(array), array
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> List["tuple[str, List[int], int, np.ndarray]"]:
         if not isinstance(input_feed, Mapping):
