@@ -12,7 +12,7 @@ use graphrw::{rules, DType, Graph, KernelOptions, Tensor, Value};
 use graphrw_cli::commands;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyDict};
+use pyo3::types::PyDict;
 
 use crate::arrays::{self, Array, Feed};
 use crate::narrow::{self, Widened};
@@ -518,9 +518,9 @@ impl Session {
     }
 }
 
-/// A run's outputs held in graphrw's memory (an `IOBinding`'s bound outputs): read by
-/// copying one out; the buffers go back to the session's pool when this is freed, for
-/// its next run to write into.
+/// A run's outputs held in graphrw's memory (an `IOBinding`'s bound outputs): read
+/// through read-only [`Array`]s over them; the buffers no `Array` holds go back to the
+/// session's pool when this is freed, for its next run to write into.
 #[pyclass(module = "graphrw._native", frozen)]
 pub(crate) struct Outputs {
     plan: Arc<Plan>,
@@ -548,12 +548,6 @@ impl Outputs {
     fn info(&self, k: usize) -> PyResult<(&'static str, Vec<usize>)> {
         let t = self.get(k)?;
         Ok((numpy_name(t.dtype()), t.shape().to_vec()))
-    }
-
-    /// Output `k`'s little-endian bytes, copied.
-    fn copy<'py>(&self, py: Python<'py>, k: usize) -> PyResult<Bound<'py, PyByteArray>> {
-        let t = self.get(k)?;
-        Ok(PyByteArray::new(py, &t.to_raw_bytes()))
     }
 
     /// Output `k` as a read-only [`Array`] over graphrw's buffer (no copy); while it

@@ -49,8 +49,16 @@ def test_a_contiguous_input_is_read_in_place() -> None:
     # A contiguous slice (rows 8..) is read where it lies as well.
     rows = x[8:]
     assert addresses(session, {"x": rows}) == [rows.ctypes.data]
+    # A read-only array (its address found another way) as well.
+    frozen = np.frombuffer(x.tobytes(), np.float32).reshape(x.shape)
+    assert not frozen.flags.writeable
+    assert addresses(session, {"x": frozen}) == [frozen.ctypes.data]
     (y,) = session.run(None, {"x": x})
     np.testing.assert_array_equal(y, np.maximum(x, 0))
+    (y,) = session.run(None, {"x": frozen})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    (empty,) = session.run(None, {"x": np.zeros((0, 4), np.float32)})
+    assert empty.shape == (0, 4) and empty.flags.writeable
 
 
 def test_what_cannot_be_read_in_place_is_copied_and_still_runs() -> None:

@@ -99,8 +99,6 @@ class Outputs:
     def __len__(self) -> int: ...
     def info(self, k: int) -> Tuple[str, List[int]]:
         """Output ``k``'s numpy dtype and shape."""
-    def copy(self, k: int) -> bytearray:
-        """Output ``k``'s little-endian bytes."""
     def array(self, k: int) -> Array:
         """Output ``k`` as a read-only ``Array`` over graphrw's buffer."""
 
