@@ -15,6 +15,10 @@ use crate::{from_numpy_name, numpy_name, Failure, Kind};
 /// A value as Python feeds it: numpy dtype name, shape, the address of its first
 /// element, and the array itself (C-contiguous, aligned or not, native little-endian:
 /// `graphrw._session` makes it so), kept alive while graphrw reads it.
+///
+/// This crate's one `unsafe` block reads it ([`tensor_of`]): the address comes from
+/// Python, so only its caller can vouch for it; the view itself is graphrw-kernels'
+/// (`Tensor::from_external`).
 pub(crate) type Feed = (String, Vec<usize>, usize, Py<PyAny>);
 
 /// The tensor of `feed`, viewing the array's memory in place (copied where it cannot
@@ -34,7 +38,8 @@ pub(crate) fn tensor_of(
         .ok_or_else(|| bad(format!("input `{input}`: unsupported dtype {dtype}")))?;
     let owner: graphrw::kernels::external::Owner = Arc::new(array.clone_ref(py));
     // SAFETY: `graphrw._session` passes a C-contiguous numpy array of `dtype` and
-    // `shape` with `address` its first element (`__array_interface__`), and `owner`
+    // `shape` with `address` its first element (`_address`: through ctypes' buffer
+    // protocol, or numpy's `__array_interface__`), and `owner`
     // holds a reference to that array, so numpy keeps its memory allocated (it refuses
     // to resize an array others reference) while any tensor over it lives. Nothing in
     // graphrw writes external elements, and no such tensor outlives the call that made
