@@ -205,6 +205,7 @@ macro_rules! impl_float_element {
                 match storage {
                     Storage::$dt(v) => Some(v),
                     Storage::Mapped(m) => m.typed::<$t>(),
+                    Storage::External(e) => e.typed::<$t>(),
                     _ => None,
                 }
             }
@@ -289,6 +290,7 @@ macro_rules! impl_int_element {
                 match storage {
                     Storage::$dt(v) => Some(v),
                     Storage::Mapped(m) => m.typed::<$t>(),
+                    Storage::External(e) => e.typed::<$t>(),
                     _ => None,
                 }
             }

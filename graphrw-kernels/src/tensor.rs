@@ -7,12 +7,14 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use crate::broadcast::strided_collect;
+use crate::external::ExternalElements;
 use crate::macros::dispatch;
 use crate::mapped::{FileRange, MappedElements, MappedFile};
 use crate::{DType, Element, KernelError};
 
-/// The elements of a tensor: one variant per dtype holding them in memory, or
-/// [`Storage::Mapped`] viewing them in a memory-mapped file.
+/// The elements of a tensor: one variant per dtype holding them in memory,
+/// [`Storage::Mapped`] viewing them in a memory-mapped file, or [`Storage::External`]
+/// viewing them in a caller's buffer.
 #[derive(Clone)]
 pub enum Storage {
     /// `f32` elements.
@@ -32,6 +34,9 @@ pub enum Storage {
     /// Little-endian elements of any dtype but `bool`, viewed in place in a read-only
     /// file mapping (see [`Tensor::from_mapped`]).
     Mapped(MappedElements),
+    /// Little-endian elements of any dtype but `bool`, viewed in place in a buffer a
+    /// caller allocated and keeps alive (see [`Tensor::from_external`]); read-only.
+    External(ExternalElements),
 }
 
 impl PartialEq for Storage {
@@ -58,6 +63,7 @@ impl Storage {
             Storage::I32(_) => DType::I32,
             Storage::Bool(_) => DType::Bool,
             Storage::Mapped(m) => m.dtype(),
+            Storage::External(e) => e.dtype(),
         }
     }
 
@@ -72,6 +78,7 @@ impl Storage {
             Storage::I32(v) => v.len(),
             Storage::Bool(v) => v.len(),
             Storage::Mapped(m) => m.len(),
+            Storage::External(e) => e.len(),
         }
     }
 
@@ -415,13 +422,41 @@ impl Tensor {
         Arc::try_unwrap(self.storage).ok()
     }
 
-    /// The whole storage, writable, when this tensor starts at its first element and is
-    /// its only holder; `None` otherwise (a shared storage stays immutable).
+    /// The whole storage, writable, when this tensor starts at its first element, is
+    /// its only holder and holds its elements in memory; `None` otherwise (a shared
+    /// storage stays immutable, and mapped or external elements are read-only).
     pub(crate) fn unique_storage_mut(&mut self) -> Option<&mut Storage> {
         if self.offset != 0 {
             return None;
         }
         Arc::get_mut(&mut self.storage)
+            .filter(|s| !matches!(s, Storage::Mapped(_) | Storage::External(_)))
+    }
+
+    /// The storage.
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The storage, this tensor's offset in it and its shape, when this tensor is the
+    /// storage's only holder and the elements are in memory; the tensor back otherwise.
+    pub(crate) fn into_exclusive(self) -> Result<(Storage, usize, Vec<usize>), Tensor> {
+        if matches!(*self.storage, Storage::Mapped(_) | Storage::External(_)) {
+            return Err(self);
+        }
+        let Tensor {
+            storage,
+            offset,
+            shape,
+        } = self;
+        match Arc::try_unwrap(storage) {
+            Ok(s) => Ok((s, offset, shape)),
+            Err(storage) => Err(Tensor {
+                storage,
+                offset,
+                shape,
+            }),
+        }
     }
 
     /// A copy converted to `dtype` (PyTorch casting: float to integer truncates toward

@@ -7,14 +7,9 @@ use std::sync::{Arc, Mutex};
 use graphrw::exec::{DecodeLoop, Plan};
 use graphrw::{DType, Tensor};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes};
 
-use crate::{detached, from_numpy_name, numpy_name, Failure, Kind};
-
-/// Raw values as Python passes them: `(numpy dtype name, shape, bytes)`.
-type RawInput<'py> = (String, Vec<usize>, Bound<'py, PyBytes>);
-/// Raw values as Python reads them back.
-type RawOutput<'py> = (&'static str, Vec<usize>, Bound<'py, PyByteArray>);
+use crate::arrays::{self, Array, Feed};
+use crate::{detached, Failure, Kind};
 
 /// A generation loop over a session's plan.
 #[pyclass(module = "graphrw._native", frozen)]
@@ -34,12 +29,9 @@ impl Loop {
         })
     }
 
-    fn tensors(
-        &self,
-        py: Python<'_>,
-        raw: &[RawInput<'_>],
-        inputs: &[usize],
-    ) -> PyResult<Vec<Tensor>> {
+    /// The values as tensors of their own (copied: the loop keeps its caches, and
+    /// whatever a step's presents view, past the call).
+    fn tensors(&self, py: Python<'_>, raw: &[Feed], inputs: &[usize]) -> PyResult<Vec<Tensor>> {
         let bad = |m: String| Failure::new(Kind::InvalidArgument, m).into_pyerr(py);
         if raw.len() != inputs.len() {
             return Err(bad(format!(
@@ -48,19 +40,13 @@ impl Loop {
                 raw.len()
             )));
         }
-        let mut out = Vec::with_capacity(raw.len());
-        for ((dtype, shape, bytes), &i) in raw.iter().zip(inputs) {
-            let dt = from_numpy_name(dtype)
-                .ok_or_else(|| bad(format!("input {i}: unsupported dtype {dtype}")))?;
-            let mut t = Tensor::from_raw_bytes(dt, shape, bytes.as_bytes())
-                .map_err(|e| bad(format!("input {i}: {e}")))?;
-            // numpy has no bfloat16 without ml_dtypes: float32 feeds a bf16 input.
-            if dt == DType::F32 && self.feed_dtypes.get(i) == Some(&DType::BF16) {
-                t = t.cast(DType::BF16);
-            }
-            out.push(t);
-        }
-        Ok(out)
+        raw.iter()
+            .zip(inputs)
+            .map(|(feed, &i)| {
+                let want = self.feed_dtypes.get(i).copied();
+                arrays::tensor_of(py, feed, want, &format!("{i}"), true)
+            })
+            .collect()
     }
 
     fn with_loop<T: Send>(
@@ -78,14 +64,6 @@ impl Loop {
                 e => Failure::new(Kind::Run, e),
             })
         })
-    }
-
-    fn raw<'py>(py: Python<'py>, t: &Tensor) -> RawOutput<'py> {
-        (
-            numpy_name(t.dtype()),
-            t.shape().to_vec(),
-            PyByteArray::new(py, &t.to_raw_bytes()),
-        )
     }
 }
 
@@ -105,31 +83,27 @@ impl Loop {
     }
 
     /// (Re)starts the loop from these caches, one per pair in order.
-    fn start(&self, py: Python<'_>, caches: Vec<RawInput<'_>>) -> PyResult<()> {
+    fn start(&self, py: Python<'_>, caches: Vec<Feed>) -> PyResult<()> {
         let inputs: Vec<usize> = self.pairs()?.iter().map(|p| p.0).collect();
         let tensors = self.tensors(py, &caches, &inputs)?;
         self.with_loop(py, move |l| l.start(&tensors))
     }
 
     /// One step on the inputs that are not caches, in order; the outputs that are not.
-    fn step<'py>(
-        &self,
-        py: Python<'py>,
-        feeds: Vec<RawInput<'py>>,
-    ) -> PyResult<Vec<RawOutput<'py>>> {
+    fn step(&self, py: Python<'_>, feeds: Vec<Feed>) -> PyResult<Vec<Array>> {
         let pasts: Vec<usize> = self.pairs()?.iter().map(|p| p.0).collect();
         let inputs: Vec<usize> = (0..self.feed_dtypes.len())
             .filter(|i| !pasts.contains(i))
             .collect();
         let tensors = self.tensors(py, &feeds, &inputs)?;
         let outputs = self.with_loop(py, move |l| Ok(l.step(&tensors)?.0))?;
-        Ok(outputs.iter().map(|t| Loop::raw(py, t)).collect())
+        Ok(outputs.into_iter().map(Array::exported).collect())
     }
 
     /// Pair `k`'s cache as the next step reads it (a copy).
-    fn cache<'py>(&self, py: Python<'py>, k: usize) -> PyResult<RawOutput<'py>> {
+    fn cache(&self, py: Python<'_>, k: usize) -> PyResult<Array> {
         let t = self.with_loop(py, move |l| l.cache(k))?;
-        Ok(Loop::raw(py, &t))
+        Ok(Array::exported(t))
     }
 
     /// Pair `k`'s cache length (`None` for a pair fed back whole, or before `start`).

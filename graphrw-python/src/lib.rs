@@ -29,6 +29,7 @@ use pyo3::types::{PyBytes, PyType};
 /// defined.
 use graphrw_cli::commands;
 
+mod arrays;
 mod decode_loop;
 mod explain;
 mod meta;
@@ -445,6 +446,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(session::has_cuda, m)?)?;
     m.add_class::<session::Session>()?;
     m.add_class::<session::Outputs>()?;
+    m.add_class::<arrays::Array>()?;
     m.add_class::<decode_loop::Loop>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -12,11 +12,12 @@ use graphrw::{rules, DType, Graph, KernelOptions, Tensor, Value};
 use graphrw_cli::commands;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict};
+use pyo3::types::PyDict;
 
+use crate::arrays::{self, Array, Feed};
 use crate::narrow::{self, Widened};
 use crate::Source;
-use crate::{detached, from_numpy_name, io_info, numpy_name, Failure, IoInfo, Kind, Outcome};
+use crate::{detached, io_info, numpy_name, Failure, IoInfo, Kind, Outcome};
 
 /// How much of graphrw's pipeline a session applies before planning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,9 +316,6 @@ fn prepare(src: &Source<'_>, args: &SessionArgs) -> Outcome<Session> {
     })
 }
 
-/// An output as `Session.run` gives it: numpy dtype name, shape, little-endian bytes.
-type RawOutput<'py> = (&'static str, Vec<usize>, Bound<'py, PyByteArray>);
-
 /// A profiled run's times: the run's seconds and `(op, seconds, calls)` per op.
 type RunProfile = (f64, Vec<(&'static str, f64, usize)>);
 
@@ -333,12 +331,9 @@ fn profile_of(report: &RunReport) -> RunProfile {
 }
 
 impl Session {
-    /// The feeds as tensors of the plan's input dtypes, checked against the inputs.
-    fn tensors(
-        &self,
-        py: Python<'_>,
-        feeds: &[(String, Vec<usize>, Bound<'_, PyBytes>)],
-    ) -> PyResult<Vec<Tensor>> {
+    /// The feeds as tensors of the plan's input dtypes (viewing the arrays in place),
+    /// checked against the inputs.
+    fn tensors(&self, py: Python<'_>, feeds: &[Feed]) -> PyResult<Vec<Tensor>> {
         if feeds.len() != self.inputs.len() {
             return Err(Failure::new(
                 Kind::InvalidArgument,
@@ -350,37 +345,30 @@ impl Session {
             )
             .into_pyerr(py));
         }
-        let mut tensors = Vec::with_capacity(feeds.len());
-        for (k, (dtype, shape, bytes)) in feeds.iter().enumerate() {
-            let name = self.inputs[k].0.as_str();
-            let bad = |m: String| Failure::new(Kind::InvalidArgument, m).into_pyerr(py);
-            let dt = from_numpy_name(dtype)
-                .ok_or_else(|| bad(format!("input `{name}`: unsupported dtype {dtype}")))?;
-            let mut t = Tensor::from_raw_bytes(dt, shape, bytes.as_bytes())
-                .map_err(|e| bad(format!("input `{name}`: {e}")))?;
-            // numpy has no bfloat16 without ml_dtypes: a float32 array feeds a bf16
-            // input, rounded to it.
-            if dt == DType::F32 && self.feed_dtypes[k] == DType::BF16 {
-                t = t.cast(DType::BF16);
-            }
-            tensors.push(t);
-        }
-        Ok(tensors)
+        feeds
+            .iter()
+            .enumerate()
+            .map(|(k, feed)| {
+                let want = self.feed_dtypes.get(k).copied();
+                arrays::tensor_of(py, feed, want, &self.inputs[k].0, false)
+            })
+            .collect()
     }
 
-    /// Runs the plan with the GIL released.
+    /// Runs the plan with the GIL released (the inputs, which may view the caller's
+    /// arrays, are dropped by the caller with the GIL held).
     fn execute(
         &self,
         py: Python<'_>,
-        tensors: Vec<Tensor>,
+        tensors: &[Tensor],
         profile: bool,
     ) -> PyResult<(Vec<Tensor>, RunReport)> {
         let plan = &self.plan;
         detached(py, || {
             let run = if profile {
-                plan.run_profiled(&tensors)
+                plan.run_profiled(tensors)
             } else {
-                plan.run(&tensors)
+                plan.run(tensors)
             };
             run.map_err(|e| match e {
                 ExecError::Input { .. } => Failure::new(Kind::InvalidArgument, e),
@@ -471,31 +459,35 @@ impl Session {
         self.options.threads
     }
 
-    /// Runs the plan on `feeds`, one `(numpy dtype name, shape, bytes)` per graph input
-    /// in order (each in its `feed_dtypes` dtype); returns every output as `(numpy
-    /// dtype name, shape, bytearray)`, and with `profile` the run's times.
+    /// Runs the plan on `feeds`, one `(numpy dtype name, shape, address, array)` per
+    /// graph input in order (each in its `feed_dtypes` dtype, read in place); returns
+    /// every output as an [`Array`] over its own buffer (handed over, not copied, unless
+    /// graphrw still shares it), and with `profile` the run's times.
     #[pyo3(signature = (feeds, profile=false))]
-    fn run<'py>(
+    fn run(
         &self,
-        py: Python<'py>,
-        feeds: Vec<(String, Vec<usize>, Bound<'py, PyBytes>)>,
+        py: Python<'_>,
+        feeds: Vec<Feed>,
         profile: bool,
-    ) -> PyResult<(Vec<RawOutput<'py>>, Option<RunProfile>)> {
+    ) -> PyResult<(Vec<Array>, Option<RunProfile>)> {
         let tensors = self.tensors(py, &feeds)?;
-        let (outputs, report) = self.execute(py, tensors, profile)?;
-        let raw = outputs
+        let (outputs, report) = self.execute(py, &tensors, profile)?;
+        // An output that views an input (an identity) is copied here, while the input
+        // is still held.
+        let arrays = outputs.into_iter().map(Array::exported).collect();
+        drop(tensors);
+        Ok((arrays, profile.then(|| profile_of(&report))))
+    }
+
+    /// Where a run on `feeds` reads each value: the address of the first element of the
+    /// tensor made from it (the array's own where it is read in place, a copy's
+    /// otherwise). A check for tests: `run` makes its tensors the same way.
+    fn feed_addresses(&self, py: Python<'_>, feeds: Vec<Feed>) -> PyResult<Vec<usize>> {
+        Ok(self
+            .tensors(py, &feeds)?
             .iter()
-            .map(|t| {
-                (
-                    numpy_name(t.dtype()),
-                    t.shape().to_vec(),
-                    PyByteArray::new(py, &t.to_raw_bytes()),
-                )
-            })
-            .collect();
-        // Copied out: the next run draws its outputs on these buffers.
-        self.plan.recycle(outputs);
-        Ok((raw, profile.then(|| profile_of(&report))))
+            .map(Tensor::address)
+            .collect())
     }
 
     /// A generation loop over this session's plan (`graphrw.DecodeLoop`): the pairs of
@@ -508,25 +500,27 @@ impl Session {
     /// [`Session::run`], the outputs kept in graphrw's memory ([`Outputs`]) until
     /// copied; their buffers go back to the plan's pool when the `Outputs` is freed.
     #[pyo3(signature = (feeds, profile=false))]
-    fn run_kept<'py>(
+    fn run_kept(
         &self,
-        py: Python<'py>,
-        feeds: Vec<(String, Vec<usize>, Bound<'py, PyBytes>)>,
+        py: Python<'_>,
+        feeds: Vec<Feed>,
         profile: bool,
     ) -> PyResult<(Outputs, Option<RunProfile>)> {
         let tensors = self.tensors(py, &feeds)?;
-        let (outputs, report) = self.execute(py, tensors, profile)?;
+        let (outputs, report) = self.execute(py, &tensors, profile)?;
+        // Kept past this call: an output viewing an input's array is copied.
         let kept = Outputs {
             plan: Arc::clone(&self.plan),
-            tensors: outputs,
+            tensors: outputs.into_iter().map(Tensor::into_owned).collect(),
         };
+        drop(tensors);
         Ok((kept, profile.then(|| profile_of(&report))))
     }
 }
 
-/// A run's outputs held in graphrw's memory (an `IOBinding`'s bound outputs): read by
-/// copying one out; the buffers go back to the session's pool when this is freed, for
-/// its next run to write into.
+/// A run's outputs held in graphrw's memory (an `IOBinding`'s bound outputs): read
+/// through read-only [`Array`]s over them; the buffers no `Array` holds go back to the
+/// session's pool when this is freed, for its next run to write into.
 #[pyclass(module = "graphrw._native", frozen)]
 pub(crate) struct Outputs {
     plan: Arc<Plan>,
@@ -556,10 +550,10 @@ impl Outputs {
         Ok((numpy_name(t.dtype()), t.shape().to_vec()))
     }
 
-    /// Output `k`'s little-endian bytes, copied.
-    fn copy<'py>(&self, py: Python<'py>, k: usize) -> PyResult<Bound<'py, PyByteArray>> {
-        let t = self.get(k)?;
-        Ok(PyByteArray::new(py, &t.to_raw_bytes()))
+    /// Output `k` as a read-only [`Array`] over graphrw's buffer (no copy); while it
+    /// lives, the buffer stays out of the session's pool.
+    fn array(&self, k: usize) -> PyResult<Array> {
+        Ok(Array::shared(self.get(k)?.clone()))
     }
 }
 

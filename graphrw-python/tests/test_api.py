@@ -90,9 +90,9 @@ def test_compute_on_the_fast_path() -> None:
 
 
 def test_runs_reuse_buffers_and_keep_earlier_results() -> None:
-    """A session draws each run's outputs on the buffers of the last run's (large enough
-    to be pooled: 128 KiB here); every run is exact and an array returned before stays
-    as it was."""
+    """Each run's outputs are arrays over buffers handed to the caller (128 KiB here,
+    large enough for the session's pool, which never draws them again): every run is
+    exact and an array returned before stays as it was."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 128])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 128])
     graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "g", [x], [y])

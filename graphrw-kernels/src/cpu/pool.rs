@@ -75,8 +75,8 @@ impl Drop for PoolGuard {
     }
 }
 
-/// A storage's vector as `Any` (float and integer dtypes; mapped and bool storage are
-/// not pooled).
+/// A storage's vector as `Any` (float and integer dtypes; mapped, external and bool
+/// storage are not pooled).
 fn into_any(storage: Storage) -> Option<(TypeId, usize, usize, Box<dyn Any + Send>)> {
     fn boxed<T: Element>(v: Vec<T>) -> Option<(TypeId, usize, usize, Box<dyn Any + Send>)> {
         let elems = v.capacity();
@@ -94,7 +94,7 @@ fn into_any(storage: Storage) -> Option<(TypeId, usize, usize, Box<dyn Any + Sen
         Storage::BF16(v) => boxed::<bf16>(v),
         Storage::I64(v) => boxed::<i64>(v),
         Storage::I32(v) => boxed::<i32>(v),
-        Storage::Bool(_) | Storage::Mapped(_) => None,
+        Storage::Bool(_) | Storage::Mapped(_) | Storage::External(_) => None,
     }
 }
 

@@ -156,7 +156,7 @@ impl RowCache {
                             }
                         }
                     })*
-                    Storage::Mapped(_) => {
+                    Storage::Mapped(_) | Storage::External(_) => {
                         return Err(KernelError::invalid(op, "a new buffer is mapped"))
                     }
                 }

@@ -2,7 +2,7 @@
 Use the package's API (``graphrw.optimize``, ``graphrw.explain``,
 ``graphrw.InferenceSession``); this module's functions take and give plain values."""
 
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 __version__: str
 
@@ -27,7 +27,7 @@ def coverage(model: Union[str, bytes]) -> Dict[str, Any]:
 def rules() -> List[Tuple[str, str, str]]:
     """``(rule, rule set, pass)`` of every built-in rule."""
 
-_Raw = Tuple[str, List[int], bytearray]
+_Feed = Tuple[str, Sequence[int], int, Any]
 _Profile = Tuple[float, List[Tuple[str, float, int]]]
 
 class Session:
@@ -65,14 +65,17 @@ class Session:
     def threads(self) -> Optional[int]:
         """Threads for the plan's kernels (None: every core)."""
     def run(
-        self, feeds: List[Tuple[str, List[int], bytes]], profile: bool = False
-    ) -> Tuple[List[_Raw], Optional[_Profile]]:
-        """Runs on ``(numpy dtype, shape, bytes)`` per input; every output likewise, and
-        with ``profile`` ``(seconds, [(op, seconds, calls)])``."""
+        self, feeds: List[_Feed], profile: bool = False
+    ) -> Tuple[List[Array], Optional[_Profile]]:
+        """Runs on ``(numpy dtype, shape, address, array)`` per input (C-contiguous,
+        read in place); every output as an ``Array`` over its own buffer, and with
+        ``profile`` ``(seconds, [(op, seconds, calls)])``."""
     def run_kept(
-        self, feeds: List[Tuple[str, List[int], bytes]], profile: bool = False
+        self, feeds: List[_Feed], profile: bool = False
     ) -> Tuple[Outputs, Optional[_Profile]]:
         """``run``, the outputs kept in graphrw's memory."""
+    def feed_addresses(self, feeds: List[_Feed]) -> List[int]:
+        """Where a run reads each fed value (the array's own address when in place)."""
     def decode_loop(self) -> Loop:
         """A generation loop over the plan (pairs of ``present*`` / ``past*`` by name)."""
 
@@ -81,11 +84,11 @@ class Loop:
 
     def pairs(self) -> List[Tuple[int, int, Optional[int]]]:
         """``(input index, output index, cache axis or None)`` per pair."""
-    def start(self, caches: List[Tuple[str, List[int], bytes]]) -> None:
-        """(Re)starts from one cache per pair."""
-    def step(self, feeds: List[Tuple[str, List[int], bytes]]) -> List[_Raw]:
+    def start(self, caches: List[_Feed]) -> None:
+        """(Re)starts from one cache per pair (copied)."""
+    def step(self, feeds: List[_Feed]) -> List[Array]:
         """One step on the inputs that are not caches; the outputs that are not."""
-    def cache(self, k: int) -> _Raw:
+    def cache(self, k: int) -> Array:
         """Pair ``k``'s cache (a copy)."""
     def cache_len(self, k: int) -> Optional[int]:
         """Pair ``k``'s cache length."""
@@ -96,8 +99,15 @@ class Outputs:
     def __len__(self) -> int: ...
     def info(self, k: int) -> Tuple[str, List[int]]:
         """Output ``k``'s numpy dtype and shape."""
-    def copy(self, k: int) -> bytearray:
-        """Output ``k``'s little-endian bytes."""
+    def array(self, k: int) -> Array:
+        """Output ``k`` as a read-only ``Array`` over graphrw's buffer."""
+
+class Array:
+    """A tensor's memory for ``numpy.asarray`` (no copy): an output handed over
+    (writable), or a value graphrw keeps (read-only)."""
+
+    __array_interface__: Dict[str, Any]
+    dtype: str
 
 def model_meta(model: Union[str, bytes]) -> Dict[str, Any]:
     """The model's metadata fields (``version`` None where unset)."""

@@ -285,6 +285,22 @@ _BY_ELEMENT = {number: name for name, (_, number) in _TYPES.items()}
 
 _SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
 
+#: The numpy dtypes (native byte order) an input is read in place in, by dtype: a dict
+#: lookup, since numpy computes ``dtype.name`` in Python, at more than a small copy costs.
+_NAME_OF = {np.dtype(n): n for n in ("float32", "float64", "float16", "int64", "int32", "bool")}
+
+_byte_at = ctypes.c_byte.from_buffer
+
+
+def _address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's first element: through the buffer protocol
+    (ctypes), or, for a read-only or empty array, through numpy's
+    ``__array_interface__`` (ten times slower: it builds the dtype's description)."""
+    try:
+        return ctypes.addressof(_byte_at(array))
+    except (TypeError, ValueError):
+        return array.__array_interface__["data"][0]
+
 
 def _bf16() -> Any:
     """ml_dtypes' bfloat16, or None without ml_dtypes."""
@@ -319,16 +335,18 @@ def _numpy_dtype(element_type: Any, what: str) -> np.dtype:
         ) from None
 
 
-def _array(dtype: str, shape: List[int], data: bytearray) -> np.ndarray:
-    """A writable numpy array over the bytes the native module made."""
-    if dtype == "bfloat16":
+def _array(native: Any) -> np.ndarray:
+    """A numpy array over a native ``Array``: graphrw's buffer itself, not a copy (its
+    ``base`` is the native object, which keeps the buffer alive). A bfloat16 buffer is
+    viewed as ml_dtypes' bfloat16, or, without ml_dtypes, widened to a float32 copy."""
+    array = np.asarray(native)
+    if array.dtype.char == "H" and native.dtype == "bfloat16":
         bf16 = _bf16()
         if bf16 is not None:
-            return np.frombuffer(data, dtype=bf16).reshape(shape)
+            return array.view(bf16)
         # bf16 is the top half of a float32.
-        halves = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
-        return halves.view(np.float32).reshape(shape)
-    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    return array
 
 
 def _cpu_device(device_type: Any, what: str) -> None:
@@ -442,12 +460,19 @@ class OrtValue:
         return dtype, list(shape)
 
     def numpy(self) -> np.ndarray:
-        """The values as a numpy array (a copy of an output kept in graphrw's memory; the
-        wrapped array itself otherwise)."""
+        """The values as a numpy array: a writable copy of an output kept in graphrw's
+        memory (as onnxruntime's ``OrtValue.numpy()`` copies), the wrapped array itself
+        otherwise."""
         if self._array is not None:
             return self._array
-        dtype, shape = self._kept.info(self._index)
-        return _array(dtype, list(shape), self._kept.copy(self._index))
+        return np.array(_array(self._kept.array(self._index)))
+
+    def _view(self) -> np.ndarray:
+        """A read-only numpy array over an output kept in graphrw's memory (no copy; the
+        buffer stays out of the session's pool while the array lives)."""
+        if self._array is not None:
+            return self._array
+        return _array(self._kept.array(self._index))
 
     def shape(self) -> List[int]:
         """The dims."""
@@ -483,13 +508,11 @@ class OrtValue:
         return math.prod(shape) * itemsize
 
     def data_ptr(self) -> int:
-        """The address of a wrapped numpy array's data (an output kept in graphrw's
-        memory has none to give: copy it with :meth:`numpy`)."""
+        """The address of the data: a wrapped numpy array's, or, for an output kept in
+        graphrw's memory, graphrw's buffer (read-only; valid while the ``IOBinding``
+        holds that run's outputs)."""
         if self._array is None:
-            raise InvalidArgument(
-                "OrtValue.data_ptr: this output is held in graphrw's memory; "
-                "read it with numpy()"
-            )
+            return int(self._view().__array_interface__["data"][0])
         return int(self._array.ctypes.data)
 
     def __repr__(self) -> str:
@@ -674,7 +697,7 @@ class IOBinding:
                     f"output `{name}`: the run made {dtype}{list(shape)}, the bound buffer "
                     f"holds {target.dtype.name}{list(target.shape)}"
                 )
-            target.reshape(-1).view(np.uint8)[:] = np.frombuffer(kept.copy(index[name]), np.uint8)
+            target.reshape(-1).view(np.uint8)[:] = np.asarray(kept.array(index[name])).reshape(-1).view(np.uint8)
         self._result = kept
         self._result_index = index
 
@@ -796,6 +819,11 @@ class InferenceSession:
         self._inputs = [_node_arg(i) for i in self._session.inputs()]
         self._outputs = [_node_arg(o) for o in self._session.outputs()]
         self._feed_dtypes = list(self._session.feed_dtypes())
+        #: Per input, the dtype an array is read in place in (None: a widened input,
+        #: always converted).
+        self._in_place = [
+            want if arg.dtype == want else None for arg, want in zip(self._inputs, self._feed_dtypes)
+        ]
         self._input_index = {a.name: k for k, a in enumerate(self._inputs)}
         self._output_index = {o.name: k for k, o in enumerate(self._outputs)}
         for severity, message in self._session.notes():
@@ -881,7 +909,21 @@ class InferenceSession:
 
     # --- running ---------------------------------------------------------------------
 
-    def _feed(self, k: int, value: Any) -> "tuple[str, List[int], bytes]":
+    def _feed(self, k: int, value: Any) -> "tuple[str, Sequence[int], int, np.ndarray]":
+        """Input ``k`` as the native session reads it: dtype name, shape, the address of
+        its first element and the array (C-contiguous, native byte order), which graphrw
+        reads in place; a copy is made only where ``value`` is not such an array of the
+        input's dtype (a strided view, a big-endian array, a list, a narrow integer
+        input widened)."""
+        if type(value) is np.ndarray and value.flags.c_contiguous:
+            name = _NAME_OF.get(value.dtype)
+            if name is not None and name == self._in_place[k]:
+                return name, value.shape, _address(value), value
+        return self._feed_converted(k, value)
+
+    def _feed_converted(self, k: int, value: Any) -> "tuple[str, Sequence[int], int, np.ndarray]":
+        """``_feed`` for a value that is not already a C-contiguous array of the dtype
+        the plan takes: converted (copied) as needed."""
         arg = self._inputs[k]
         want = self._feed_dtypes[k]
         if isinstance(value, OrtValue) or (
@@ -914,10 +956,11 @@ class InferenceSession:
             )
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
-        array = np.ascontiguousarray(array)
-        return name, list(array.shape), array.tobytes()
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        return name, array.shape, _address(array), array
 
-    def _feeds(self, input_feed: Mapping[str, Any]) -> List["tuple[str, List[int], bytes]"]:
+    def _feeds(self, input_feed: Mapping[str, Any]) -> List["tuple[str, List[int], int, np.ndarray]"]:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument("input_feed: expected a dict of input name -> array")
         unknown = [k for k in input_feed if k not in self._input_index]
@@ -980,7 +1023,7 @@ class InferenceSession:
         feeds = self._feeds(input_feed)
         wanted = self._output_indices(output_names)
         raw = self._run_native(feeds, run_options, keep=False)
-        return [_array(*raw[k]) for k in wanted]
+        return [_array(raw[k]) for k in wanted]
 
     def decode_loop(self) -> "DecodeLoop":
         """A generation loop over this session (see :class:`DecodeLoop`): each step's
@@ -1223,14 +1266,14 @@ class DecodeLoop:
         if missing:
             raise InvalidArgument(f"missing input(s): {', '.join(missing)}")
         feeds = [self._session._feed(k, input_feed[n]) for k, n in zip(self._feeds, names)]
-        return [_array(*raw) for raw in self._native.step(feeds)]
+        return [_array(raw) for raw in self._native.step(feeds)]
 
     def cache(self, name: str) -> np.ndarray:
         """The cache the next step reads for ``name`` (a past input's or a present
         output's name), as a copy."""
         for k, (past, present) in enumerate(self.cache_names):
             if name in (past, present):
-                return _array(*self._native.cache(k))
+                return _array(self._native.cache(k))
         raise InvalidArgument(
             f"no cache named {name!r} (the loop's: "
             f"{', '.join(p for pair in self.cache_names for p in pair)})"
