@@ -24,6 +24,8 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
 
+pub mod parse;
+
 /// A symbol's name, shared: one thin pointer (8 bytes, where `Arc<str>` takes 16), so
 /// that a [`Dim`](crate::meta::Dim) stays 16 bytes and a node's metadata stays small.
 pub type Symbol = Arc<Box<str>>;
@@ -134,6 +136,12 @@ impl SymExpr {
     /// The symbol `name`.
     pub fn sym(name: &str) -> SymExpr {
         SymExpr::atom(Atom::Sym(symbol(name)))
+    }
+
+    /// The expression `text` writes in the form `Display` gives (`past + 1`,
+    /// `(s + 1) // 2`, `min(a, b)`), or `None` where it is not one (see [`parse`]).
+    pub fn parse(text: &str) -> Option<SymExpr> {
+        parse::parse(text)
     }
 
     /// The symbol `name`, sharing its storage.
@@ -680,7 +688,11 @@ impl fmt::Display for Atom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Atom::Sym(s) => f.write_str(s),
-            Atom::FloorDiv(e, d) if e.terms.len() > 1 => write!(f, "({e}) // {d}"),
+            // Parenthesised where `//` would otherwise read more than the operand
+            // (`(s + 1) // 2`, `(-s) // 2`), so that [`parse`] reads it back.
+            Atom::FloorDiv(e, d) if e.terms.len() > 1 || e.terms.iter().any(|t| t.coeff < 0) => {
+                write!(f, "({e}) // {d}")
+            }
             Atom::FloorDiv(e, d) => write!(f, "{e} // {d}"),
             Atom::Min(v) | Atom::Max(v) => {
                 f.write_str(if matches!(self, Atom::Min(_)) {
@@ -720,13 +732,19 @@ impl fmt::Display for SymExpr {
                 (0, _) => {}
                 _ => write!(f, " {sign} ")?,
             }
-            let mut first = true;
-            for a in &t.factors {
-                if !first {
+            for (j, a) in t.factors.iter().enumerate() {
+                if j > 0 {
                     f.write_str("*")?;
                 }
-                first = false;
-                write!(f, "{a}")?;
+                // `//` reads left to right at the precedence of `*`, and a leading
+                // minus binds tighter: a floor division after another factor, or first
+                // in a negated leading term, is parenthesised (`a*(s // 2)`,
+                // `-(s // 2)`), so that [`parse`] reads the same expression back.
+                let wrap = matches!(a, Atom::FloorDiv(..)) && (j > 0 || (i == 0 && t.coeff < 0));
+                match wrap {
+                    true => write!(f, "({a})")?,
+                    false => write!(f, "{a}")?,
+                }
             }
             if t.factors.is_empty() {
                 write!(f, "{mag}")?;
@@ -975,7 +993,61 @@ mod properties {
         })
     }
 
+    /// An expression over more symbols than [`expr`], with products of symbols.
+    fn wide_expr() -> impl Strategy<Value = SymExpr> {
+        let leaf = prop_oneof![
+            (-9i64..10).prop_map(SymExpr::int),
+            prop::sample::select(vec!["a", "b", "past", "seq_len", "_s0"]).prop_map(SymExpr::sym),
+        ];
+        leaf.prop_recursive(4, 32, 3, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone()).prop_filter_map("limits", |(x, y)| x.add(&y)),
+                (inner.clone(), inner.clone()).prop_filter_map("limits", |(x, y)| x.sub(&y)),
+                (inner.clone(), inner.clone()).prop_filter_map("limits", |(x, y)| x.mul(&y)),
+                (inner.clone(), 1i64..7)
+                    .prop_filter_map("limits", |(x, d)| x.div_floor(&SymExpr::int(d))),
+                (inner.clone(), 2i64..5).prop_filter_map("limits", |(x, d)| x.rem_const(d)),
+                prop::collection::vec(inner.clone(), 2..4)
+                    .prop_filter_map("limits", |v| SymExpr::extreme_of(&v, true)),
+                prop::collection::vec(inner, 2..4)
+                    .prop_filter_map("limits", |v| SymExpr::extreme_of(&v, false)),
+            ]
+        })
+    }
+
+    fn at_wide(e: &SymExpr, vals: &[i64; 5]) -> Result<i64, EvalError> {
+        e.eval(&|s| match s {
+            "a" => Some(vals[0]),
+            "b" => Some(vals[1]),
+            "past" => Some(vals[2]),
+            "seq_len" => Some(vals[3]),
+            "_s0" => Some(vals[4]),
+            _ => None,
+        })
+    }
+
     proptest! {
+        /// What `Display` writes parses back into the same expression, with the same
+        /// value at every binding.
+        #[test]
+        fn display_parses_back(e in wide_expr(), vals in prop::array::uniform5(0i64..50)) {
+            let text = e.to_string();
+            let back = SymExpr::parse(&text);
+            prop_assert_eq!(back.as_ref(), Some(&e), "{}", text);
+            if let (Some(back), Ok(v)) = (back, at_wide(&e, &vals)) {
+                prop_assert_eq!(at_wide(&back, &vals), Ok(v), "{}", text);
+            }
+        }
+
+        /// Any text: no panic, and what parses is an expression whose text parses to it
+        /// again.
+        #[test]
+        fn any_text_parses_or_not_without_panic(text in "[-+*/%(), a-c0-9_minax]{0,40}") {
+            if let Some(e) = SymExpr::parse(&text) {
+                prop_assert_eq!(SymExpr::parse(&e.to_string()), Some(e));
+            }
+        }
+
         /// Floor division by a constant, in its normal form, has the value of Python's
         /// `//` at every binding.
         #[test]
