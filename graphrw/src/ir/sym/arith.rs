@@ -177,7 +177,7 @@ impl SymExpr {
     }
 
     /// `self / other` where `other` is one term dividing every term of `self`.
-    fn div_exact(&self, other: &SymExpr) -> Option<SymExpr> {
+    pub(super) fn div_exact(&self, other: &SymExpr) -> Option<SymExpr> {
         let [divisor] = other.terms.as_slice() else {
             return None;
         };
@@ -208,6 +208,16 @@ impl SymExpr {
     /// The smallest (`min`) or largest of any number of expressions, in the normal
     /// form of the module docs; `None` for no expression, or past the limits.
     pub fn extreme_of(exprs: &[SymExpr], min: bool) -> Option<SymExpr> {
+        SymExpr::extreme_by(exprs, min, &SymExpr::sign)
+    }
+
+    /// [`SymExpr::extreme_of`], deciding which member beats another by `sign` of their
+    /// difference (the bounds of [`super::bounds`] decide more than [`SymExpr::sign`]).
+    pub(super) fn extreme_by(
+        exprs: &[SymExpr],
+        min: bool,
+        sign: &dyn Fn(&SymExpr) -> Sign,
+    ) -> Option<SymExpr> {
         let mut members: Vec<SymExpr> = Vec::with_capacity(exprs.len());
         for e in exprs {
             match e.as_extreme(min) {
@@ -228,7 +238,19 @@ impl SymExpr {
                 if i == j || !keep[i] {
                     continue;
                 }
-                let beats = match members[i].sub(&members[j])?.sign() {
+                let diff = members[i].sub(&members[j])?;
+                // What `sign` knows of the difference, or of its negation.
+                let known = match sign(&diff) {
+                    Sign::Unknown => match sign(&diff.neg()?) {
+                        Sign::Positive => Sign::Negative,
+                        Sign::Negative => Sign::Positive,
+                        Sign::NonNegative => Sign::NonPositive,
+                        Sign::NonPositive => Sign::NonNegative,
+                        s => s,
+                    },
+                    s => s,
+                };
+                let beats = match known {
                     Sign::Zero | Sign::Negative | Sign::NonPositive => min,
                     Sign::Positive | Sign::NonNegative => !min,
                     Sign::Unknown => false,

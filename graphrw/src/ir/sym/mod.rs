@@ -22,14 +22,16 @@
 //!
 //! The subsystem: this module (the types, `Display`), `arith.rs` (the operations and
 //! their normal forms), `value.rs` (evaluation, signs, comparisons, substitution),
-//! [`parse`] (the text `Display` writes, read back) and [`assume`] (the equalities
-//! inference assumes between dims).
+//! [`parse`] (the text `Display` writes, read back), [`bounds`] (lower bounds on
+//! symbols, `seq >= 1`, and what they decide) and [`assume`] (the
+//! equalities inference assumes between dims).
 
 use std::fmt;
 use std::sync::Arc;
 
 mod arith;
 pub mod assume;
+pub mod bounds;
 pub mod parse;
 #[cfg(test)]
 mod properties;
