@@ -8,7 +8,9 @@
 //! For every model:
 //! - the import leaves no op opaque: the shape arithmetic (`Shape`, `Gather`, `Concat`,
 //!   ...) folds into symbolic attributes and the shape subgraph is dead;
-//! - `rules::optimize` fuses every attention site the manifest counts;
+//! - `rules::optimize` fuses every attention site the manifest counts, and every GELU
+//!   (each `erf` of these exports is one, TorchScript's with its `0.5` after the next
+//!   product);
 //! - one plan runs both test sets, at batch 3 × length 11 and batch 1 × length 40
 //!   (neither the export's shape), within 1e-4 + 1e-3 · max|y| of onnxruntime's reference;
 //! - the written model keeps the symbolic dims as `dim_param`s, loads back, and
@@ -124,6 +126,8 @@ fn every_site_fuses_and_one_plan_runs_every_shape() {
     let mut failures = Vec::new();
     for (dir, sites) in manifest() {
         let (name, mut g) = (short(&dir), load(&dir));
+        // Every `erf` of these exports is a GELU's, in whichever spelling.
+        let erfs = g.op_counts().get("erf").copied().unwrap_or(0);
         let report = rules::optimize(&mut g).unwrap_or_else(|e| panic!("{name}: {e}"));
         verify(&g).unwrap_or_else(|e| panic!("{name}: {e}"));
         let fused = report
@@ -133,6 +137,14 @@ fn every_site_fuses_and_one_plan_runs_every_shape() {
             .unwrap_or(0);
         if fused != sites {
             failures.push(format!("{name}: {fused} of {sites} attention sites fused"));
+        }
+        let ops = g.op_counts();
+        let gelus: usize = ["fused.gelu_erf", "fused.bias_gelu"]
+            .iter()
+            .filter_map(|k| ops.get(k))
+            .sum();
+        if gelus != erfs || ops.contains_key("erf") {
+            failures.push(format!("{name}: {gelus} of {erfs} GELUs fused"));
         }
         let p = plan(&g, &default_stack()).unwrap_or_else(|e| panic!("{name}: plan: {e}"));
         let sets = test_sets(&dir);

@@ -16,10 +16,13 @@
 use smallvec::SmallVec;
 
 use crate::assume::Assumption;
+use crate::graph::Graph;
 use crate::meta::{Dim, Shape, Symbol, TensorMeta};
 use crate::ops::AttrValue;
 
 use super::executor::NodeView;
+use super::value::RunValue;
+use super::ExecError;
 
 /// The values of the symbols for one run: a short list (models have a few symbols),
 /// searched by pointer first (the graph shares each symbol's name), which is cheaper
@@ -232,6 +235,67 @@ pub(crate) struct Broken {
     pub(crate) message: String,
 }
 
+/// Checks the inputs against the graph's and binds the symbols of their shapes.
+pub(crate) fn check_inputs(g: &Graph, inputs: &[RunValue]) -> Result<Bindings, ExecError> {
+    if inputs.len() != g.inputs().len() {
+        return Err(ExecError::Input {
+            input: String::new(),
+            message: format!(
+                "the graph takes {} inputs, {} given",
+                g.inputs().len(),
+                inputs.len()
+            ),
+        });
+    }
+    if !g.assumptions().is_empty() {
+        let mut seen = Vec::with_capacity(inputs.len());
+        for (&id, t) in g.inputs().iter().zip(inputs) {
+            let node = g.try_node(id)?;
+            seen.push((node.name().unwrap_or("?"), &node.outputs()[0], t.shape()));
+        }
+        check_assumptions(&seen, g.assumptions()).map_err(|b| ExecError::Input {
+            input: b.input,
+            message: b.message,
+        })?;
+    }
+    let mut bindings = Bindings::default();
+    for (&id, t) in g.inputs().iter().zip(inputs) {
+        let node = g.try_node(id)?;
+        let name = node.name().unwrap_or("?").to_string();
+        let meta: &TensorMeta = &node.outputs()[0];
+        let bad = |message: String| ExecError::Input {
+            input: name.clone(),
+            message,
+        };
+        if t.dtype() != meta.dtype {
+            return Err(bad(format!(
+                "expected {}, got a {} tensor",
+                meta,
+                t.dtype()
+            )));
+        }
+        bindings
+            .bind_shape(meta, t.shape(), &|| format!("expected {meta}"))
+            .map_err(bad)?;
+    }
+    // An input's dim written over symbols a later input binds (`past + 1` before
+    // `past`) is checked now that every input is bound.
+    for (&id, t) in g.inputs().iter().zip(inputs) {
+        let node = g.try_node(id)?;
+        let meta: &TensorMeta = &node.outputs()[0];
+        if meta.shape.dims().iter().any(|d| matches!(d, Dim::Expr(_))) {
+            bindings
+                .bind_shape(meta, t.shape(), &|| format!("expected {meta}"))
+                .map_err(|message| ExecError::Input {
+                    input: node.name().unwrap_or("?").to_string(),
+                    message,
+                })?;
+        }
+    }
+    bindings.bind_assumed(g.assumptions());
+    Ok(bindings)
+}
+
 /// Checks a run's inputs (`(name, metadata, shape)`) against the graph's assumptions
 /// before they are bound: each input's dims are read as they were before the
 /// assumptions were substituted into them, so that the two symbols an assumption made
@@ -300,4 +364,99 @@ pub(crate) fn check_assumptions(
         return Err(Broken { input, message });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::exec::interpreter::tests::ramp;
+    use crate::exec::{default_stack, plan, reference_stack};
+    use crate::{Builder, DType, Shape, Tensor, TensorMeta};
+
+    /// `[n, 4] -> reshape [-1, 6]`: the -1 is `n*4/6`, which no expression says exactly, so
+    /// it is a fresh symbol that the reshape's result binds (a data-dependent size);
+    /// then `x * 2` over `[n, 4]` and a `full([n, 4])` whose size attribute is symbolic.
+    fn symbolic_graph() -> crate::Graph {
+        use crate::meta::{Dim, SymExpr};
+        use crate::ops::{lookup, AttrValue};
+        let b = Builder::new();
+        let x = b
+            .input(
+                "x",
+                TensorMeta::new(DType::F32, Shape::from(vec![Dim::sym("n"), Dim::Known(4)])),
+            )
+            .value();
+        let op = |name: &str| lookup(name).expect("built-in op");
+        let two = b.constant(Tensor::scalar(2.0f32)).value();
+        let doubled = b.apply(op("mul"), &[x, two], &[]).expect("mul")[0];
+        let size = AttrValue::Dims(vec![SymExpr::sym("n"), SymExpr::int(4)]);
+        let ones = b
+            .apply(
+                op("full"),
+                &[],
+                &[("size", size), ("value", AttrValue::Float(1.0))],
+            )
+            .expect("full")[0];
+        let y = b.apply(op("add"), &[doubled, ones], &[]).expect("add")[0];
+        let r = b
+            .apply(
+                op("reshape"),
+                &[x],
+                &[("shape", AttrValue::Ints(vec![-1, 6]))],
+            )
+            .expect("reshape")[0];
+        b.output(&[b.var(y), b.var(r)]).expect("output");
+        b.finish()
+    }
+
+    /// A plan reuses the last run's bound views only for inputs that bind the same
+    /// values, and a graph with a size that data decides binds every run afresh: every
+    /// run, at shapes alternating and repeating, matches a plan made for that run alone.
+    #[test]
+    fn bound_views_are_reused_only_for_the_same_binding() {
+        let g = symbolic_graph();
+        let p = plan(&g, &default_stack()).expect("plan");
+        for n in [3usize, 3, 6, 3, 9, 9] {
+            let x = ramp(&[n, 4], 0.5);
+            let (got, _) = p.run(std::slice::from_ref(&x)).expect("run");
+            let fresh = plan(&g, &reference_stack()).expect("plan");
+            let (want, _) = fresh.run(std::slice::from_ref(&x)).expect("run");
+            assert_eq!(got[0].shape(), &[n, 4]);
+            assert_eq!(got[1].shape(), &[n * 4 / 6, 6]);
+            let tol = graphrw_kernels::testing::compare::Tol::new(1e-6, 1e-6);
+            graphrw_kernels::testing::compare::assert_close_tensors(
+                &got,
+                &want,
+                tol,
+                &format!("n = {n}"),
+            );
+        }
+        // Without the data-dependent reshape the views are cached; a run at another
+        // shape after a cached one still binds the new values.
+        let b = Builder::new();
+        let x = b.input(
+            "x",
+            TensorMeta::new(
+                DType::F32,
+                Shape::from(vec![crate::meta::Dim::sym("n"), crate::meta::Dim::Known(4)]),
+            ),
+        );
+        let y = x.softmax(-1).expect("softmax");
+        b.output(&[y]).expect("output");
+        let g = b.finish();
+        let p = plan(&g, &default_stack()).expect("plan");
+        let reference = plan(&g, &reference_stack()).expect("plan");
+        for n in [2usize, 2, 5, 2] {
+            let x = [ramp(&[n, 4], 0.1)];
+            let (got, _) = p.run(&x).expect("run");
+            let (want, _) = reference.run(&x).expect("run");
+            assert_eq!(got[0].shape(), &[n, 4], "n = {n}");
+            let tol = graphrw_kernels::testing::compare::Tol::new(1e-6, 1e-6);
+            graphrw_kernels::testing::compare::assert_close_tensors(
+                &got,
+                &want,
+                tol,
+                &format!("n = {n}"),
+            );
+        }
+    }
 }

@@ -547,3 +547,4 @@ pub(crate) mod node;
 mod table_row;
 #[cfg(test)]
 mod tests;
+mod value_info;

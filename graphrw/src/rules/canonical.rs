@@ -29,6 +29,9 @@
 //! - relative-position scores: a scale after a bias on the scores
 //!   (`(q @ kT + bias) * s`, Transformer-XL's content plus shifted position scores) is
 //!   applied to each (`q @ kT * s + bias * s`), so the bias is an additive mask;
+//! - GELU: `x * (1 + erf(x / sqrt(2)))` with its `0.5` applied elsewhere is twice the
+//!   decomposed GELU (`x * 0.5 * (1 + erf(..)) * 2`), which the kernels pass fuses; a
+//!   scale by exactly 1 goes;
 //! - scales: a scalar factor moves after the layout ops (`reshape`, `transpose`,
 //!   `permute`, `unsqueeze`, `expand`) that follow it, so a scale applied to q or k
 //!   right after their projection meets the `matmul`.
@@ -362,6 +365,31 @@ rule_set! {
         x.mul(s).mul(t)
     } => {
         x.mul(s * t)?
+    }
+
+    // A scale of exactly 1 (what `mul_mul_scalars` leaves of `* 2 * 0.5`) goes, where
+    // it broadcasts nothing: `x * 1` is `x` to the bit.
+    rule mul_by_one(x: Tensor) -> Tensor
+    where check(|x, y| x.dtype().is_float() && y.meta() == x.meta())
+    {
+        let y = x.mul(1.0);
+        y
+    } => {
+        x
+    }
+
+    // GELU with its `0.5` applied elsewhere (TorchScript's ELECTRA and GPT-NeoX write
+    // `x * (1 + erf(x / sqrt(2)))` and halve after the next `matmul`): twice the
+    // decomposed GELU, which the kernels pass fuses, the `2` moving on to meet the `0.5`.
+    // Scaling by 0.5 and by 2 is exact, so the value is the same to the bit. The full
+    // spelling `x * (1 + erf(..)) * 0.5` becomes `x * 0.5 * (1 + erf(..)) * 1`, and
+    // `mul_by_one` ends it.
+    rule gelu_erf_unhalved(x: Tensor) -> Tensor where check(|x| x.dtype().is_float()) {
+        let e = (x.div(1.4142135623730951) | x.mul(0.7071067811865476)).erf().add(1.0);
+        x.mul(e)
+    } => {
+        let e = x.mul(0.7071067811865476)?.erf()?.add(1.0)?;
+        x.mul(0.5)?.mul(e)?.mul(2.0)?
     }
 
     rule scores_two_masks(a: Tensor, b: Tensor, m1: Tensor, m2: Tensor, d: i64) -> Tensor

@@ -5,23 +5,19 @@
 
 use crate::graph::normalize_attrs;
 use crate::graph::normalize_attrs_taking;
-use crate::graph::Foreign;
 use crate::graph::Graph;
 use crate::graph::NodeId;
 use crate::graph::Value;
 use crate::meta::DType;
-use crate::meta::Dim;
-use crate::meta::Shape;
 use crate::meta::SymExpr;
 use crate::meta::TensorMeta;
 use crate::onnx::load::node::*;
+pub(crate) use crate::onnx::load::value_info::{input_meta, modelled, placeholder};
 use crate::onnx::name_key::NameKey;
-use crate::onnx::proto::DimensionValue;
 use crate::onnx::proto::GraphProto;
 use crate::onnx::proto::TensorProto;
 use crate::onnx::proto::ValueInfoProto;
 use crate::onnx::table::OpMap;
-use crate::onnx::tensor_pb::dtype_from_onnx;
 use crate::onnx::tensor_pb::tensor_from_proto;
 use crate::onnx::tensor_pb::MAX_DIM;
 use crate::onnx::OnnxError;
@@ -32,7 +28,6 @@ use crate::GraphError;
 use crate::Tensor;
 use foldhash::HashMap as FastMap;
 use graphrw_kernels::MappedFile;
-use prost::Message;
 use smallvec::SmallVec;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -183,47 +178,6 @@ impl<'m> Importer<'m> {
             rows: FastMap::default(),
             read_consts: FastMap::default(),
         })
-    }
-
-    pub(crate) fn declare_inputs(&mut self) -> Result<(), OnnxError> {
-        let proto = self.proto;
-        for vi in &proto.input {
-            if self.inits.contains_key(vi.name.as_str()) {
-                // An input with a default value (IR < 4 style): graphrw keeps the initialiser.
-                continue;
-            }
-            if self.values.contains_key(vi.name.as_str()) {
-                return Err(OnnxError::Input {
-                    name: vi.name.clone(),
-                    message: "is declared twice".into(),
-                });
-            }
-            if let Some(message) = crate::onnx::malformed::input_elem_type(vi) {
-                return Err(OnnxError::Input {
-                    name: crate::onnx::error::clip(&vi.name, 60),
-                    message,
-                });
-            }
-            let v = match modelled(vi) {
-                true => self.graph.add_input(vi.name.clone(), input_meta(vi)?),
-                // A type graphrw does not model (strings, sequences, no shape): the input
-                // keeps its ONNX type and everything that reads it stays opaque.
-                false => {
-                    let (meta, ty) = placeholder(vi);
-                    let v = self.graph.add_input(vi.name.clone(), meta);
-                    if let Some(n) = self.graph.node_mut(v.node) {
-                        n.set_foreign(Foreign {
-                            types: vec![Some(ty)],
-                            outputs: vec![true],
-                            ..Foreign::default()
-                        });
-                    }
-                    v
-                }
-            };
-            self.values.insert(vi.name.as_str(), v);
-        }
-        Ok(())
     }
 
     pub(crate) fn node_name(&self, i: usize) -> String {
@@ -717,66 +671,4 @@ impl<'m> Importer<'m> {
         }
         Ok(self.graph)
     }
-}
-
-/// True when graphrw models the value's declared type: a tensor of a supported dtype
-/// with a shape (its dims are checked by `input_meta`).
-pub(crate) fn modelled(vi: &ValueInfoProto) -> bool {
-    vi.r#type
-        .as_ref()
-        .and_then(|t| t.tensor_type.as_ref())
-        .is_some_and(|t| dtype_from_onnx(t.elem_type).is_ok() && t.shape.is_some())
-}
-
-/// Placeholder metadata for a value of a type graphrw does not model, with the
-/// encoded ONNX type to write back (see [`crate::foreign`]).
-pub(crate) fn placeholder(vi: &ValueInfoProto) -> (TensorMeta, Vec<u8>) {
-    let dtype = vi
-        .r#type
-        .as_ref()
-        .and_then(|t| t.tensor_type.as_ref())
-        .and_then(|t| dtype_from_onnx(t.elem_type).ok())
-        .unwrap_or(DType::F32);
-    let ty = vi
-        .r#type
-        .as_ref()
-        .map(|t| t.encode_to_vec())
-        .unwrap_or_default();
-    (TensorMeta::new(dtype, Shape::default()), ty)
-}
-
-pub(crate) fn input_meta(vi: &ValueInfoProto) -> Result<TensorMeta, OnnxError> {
-    let fail = |m: String| OnnxError::Input {
-        name: vi.name.clone(),
-        message: m,
-    };
-    let tt = vi
-        .r#type
-        .as_ref()
-        .and_then(|t| t.tensor_type.as_ref())
-        .ok_or_else(|| {
-            fail("is not a tensor (sequences, maps and optionals are not supported)".into())
-        })?;
-    let dtype = dtype_from_onnx(tt.elem_type).map_err(fail)?;
-    let shape = tt
-        .shape
-        .as_ref()
-        .ok_or_else(|| fail("has no shape (graphrw needs at least the rank)".into()))?;
-    let mut dims = Vec::with_capacity(shape.dim.len());
-    for (i, d) in shape.dim.iter().enumerate() {
-        dims.push(match &d.value {
-            Some(DimensionValue::DimValue(n)) if *n < 0 => {
-                return Err(fail(format!("dim {i} is negative ({n})")))
-            }
-            Some(DimensionValue::DimValue(n)) if *n as u64 > MAX_DIM => {
-                return Err(fail(format!(
-                    "dim {i} is {n}, larger than graphrw accepts (2^48)"
-                )))
-            }
-            Some(DimensionValue::DimValue(n)) => Dim::Known(*n as u64),
-            Some(DimensionValue::DimParam(p)) if !p.is_empty() => Dim::sym(p),
-            _ => Dim::sym(&format!("{}_dim{i}", vi.name)),
-        });
-    }
-    Ok(TensorMeta::new(dtype, Shape::from(dims)))
 }

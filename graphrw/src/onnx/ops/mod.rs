@@ -13,7 +13,7 @@
 //! | `normalization.rs` | `Softmax`/`LogSoftmax` before opset 13, `BatchNormalization`, `ReduceLogSumExp` (decomposed) | (through the table, or `function.rs`) |
 //! | `shape.rs` | `Reshape`, `Expand`, `Flatten`, `Unsqueeze`, `Split`, `Slice`, `Tile` of dims of 1, `Pad` (constant) | `transpose`, `reshape`, `expand`, `unsqueeze`, `split`, `slice` |
 //! | `source.rs` | `Constant`, `ConstantOfShape`, `Range` | `full`/`zeros`/`ones`, `arange`, `sym_ints` |
-//! | `shape_arith.rs` | `Shape`, `Gather`, `Concat`, ... of shapes, folded symbolically | symbolic attributes as `Shape`/`Gather`/arithmetic |
+//! | `shape_arith/` | `Shape`, `Gather`, `Concat`, ... of shapes, folded symbolically (`fold.rs`) | symbolic attributes as `Shape`/`Gather`/arithmetic (`write.rs`) |
 //! | `attention.rs` | `Attention` (opset 23) | `scaled_dot_product_attention` |
 //! | `rotary.rs` | `RotaryEmbedding` (opset 23), as its decomposition | `fused.rotary_embedding` where exact |
 //! | `function.rs` | model-local functions, inlined | fused ops as standard ops or function calls |

@@ -3,7 +3,7 @@
 //! `expand`), and `Pad` in constant mode with constant pads of at least 0 (as a
 //! `concat` with `full` blocks, symbolic where the other dims are); `transpose`, `reshape`, `expand`, `unsqueeze`, `split` and `slice` out,
 //! their shapes as initialisers or, when symbolic, as shape arithmetic
-//! (`shape_arith.rs`).
+//! (`shape_arith/`).
 
 use crate::graph::Node;
 use crate::meta::normalize_axis;
