@@ -692,7 +692,7 @@ mod tests {
         let g = b.finish();
         let (x1, x2) = (ramp(&[s, h], 0.01), ramp(&[s, h], -0.003));
         let p = plan(&g, &default_stack()).expect("plans");
-        let node = p.graph().nodes_with_op(op.name).next().expect("kept");
+        let node = p.graph().nodes_of(op).next().expect("kept");
         assert_eq!(p.executor_of(node), Some(crate::exec::GENERATED_CPU));
         let (first, _) = p.run(std::slice::from_ref(&x1)).expect("runs");
         let bytes = first[0].nbytes();

@@ -7,7 +7,7 @@ use std::fmt;
 use super::GradError;
 use crate::builder::{Builder, Var};
 use crate::meta::TensorMeta;
-use crate::ops::{AttrValue, Attrs, Op, OpDef};
+use crate::ops::{AttrValue, Attrs, Op, OpDef, OpId};
 use crate::Value;
 
 /// What a vjp rule returns: one optional gradient per operand of the node, in operand
@@ -128,10 +128,10 @@ impl fmt::Debug for VjpContext<'_> {
     }
 }
 
-/// Vjp rules by op name: the built-in rules plus any user ops registered on it.
+/// Vjp rules by op ([`OpId`]): the built-in rules plus any user ops registered on it.
 #[derive(Clone)]
 pub struct GradRegistry {
-    rules: BTreeMap<&'static str, (&'static OpDef, VjpFn)>,
+    rules: BTreeMap<OpId, (&'static OpDef, VjpFn)>,
 }
 
 impl Default for GradRegistry {
@@ -142,7 +142,9 @@ impl Default for GradRegistry {
 
 impl fmt::Debug for GradRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.rules.keys()).finish()
+        f.debug_set()
+            .entries(self.rules.values().map(|(op, _)| op.name))
+            .finish()
     }
 }
 
@@ -160,7 +162,7 @@ impl GradRegistry {
         let mut r = GradRegistry::empty();
         for &op in Op::ALL {
             if let Some(rule) = super::vjp_rules::builtin_rule(op) {
-                r.rules.insert(op.name(), (op.def(), rule));
+                r.rules.insert(op.into(), (op.def(), rule));
             }
         }
         r
@@ -169,16 +171,16 @@ impl GradRegistry {
     /// Registers (or replaces) the rule of `op` — Thunder's `register_grad`/
     /// `grad_transform`. A registered rule wins over the op's decomposition.
     pub fn register(&mut self, op: &'static OpDef, rule: VjpFn) -> &mut GradRegistry {
-        self.rules.insert(op.name, (op, rule));
+        self.rules.insert(op.id(), (op, rule));
         self
     }
 
     /// The rule of `op`, if one is registered.
     pub fn get(&self, op: &OpDef) -> Option<VjpFn> {
-        self.rules.get(op.name).map(|&(_, rule)| rule)
+        self.rules.get(&op.id()).map(|&(_, rule)| rule)
     }
 
-    /// The ops that have rules, by name.
+    /// The ops that have rules, by [`OpId`] (the built-ins first, in table order).
     pub fn ops(&self) -> impl Iterator<Item = &'static OpDef> + '_ {
         self.rules.values().map(|&(op, _)| op)
     }

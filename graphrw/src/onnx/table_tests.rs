@@ -19,7 +19,7 @@ use crate::onnx::proto::{
     OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
 };
 use crate::onnx::table::{saving, Dir, HeldValues, OnnxKind, OpMap, Place, Shape, OPS};
-use crate::ops::AttrValue;
+use crate::ops::{AttrValue, Op};
 
 /// An ONNX argument value.
 #[derive(Clone, Debug, PartialEq)]
@@ -331,7 +331,7 @@ fn check_loaded(r: &OpMap, opset: i64, model: &ModelProto) -> Result<Graph, Stri
         .filter(|n| !matches!(n.op_name(), "input" | "constant"))
         .collect();
     let want = if r.fold { 2 } else { 1 };
-    if made.len() != want || made.iter().any(|n| n.op_name() != r.op.name) {
+    if made.len() != want || made.iter().any(|n| n.op().id() != r.op.id()) {
         let ops: Vec<&str> = made.iter().map(|n| n.op_name()).collect();
         return Err(format!(
             "opset {opset}: loads as {ops:?}, want {want} `{}`",
@@ -629,7 +629,7 @@ fn ops_of(g: &Graph) -> Vec<String> {
         .filter_map(|id| g.node(id))
         .filter(|n| !matches!(n.op_name(), "input" | "constant"))
         .map(|n| match n.attrs().str("op_type") {
-            Ok(t) if n.op_name() == "opaque" => format!("opaque {t}"),
+            Ok(t) if n.op().is(Op::Opaque) => format!("opaque {t}"),
             _ => n.op_name().to_string(),
         })
         .collect()

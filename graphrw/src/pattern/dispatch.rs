@@ -26,10 +26,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::op_index::VACANT;
-use crate::ops::{same_name, AttrValue, Op};
+use crate::ops::{AttrValue, Op, OpId};
 use crate::pattern::claims::Claims;
 use crate::pattern::matcher::attr_literal_matches;
-use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
+use crate::pattern::op_ids::{OpIds, OpKey, NO_OP};
 use crate::pattern::NodeMatcher;
 use crate::pattern::{AttrPat, Match, MatchOptions, OpPat, PatNode, Pattern, Rule, RuleSet};
 use crate::{Graph, Node, NodeId};
@@ -54,7 +54,7 @@ pub struct Dispatch {
     /// scalar-parameter operands (no rule names the `constant` op itself): a constant
     /// of more than one element then takes the default branch, since it can match
     /// none of those. [`NO_OP`] otherwise.
-    scalar_constant: OpId,
+    scalar_constant: OpKey,
     /// Which rules may claim which others' matches ([`Claims`]), found at first use.
     claims: OnceLock<Claims>,
 }
@@ -98,7 +98,7 @@ impl LazyTree {
                     .iter()
                     .map(|ops| {
                         ops.as_ref().map(|ops| {
-                            let mut ids: Vec<OpId> = ops.iter().map(|&o| ids.by_name(o)).collect();
+                            let mut ids: Vec<OpKey> = ops.iter().map(|&o| ids.key(o)).collect();
                             ids.sort_unstable();
                             ids.dedup();
                             ids
@@ -145,7 +145,7 @@ enum TreeNode {
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct AttrTest {
     path: Option<u8>,
-    op: &'static str,
+    op: OpId,
     index: usize,
     pat: &'static AttrPat,
 }
@@ -154,8 +154,9 @@ impl AttrTest {
     fn passes(&self, graph: &Graph, anchor: &Node) -> bool {
         let node = match self.path {
             None => Some(anchor),
-            Some(p) => at_path(graph, anchor, SWITCH_PATHS[p as usize])
-                .filter(|n| same_name(n.op_name(), self.op)),
+            Some(p) => {
+                at_path(graph, anchor, SWITCH_PATHS[p as usize]).filter(|n| n.op().id() == self.op)
+            }
         };
         node.and_then(|n| n.attr_values().get(self.index))
             .is_some_and(|v| literal(self.pat, v))
@@ -179,7 +180,7 @@ struct Entry {
 #[derive(Clone, Debug)]
 struct Need {
     /// Per path of [`SWITCH_PATHS`], the ops its producer may have (`None`: anything).
-    operand_ops: Vec<Option<Vec<&'static str>>>,
+    operand_ops: Vec<Option<Vec<OpId>>>,
     entry: Entry,
 }
 
@@ -206,18 +207,18 @@ impl Dispatch {
 
     /// The dispatch of `rules`, tried in the given order.
     pub fn new(rules: Vec<&'static Rule>) -> Dispatch {
-        let mut needs: BTreeMap<&'static str, Vec<Need>> = BTreeMap::new();
-        let mut tests: BTreeMap<&'static str, Vec<AttrTest>> = BTreeMap::new();
+        let mut needs: BTreeMap<OpId, Vec<Need>> = BTreeMap::new();
+        let mut tests: BTreeMap<OpId, Vec<AttrTest>> = BTreeMap::new();
         for (i, rule) in rules.iter().enumerate() {
             let p = rule.pattern;
             let Some(root) = p.roots.first() else {
                 continue;
             };
             for op in p.anchors {
-                let tests = tests.entry(op.name).or_default();
-                let list = needs.entry(op.name).or_default();
+                let tests = tests.entry(op.id()).or_default();
+                let list = needs.entry(op.id()).or_default();
                 let mut found = Vec::new();
-                anchor_needs(p, root.node, op.name, i as u32, tests, &mut found);
+                anchor_needs(p, root.node, op.id(), i as u32, tests, &mut found);
                 for n in found {
                     if !list
                         .iter()
@@ -228,26 +229,17 @@ impl Dispatch {
                 }
             }
         }
-        let ids = OpIds::new(
-            needs.iter().flat_map(|(&op, needs)| {
-                let operand_ops = needs
-                    .iter()
-                    .flat_map(|n| n.operand_ops.iter().flatten().flatten().copied());
-                std::iter::once(op).chain(operand_ops).collect::<Vec<_>>()
-            }),
-            rules
+        let ids = OpIds::new(needs.iter().flat_map(|(&op, needs)| {
+            let operand_ops = needs
                 .iter()
-                .flat_map(|r| r.pattern.nodes.iter())
-                .filter_map(|n| match n {
-                    PatNode::Op(o) => Some(o.op),
-                    _ => None,
-                }),
-        );
+                .flat_map(|n| n.operand_ops.iter().flatten().flatten().copied());
+            std::iter::once(op).chain(operand_ops).collect::<Vec<_>>()
+        }));
         let mut trees: Vec<Option<LazyTree>> = (0..ids.len()).map(|_| None).collect();
         for (op, needs) in needs {
-            trees[ids.by_name(op) as usize] = Some(LazyTree {
+            trees[ids.key(op) as usize] = Some(LazyTree {
                 needs,
-                tests: tests.remove(op).unwrap_or_default(),
+                tests: tests.remove(&op).unwrap_or_default(),
                 tree: OnceLock::new(),
             });
         }
@@ -258,7 +250,7 @@ impl Dispatch {
                 .any(|n| matches!(n, PatNode::Op(o) if o.op.is(Op::Constant)))
         });
         let scalar_constant = if scalar_constants_only {
-            ids.by_name(crate::ops::builtin::CONSTANT.name)
+            ids.key(Op::Constant.into())
         } else {
             NO_OP
         };
@@ -283,8 +275,8 @@ impl Dispatch {
     /// distinct ops in the graph.
     pub(super) fn keys(&self, graph: &Graph) -> GraphKeys {
         let mut ids = Vec::with_capacity(2 * graph.coded_ops().len());
-        for name in graph.coded_ops() {
-            let id = self.ids.by_name(name);
+        for op in graph.coded_ops() {
+            let id = self.ids.key(op);
             // Code 2k: not a one-element constant; 2k + 1: a one-element constant.
             ids.extend([self.switch_id(id, false), self.switch_id(id, true)]);
         }
@@ -294,7 +286,7 @@ impl Dispatch {
     /// The key a switch reads for a node of op id `op`: a constant of more than one
     /// element (`scalar` false) reads as [`NO_OP`] when only literal and scalar
     /// operands ask for `constant`, since it can match none of them.
-    fn switch_id(&self, op: OpId, scalar: bool) -> OpId {
+    fn switch_id(&self, op: OpKey, scalar: bool) -> OpKey {
         if op == self.scalar_constant && !scalar {
             NO_OP
         } else {
@@ -316,7 +308,7 @@ impl Dispatch {
     /// no rule names, or a constant of more than one element when only literal and
     /// scalar operands ask for `constant`).
     #[inline]
-    fn key(&self, keys: &GraphKeys, graph: &Graph, id: NodeId) -> OpId {
+    fn key(&self, keys: &GraphKeys, graph: &Graph, id: NodeId) -> OpKey {
         let code = graph.op_codes().get(id.index()).copied().unwrap_or(VACANT);
         match keys.ids.get(code as usize) {
             Some(&key) => key,
@@ -327,7 +319,7 @@ impl Dispatch {
     }
 
     /// [`Dispatch::key`] read from the node itself.
-    fn key_of_node(&self, node: &Node) -> OpId {
+    fn key_of_node(&self, node: &Node) -> OpKey {
         self.switch_id(self.ids.id(node.op()), node.is_scalar_constant())
     }
 
@@ -350,7 +342,7 @@ impl Dispatch {
     }
 
     /// The key of switch path `pos` below `node`, for a path two operands deep.
-    fn deep_key(&self, keys: &GraphKeys, graph: &Graph, node: &Node, pos: usize) -> OpId {
+    fn deep_key(&self, keys: &GraphKeys, graph: &Graph, node: &Node, pos: usize) -> OpKey {
         let &[i, j] = SWITCH_PATHS[pos] else {
             unreachable!("switch paths past the third are two operands deep")
         };
@@ -458,8 +450,8 @@ impl Dispatch {
 
 /// Key `pos` of [`Dispatch::direct_keys`]' packed keys (`None` past the third).
 #[inline]
-fn unpack(packed: u64, pos: usize) -> Option<OpId> {
-    (pos < 3).then(|| (packed >> (16 * pos)) as OpId)
+fn unpack(packed: u64, pos: usize) -> Option<OpKey> {
+    (pos < 3).then(|| (packed >> (16 * pos)) as OpKey)
 }
 
 /// How many node slots [`Dispatch::read_block_ahead`] looks at together.
@@ -495,7 +487,7 @@ fn read_ahead(graph: &Graph, from: usize, n: usize) {
 #[derive(Debug)]
 pub(super) struct GraphKeys {
     /// By op code: two per op the graph had when they were made.
-    ids: Vec<OpId>,
+    ids: Vec<OpKey>,
 }
 
 impl GraphKeys {
@@ -575,13 +567,13 @@ fn literal(pat: &AttrPat, v: &AttrValue) -> bool {
 fn anchor_needs(
     p: &'static Pattern,
     at: u16,
-    op: &'static str,
+    op: OpId,
     rule: u32,
     tests: &mut Vec<AttrTest>,
     out: &mut Vec<Need>,
 ) {
     match &p.nodes[at as usize] {
-        PatNode::Op(o) if o.op.name == op => {
+        PatNode::Op(o) if o.op.id() == op => {
             let orders: &[bool] = if o.op.commutative && o.operands.len() >= 2 {
                 &[true, false]
             } else {
@@ -649,7 +641,7 @@ fn literal_attrs(path: Option<u8>, o: &'static OpPat) -> impl Iterator<Item = At
         .filter(|a| !matches!(a.pat, AttrPat::Param(_)))
         .map(move |a| AttrTest {
             path,
-            op: o.op.name,
+            op: o.op.id(),
             index: a.index,
             pat: &a.pat,
         })
@@ -658,8 +650,8 @@ fn literal_attrs(path: Option<u8>, o: &'static OpPat) -> impl Iterator<Item = At
 /// Per path of [`SWITCH_PATHS`], the ops a match needs there, for an anchor whose
 /// pattern operands are `operands` (`swap`: operands 0 and 1 exchanged, the other order
 /// of a commutative anchor). Trailing paths that need nothing are left out.
-fn path_ops(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<Vec<&'static str>>> {
-    let mut out: Vec<Option<Vec<&'static str>>> = path_nodes(p, operands, swap)
+fn path_ops(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<Vec<OpId>>> {
+    let mut out: Vec<Option<Vec<OpId>>> = path_nodes(p, operands, swap)
         .into_iter()
         .map(|at| top_ops(p, at?))
         .collect();
@@ -697,10 +689,10 @@ fn path_nodes(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<u16>> {
 }
 
 /// The ops the graph node matched by pattern node `at` may have (`None`: any).
-fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
+fn top_ops(p: &Pattern, at: u16) -> Option<Vec<OpId>> {
     match &p.nodes[at as usize] {
-        PatNode::Op(o) => Some(vec![o.op.name]),
-        PatNode::Const(_) => Some(vec![Op::Constant.name()]),
+        PatNode::Op(o) => Some(vec![o.op.id()]),
+        PatNode::Const(_) => Some(vec![Op::Constant.into()]),
         PatNode::Alt(bs) => {
             let mut all = Vec::new();
             for &b in *bs {
@@ -721,7 +713,7 @@ fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
 
 /// A [`Need`] with its operand ops as sorted ids, what [`build`] switches on.
 struct Keyed<'a> {
-    operand_ops: Vec<Option<Vec<OpId>>>,
+    operand_ops: Vec<Option<Vec<OpKey>>>,
     entry: &'a Entry,
 }
 
@@ -742,7 +734,7 @@ fn build(
             .get(pos)
             .and_then(Option::as_deref)
     };
-    let mut names: Vec<OpId> = sel
+    let mut names: Vec<OpKey> = sel
         .iter()
         .filter_map(|&i| need_at(i))
         .flatten()
@@ -788,18 +780,18 @@ fn build(
 /// The branches of a switch, by op id, sorted. Most switches have a handful, scanned;
 /// bigger ones are searched by halves.
 #[derive(Debug)]
-struct Branches(Vec<(OpId, u32)>);
+struct Branches(Vec<(OpKey, u32)>);
 
 impl Branches {
     /// Up to this many branches are scanned.
     const SCAN: usize = 8;
 
-    fn new(mut branches: Vec<(OpId, u32)>) -> Branches {
+    fn new(mut branches: Vec<(OpKey, u32)>) -> Branches {
         branches.sort_unstable();
         Branches(branches)
     }
 
-    fn get(&self, op: OpId) -> Option<&u32> {
+    fn get(&self, op: OpKey) -> Option<&u32> {
         if self.0.len() <= Branches::SCAN {
             self.0.iter().find(|(id, _)| *id == op).map(|(_, to)| to)
         } else {

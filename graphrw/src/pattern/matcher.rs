@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::ops::{AttrValue, Op};
+use crate::ops::{AttrValue, Op, OpId};
 use crate::pattern::{
     AttrPat, Bindings, Bound, Check, CmpOp, ConstPat, Link, Match, ParamKind, PatNode, Pattern,
     Slot, Term,
@@ -51,7 +51,7 @@ pub(crate) fn anchor_candidates(pattern: &Pattern, graph: &Graph) -> Vec<NodeId>
     let mut anchors: Vec<NodeId> = pattern
         .anchors
         .iter()
-        .flat_map(|op| graph.nodes_with_op(op.name))
+        .flat_map(|&op| graph.nodes_of(op))
         .collect();
     if pattern.anchors.len() > 1 {
         anchors.sort_unstable();
@@ -81,7 +81,7 @@ pub(crate) struct Scratch {
     nodes: Vec<NodeId>,
     roots: Vec<Value>,
     goals: Vec<Goal>,
-    ops: Vec<&'static str>,
+    ops: Vec<OpId>,
     /// Int-list buffers of unbound slots, reused by the next int-list binding (a
     /// `permute`'s dims, say), so a failed attempt does not allocate.
     int_lists: Vec<Vec<i64>>,
@@ -485,10 +485,8 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     frontier.into_iter().collect()
                 }
                 None => {
-                    let mut all: Vec<NodeId> = ops
-                        .iter()
-                        .flat_map(|op| self.graph.nodes_with_op(op))
-                        .collect();
+                    let mut all: Vec<NodeId> =
+                        ops.iter().flat_map(|&op| self.graph.nodes_of(op)).collect();
                     all.sort_unstable();
                     all
                 }
@@ -500,7 +498,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                 continue;
             };
             let value = Value::new(c, 0);
-            if !ops.contains(&node.op_name()) || self.scratch.roots.contains(&value) {
+            if !ops.contains(&node.op().id()) || self.scratch.roots.contains(&value) {
                 continue;
             }
             self.scratch.roots.push(value);
@@ -723,9 +721,9 @@ pub(crate) fn attr_literal_matches(pat: &AttrPat, v: &AttrValue) -> bool {
 }
 
 /// The op names a pattern node can match at its top.
-fn anchor_ops(p: &Pattern, node: u16, out: &mut Vec<&'static str>) {
+fn anchor_ops(p: &Pattern, node: u16, out: &mut Vec<OpId>) {
     match &p.nodes[node as usize] {
-        PatNode::Op(o) => out.push(o.op.name),
+        PatNode::Op(o) => out.push(o.op.id()),
         PatNode::Alt(bs) => bs.iter().for_each(|&b| anchor_ops(p, b, out)),
         PatNode::Repeat(r) => {
             anchor_ops(p, r.body, out);
@@ -733,7 +731,7 @@ fn anchor_ops(p: &Pattern, node: u16, out: &mut Vec<&'static str>) {
                 anchor_ops(p, r.base, out);
             }
         }
-        PatNode::Const(_) => out.push(Op::Constant.name()),
+        PatNode::Const(_) => out.push(Op::Constant.into()),
         PatNode::Any | PatNode::Tensor(_) | PatNode::Hole(_) => {}
     }
 }

@@ -265,7 +265,7 @@ impl<'g> Exporter<'g> {
         }
         // Outer names that opaque nodes' subgraphs read must exist under those names.
         let graph = self.graph;
-        for id in graph.nodes_with_op(Op::Opaque.name()) {
+        for id in graph.nodes_of(Op::Opaque) {
             let Some(node) = graph.node(id) else { continue };
             let Some(f) = node.foreign() else { continue };
             let first = node.operands().len().saturating_sub(f.captures.len());
