@@ -34,8 +34,24 @@ pub struct NodeView<'a> {
     pub name: Option<&'a str>,
 }
 
-/// The error type kernels return.
-pub type KernelFailure = Box<dyn std::error::Error + Send + Sync>;
+pub use super::value::KernelFailure;
+
+/// The view of node `id` that checkers see.
+pub(crate) fn view(graph: &Graph, id: NodeId) -> Result<NodeView<'_>, ExecError> {
+    let node = graph.try_node(id)?;
+    let inputs = node
+        .operands()
+        .iter()
+        .map(|&v| graph.meta(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(NodeView {
+        op: node.op(),
+        attrs: node.attrs(),
+        inputs,
+        outputs: node.outputs(),
+        name: node.name(),
+    })
+}
 
 /// A kernel: operand tensors in, output tensors out.
 pub type Kernel =
