@@ -30,8 +30,7 @@ use crate::ops::{AttrValue, Op, OpId};
 use crate::pattern::claims::Claims;
 use crate::pattern::matcher::attr_literal_matches;
 use crate::pattern::op_ids::{OpIds, OpKey, NO_OP};
-use crate::pattern::NodeMatcher;
-use crate::pattern::{AttrPat, Match, MatchOptions, OpPat, PatNode, Pattern, Rule, RuleSet};
+use crate::pattern::{AttrPat, OpPat, PatNode, Pattern, Rule, RuleSet};
 use crate::{Graph, Node, NodeId};
 
 /// The operand paths the decision trees switch on, in order: operands 0, 1 and 2 of the
@@ -537,25 +536,6 @@ impl Dispatch {
             read_ahead(graph, from, block.len());
         }
         end
-    }
-
-    /// A matching pass without rewriting: for every node, in node order, the first rule
-    /// (in the order rules are tried) that matches with its anchor there, under
-    /// `options`' matching flags and filters. Safety and overlaps are not checked (the
-    /// rewriter's job). A [`NodeMatcher`] visit of every node.
-    pub fn first_matches(
-        &self,
-        graph: &Graph,
-        options: &MatchOptions,
-    ) -> Vec<(&'static Rule, Match)> {
-        let mut matcher = NodeMatcher::new(self, graph, options);
-        let mut out = Vec::new();
-        while let Some(id) = matcher.next_anchor(graph) {
-            if matcher.visit(graph, id) {
-                out.extend(matcher.next_match(graph, |_| false));
-            }
-        }
-        out
     }
 }
 

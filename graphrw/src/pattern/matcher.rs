@@ -260,15 +260,7 @@ pub(crate) fn run_into<const E: bool>(
     result
 }
 
-/// The number a one-element `constant` node holds.
-pub fn constant_scalar(graph: &Graph, v: Value) -> Option<f64> {
-    let node = graph.node(v.node)?;
-    if !node.op().is(Op::Constant) || v.output != 0 {
-        return None;
-    }
-    let t = node.payload()?;
-    t.scalar_f64()
-}
+pub use super::bindings::constant_scalar;
 
 #[derive(Clone, Copy, Debug)]
 enum Goal {

@@ -5,12 +5,8 @@
 //! here is built at run time.
 
 use crate::ops::OpDef;
-use crate::pattern::Bindings;
+use crate::pattern::bindings::{Bindings, Slot};
 use crate::{DType, Graph};
-
-/// Index of a binding slot. Slots `0..params.len()` are the pattern's parameters, in
-/// declaration order; the next slots hold the value of each op node of the pattern.
-pub type Slot = u16;
 
 /// The kind of a pattern parameter (the type written in the pattern's signature).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
