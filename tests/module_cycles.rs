@@ -78,7 +78,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "graphrw_kernels::cpu::matmul",
         "graphrw_kernels::cpu::matmul::gemm",
         "graphrw_kernels::cpu::matmul::product",
-        "graphrw_kernels::cpu::packed_gemm",
         "graphrw_kernels::cpu::packed_weight",
         "graphrw_kernels::elementwise::run",
         "graphrw_kernels::options",

@@ -10,13 +10,15 @@ mod product;
 mod shapes;
 #[cfg(test)]
 mod tests;
+mod tile_store;
 
 pub(crate) use activation::activate_tile_f32;
 pub use activation::Activation;
+pub(crate) use gemm::Gemm;
 pub use gemm::GemmBackend;
-pub(crate) use gemm::{Gemm, TileStore};
 use product::{float_matmul, int_matmul};
 use shapes::{shapes, shapes_of};
+pub(crate) use tile_store::TileStore;
 
 use crate::cpu::util::same_dtype;
 use crate::cpu::PackedWeight;

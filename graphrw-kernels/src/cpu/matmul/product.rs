@@ -7,8 +7,9 @@ use std::borrow::Cow;
 use rayon::prelude::*;
 
 use super::activation::Activation;
-use super::gemm::{Gemm, GemmBackend, Strided, TileStore, SEQUENTIAL_WORK};
+use super::gemm::{Gemm, GemmBackend, Strided, SEQUENTIAL_WORK};
 use super::shapes::Plan;
+use super::tile_store::TileStore;
 use super::Epilogue;
 use crate::cpu::{Isa, PackedWeight};
 use crate::KernelError;
