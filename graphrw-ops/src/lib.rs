@@ -15,10 +15,12 @@
 #![warn(missing_docs)]
 
 mod binary;
+mod signature;
 mod unary;
 pub mod vocab;
 
 pub use binary::BinaryOp;
+pub use signature::ParamKind;
 pub use unary::UnaryOp;
 pub use vocab::{find, OpSpec, BUILTIN_OPS};
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use syn::spanned::Spanned;
 use syn::{BinOp, Expr, Lit, Stmt, UnOp};
 
-use crate::pattern::ir::ParamKind;
+use crate::pattern::ir::{kind_of_type, ParamKind};
 use crate::pattern::parse::PatternFn;
 
 /// What a fused kernel body supports (quoted by errors).
@@ -169,7 +169,7 @@ pub fn analyse(f: &PatternFn) -> Result<Kernel, syn::Error> {
     let mut tensors = Vec::new();
     let mut scalars = Vec::new();
     for p in &f.params {
-        match ParamKind::from_type(&p.ty) {
+        match kind_of_type(&p.ty) {
             Some(ParamKind::Tensor) => {
                 s.params
                     .insert(p.name.to_string(), Param::Tensor(tensors.len()));
