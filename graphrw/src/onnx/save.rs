@@ -59,6 +59,7 @@ use crate::graph::{Graph, NodeId};
 use crate::verify::Gate;
 use crate::Tensor;
 
+mod attrs;
 pub(crate) mod exporter;
 pub(crate) mod names;
 
