@@ -13,7 +13,7 @@ use super::{GradError, VjpContext, VjpFn, VjpResult};
 use crate::builder::{Builder, Var};
 use crate::meta::{normalize_axis, DType};
 use crate::ops::builtin as op;
-use crate::ops::{AttrValue, Op};
+use crate::ops::{AttrValue, GeluApproximation, Op};
 use crate::Tensor;
 
 /// The vjp rule of built-in op `op`: `None` for the ops differentiated through their
@@ -258,8 +258,8 @@ fn relu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
 
 fn gelu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let a = cx.input(0);
-    let d = match cx.attrs().str("approximate").map_err(|e| bad(e.0))? {
-        "none" => {
+    let d = match cx.attrs().gelu_approximation().map_err(|e| bad(e.0))? {
+        GeluApproximation::None => {
             // Phi(a) + a * phi(a)
             let cdf = a
                 .mul(std::f64::consts::FRAC_1_SQRT_2)?
@@ -269,7 +269,7 @@ fn gelu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
             let pdf = a.mul(a)?.mul(-0.5)?.exp()?.mul(1.0 / (2.0 * PI).sqrt())?;
             cdf.add(a.mul(pdf)?)?
         }
-        "tanh" => {
+        GeluApproximation::Tanh => {
             // 0.5 (1 + t) + 0.5 a (1 - t^2) k (1 + 3 c a^2), t = tanh(k (a + c a^3))
             let (k, c) = ((2.0 / PI).sqrt(), 0.044715);
             let a2 = a.mul(a)?;
@@ -279,7 +279,6 @@ fn gelu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
             let right = t.mul(t)?.neg()?.add(1.0)?.mul(du)?.mul(a)?.mul(0.5)?;
             left.add(right)?
         }
-        other => return Err(bad(format!("unknown approximation {other:?}"))),
     };
     Ok(vec![Some(g(cx)?.mul(d)?)])
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use graphrw_kernels::cpu::Activation;
 use graphrw_kernels::Tensor;
 
 use super::MATMUL_EPILOGUE;
@@ -12,7 +13,7 @@ use crate::exec::ExecError;
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::{Device, Dim};
 use crate::ops::builtin::{ADD, MATMUL, RESHAPE, SPLIT};
-use crate::ops::{AttrValue, Op};
+use crate::ops::{AttrValue, GeluApproximation, Op};
 
 /// The single user of `v` (not a graph output), if it has exactly one use.
 fn only_user(g: &Graph, v: Value) -> Option<(NodeId, u32)> {
@@ -30,7 +31,7 @@ struct Chain {
     a: Value,
     w: Value,
     bias: Option<Value>,
-    activation: &'static str,
+    activation: Activation,
     /// The `transpose`/`permute` node whose constant operand `w` is (the product is by
     /// `w^T`): removed once no other node reads it.
     transpose: Option<NodeId>,
@@ -95,28 +96,27 @@ fn bare_product(g: &Graph, id: NodeId, a: Value, w: Value, transposed: bool) -> 
         a,
         w,
         bias: None,
-        activation: "none",
+        activation: Activation::Identity,
         transpose: None,
     })
 }
 
 /// The activation of node `id` when it is one the epilogue runs.
-fn activation_of(g: &Graph, id: NodeId) -> Option<&'static str> {
+fn activation_of(g: &Graph, id: NodeId) -> Option<Activation> {
     let node = g.node(id)?;
     // The generated tanh GELU (GPT-2's written-out form, which the rules fuse) is
     // recognised by its op definition. (A written-out erf GELU after a bias becomes
     // `fused.bias_gelu`, which `chain_at` takes.)
     if std::ptr::eq(node.op(), &crate::generated::builtin::gelu_tanh::OP) {
-        return Some("gelu_tanh");
+        return Some(Activation::GeluTanh);
     }
     match node.builtin()? {
-        Op::Relu => Some("relu"),
-        Op::Silu => Some("silu"),
-        Op::Gelu => match node.attrs().str("approximate").ok()? {
-            "none" => Some("gelu"),
-            "tanh" => Some("gelu_tanh"),
-            _ => None,
-        },
+        Op::Relu => Some(Activation::Relu),
+        Op::Silu => Some(Activation::Silu),
+        Op::Gelu => Some(match node.attrs().gelu_approximation().ok()? {
+            GeluApproximation::None => Activation::Gelu,
+            GeluApproximation::Tanh => Activation::GeluTanh,
+        }),
         _ => None,
     }
 }
@@ -192,7 +192,7 @@ fn chain_from(
                 a,
                 w,
                 bias: Some(bias),
-                activation: "gelu",
+                activation: Activation::Gelu,
                 transpose: None,
             });
         }
@@ -203,7 +203,7 @@ fn chain_from(
         a,
         w,
         bias: Some(bias),
-        activation: "none",
+        activation: Activation::Identity,
         transpose: None,
     };
     if let Some((act_node, _)) = only_user(g, Value::new(user, 0)) {
@@ -239,7 +239,7 @@ pub(super) fn fuse_chains(
         };
         let old = Value::new(last, 0);
         let attrs = vec![
-            AttrValue::Str(chain.activation.to_string()),
+            AttrValue::Str(chain.activation.word().to_string()),
             AttrValue::Ints(Vec::new()),
             AttrValue::Int(0),
             AttrValue::Int(i64::from(chain.transpose.is_some())),
@@ -401,7 +401,9 @@ fn fold_residual(
     let Some(node) = g.node(id) else {
         return Ok(false);
     };
-    if !bare_epilogue(g, id) || node.attrs().str("activation").ok() != Some("none") {
+    if !bare_epilogue(g, id)
+        || node.attrs().str("activation").ok() != Some(Activation::Identity.word())
+    {
         return Ok(false);
     }
     let out = Value::new(id, 0);

@@ -44,8 +44,8 @@ use crate::graph::{Graph, NodeId, Value};
 use crate::meta::{Device, Dim, SymExpr};
 use crate::ops::builtin::{ADD, GELU, MATMUL, RELU, RESHAPE, SILU, SLICE, TRANSPOSE};
 use crate::ops::{
-    Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, OpClass, OpDef, OperandSpec,
-    OutputCount,
+    Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, GeluApproximation, Infer, OpClass,
+    OpDef, OperandSpec, OutputCount,
 };
 use crate::GraphError;
 
@@ -86,7 +86,7 @@ pub static MATMUL_EPILOGUE: OpDef = OpDef {
         AttrSpec {
             name: "activation",
             kind: AttrKind::Str,
-            default: AttrDefault::Str("none"),
+            default: AttrDefault::Str(Activation::Identity.word()),
         },
         AttrSpec {
             name: "columns",
@@ -221,18 +221,6 @@ impl EpilogueCpu {
     }
 }
 
-/// The activation named by the `activation` attribute.
-fn parse_activation(name: &str) -> Option<Activation> {
-    Some(match name {
-        "none" => Activation::Identity,
-        "relu" => Activation::Relu,
-        "gelu" => Activation::Gelu,
-        "gelu_tanh" => Activation::GeluTanh,
-        "silu" => Activation::Silu,
-        _ => return None,
-    })
-}
-
 /// The column range of the `columns` attribute: `None` for all columns (empty list).
 fn parse_columns(columns: &[i64]) -> Result<Option<(usize, usize)>, String> {
     match columns {
@@ -275,7 +263,7 @@ fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Val
         }
     };
     let name = attrs.str("activation").map_err(|e| infer_error(e.0))?;
-    let act = parse_activation(name)
+    let act = Activation::parse(name)
         .ok_or_else(|| infer_error(format!("unknown activation `{name}`")))?;
     let columns =
         parse_columns(attrs.ints("columns").map_err(|e| infer_error(e.0))?).map_err(infer_error)?;
@@ -327,12 +315,18 @@ fn decompose_epilogue(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Val
         Activation::Gelu => b.apply(
             &GELU,
             &[y],
-            &[("approximate", AttrValue::Str("none".into()))],
+            &[(
+                "approximate",
+                AttrValue::Str(GeluApproximation::None.word().into()),
+            )],
         )?[0],
         Activation::GeluTanh => b.apply(
             &GELU,
             &[y],
-            &[("approximate", AttrValue::Str("tanh".into()))],
+            &[(
+                "approximate",
+                AttrValue::Str(GeluApproximation::Tanh.word().into()),
+            )],
         )?[0],
         Activation::Silu => b.apply(&SILU, &[y], &[])?[0],
     };
@@ -385,15 +379,13 @@ impl Executor for EpilogueCpu {
         if !node.inputs[0].dtype.is_float() {
             return Err(format!("no GEMM for {}", node.inputs[0].dtype));
         }
-        let act = node.attrs.str("activation").map_err(|e| e.0)?;
-        if parse_activation(act).is_none() {
-            return Err(format!("unknown activation `{act}`"));
-        }
+        let word = node.attrs.str("activation").map_err(|e| e.0)?;
+        let act = Activation::parse(word).ok_or_else(|| format!("unknown activation `{word}`"))?;
         parse_columns(node.attrs.ints("columns").map_err(|e| e.0)?)?;
         // What the kernel refuses is left to the node's decomposition.
         let residual = node.inputs.len() > 3;
-        if residual && act != "none" {
-            return Err(format!("a residual with activation `{act}`"));
+        if residual && act != Activation::Identity {
+            return Err(format!("a residual with activation `{word}`"));
         }
         let transposed = parse_transposed(node.attrs.int("weight_transposed").map_err(|e| e.0)?)?;
         if transposed && node.inputs[1].rank() != 2 {
@@ -418,7 +410,7 @@ impl Executor for EpilogueCpu {
     fn run(&self, node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
         let name = node.attrs.str("activation")?;
         let activation =
-            parse_activation(name).ok_or_else(|| format!("unknown activation `{name}`"))?;
+            Activation::parse(name).ok_or_else(|| format!("unknown activation `{name}`"))?;
         let columns = parse_columns(node.attrs.ints("columns")?)?;
         let (a, w, bias, residual) = match x {
             [a, w, bias] => (*a, *w, *bias, None),

@@ -48,9 +48,12 @@ use crate::{GraphError, Value};
 pub use builtin::{Op, BUILTIN};
 /// The parts of an op's signature that the op table (`graphrw-ops`) and `OpDef` share:
 /// operand slots and their arity, attribute kinds, output counts and op classes.
+/// A loss's `reduction`, the values of its attribute.
+pub use graphrw_kernels::fused::cross_entropy::Reduction;
 pub use graphrw_ops::vocab::{
     Arity, Class as OpClass, Kind as AttrKind, Operand as OperandSpec, Outputs as OutputCount,
 };
+pub use graphrw_ops::GeluApproximation;
 pub use id::OpId;
 
 /// An attribute's default, usable in a `static`.
@@ -322,6 +325,26 @@ impl<'a> Attrs<'a> {
             Some(AttrValue::Str(v)) => Ok(v),
             other => Err(attr_kind_error(name, "string", other)),
         }
+    }
+
+    /// `gelu`'s `approximate` attribute, read as its enum.
+    pub fn gelu_approximation(&self) -> Result<GeluApproximation, InferError> {
+        let word = self.str("approximate")?;
+        GeluApproximation::parse(word).ok_or_else(|| {
+            InferError(format!(
+                "gelu approximate must be \"none\" or \"tanh\", found {word:?}"
+            ))
+        })
+    }
+
+    /// A loss's `reduction` attribute, read as its enum.
+    pub fn reduction(&self) -> Result<Reduction, InferError> {
+        let word = self.str("reduction")?;
+        Reduction::parse(word).map_err(|_| {
+            InferError(format!(
+                "reduction must be \"mean\", \"sum\" or \"none\", found {word:?}"
+            ))
+        })
     }
 
     /// Attribute `name` as a dtype.
