@@ -15,11 +15,16 @@ use crate::meta::{normalize_axis, DType};
 use crate::ops::builtin as op;
 use crate::ops::{AttrValue, GeluApproximation, Op};
 use crate::Tensor;
+use graphrw_ops::vocab::Grad;
 
-/// The vjp rule of built-in op `op`: `None` for the ops differentiated through their
-/// decomposition, those with no gradient along their outputs, and those with no rule
-/// yet (the module docs name them). Exhaustive, so a new op must say which it is.
+/// The vjp rule of built-in op `op`: `Some` exactly for the ops whose `grad` column in
+/// the op table is [`Grad::Rule`](graphrw_ops::vocab::Grad::Rule); `None` for those
+/// differentiated through their decomposition, with no gradient along their outputs,
+/// or with no rule yet.
 pub fn builtin_rule(op: Op) -> Option<VjpFn> {
+    if op.grad() != Grad::Rule {
+        return None;
+    }
     let rule: VjpFn = match op {
         Op::Add => add,
         Op::Sub => sub,
@@ -71,33 +76,10 @@ pub fn builtin_rule(op: Op) -> Option<VjpFn> {
         Op::LogSoftmax => log_softmax,
         Op::ScaledDotProductAttention => sdpa,
         Op::CrossEntropy => cross_entropy,
-        // Differentiated through their decomposition.
-        Op::LayerNorm
-        | Op::RmsNorm
-        | Op::ScaledDotProductAttentionBackward
-        | Op::CrossEntropyBackward
-        // No gradient along their outputs: sources, comparisons, logic, `isnan`, opaque.
-        | Op::Input
-        | Op::Constant
-        | Op::Opaque
-        | Op::Arange
-        | Op::Full
-        | Op::SymInts
-        | Op::Zeros
-        | Op::Ones
-        | Op::And
-        | Op::Or
-        | Op::Eq
-        | Op::Ne
-        | Op::Lt
-        | Op::Le
-        | Op::Gt
-        | Op::Ge
-        | Op::Not
-        | Op::Isnan
-        // No rule yet (a clear error when differentiated).
-        | Op::Conv2d
-        | Op::GatherNd => return None,
+        // The table's `grad` column says which ops have no rule (differentiated
+        // through their decomposition, with no gradient, or not yet); the test below
+        // holds this list of rules to it.
+        _ => return None,
     };
     Some(rule)
 }
@@ -652,4 +634,21 @@ fn cross_entropy<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let attrs = attrs_by_name(cx, &["ignore_index", "label_smoothing", "reduction"]);
     let d = b.apply(&op::CROSS_ENTROPY_BACKWARD, &operands, &attrs)?;
     Ok(vec![Some(b.var(d[0])), None])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_for_exactly_the_ops_the_table_says_have_one() {
+        for &op in Op::ALL {
+            assert_eq!(
+                builtin_rule(op).is_some(),
+                op.grad() == Grad::Rule,
+                "`{op}`: its grad column is {:?}",
+                op.grad()
+            );
+        }
+    }
 }
