@@ -463,7 +463,7 @@ impl<'g> Exporter<'g> {
         }
     }
 
-    /// Writes a vocabulary node through its table row (`table.rs`): each argument as
+    /// Writes a vocabulary node through its table row (`table/mod.rs`): each argument as
     /// the attribute or constant input the row names at the opset written (an int list
     /// input left out when it is ONNX's default), held attributes whose value is not
     /// ONNX's default, and the row's opset.

@@ -10,7 +10,7 @@
 //! removed there breaks the build here; the kind of each graphrw attribute is read
 //! from the op's signature rather than spelled again, and a test checks that every
 //! row names attributes its op has, operand counts it takes, and kinds that convert.
-//! Another (`table_tests.rs`) takes every row both ways at each opset boundary it has,
+//! Another (`table/round_trip.rs`) takes every row both ways at each opset boundary it has,
 //! with `onnx.checker` over the models built and written.
 //!
 //! What is not one-to-one stays hand-written in `ops/`, import and export side by side: lowerings to
