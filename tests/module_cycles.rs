@@ -313,7 +313,7 @@ impl ModuleTree {
                         .map(|p| i + p);
                     let end = end.ok_or("a use without ';'")?;
                     let mut leaves = Vec::new();
-                    use_tree(&t[i + 1..end], &mut Vec::new(), &mut leaves);
+                    use_tree(&t[i + 1..end], &[], &mut leaves);
                     for (path, binding) in leaves {
                         let abs = self.absolute(cur, &path);
                         if let Some(abs) = abs {
@@ -386,7 +386,7 @@ impl ModuleTree {
     fn absolute(&self, m: usize, path: &[String]) -> Option<Vec<String>> {
         let first = path.first()?;
         let mut base = self.modules[m].path.clone();
-        let mut rest = &path[..];
+        let mut rest = path;
         match first.as_str() {
             "crate" => {
                 base = vec!["crate".into()];
@@ -688,7 +688,7 @@ enum Binding {
 }
 
 /// The leaves of a `use` tree (after `use`, before `;`): each leaf's path and binding.
-fn use_tree(t: &[Tok], prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, Binding)>) {
+fn use_tree(t: &[Tok], prefix: &[String], out: &mut Vec<(Vec<String>, Binding)>) {
     // Skip a visibility: `pub`, `pub(crate)`, `pub(super)`, `pub(in ..)`.
     let mut t = t;
     if let Some(Tok::Ident(p)) = t.first() {
@@ -717,7 +717,7 @@ fn use_tree(t: &[Tok], prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, Bin
     }
     parts.push(&t[start..]);
     for part in parts {
-        let mut path = prefix.clone();
+        let mut path = prefix.to_vec();
         let mut k = 0;
         if part.first() == Some(&Tok::Sep) {
             k = 1; // `::std::..`: another crate
@@ -751,7 +751,7 @@ fn use_tree(t: &[Tok], prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, Bin
                 }
                 Tok::Punct('{') => {
                     let inner = &part[k + 1..part.len() - 1];
-                    use_tree(inner, &mut path.clone(), out);
+                    use_tree(inner, &path, out);
                     break;
                 }
                 _ => break,

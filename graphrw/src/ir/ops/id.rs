@@ -37,13 +37,15 @@ static INTERNER: LazyLock<RwLock<Interner>> = LazyLock::new(|| {
 });
 
 thread_local! {
-    /// The ids of the non-built-in definitions this thread has asked for, by address:
-    /// a handful per program, so a short list beats the lock.
-    static BY_ADDRESS: RefCell<Vec<(usize, OpId)>> = const { RefCell::new(Vec::new()) };
+    /// The ids of the non-built-in op names this thread has asked for, by the address
+    /// and length of the `'static` name (never freed, so never another name's): a
+    /// handful per program, so a short list beats the lock. Keyed by the name, not by
+    /// the definition's address, which a definition that is not `'static` gives up.
+    static BY_NAME: RefCell<Vec<((usize, usize), OpId)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// How many definitions [`BY_ADDRESS`] keeps before it asks the interner every time.
-const ADDRESS_CACHE: usize = 64;
+/// How many names [`BY_NAME`] keeps before it asks the interner every time.
+const NAME_CACHE: usize = 64;
 
 impl OpId {
     /// The id of built-in op `op` (usable in a `const`).
@@ -118,18 +120,18 @@ impl fmt::Display for OpId {
     }
 }
 
-/// The id of a definition that is not a built-in: by its address in this thread's
-/// cache, else interned by name.
+/// The id of a definition that is not a built-in: by its name's address in this
+/// thread's cache, else interned by name.
 pub(super) fn id_of_declared(def: &OpDef) -> OpId {
-    let addr = def as *const OpDef as usize;
-    BY_ADDRESS.with(|cache| {
-        if let Some(&(_, id)) = cache.borrow().iter().find(|(a, _)| *a == addr) {
+    let key = (def.name.as_ptr() as usize, def.name.len());
+    BY_NAME.with(|cache| {
+        if let Some(&(_, id)) = cache.borrow().iter().find(|(k, _)| *k == key) {
             return id;
         }
         let id = OpId::intern(def.name);
         let mut cache = cache.borrow_mut();
-        if cache.len() < ADDRESS_CACHE {
-            cache.push((addr, id));
+        if cache.len() < NAME_CACHE {
+            cache.push((key, id));
         }
         id
     })
@@ -151,5 +153,23 @@ mod tests {
         let text: &'static str = String::from("test.op_id.fresh").leak();
         assert_eq!(OpId::intern(text), a);
         assert_ne!(a, ADD.id());
+    }
+
+    #[test]
+    fn a_definition_that_is_not_static_keeps_its_own_name() {
+        // Made in turn on the stack (likely at one address), with two names.
+        let ids: Vec<OpId> = ["test.op_id.first", "test.op_id.second"]
+            .iter()
+            .map(|&name| {
+                let def = OpDef {
+                    name,
+                    builtin: None,
+                    ..ADD
+                };
+                def.id()
+            })
+            .collect();
+        assert_ne!(ids[0], ids[1]);
+        assert_eq!(ids[1].name(), "test.op_id.second");
     }
 }
