@@ -18,7 +18,7 @@ use crate::Tensor;
 use graphrw_ops::vocab::Grad;
 
 /// The vjp rule of built-in op `op`: `Some` exactly for the ops whose `grad` column in
-/// the op table is [`Grad::Rule`](graphrw_ops::vocab::Grad::Rule); `None` for those
+/// the op table is [`Grad::Rule`]; `None` for those
 /// differentiated through their decomposition, with no gradient along their outputs,
 /// or with no rule yet.
 pub fn builtin_rule(op: Op) -> Option<VjpFn> {

@@ -42,7 +42,7 @@ impl Clone for Bindings {
     }
 
     /// Reuses this one's slot list (the rewriter copies every match it finds into the
-    /// same [`Match`]).
+    /// same [`Match`](crate::pattern::Match)).
     fn clone_from(&mut self, source: &Bindings) {
         self.slots.clone_from(&source.slots);
     }

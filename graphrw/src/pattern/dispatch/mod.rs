@@ -375,7 +375,7 @@ impl Dispatch {
     /// attributes are not checked.
     ///
     /// For one node at a time: each call reads the graph's op list first. A pass over a
-    /// whole graph is a [`NodeMatcher`], which reads it once.
+    /// whole graph is a [`NodeMatcher`](crate::pattern::NodeMatcher), which reads it once.
     pub fn candidates(
         &self,
         graph: &Graph,
@@ -504,7 +504,7 @@ impl GraphKeys {
 impl Dispatch {
     /// Prepares visits to the nodes of the block of [`GATHER`] indices from `from` on:
     /// when few of them are anchors, it reads their slots ahead, in order (see
-    /// [`read_ahead`]). A [`NodeMatcher`] calls it as its visits enter a new block. Returns the index just past the block.
+    /// [`read_ahead`]). A [`NodeMatcher`](crate::pattern::NodeMatcher) calls it as its visits enter a new block. Returns the index just past the block.
     pub(super) fn read_block_ahead(&self, keys: &GraphKeys, graph: &Graph, from: usize) -> usize {
         let codes = graph.op_codes();
         let end = from.saturating_add(GATHER);
