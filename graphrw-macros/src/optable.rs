@@ -67,6 +67,9 @@ fn defs() -> TokenStream {
         .iter()
         .map(|op| format!("`{}`: {}", op.name, op.doc));
     let op_names = BUILTIN_OPS.iter().map(|op| op.name);
+    let grads = BUILTIN_OPS
+        .iter()
+        .map(|op| Ident::new(&format!("{:?}", op.grad), Span::call_site()));
     let unary_arms = BUILTIN_OPS.iter().filter_map(|op| {
         let u = graphrw_ops::UnaryOp::of_op(op.name)?;
         let (v, u) = (variant_ident(op.name), format_ident!("{u:?}"));
@@ -119,6 +122,13 @@ fn defs() -> TokenStream {
                 match self {
                     #(#binary_arms)*
                     _ => ::core::option::Option::None,
+                }
+            }
+
+            /// How the op is differentiated (its `grad` column in the op table).
+            pub const fn grad(self) -> ::graphrw_ops::vocab::Grad {
+                match self {
+                    #(Op::#variants => ::graphrw_ops::vocab::Grad::#grads,)*
                 }
             }
 

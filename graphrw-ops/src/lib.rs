@@ -14,11 +14,15 @@
 
 #![warn(missing_docs)]
 
+mod attr_values;
 mod binary;
+mod signature;
 mod unary;
 pub mod vocab;
 
+pub use attr_values::GeluApproximation;
 pub use binary::BinaryOp;
+pub use signature::ParamKind;
 pub use unary::UnaryOp;
 pub use vocab::{find, OpSpec, BUILTIN_OPS};
 

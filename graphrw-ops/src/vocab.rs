@@ -99,6 +99,20 @@ pub enum Class {
     Other,
 }
 
+/// How an op is differentiated: its column in the table, which the vjp rules follow
+/// (a test holds the two together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Grad {
+    /// By a vjp rule of its own (`graphrw::grad::vjp_rules`).
+    Rule,
+    /// Through its decomposition.
+    Decomposition,
+    /// No gradient along its outputs (sources, comparisons, logic, `isnan`, `opaque`).
+    None,
+    /// No rule yet: differentiating it is a clear error.
+    NotYet,
+}
+
 /// One operand slot of an op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Operand {
@@ -140,6 +154,8 @@ pub struct OpSpec {
     pub infer: &'static str,
     /// Name of the decomposition function in `graphrw::ops::decompose`, if any.
     pub decompose: Option<&'static str>,
+    /// How it is differentiated.
+    pub grad: Grad,
 }
 
 const fn req(name: &'static str) -> Operand {
@@ -184,6 +200,7 @@ const fn unary(name: &'static str, doc: &'static str, infer: &'static str) -> Op
         class: Class::Elementwise,
         infer,
         decompose: None,
+        grad: Grad::Rule,
     }
 }
 
@@ -203,6 +220,7 @@ const fn binary(
         class: Class::Elementwise,
         infer,
         decompose: None,
+        grad: Grad::Rule,
     }
 }
 
@@ -224,6 +242,7 @@ const fn op(
         class,
         infer,
         decompose: None,
+        grad: Grad::Rule,
     }
 }
 
@@ -245,19 +264,24 @@ const CE_ATTRS: &[Attr] = &[
     attr("reduction", K::Str, D::Str("mean")),
 ];
 
+/// `spec`, differentiated as `grad` says.
+const fn grad(grad: Grad, spec: OpSpec) -> OpSpec {
+    OpSpec { grad, ..spec }
+}
+
 /// Every built-in op. Names and signatures follow ATen/PyTorch; ops that only ONNX
 /// has (`gather_nd`) keep ONNX's semantics. Reductions with empty `dims` reduce all
 /// dimensions.
 pub const BUILTIN_OPS: &[OpSpec] = &[
     // --- sources -----------------------------------------------------------------
-    op("input", "A graph input (placeholder); its metadata is declared.", &[], &[attr("name", K::Str, D::Required)], Class::Source, "declared"),
-    op("constant", "A constant tensor (an initialiser); the value is the node's payload.", &[], NO_ATTRS, Class::Source, "declared"),
-    OpSpec { name: "opaque", doc: "An op graphrw does not model (an ONNX op outside the vocabulary, or at an opset whose meaning graphrw does not read), carried through unchanged: `op_type` and `domain` name it, `known` has one entry per output (1 when its metadata is exact, 0 when unknown), and the node's foreign record keeps its attributes and subgraphs for export. A wildcard operand to patterns, never an anchor; no executor has a kernel for it.", operands: &[var("inputs")], attrs: &[attr("op_type", K::Str, D::Required), attr("domain", K::Str, D::Str("")), attr("known", K::Ints, D::Required)], outputs: Outputs::PerElementOf("known"), commutative: false, class: Class::Other, infer: "declared", decompose: None },
-    op("arange", "`arange(start, end, step)`: a 1-D range.", &[], &[attr("start", K::Float, D::Float(0.0)), attr("end", K::Float, D::Required), attr("step", K::Float, D::Float(1.0)), attr("dtype", K::DType, D::DType("i64"))], Class::Source, "arange"),
-    op("full", "`full(size, value)`: a tensor filled with `value`.", &[], &[attr("size", K::Ints, D::Required), attr("value", K::Float, D::Required), attr("dtype", K::DType, D::DType("f32"))], Class::Source, "full"),
-    op("sym_ints", "`sym_ints(values, scalar)`: dims known at run time (`[batch, seq*12]`) as an i64 tensor: 1-D, or a scalar with `scalar`. What ONNX computes with `Shape` and its arithmetic; bound when the plan runs.", &[], &[attr("values", K::Ints, D::Required), attr("scalar", K::Bool, D::Bool(false))], Class::Source, "sym_ints"),
-    op("zeros", "`zeros(size)`.", &[], SIZE_DTYPE, Class::Source, "full"),
-    op("ones", "`ones(size)`.", &[], SIZE_DTYPE, Class::Source, "full"),
+    grad(Grad::None, op("input", "A graph input (placeholder); its metadata is declared.", &[], &[attr("name", K::Str, D::Required)], Class::Source, "declared")),
+    grad(Grad::None, op("constant", "A constant tensor (an initialiser); the value is the node's payload.", &[], NO_ATTRS, Class::Source, "declared")),
+    OpSpec { name: "opaque", doc: "An op graphrw does not model (an ONNX op outside the vocabulary, or at an opset whose meaning graphrw does not read), carried through unchanged: `op_type` and `domain` name it, `known` has one entry per output (1 when its metadata is exact, 0 when unknown), and the node's foreign record keeps its attributes and subgraphs for export. A wildcard operand to patterns, never an anchor; no executor has a kernel for it.", operands: &[var("inputs")], attrs: &[attr("op_type", K::Str, D::Required), attr("domain", K::Str, D::Str("")), attr("known", K::Ints, D::Required)], outputs: Outputs::PerElementOf("known"), commutative: false, class: Class::Other, infer: "declared", decompose: None, grad: Grad::None },
+    grad(Grad::None, op("arange", "`arange(start, end, step)`: a 1-D range.", &[], &[attr("start", K::Float, D::Float(0.0)), attr("end", K::Float, D::Required), attr("step", K::Float, D::Float(1.0)), attr("dtype", K::DType, D::DType("i64"))], Class::Source, "arange")),
+    grad(Grad::None, op("full", "`full(size, value)`: a tensor filled with `value`.", &[], &[attr("size", K::Ints, D::Required), attr("value", K::Float, D::Required), attr("dtype", K::DType, D::DType("f32"))], Class::Source, "full")),
+    grad(Grad::None, op("sym_ints", "`sym_ints(values, scalar)`: dims known at run time (`[batch, seq*12]`) as an i64 tensor: 1-D, or a scalar with `scalar`. What ONNX computes with `Shape` and its arithmetic; bound when the plan runs.", &[], &[attr("values", K::Ints, D::Required), attr("scalar", K::Bool, D::Bool(false))], Class::Source, "sym_ints")),
+    grad(Grad::None, op("zeros", "`zeros(size)`.", &[], SIZE_DTYPE, Class::Source, "full")),
+    grad(Grad::None, op("ones", "`ones(size)`.", &[], SIZE_DTYPE, Class::Source, "full")),
     // --- elementwise binary (broadcasting) -----------------------------------------
     binary("add", "`input + other`, broadcasting.", true, "broadcast_same_dtype"),
     binary("sub", "`input - other`, broadcasting.", false, "broadcast_same_dtype"),
@@ -266,14 +290,14 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     binary("pow", "`input ** other`, broadcasting; the result has `input`'s dtype.", false, "broadcast_lhs_dtype"),
     binary("maximum", "Elementwise maximum, broadcasting.", true, "broadcast_same_dtype"),
     binary("minimum", "Elementwise minimum, broadcasting.", true, "broadcast_same_dtype"),
-    binary("and", "Logical and of two bool tensors, broadcasting.", true, "broadcast_logical"),
-    binary("or", "Logical or of two bool tensors, broadcasting.", true, "broadcast_logical"),
-    binary("eq", "`input == other` as bool, broadcasting.", true, "broadcast_compare"),
-    binary("ne", "`input != other` as bool, broadcasting.", true, "broadcast_compare"),
-    binary("lt", "`input < other` as bool, broadcasting.", false, "broadcast_compare"),
-    binary("le", "`input <= other` as bool, broadcasting.", false, "broadcast_compare"),
-    binary("gt", "`input > other` as bool, broadcasting.", false, "broadcast_compare"),
-    binary("ge", "`input >= other` as bool, broadcasting.", false, "broadcast_compare"),
+    grad(Grad::None, binary("and", "Logical and of two bool tensors, broadcasting.", true, "broadcast_logical")),
+    grad(Grad::None, binary("or", "Logical or of two bool tensors, broadcasting.", true, "broadcast_logical")),
+    grad(Grad::None, binary("eq", "`input == other` as bool, broadcasting.", true, "broadcast_compare")),
+    grad(Grad::None, binary("ne", "`input != other` as bool, broadcasting.", true, "broadcast_compare")),
+    grad(Grad::None, binary("lt", "`input < other` as bool, broadcasting.", false, "broadcast_compare")),
+    grad(Grad::None, binary("le", "`input <= other` as bool, broadcasting.", false, "broadcast_compare")),
+    grad(Grad::None, binary("gt", "`input > other` as bool, broadcasting.", false, "broadcast_compare")),
+    grad(Grad::None, binary("ge", "`input >= other` as bool, broadcasting.", false, "broadcast_compare")),
     // --- elementwise unary ---------------------------------------------------------
     unary("neg", "`-input`.", "same_numeric"),
     unary("abs", "`|input|`.", "same_numeric"),
@@ -290,8 +314,8 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     unary("relu", "`max(input, 0)`.", "same_numeric"),
     op("gelu", "GELU; `approximate` is `\"none\"` (erf) or `\"tanh\"`.", X, &[attr("approximate", K::Str, D::Str("none"))], Class::Elementwise, "gelu"),
     unary("silu", "`input * sigmoid(input)`.", "same_float"),
-    unary("not", "Logical not of a bool tensor.", "same_bool"),
-    unary("isnan", "True where `input` is NaN.", "float_to_bool"),
+    grad(Grad::None, unary("not", "Logical not of a bool tensor.", "same_bool")),
+    grad(Grad::None, unary("isnan", "True where `input` is NaN.", "float_to_bool")),
     op("where", "`where(condition, input, other)`: `input` where `condition` holds, else `other`; broadcasting.", &[req("condition"), req("input"), req("other")], NO_ATTRS, Class::Elementwise, "where_"),
     op("cast", "Converts to `dtype`.", X, &[attr("dtype", K::DType, D::Required)], Class::Elementwise, "cast"),
     op("masked_fill", "`value` where `mask` is true, else `input`; broadcasting.", &[req("input"), req("mask")], &[attr("value", K::Float, D::Required)], Class::Elementwise, "masked_fill"),
@@ -299,7 +323,7 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     op("contiguous", "A dense row-major copy (a layout op for executors that need one).", X, NO_ATTRS, Class::Layout, "identity"),
     // --- contraction -------------------------------------------------------------
     op("matmul", "Matrix product with `torch.matmul`'s rules (batched, broadcasting, 1-D operands).", XY, NO_ATTRS, Class::Contraction, "matmul"),
-    op("conv2d", "2-D convolution of an NCHW input with an OIHW weight.", &[req("input"), req("weight"), opt("bias")], &[attr("stride", K::Ints, D::Ints(&[1, 1])), attr("padding", K::Ints, D::Ints(&[0, 0])), attr("dilation", K::Ints, D::Ints(&[1, 1])), attr("groups", K::Int, D::Int(1))], Class::Contraction, "conv2d"),
+    grad(Grad::NotYet, op("conv2d", "2-D convolution of an NCHW input with an OIHW weight.", &[req("input"), req("weight"), opt("bias")], &[attr("stride", K::Ints, D::Ints(&[1, 1])), attr("padding", K::Ints, D::Ints(&[0, 0])), attr("dilation", K::Ints, D::Ints(&[1, 1])), attr("groups", K::Int, D::Int(1))], Class::Contraction, "conv2d")),
     // --- layout ------------------------------------------------------------------
     op("transpose", "Swaps dimensions `dim0` and `dim1` (negative dims count from the end).", X, &[attr("dim0", K::Int, D::Required), attr("dim1", K::Int, D::Required)], Class::Layout, "transpose"),
     op("permute", "Reorders dimensions: output dim `i` is input dim `dims[i]`.", X, &[attr("dims", K::Ints, D::Required)], Class::Layout, "permute"),
@@ -308,14 +332,14 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     op("unsqueeze", "Inserts a dimension of size 1 at `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Layout, "unsqueeze"),
     op("squeeze", "Removes the size-1 dimensions in `dims` (all of them when empty).", X, &[attr("dims", K::Ints, D::Ints(&[]))], Class::Layout, "squeeze"),
     op("concat", "Concatenates `tensors` along `dim`.", &[var("tensors")], &[attr("dim", K::Int, D::Int(0))], Class::Layout, "concat"),
-    OpSpec { name: "split", doc: "Splits along `dim` into pieces of `split_sizes`; one output per piece.", operands: X, attrs: &[attr("split_sizes", K::Ints, D::Required), attr("dim", K::Int, D::Int(0))], outputs: Outputs::PerElementOf("split_sizes"), commutative: false, class: Class::Layout, infer: "split", decompose: None },
+    OpSpec { name: "split", doc: "Splits along `dim` into pieces of `split_sizes`; one output per piece.", operands: X, attrs: &[attr("split_sizes", K::Ints, D::Required), attr("dim", K::Int, D::Int(0))], outputs: Outputs::PerElementOf("split_sizes"), commutative: false, class: Class::Layout, infer: "split", decompose: None, grad: Grad::Rule },
     op("slice", "`input[start:end:step]` along `dim` (bounds clamped, negative from the end).", X, &[attr("dim", K::Int, D::Int(0)), attr("start", K::Int, D::Int(0)), attr("end", K::Int, D::Int(i64::MAX)), attr("step", K::Int, D::Int(1))], Class::Layout, "slice"),
     op("tril", "Keeps the lower triangle (`j - i <= diagonal`) of the last two dims, zero elsewhere.", X, &[attr("diagonal", K::Int, D::Int(0))], Class::Layout, "identity"),
     op("triu", "Keeps the upper triangle (`j - i >= diagonal`) of the last two dims, zero elsewhere.", X, &[attr("diagonal", K::Int, D::Int(0))], Class::Layout, "identity"),
     // --- indexing ----------------------------------------------------------------
     op("gather", "ONNX `Gather`: picks slices of `input` along `dim` by `index` (any rank); output shape is `input.shape[:dim] + index.shape + input.shape[dim+1:]`.", &[req("input"), req("index")], &[attr("dim", K::Int, D::Int(0))], Class::Indexing, "gather"),
     op("gather_elements", "`torch.gather`: `out[i][j] = input[index[i][j]][j]` along `dim`; output has `index`'s shape.", &[req("input"), req("index")], &[attr("dim", K::Int, D::Int(0))], Class::Indexing, "gather_elements"),
-    op("gather_nd", "ONNX `GatherND` with `batch_dims`.", &[req("input"), req("index")], &[attr("batch_dims", K::Int, D::Int(0))], Class::Indexing, "gather_nd"),
+    grad(Grad::NotYet, op("gather_nd", "ONNX `GatherND` with `batch_dims`.", &[req("input"), req("index")], &[attr("batch_dims", K::Int, D::Int(0))], Class::Indexing, "gather_nd")),
     op("index_select", "Selects entries of `input` along `dim` by a 1-D `index`.", &[req("input"), req("index")], &[attr("dim", K::Int, D::Required)], Class::Indexing, "index_select"),
     op("cumsum", "Cumulative sum along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Other, "cumsum"),
     // --- reductions ----------------------------------------------------------------
@@ -325,14 +349,14 @@ pub const BUILTIN_OPS: &[OpSpec] = &[
     op("softmax", "Softmax along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Normalization, "softmax"),
     op("log_softmax", "Log-softmax along `dim`.", X, &[attr("dim", K::Int, D::Required)], Class::Normalization, "softmax"),
     // --- normalisation -------------------------------------------------------------
-    OpSpec { decompose: Some("layer_norm"), ..op("layer_norm", "Layer normalisation over the dims from `axis` to the end, with optional affine `weight` and `bias`.", &[req("input"), opt("weight"), opt("bias")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-5))], Class::Normalization, "norm") },
-    OpSpec { decompose: Some("rms_norm"), ..op("rms_norm", "RMS normalisation over the dims from `axis` to the end, with an optional `weight`.", &[req("input"), opt("weight")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-6))], Class::Normalization, "norm") },
+    grad(Grad::Decomposition, OpSpec { decompose: Some("layer_norm"), ..op("layer_norm", "Layer normalisation over the dims from `axis` to the end, with optional affine `weight` and `bias`.", &[req("input"), opt("weight"), opt("bias")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-5))], Class::Normalization, "norm") }),
+    grad(Grad::Decomposition, OpSpec { decompose: Some("rms_norm"), ..op("rms_norm", "RMS normalisation over the dims from `axis` to the end, with an optional `weight`.", &[req("input"), opt("weight")], &[attr("axis", K::Int, D::Int(-1)), attr("eps", K::Float, D::Float(1e-6))], Class::Normalization, "norm") }),
     // --- attention -----------------------------------------------------------------
     OpSpec { decompose: Some("sdpa"), ..op("scaled_dot_product_attention", "`softmax(q @ k^T * scale + mask) @ v` over `[.., heads, seq, dim]` tensors; `attn_mask` is boolean (true = attend) or additive; `scale` defaults to `1/sqrt(head_dim)`; query rows whose keys are all masked give zeros; with `enable_gqa` the query heads are grouped over fewer kv heads.", &[req("query"), req("key"), req("value"), opt("attn_mask")], &[attr("dropout_p", K::Float, D::Float(0.0)), attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa") },
-    OpSpec { outputs: Outputs::Fixed(3), decompose: Some("sdpa_backward"), ..op("scaled_dot_product_attention_backward", "The gradients `(dq, dk, dv)` of `scaled_dot_product_attention(query, key, value, attn_mask)` given its output `out` and the output's cotangent `grad_out` (the probabilities are recomputed); grouped kv heads get their group's summed gradients.", &[req("grad_out"), req("query"), req("key"), req("value"), req("out"), opt("attn_mask")], &[attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa_backward") },
+    grad(Grad::Decomposition, OpSpec { outputs: Outputs::Fixed(3), decompose: Some("sdpa_backward"), ..op("scaled_dot_product_attention_backward", "The gradients `(dq, dk, dv)` of `scaled_dot_product_attention(query, key, value, attn_mask)` given its output `out` and the output's cotangent `grad_out` (the probabilities are recomputed); grouped kv heads get their group's summed gradients.", &[req("grad_out"), req("query"), req("key"), req("value"), req("out"), opt("attn_mask")], &[attr("is_causal", K::Bool, D::Bool(false)), attr("scale", K::Float, D::Null), attr("enable_gqa", K::Bool, D::Bool(false))], Class::Contraction, "sdpa_backward") }),
     // --- losses --------------------------------------------------------------------
     OpSpec { decompose: Some("cross_entropy"), ..op("cross_entropy", "Softmax cross-entropy of logits `input` `[.., C]` against class indices `target` `[..]` (i64), as `torch.nn.functional.cross_entropy` with the classes last: rows whose target is `ignore_index` count zero; `label_smoothing` mixes in the uniform distribution; `reduction` is `\"mean\"` (over non-ignored rows), `\"sum\"` or `\"none\"`.", &[req("input"), req("target")], CE_ATTRS, Class::Normalization, "cross_entropy") },
-    OpSpec { decompose: Some("cross_entropy_backward"), ..op("cross_entropy_backward", "The gradient of `cross_entropy(input, target)` with respect to `input`, given the loss's cotangent `grad_out` (the softmax is recomputed).", &[req("grad_out"), req("input"), req("target")], CE_ATTRS, Class::Normalization, "cross_entropy_backward") },
+    grad(Grad::Decomposition, OpSpec { decompose: Some("cross_entropy_backward"), ..op("cross_entropy_backward", "The gradient of `cross_entropy(input, target)` with respect to `input`, given the loss's cotangent `grad_out` (the softmax is recomputed).", &[req("grad_out"), req("input"), req("target")], CE_ATTRS, Class::Normalization, "cross_entropy_backward") }),
 ];
 
 /// Looks an op up by name.

@@ -23,7 +23,7 @@ pub fn run(model: &Path) -> CmdResult {
         .map(|(_, n)| n)
         .sum();
     let (constants, bytes) = graph
-        .nodes_with_op(Op::Constant.name())
+        .nodes_of(Op::Constant)
         .filter_map(|id| graph.node(id)?.payload())
         .fold((0usize, 0usize), |(n, b), t| (n + 1, b + t.nbytes()));
     println!("model: {}", model.display());

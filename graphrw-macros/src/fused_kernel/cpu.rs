@@ -4,7 +4,8 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use super::ir::{has_rot, lower_rot, operands, rotation_inputs, topo, Bin, Dag, Id, Node, Red, Un};
+use super::ir::{Bin, Dag, Id, Node, Red, Un};
+use super::walk::{has_rot, lower_rot, operands, rotation_inputs, topo};
 
 /// Which nodes are constant along a row (no tensor read outside a reduction).
 pub fn row_constant(dag: &Dag) -> Vec<bool> {

@@ -7,7 +7,8 @@
 use std::fmt::Write;
 
 use super::cpu::{levels, row_constant};
-use super::ir::{has_rot, lower_rot, operands, topo, Bin, Dag, Dt, Id, Node, Red, Un};
+use super::ir::{Bin, Dag, Dt, Id, Node, Red, Un};
+use super::walk::{has_rot, lower_rot, operands, topo};
 
 fn lit(x: f64) -> String {
     if x.is_nan() {

@@ -11,7 +11,8 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use super::cpu::row_constant;
-use super::ir::{self, Dag, Id, Node, Red};
+use super::ir::{Dag, Id, Node, Red};
+use super::walk;
 
 fn operand_tokens(dag: &Dag, id: Id) -> TokenStream {
     match dag.nodes[id] {
@@ -45,9 +46,9 @@ pub fn decompose_fn(
     let mut st = Vec::new();
     let mut need_n = false;
     let mut need_dt = false;
-    for id in ir::topo(dag, root) {
+    for id in walk::topo(dag, root) {
         let v = format_ident!("v{}", id);
-        let operands = ir::operands(&dag.nodes[id]);
+        let operands = walk::operands(&dag.nodes[id]);
         // A node over literals and scalars only: its first operand becomes a tensor of
         // the operands' dtype (so that the node is a tensor of that dtype too).
         let all_scalar = !operands.is_empty() && operands.iter().all(|&o| dag.is_scalar_like(o));

@@ -8,7 +8,8 @@ use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 
 use super::cpu::{kernel, row_constant};
-use super::ir::{topo, Bin, Dag, Dt, Id, Kernel, Node, Red, Un};
+use super::ir::{Bin, Dag, Dt, Id, Kernel, Node, Red, Un};
+use super::walk::topo;
 
 /// The vjp module items and the list of `VjpKernel`s.
 pub struct Vjp {

@@ -1,7 +1,8 @@
 //! Evaluates a kernel's expression on sample rows (f64), to check at compile time that
 //! the alternatives of a body compute the same function.
 
-use super::ir::{topo, Bin, Dag, Dt, Id, Node, Red, Un};
+use super::ir::{Bin, Dag, Dt, Id, Node, Red, Un};
+use super::walk::topo;
 
 /// A small deterministic generator (no dependency).
 pub struct Lcg(u64);

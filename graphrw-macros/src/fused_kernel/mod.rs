@@ -12,6 +12,7 @@ mod decompose;
 mod diff;
 mod eval;
 mod ir;
+mod walk;
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};

@@ -26,67 +26,12 @@ pub fn dtype_alias(name: &str) -> Option<&'static str> {
     })
 }
 
-/// The kind of a parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamKind {
-    Tensor,
-    Int,
-    Float,
-    Bool,
-    Ints,
-    Str,
-    DType,
-}
+/// The kind of a parameter: the list `graphrw-ops` keeps for the macros and the runtime.
+pub use graphrw_ops::ParamKind;
 
-impl ParamKind {
-    pub fn from_type(ty: &Type) -> Option<ParamKind> {
-        let text = ty.to_token_stream().to_string().replace(' ', "");
-        Some(match text.as_str() {
-            "Tensor" | "Var" => ParamKind::Tensor,
-            "i64" => ParamKind::Int,
-            "f64" => ParamKind::Float,
-            "bool" => ParamKind::Bool,
-            "Ints" | "Vec<i64>" => ParamKind::Ints,
-            "String" | "Str" => ParamKind::Str,
-            "DType" => ParamKind::DType,
-            _ => return None,
-        })
-    }
-
-    pub fn of_attr(k: Kind) -> ParamKind {
-        match k {
-            Kind::Int => ParamKind::Int,
-            Kind::Float => ParamKind::Float,
-            Kind::Bool => ParamKind::Bool,
-            Kind::Ints => ParamKind::Ints,
-            Kind::Str => ParamKind::Str,
-            Kind::DType => ParamKind::DType,
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            ParamKind::Tensor => "a tensor",
-            ParamKind::Int => "an int",
-            ParamKind::Float => "a float",
-            ParamKind::Bool => "a bool",
-            ParamKind::Ints => "an int list",
-            ParamKind::Str => "a string",
-            ParamKind::DType => "a dtype",
-        }
-    }
-
-    pub fn type_name(self) -> &'static str {
-        match self {
-            ParamKind::Tensor => "Tensor",
-            ParamKind::Int => "i64",
-            ParamKind::Float => "f64",
-            ParamKind::Bool => "bool",
-            ParamKind::Ints => "Ints",
-            ParamKind::Str => "String",
-            ParamKind::DType => "DType",
-        }
-    }
+/// The kind a signature's type names, if it names one.
+pub fn kind_of_type(ty: &Type) -> Option<ParamKind> {
+    ParamKind::from_type_name(&ty.to_token_stream().to_string().replace(' ', ""))
 }
 
 pub struct Param {
@@ -101,8 +46,8 @@ pub struct Param {
 /// part's binding). `None` for types a pattern does not support.
 pub fn param_type(ty: &Type) -> Option<(ParamKind, bool)> {
     match option_inner(ty) {
-        Some(inner) => ParamKind::from_type(inner).map(|k| (k, true)),
-        None => ParamKind::from_type(ty).map(|k| (k, false)),
+        Some(inner) => kind_of_type(inner).map(|k| (k, true)),
+        None => kind_of_type(ty).map(|k| (k, false)),
     }
 }
 

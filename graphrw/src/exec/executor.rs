@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use super::value::RunValue;
 use crate::graph::{Graph, NodeId};
 use crate::meta::TensorMeta;
-use crate::ops::{Attrs, DecomposeFn, OpDef};
+use crate::ops::{Attrs, DecomposeFn, OpDef, OpId};
 
 use super::ExecError;
 
@@ -34,8 +34,24 @@ pub struct NodeView<'a> {
     pub name: Option<&'a str>,
 }
 
-/// The error type kernels return.
-pub type KernelFailure = Box<dyn std::error::Error + Send + Sync>;
+pub use super::value::KernelFailure;
+
+/// The view of node `id` that checkers see.
+pub(crate) fn view(graph: &Graph, id: NodeId) -> Result<NodeView<'_>, ExecError> {
+    let node = graph.try_node(id)?;
+    let inputs = node
+        .operands()
+        .iter()
+        .map(|&v| graph.meta(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(NodeView {
+        op: node.op(),
+        attrs: node.attrs(),
+        inputs,
+        outputs: node.outputs(),
+        name: node.name(),
+    })
+}
 
 /// A kernel: operand tensors in, output tensors out.
 pub type Kernel =
@@ -155,7 +171,7 @@ struct Registration {
 /// ```
 pub struct OpExecutor {
     name: String,
-    ops: HashMap<&'static str, Registration>,
+    ops: HashMap<OpId, Registration>,
 }
 
 impl OpExecutor {
@@ -177,7 +193,7 @@ impl OpExecutor {
             + 'static,
     ) -> OpExecutor {
         self.ops.insert(
-            op.name,
+            op.id(),
             Registration {
                 checker: None,
                 action: Action::Kernel(Arc::new(kernel)),
@@ -197,7 +213,7 @@ impl OpExecutor {
             + 'static,
     ) -> OpExecutor {
         self.ops.insert(
-            op.name,
+            op.id(),
             Registration {
                 checker: Some(Arc::new(checker)),
                 action: Action::Kernel(Arc::new(kernel)),
@@ -215,7 +231,7 @@ impl OpExecutor {
         transform: DecomposeFn,
     ) -> OpExecutor {
         self.ops.insert(
-            op.name,
+            op.id(),
             Registration {
                 checker: Some(Arc::new(checker)),
                 action: Action::Transform(transform),
@@ -231,7 +247,7 @@ impl Executor for OpExecutor {
     }
 
     fn check(&self, node: &NodeView<'_>) -> Result<(), String> {
-        let Some(reg) = self.ops.get(node.op.name) else {
+        let Some(reg) = self.ops.get(&node.op.id()) else {
             return Err(format!("has no implementation of `{}`", node.op.name));
         };
         match &reg.checker {
@@ -241,14 +257,14 @@ impl Executor for OpExecutor {
     }
 
     fn transform(&self, node: &NodeView<'_>) -> Option<DecomposeFn> {
-        match self.ops.get(node.op.name)?.action {
+        match self.ops.get(&node.op.id())?.action {
             Action::Transform(t) => Some(t),
             Action::Kernel(_) => None,
         }
     }
 
     fn run(&self, node: &NodeView<'_>, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
-        match self.ops.get(node.op.name).map(|r| &r.action) {
+        match self.ops.get(&node.op.id()).map(|r| &r.action) {
             Some(Action::Kernel(k)) => k(node, inputs),
             Some(Action::Transform(_)) => Err(format!(
                 "`{}` is an execution transform of {}, not a kernel",

@@ -179,12 +179,12 @@ fn check_cross_entropy(node: &NodeView<'_>) -> Result<(), String> {
 }
 
 fn run_cross_entropy(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, KernelFailure> {
-    use fused::cross_entropy::{self as ce, CrossEntropyOptions, Reduction};
+    use fused::cross_entropy::{self as ce, CrossEntropyOptions};
     let a = &node.attrs;
     let opts = CrossEntropyOptions {
         ignore_index: a.int("ignore_index")?,
         label_smoothing: a.float("label_smoothing")?,
-        reduction: Reduction::parse(a.str("reduction")?)?,
+        reduction: a.reduction()?,
     };
     Ok(vec![if node.op.is(Op::CrossEntropy) {
         ce::cross_entropy(x[0], x[1], &opts)?

@@ -6,21 +6,22 @@
 //! copy ([`Executor::run_values`](super::Executor::run_values)), and graph outputs are
 //! brought to the host at the end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use graphrw_kernels::cpu::awake::KeepAwake;
 use graphrw_kernels::Tensor;
 
-use crate::graph::{Graph, NodeId, Value};
+use crate::graph::NodeId;
 use crate::meta::TensorMeta;
 use crate::printer::{node_line, Names};
 
-use super::bind::{check_inputs, needs_binding, Bindings, BoundCache, BoundNode};
-use super::plan::{view, view as ex_view, Plan};
+use super::bind::{check_inputs, Bindings, BoundCache, BoundNode};
+use super::executor::view;
+use super::plan::Plan;
 use super::value::RunValue;
 use super::ExecError;
 use crate::ops::Op;
@@ -63,108 +64,6 @@ impl fmt::Display for RunReport {
         }
         Ok(())
     }
-}
-
-/// Where each value lives during a run, worked out once per plan: every value that is
-/// read gets a slot of a dense array, and each step lists its operands' slots, its
-/// outputs' slots (`None`: never read, freed at once) and the slots whose last reader
-/// it is. A run then does no hashing.
-#[derive(Debug, Default)]
-pub(crate) struct Schedule {
-    steps: Vec<StepSlots>,
-    /// The slot of each graph output (`None`: no node computes it).
-    outputs: Vec<Option<usize>>,
-    slots: usize,
-    /// How many steps read symbols bound at run time.
-    symbolic_steps: usize,
-    /// The bound views of the last run's symbolic steps, reused by a run whose inputs
-    /// bind the same values.
-    bound: Mutex<Option<Arc<BoundCache>>>,
-    /// Set once a run bound a symbol from a kernel's result (a data-dependent size):
-    /// then bound views depend on data, not only on the inputs' shapes, and are never
-    /// reused.
-    data_dependent: AtomicBool,
-}
-
-#[derive(Debug, Default)]
-struct StepSlots {
-    /// The slot of each operand (`None`: produced by no earlier step).
-    operands: Vec<Option<usize>>,
-    outputs: Vec<Option<usize>>,
-    /// Slots read for the last time by this step (each once).
-    frees: Vec<usize>,
-    /// For graph inputs: the index of the caller's tensor.
-    input: Option<usize>,
-    /// True when the node reads symbols bound at run time (its kernel is shown a bound
-    /// copy of its attributes and metadata).
-    symbolic: bool,
-}
-
-/// The [`Schedule`] of `steps` over `g`.
-pub(crate) fn schedule(
-    g: &Graph,
-    steps: &[(NodeId, Option<usize>)],
-) -> Result<Schedule, ExecError> {
-    // Last step that reads each value; graph outputs are read at the end.
-    let mut last_use: HashMap<Value, usize> = HashMap::new();
-    for (step, &(id, _)) in steps.iter().enumerate() {
-        for &v in g.try_node(id)?.operands() {
-            last_use.insert(v, step);
-        }
-    }
-    for &v in g.outputs() {
-        last_use.insert(v, usize::MAX);
-    }
-    let input_index: HashMap<NodeId, usize> = g
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| (n, i))
-        .collect();
-    let mut slot: HashMap<Value, usize> = HashMap::new();
-    let mut out = Schedule::default();
-    for (step, &(id, _)) in steps.iter().enumerate() {
-        let node = g.try_node(id)?;
-        let operands = node
-            .operands()
-            .iter()
-            .map(|v| slot.get(v).copied())
-            .collect();
-        let mut frees = Vec::new();
-        for v in node.operands() {
-            if last_use.get(v) == Some(&step) {
-                if let Some(&s) = slot.get(v) {
-                    if !frees.contains(&s) {
-                        frees.push(s);
-                    }
-                }
-            }
-        }
-        let outputs = (0..node.outputs().len())
-            .map(|i| {
-                let v = Value::new(id, i as u32);
-                last_use.contains_key(&v).then(|| {
-                    slot.insert(v, out.slots);
-                    out.slots += 1;
-                    out.slots - 1
-                })
-            })
-            .collect();
-        let symbolic = match ex_view(g, id) {
-            Ok(v) => needs_binding(&v),
-            Err(_) => false,
-        };
-        out.symbolic_steps += usize::from(symbolic);
-        out.steps.push(StepSlots {
-            operands,
-            outputs,
-            frees,
-            input: input_index.get(&id).copied(),
-            symbolic,
-        });
-    }
-    out.outputs = g.outputs().iter().map(|v| slot.get(v).copied()).collect();
-    Ok(out)
 }
 
 /// A run shorter than this (its last run's time) runs on the calling thread instead of
@@ -557,7 +456,7 @@ pub(super) mod tests {
         let g = b.finish();
         let (x1, x2) = (ramp(&[s, h], 0.01), ramp(&[s, h], -0.003));
         let p = plan(&g, &default_stack()).expect("plans");
-        let node = p.graph().nodes_with_op(op.name).next().expect("kept");
+        let node = p.graph().nodes_of(op).next().expect("kept");
         assert_eq!(p.executor_of(node), Some(crate::exec::GENERATED_CPU));
         let (first, _) = p.run(std::slice::from_ref(&x1)).expect("runs");
         let bytes = first[0].nbytes();

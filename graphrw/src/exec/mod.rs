@@ -30,6 +30,7 @@ mod interpreter;
 mod kv_cache;
 mod plan;
 mod reference;
+mod schedule;
 pub mod tile;
 mod value;
 
@@ -43,7 +44,7 @@ use graphrw_kernels::Tensor;
 pub use cuda::{cuda_stack, CudaExecutor, CudaValue, CUDA_MAX_HEAD_DIM};
 pub use decode_loop::{CachePair, DecodeLoop};
 pub use epilogue::{EpilogueCpu, EPILOGUE_CPU, MATMUL_EPILOGUE, PACKED_LIMIT};
-pub use executor::{Checker, Executor, Kernel, KernelFailure, NodeView, OpExecutor};
+pub use executor::{Checker, Executor, Kernel, NodeView, OpExecutor};
 pub use fused_cpu::{FusedCpu, FUSED_CPU};
 pub(crate) use generated::after_generated;
 pub use generated::{
@@ -55,7 +56,7 @@ pub use kv_cache::KvCache;
 pub use plan::{plan, plan_with, Fallback, Plan};
 pub use reference::{ReferenceCpu, REFERENCE_CPU};
 pub use tile::{tile_executor, TileCpu, TILE_CPU};
-pub use value::{DeviceValue, RunValue};
+pub use value::{DeviceValue, KernelFailure, RunValue};
 
 use crate::{Graph, GraphError};
 

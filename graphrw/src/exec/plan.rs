@@ -15,8 +15,8 @@ use crate::ops::{Attrs, DecomposeFn};
 use crate::printer::{node_line, Names};
 use crate::verify::verify;
 
-use super::executor::{Executor, NodeView};
-use super::interpreter::{schedule, Schedule};
+use super::executor::{view, Executor};
+use super::schedule::{schedule, Schedule};
 use super::ExecError;
 
 /// The most transforms and decompositions a plan may apply before it is considered a
@@ -162,23 +162,6 @@ impl fmt::Display for Plan {
         writeln!(f, "  return {}", rets.join(", "))?;
         write!(f, "}}")
     }
-}
-
-/// The view of node `id` that checkers see.
-pub(crate) fn view(graph: &Graph, id: NodeId) -> Result<NodeView<'_>, ExecError> {
-    let node = graph.try_node(id)?;
-    let inputs = node
-        .operands()
-        .iter()
-        .map(|&v| graph.meta(v))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(NodeView {
-        op: node.op(),
-        attrs: node.attrs(),
-        inputs,
-        outputs: node.outputs(),
-        name: node.name(),
-    })
 }
 
 enum Choice {

@@ -153,11 +153,7 @@ fn run_builtin(node: &NodeView<'_>, x: &[&Tensor]) -> Result<Vec<Tensor>, Kernel
         Op::Silu => unary(UnaryOp::Silu)?,
         Op::Not => unary(UnaryOp::Not)?,
         Op::Isnan => unary(UnaryOp::IsNan)?,
-        Op::Gelu => match a.str("approximate").map_err(attr_err)? {
-            "none" => unary(UnaryOp::Gelu)?,
-            "tanh" => unary(UnaryOp::GeluTanh)?,
-            other => return Err(format!("gelu: unknown approximation {other:?}").into()),
-        },
+        Op::Gelu => unary(a.gelu_approximation().map_err(attr_err)?.unary())?,
         Op::Where => cpu::where_(x[0], x[1], x[2])?,
         Op::Cast => cpu::cast(x[0], a.dtype("dtype").map_err(attr_err)?)?,
         Op::MaskedFill => cpu::masked_fill(x[0], x[1], float("value")?)?,

@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use graphrw_kernels::{DType, Tensor};
 
-use super::executor::KernelFailure;
 use crate::meta::Device;
+
+/// The error type kernels return.
+pub type KernelFailure = Box<dyn std::error::Error + Send + Sync>;
 
 /// A tensor held by a device executor (for instance a CUDA buffer).
 pub trait DeviceValue: fmt::Debug + Send + Sync {

@@ -25,11 +25,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod context;
 mod error;
 mod registry;
 mod transform;
 pub mod vjp_rules;
 
+pub use context::{VjpContext, VjpFn, VjpResult};
 pub use error::GradError;
-pub use registry::{GradRegistry, VjpContext, VjpFn, VjpResult};
+pub use registry::GradRegistry;
 pub use transform::{grad, grad_with, sum_to_shape, Cotangents};

@@ -3,9 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::context::{known_dims, zeros};
 use super::{GradError, GradRegistry, VjpContext};
 use crate::builder::{Builder, Var};
-use crate::meta::{Dim, Shape, TensorMeta};
+use crate::meta::{Dim, Shape};
 use crate::ops::Op;
 use crate::printer::Names;
 use crate::{Graph, NodeId, Value};
@@ -351,31 +352,4 @@ pub fn sum_to_shape<'b>(g: Var<'b>, target: &Shape) -> Result<Var<'b>, GradError
         s = s.squeeze_with(&(0..lead as i64).collect::<Vec<_>>())?;
     }
     Ok(s)
-}
-
-fn known_dims(shape: &Shape) -> Result<Vec<i64>, GradError> {
-    shape
-        .dims()
-        .iter()
-        .map(|d| {
-            d.known().map(|n| n as i64).ok_or_else(|| {
-                GradError::unsupported(format!("needs a known shape, found {shape}"))
-            })
-        })
-        .collect()
-}
-
-/// Zeros of `meta` (a known shape), for values no cotangent reaches.
-pub(super) fn zeros<'b>(
-    b: &'b Builder,
-    meta: &TensorMeta,
-    what: &str,
-) -> Result<Var<'b>, GradError> {
-    let dims = known_dims(&meta.shape).map_err(|_| {
-        GradError::Outputs(format!(
-            "zeros for {what} need a known shape, found {}",
-            meta.shape
-        ))
-    })?;
-    Ok(b.var(b.zeros_with(&dims, meta.dtype)?))
 }

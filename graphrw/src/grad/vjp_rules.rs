@@ -13,13 +13,18 @@ use super::{GradError, VjpContext, VjpFn, VjpResult};
 use crate::builder::{Builder, Var};
 use crate::meta::{normalize_axis, DType};
 use crate::ops::builtin as op;
-use crate::ops::{AttrValue, Op};
+use crate::ops::{AttrValue, GeluApproximation, Op};
 use crate::Tensor;
+use graphrw_ops::vocab::Grad;
 
-/// The vjp rule of built-in op `op`: `None` for the ops differentiated through their
-/// decomposition, those with no gradient along their outputs, and those with no rule
-/// yet (the module docs name them). Exhaustive, so a new op must say which it is.
+/// The vjp rule of built-in op `op`: `Some` exactly for the ops whose `grad` column in
+/// the op table is [`Grad::Rule`]; `None` for those
+/// differentiated through their decomposition, with no gradient along their outputs,
+/// or with no rule yet.
 pub fn builtin_rule(op: Op) -> Option<VjpFn> {
+    if op.grad() != Grad::Rule {
+        return None;
+    }
     let rule: VjpFn = match op {
         Op::Add => add,
         Op::Sub => sub,
@@ -71,33 +76,10 @@ pub fn builtin_rule(op: Op) -> Option<VjpFn> {
         Op::LogSoftmax => log_softmax,
         Op::ScaledDotProductAttention => sdpa,
         Op::CrossEntropy => cross_entropy,
-        // Differentiated through their decomposition.
-        Op::LayerNorm
-        | Op::RmsNorm
-        | Op::ScaledDotProductAttentionBackward
-        | Op::CrossEntropyBackward
-        // No gradient along their outputs: sources, comparisons, logic, `isnan`, opaque.
-        | Op::Input
-        | Op::Constant
-        | Op::Opaque
-        | Op::Arange
-        | Op::Full
-        | Op::SymInts
-        | Op::Zeros
-        | Op::Ones
-        | Op::And
-        | Op::Or
-        | Op::Eq
-        | Op::Ne
-        | Op::Lt
-        | Op::Le
-        | Op::Gt
-        | Op::Ge
-        | Op::Not
-        | Op::Isnan
-        // No rule yet (a clear error when differentiated).
-        | Op::Conv2d
-        | Op::GatherNd => return None,
+        // The table's `grad` column says which ops have no rule (differentiated
+        // through their decomposition, with no gradient, or not yet); the test below
+        // holds this list of rules to it.
+        _ => return None,
     };
     Some(rule)
 }
@@ -258,8 +240,8 @@ fn relu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
 
 fn gelu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let a = cx.input(0);
-    let d = match cx.attrs().str("approximate").map_err(|e| bad(e.0))? {
-        "none" => {
+    let d = match cx.attrs().gelu_approximation().map_err(|e| bad(e.0))? {
+        GeluApproximation::None => {
             // Phi(a) + a * phi(a)
             let cdf = a
                 .mul(std::f64::consts::FRAC_1_SQRT_2)?
@@ -269,7 +251,7 @@ fn gelu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
             let pdf = a.mul(a)?.mul(-0.5)?.exp()?.mul(1.0 / (2.0 * PI).sqrt())?;
             cdf.add(a.mul(pdf)?)?
         }
-        "tanh" => {
+        GeluApproximation::Tanh => {
             // 0.5 (1 + t) + 0.5 a (1 - t^2) k (1 + 3 c a^2), t = tanh(k (a + c a^3))
             let (k, c) = ((2.0 / PI).sqrt(), 0.044715);
             let a2 = a.mul(a)?;
@@ -279,7 +261,6 @@ fn gelu<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
             let right = t.mul(t)?.neg()?.add(1.0)?.mul(du)?.mul(a)?.mul(0.5)?;
             left.add(right)?
         }
-        other => return Err(bad(format!("unknown approximation {other:?}"))),
     };
     Ok(vec![Some(g(cx)?.mul(d)?)])
 }
@@ -653,4 +634,21 @@ fn cross_entropy<'b>(cx: &VjpContext<'b>) -> VjpResult<'b> {
     let attrs = attrs_by_name(cx, &["ignore_index", "label_smoothing", "reduction"]);
     let d = b.apply(&op::CROSS_ENTROPY_BACKWARD, &operands, &attrs)?;
     Ok(vec![Some(b.var(d[0])), None])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_for_exactly_the_ops_the_table_says_have_one() {
+        for &op in Op::ALL {
+            assert_eq!(
+                builtin_rule(op).is_some(),
+                op.grad() == Grad::Rule,
+                "`{op}`: its grad column is {:?}",
+                op.grad()
+            );
+        }
+    }
 }

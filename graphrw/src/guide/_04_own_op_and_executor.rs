@@ -154,5 +154,79 @@
 //! [`Executor`](crate::exec::Executor) trait. When no executor takes a node and it has no
 //! decomposition, [`plan`](crate::exec::plan) fails with each executor's reason.
 //!
+//! ## In and out of ONNX
+//!
+//! An op of your own needs nothing more to be saved: [`onnx::save`](crate::onnx::save)
+//! writes a node of an op with a decomposition as a call of a model-local ONNX function
+//! (domain [`FUNCTION_DOMAIN`](crate::onnx::FUNCTION_DOMAIN)) whose body is the
+//! decomposition, which onnxruntime runs; loading inlines the function's body, so the
+//! loaded graph holds the ops of the decomposition. A rule (chapter 1) that matches
+//! them gives your op back, and [`fused_kernel!`](crate::fused_kernel) (chapter 5)
+//! writes that rule for you.
+//!
+//! ```
+//! use graphrw::exec::{plan, reference_stack};
+//! use graphrw::ops::{Arity, AttrDefault, AttrKind, AttrSpec, AttrValue, Attrs, Infer, OpClass,
+//!     OpDef, OperandSpec, OutputCount};
+//! use graphrw::{onnx, Builder, DType, GraphError, Tensor, TensorMeta, Value};
+//!
+//! fn scale_like(b: &Builder, x: &[Value], attrs: &Attrs) -> Result<Vec<Value>, GraphError> {
+//!     let factor = attrs.float("factor").map_err(|e| GraphError::Signature {
+//!         op: "my.scale",
+//!         node: None,
+//!         message: e.0,
+//!     })?;
+//!     Ok(vec![b.var(x[0]).mul(factor)?.value()])
+//! }
+//!
+//! /// `input * factor`, metadata `like` its decomposition.
+//! static SCALE: OpDef = OpDef {
+//!     name: "my.scale",
+//!     doc: "Multiplies by a constant factor.",
+//!     operands: &[OperandSpec { name: "input", arity: Arity::Required }],
+//!     attrs: &[AttrSpec { name: "factor", kind: AttrKind::Float, default: AttrDefault::Float(1.0) }],
+//!     outputs: OutputCount::Fixed(1),
+//!     commutative: false,
+//!     class: OpClass::Elementwise,
+//!     infer: Infer::Like,
+//!     decompose: Some(scale_like),
+//!     builtin: None,
+//! };
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let b = Builder::new();
+//! let x = b.input("x", TensorMeta::new(DType::F32, [3usize]));
+//! let y = b.apply(&SCALE, &[x.value()], &[("factor", AttrValue::Float(2.0))])?;
+//! b.output(&[b.var(y[0])])?;
+//! let graph = b.finish();
+//!
+//! let back = onnx::load_bytes(&onnx::to_bytes(&graph)?)?;
+//! assert_eq!(back.nodes_of(&SCALE).count(), 0);
+//! assert_eq!(back.nodes_with_op("mul").count(), 1);
+//! let input = [Tensor::from_vec(vec![3], vec![1f32, 2., 3.])?];
+//! let (out, _) = plan(&back, &reference_stack())?.run(&input)?;
+//! assert_eq!(out[0].as_slice::<f32>()?, &[2., 4., 6.]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## How many files a new op touches
+//!
+//! - **Your own op**: one file of your crate — its `static OpDef`, its kernel (an
+//!   [`OpExecutor`](crate::exec::OpExecutor) entry, or none when its decomposition is
+//!   fast enough), and nothing for ONNX (above). Every registry keys it by its
+//!   [`OpId`](crate::ops::OpId), interned from its name the first time it is used.
+//! - **A built-in op**: its row in the op table (`graphrw-ops/src/vocab.rs`), its
+//!   inference function (`graphrw/src/ir/ops/infer.rs`), and a reference kernel
+//!   (`graphrw-kernels/src/cpu/`) when no existing one computes it; the row's `grad`
+//!   column says how it is differentiated, and an op with a rule of its own adds it to
+//!   `graphrw/src/grad/vjp_rules.rs`. Then the compiler points at the four exhaustive
+//!   `match`es over [`Op`](crate::ops::Op) that must say what the op is to them (the
+//!   reference executor, the CUDA executor's checker and kernels, the tile executor's
+//!   lanes), and a one-to-one ONNX mapping is a row of the ONNX table
+//!   (`graphrw/src/onnx/table/mod.rs`): nine files in all, seven when an existing
+//!   kernel serves and it has no vjp rule of its own. The goal of three is not reached
+//!   yet; turning those `match` lists into columns of the op table is what is left.
+//!
 //! Next: [your own fused kernel](super::_05_fused_kernel), which writes the op, its rule
 //! and its kernels for you.

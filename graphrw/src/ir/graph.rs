@@ -46,7 +46,7 @@ use graphrw_kernels::Tensor;
 pub use crate::foreign::Foreign;
 use crate::meta::TensorMeta;
 use crate::op_index::{OpIndex, VACANT};
-use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef};
+use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef, OpId};
 use crate::GraphError;
 
 /// A node's id: its index in the graph's node table. Ids survive the removal of other
@@ -356,9 +356,18 @@ impl Graph {
         &self.output_names
     }
 
-    /// Nodes of op `name`, in id order (the anchor index of the matcher).
+    /// Nodes of op `name`, in id order (for callers that have the op as text; with the
+    /// op at hand, [`Graph::nodes_of`]).
     pub fn nodes_with_op<'a>(&'a self, name: &str) -> impl Iterator<Item = NodeId> + 'a {
-        self.by_op.nodes(name)
+        OpId::find(name)
+            .into_iter()
+            .flat_map(move |op| self.by_op.nodes(op))
+    }
+
+    /// Nodes of op `op` (an [`OpId`], a built-in [`Op`](crate::ops::Op) or a definition),
+    /// in id order (the anchor index of the matcher).
+    pub fn nodes_of<'a>(&'a self, op: impl Into<OpId>) -> impl Iterator<Item = NodeId> + 'a {
+        self.by_op.nodes(op.into())
     }
 
     /// Per node index, a dense code of the node's op (two bytes per node, for the
@@ -368,16 +377,16 @@ impl Graph {
         self.by_op.codes()
     }
 
-    /// The op names behind [`Graph::op_codes`], by number (code `2 * number`, or
+    /// The ops behind [`Graph::op_codes`], by number (code `2 * number`, or
     /// `2 * number + 1` for a constant of one element). Numbers are never reused, so
     /// this list only grows.
-    pub(crate) fn coded_ops(&self) -> impl ExactSizeIterator<Item = &'static str> + '_ {
+    pub(crate) fn coded_ops(&self) -> impl ExactSizeIterator<Item = OpId> + '_ {
         self.by_op.numbered()
     }
 
     /// How many nodes of each op, by op name.
     pub fn op_counts(&self) -> BTreeMap<&'static str, usize> {
-        self.by_op.counts().collect()
+        self.by_op.counts().map(|(op, n)| (op.name(), n)).collect()
     }
 
     /// The uses of `v` as (user, operand position), sorted ([`Graph::uses`] without

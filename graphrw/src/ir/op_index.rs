@@ -1,10 +1,10 @@
-//! The graph's index of nodes by op: for each op name, a bitset over node indices.
+//! The graph's index of nodes by op: for each op ([`OpId`]), a bitset over node indices.
 //!
 //! Adding and removing a node cost a bit flip (no tree to rebalance, no allocation once
 //! the bitset has grown to the graph's size), and the nodes of an op come out in id
 //! order, which is the order the matcher's anchor scan and the rewriter rely on. Ops are
-//! kept in a short list looked up by the address of their `'static` name first, then by
-//! its text (a graph has a few dozen distinct ops, so this beats hashing the name).
+//! kept in a short list looked up by their id (a graph has a few dozen distinct ops, so
+//! a scan of small ints beats hashing).
 //!
 //! It also keeps a dense column of op codes by node index ([`OpIndex::codes`]): the op's
 //! number in this index, doubled, plus one for a `constant` holding a single element.
@@ -16,7 +16,7 @@
 use fixedbitset::FixedBitSet;
 
 use crate::graph::NodeId;
-use crate::ops::same_name;
+use crate::ops::OpId;
 
 /// The nodes of one op.
 #[derive(Clone, Debug, Default)]
@@ -29,15 +29,15 @@ struct OpNodes {
 pub(crate) const VACANT: u16 = u16::MAX;
 
 /// The code of a node whose op's number does not fit in a code (more than 32 766
-/// distinct op names in one graph): readers fall back to the node itself.
+/// distinct ops in one graph): readers fall back to the node itself.
 pub(crate) const UNCODED: u16 = u16::MAX - 1;
 
-/// Nodes by op name.
+/// Nodes by op.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OpIndex {
     /// In order of first insertion: an op's position here is its number, and it keeps
     /// it for the life of the index (an op whose nodes are all gone keeps its entry).
-    ops: Vec<(&'static str, OpNodes)>,
+    ops: Vec<(OpId, OpNodes)>,
     /// Per node index, its op code (see the module docs), [`VACANT`] when free.
     codes: Vec<u16>,
 }
@@ -52,16 +52,12 @@ fn code(number: usize, scalar: bool) -> u16 {
 }
 
 impl OpIndex {
-    fn position(&self, op: &str) -> Option<usize> {
-        // Addresses first: every node of an op shares its `OpDef`'s name.
-        self.ops
-            .iter()
-            .position(|(name, _)| std::ptr::eq(*name, op))
-            .or_else(|| self.ops.iter().position(|(name, _)| same_name(name, op)))
+    fn position(&self, op: OpId) -> Option<usize> {
+        self.ops.iter().position(|(id, _)| *id == op)
     }
 
     /// Records that node `id` has op `op`; `scalar`: it is a constant of one element.
-    pub(crate) fn insert(&mut self, op: &'static str, id: NodeId, scalar: bool) {
+    pub(crate) fn insert(&mut self, op: OpId, id: NodeId, scalar: bool) {
         let i = match self.position(op) {
             Some(i) => i,
             None => {
@@ -86,7 +82,7 @@ impl OpIndex {
     }
 
     /// Forgets node `id` of op `op`.
-    pub(crate) fn remove(&mut self, op: &str, id: NodeId) {
+    pub(crate) fn remove(&mut self, op: OpId, id: NodeId) {
         if let Some(i) = self.position(op) {
             let nodes = &mut self.ops[i].1;
             if nodes.bits.contains(id.index()) {
@@ -104,68 +100,71 @@ impl OpIndex {
     }
 
     /// Every op ever inserted, by number (op code `2 * number` or `2 * number + 1`).
-    pub(crate) fn numbered(&self) -> impl ExactSizeIterator<Item = &'static str> + '_ {
-        self.ops.iter().map(|(name, _)| *name)
+    pub(crate) fn numbered(&self) -> impl ExactSizeIterator<Item = OpId> + '_ {
+        self.ops.iter().map(|(id, _)| *id)
     }
 
     /// The nodes of op `op`, in id order.
-    pub(crate) fn nodes(&self, op: &str) -> impl Iterator<Item = NodeId> + '_ {
+    pub(crate) fn nodes(&self, op: OpId) -> impl Iterator<Item = NodeId> + '_ {
         self.position(op)
             .into_iter()
             .flat_map(move |i| self.ops[i].1.bits.ones().map(NodeId::new))
     }
 
     /// Every op with at least one node, with its node count.
-    pub(crate) fn counts(&self) -> impl Iterator<Item = (&'static str, usize)> + '_ {
+    pub(crate) fn counts(&self) -> impl Iterator<Item = (OpId, usize)> + '_ {
         self.ops
             .iter()
             .filter(|(_, nodes)| nodes.len > 0)
-            .map(|(name, nodes)| (*name, nodes.len))
+            .map(|(id, nodes)| (*id, nodes.len))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::Op;
+
+    fn id(op: Op) -> OpId {
+        op.into()
+    }
 
     #[test]
     fn nodes_come_out_in_id_order_and_removal_is_exact() {
         let mut index = OpIndex::default();
         for i in [70, 3, 200, 3, 64] {
-            index.insert("add", NodeId::new(i), false);
+            index.insert(id(Op::Add), NodeId::new(i), false);
         }
-        index.insert("mul", NodeId::new(5), false);
-        // A name with the same text at another address finds the same entry.
-        let add = String::from("add");
-        let ids: Vec<usize> = index.nodes(&add).map(|n| n.index()).collect();
+        index.insert(id(Op::Mul), NodeId::new(5), false);
+        let ids: Vec<usize> = index.nodes(id(Op::Add)).map(|n| n.index()).collect();
         assert_eq!(ids, [3, 64, 70, 200]);
-        index.remove("add", NodeId::new(64));
-        index.remove("add", NodeId::new(1000));
-        index.remove("sub", NodeId::new(3));
-        let ids: Vec<usize> = index.nodes("add").map(|n| n.index()).collect();
+        index.remove(id(Op::Add), NodeId::new(64));
+        index.remove(id(Op::Add), NodeId::new(1000));
+        index.remove(id(Op::Sub), NodeId::new(3));
+        let ids: Vec<usize> = index.nodes(id(Op::Add)).map(|n| n.index()).collect();
         assert_eq!(ids, [3, 70, 200]);
         let counts: Vec<_> = index.counts().collect();
-        assert_eq!(counts, [("add", 3), ("mul", 1)]);
-        index.remove("mul", NodeId::new(5));
+        assert_eq!(counts, [(id(Op::Add), 3), (id(Op::Mul), 1)]);
+        index.remove(id(Op::Mul), NodeId::new(5));
         assert_eq!(index.counts().count(), 1);
-        assert_eq!(index.nodes("sub").count(), 0);
+        assert_eq!(index.nodes(id(Op::Sub)).count(), 0);
     }
 
     #[test]
     fn codes_follow_inserts_and_removals() {
         let mut index = OpIndex::default();
-        index.insert("add", NodeId::new(2), false);
-        index.insert("constant", NodeId::new(0), true);
-        index.insert("constant", NodeId::new(1), false);
+        index.insert(id(Op::Add), NodeId::new(2), false);
+        index.insert(id(Op::Constant), NodeId::new(0), true);
+        index.insert(id(Op::Constant), NodeId::new(1), false);
         assert_eq!(index.codes(), [3, 2, 0]);
-        index.remove("add", NodeId::new(2));
+        index.remove(id(Op::Add), NodeId::new(2));
         // A removed node's slot is free; its op keeps its number.
         assert_eq!(index.codes(), [3, 2, VACANT]);
-        index.insert("mul", NodeId::new(5), false);
-        index.insert("add", NodeId::new(2), false);
+        index.insert(id(Op::Mul), NodeId::new(5), false);
+        index.insert(id(Op::Add), NodeId::new(2), false);
         assert_eq!(index.codes(), [3, 2, 0, VACANT, VACANT, 4]);
-        let names: Vec<&str> = index.numbered().collect();
-        assert_eq!(names, ["add", "constant", "mul"]);
+        let ops: Vec<OpId> = index.numbered().collect();
+        assert_eq!(ops, [id(Op::Add), id(Op::Constant), id(Op::Mul)]);
         // Numbers too big for a code are marked so, never wrapped.
         assert_eq!(code(40_000, false), UNCODED);
         assert_eq!(code(16_383, true), 32_767);

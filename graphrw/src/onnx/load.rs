@@ -9,7 +9,7 @@
 //! printed program shows each weight right before its first use. ONNX node names are
 //! kept on every graph node made for them, graph input names on the inputs, and output
 //! names on the graph outputs. Most ops are read through the mapping table shared with
-//! the exporter (`table.rs`: ONNX name, domain, opsets, operands, and where each
+//! the exporter (`table/mod.rs`: ONNX name, domain, opsets, operands, and where each
 //! attribute sits at each opset, with its kind, default and range); lowerings and
 //! shape-dependent forms are the special cases here.
 //!

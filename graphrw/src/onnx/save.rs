@@ -6,7 +6,7 @@
 //! after the initialiser they came from when there is one; graph
 //! inputs and outputs keep their names. Vocabulary ops map onto ONNX opset 18 ops
 //! (`permute` to `Transpose`, `slice` to `Slice` with constant bounds, ...), through the
-//! mapping table the importer reads too (`table.rs`) where one op is one op; a few ops
+//! mapping table the importer reads too (`table/mod.rs`) where one op is one op; a few ops
 //! need newer opsets and raise the model's opset: `gelu` (`Gelu`, 20), `rms_norm`
 //! (`RMSNormalization`, 23) and `scaled_dot_product_attention`, written as the
 //! standard ONNX `Attention` op (23). The IR version stays 10 so that current
@@ -59,6 +59,7 @@ use crate::graph::{Graph, NodeId};
 use crate::verify::Gate;
 use crate::Tensor;
 
+mod attrs;
 pub(crate) mod exporter;
 pub(crate) mod names;
 

@@ -1,9 +1,13 @@
-//! What a match binds: [`Bindings`] (slot by slot), [`Match`] (one match of a pattern in a
-//! graph) and [`PatternMatch`] (the typed struct `pattern!` emits per pattern).
+//! What a match binds: [`Bindings`], slot by slot (a match of a whole pattern, with
+//! its pattern, is a [`Match`](super::Match)).
 
 use crate::meta::{Dim, TensorMeta};
-use crate::pattern::{Pattern, Slot};
-use crate::{DType, Graph, Node, NodeId, Value};
+use crate::ops::Op;
+use crate::{DType, Graph, Node, Value};
+
+/// Index of a binding slot. Slots `0..params.len()` are the pattern's parameters, in
+/// declaration order; the next slots hold the value of each op node of the pattern.
+pub type Slot = u16;
 
 /// A bound value.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,7 +42,7 @@ impl Clone for Bindings {
     }
 
     /// Reuses this one's slot list (the rewriter copies every match it finds into the
-    /// same [`Match`]).
+    /// same [`Match`](crate::pattern::Match)).
     fn clone_from(&mut self, source: &Bindings) {
         self.slots.clone_from(&source.slots);
     }
@@ -221,47 +225,16 @@ impl<'g> TensorRef<'g> {
 
     /// The number a constant node holds, when the value is a one-element constant.
     pub fn scalar(&self) -> Option<f64> {
-        crate::pattern::matcher::constant_scalar(self.graph, self.value)
+        constant_scalar(self.graph, self.value)
     }
 }
 
-/// One match of a pattern in a graph.
-#[derive(Clone, Debug)]
-pub struct Match {
-    /// The pattern.
-    pub pattern: &'static Pattern,
-    /// The value each root matched (the first is the anchor's).
-    pub outputs: Vec<Value>,
-    /// Every node the pattern's ops and constants matched, each once, in match order.
-    pub nodes: Vec<NodeId>,
-    /// The slots.
-    pub bindings: Bindings,
-}
-
-impl Match {
-    /// What parameter `name` is bound to.
-    pub fn get(&self, name: &str) -> Option<&Bound> {
-        self.bindings.get(self.pattern.param_slot(name)?)
+/// The number a one-element `constant` node holds.
+pub fn constant_scalar(graph: &Graph, v: Value) -> Option<f64> {
+    let node = graph.node(v.node)?;
+    if !node.op().is(Op::Constant) || v.output != 0 {
+        return None;
     }
-
-    /// The typed match struct of the pattern (`sfdp_1::Match`). Panics when `M` belongs
-    /// to another pattern.
-    pub fn typed<M: PatternMatch>(&self) -> M {
-        assert!(
-            std::ptr::eq(M::pattern(), self.pattern),
-            "typed match of pattern `{}` asked of a match of `{}`",
-            M::pattern().name,
-            self.pattern.name
-        );
-        M::from_bindings(&self.bindings)
-    }
-}
-
-/// The typed match struct `pattern!` emits for each pattern: one field per parameter
-/// (`Value` for tensors, `f64`/`i64`/`bool`/`Vec<i64>`/`String`/`DType` for scalars).
-pub trait PatternMatch: Sized {
-    /// The pattern.
-    fn pattern() -> &'static Pattern;
-    /// Reads the fields from complete bindings of the pattern.
-    fn from_bindings(bindings: &Bindings) -> Self;
+    let t = node.payload()?;
+    t.scalar_f64()
 }

@@ -135,7 +135,7 @@ pub fn explain_rules(
     node: NodeId,
 ) -> RulesExplanation {
     let names = Names::new(graph);
-    let op = graph.node(node).map(|n| n.op_name());
+    let op = graph.node(node).map(|n| n.op().id());
     let rules = crate::pattern::dispatch::Dispatch::for_sets(sets)
         .rules()
         .to_vec();
@@ -149,7 +149,7 @@ pub fn explain_rules(
     };
     for rule in rules {
         let anchored = rule.pattern.anchors.is_empty()
-            || op.is_some_and(|op| rule.pattern.anchors.iter().any(|a| a.name == op));
+            || op.is_some_and(|op| rule.pattern.anchors.iter().any(|a| a.id() == op));
         if anchored {
             out.rules
                 .push((rule.name, explain_named(rule.pattern, graph, node, &names)));
@@ -181,7 +181,7 @@ pub fn near_misses(pattern: &'static Pattern, graph: &Graph) -> Vec<Explanation>
     let mut anchors: Vec<NodeId> = pattern
         .anchors
         .iter()
-        .flat_map(|op| graph.nodes_with_op(op.name))
+        .flat_map(|&op| graph.nodes_of(op))
         .collect();
     anchors.sort_unstable();
     anchors.dedup();
@@ -275,7 +275,7 @@ fn partial(p: &Pattern, graph: &Graph, n: u16, value: Value, level: usize) -> us
         Some(PatNode::Tensor(_)) => 1,
         Some(PatNode::Const(_)) => usize::from(node.is_scalar_constant()),
         Some(PatNode::Op(o)) => {
-            if o.op.name != node.op_name() || value.output != 0 {
+            if o.op.id() != node.op().id() || value.output != 0 {
                 return 0;
             }
             let operands = node.operands();

@@ -262,6 +262,7 @@ pub(crate) mod claims;
 pub mod dispatch;
 mod display;
 mod explain;
+mod matched;
 pub mod matcher;
 mod node_matcher;
 mod op_ids;
@@ -272,17 +273,18 @@ mod rule;
 pub(crate) mod safety;
 mod tree;
 
-pub use bindings::{Bindings, Bound, Match, PatternMatch, TensorRef};
+pub use bindings::{Bindings, Bound, Slot, TensorRef};
 pub use explain::{
     explain, explain_named, explain_rules, near_misses, Explanation, RulesExplanation,
 };
+pub use matched::{Match, PatternMatch};
 pub use node_matcher::NodeMatcher;
 pub use options::{find_with, match_at_with, MatchFilter, MatchOptions};
 pub use rule::{GenFn, ReplaceFn, Rule, RuleSet, VerifySpec};
 pub use safety::{check_safe, Unsafe};
 pub use tree::{
     AttrCheck, AttrPat, Check, CmpOp, ConstPat, Constraint, Link, OpPat, Param, ParamKind, PatNode,
-    Pattern, PredFn, RepeatPat, Root, Slot, Term,
+    Pattern, PredFn, RepeatPat, Root, Term,
 };
 
 use crate::{Graph, NodeId};

@@ -183,3 +183,24 @@ impl<'a> NodeMatcher<'a> {
         self.attempts
     }
 }
+
+impl Dispatch {
+    /// A matching pass without rewriting: for every node, in node order, the first rule
+    /// (in the order rules are tried) that matches with its anchor there, under
+    /// `options`' matching flags and filters. Safety and overlaps are not checked (the
+    /// rewriter's job). A [`NodeMatcher`] visit of every node.
+    pub fn first_matches(
+        &self,
+        graph: &Graph,
+        options: &MatchOptions,
+    ) -> Vec<(&'static Rule, Match)> {
+        let mut matcher = NodeMatcher::new(self, graph, options);
+        let mut out = Vec::new();
+        while let Some(id) = matcher.next_anchor(graph) {
+            if matcher.visit(graph, id) {
+                out.extend(matcher.next_match(graph, |_| false));
+            }
+        }
+        out
+    }
+}

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::ops::OpId;
 use crate::pattern::{Bindings, Pattern};
 use crate::{Builder, Graph, GraphError, Value};
 
@@ -104,11 +105,12 @@ impl RuleSet {
         self.rules.iter().copied().find(|r| r.name == name)
     }
 
-    /// Rules whose anchor can be the op named `op`, in the order they are tried.
-    pub fn rules_for_op<'a>(&'a self, op: &'a str) -> impl Iterator<Item = &'static Rule> + 'a {
+    /// Rules whose anchor can be op `op`, in the order they are tried.
+    pub fn rules_for_op(&self, op: impl Into<OpId>) -> impl Iterator<Item = &'static Rule> + '_ {
+        let op = op.into();
         self.rules
             .iter()
             .copied()
-            .filter(move |r| r.pattern.anchors.iter().any(|a| a.name == op))
+            .filter(move |r| r.pattern.anchors.iter().any(|a| a.id() == op))
     }
 }

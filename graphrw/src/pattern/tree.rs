@@ -5,46 +5,12 @@
 //! here is built at run time.
 
 use crate::ops::OpDef;
-use crate::pattern::Bindings;
+use crate::pattern::bindings::{Bindings, Slot};
 use crate::{DType, Graph};
 
-/// Index of a binding slot. Slots `0..params.len()` are the pattern's parameters, in
-/// declaration order; the next slots hold the value of each op node of the pattern.
-pub type Slot = u16;
-
-/// The kind of a pattern parameter (the type written in the pattern's signature).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ParamKind {
-    /// `Tensor`: any value of the graph.
-    Tensor,
-    /// `i64`: an int attribute, or a constant node holding one integral number.
-    Int,
-    /// `f64`: a float attribute, or a constant node holding one number.
-    Float,
-    /// `bool`: a bool attribute.
-    Bool,
-    /// `Ints` (or `Vec<i64>`): an int-list attribute.
-    Ints,
-    /// `String`: a string attribute.
-    Str,
-    /// `DType`: a dtype attribute.
-    DType,
-}
-
-impl ParamKind {
-    /// The type as written in a pattern signature.
-    pub fn type_name(self) -> &'static str {
-        match self {
-            ParamKind::Tensor => "Tensor",
-            ParamKind::Int => "i64",
-            ParamKind::Float => "f64",
-            ParamKind::Bool => "bool",
-            ParamKind::Ints => "Ints",
-            ParamKind::Str => "String",
-            ParamKind::DType => "DType",
-        }
-    }
-}
+/// The kind of a pattern parameter (the type written in the pattern's signature); one
+/// list with the `pattern!` macro's, in `graphrw-ops`.
+pub use graphrw_ops::ParamKind;
 
 /// A pattern parameter; its slot is its position in [`Pattern::params`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -93,7 +93,7 @@ pub fn mark_causal(graph: &mut Graph) -> Result<CausalReport, GraphError> {
     let mut report = CausalReport::default();
     let nodes_before = graph.node_count();
     let mut cache: HashMap<(Value, usize, usize), Option<Rest>> = HashMap::new();
-    let sites: Vec<NodeId> = graph.nodes_with_op(op.name).collect();
+    let sites: Vec<NodeId> = graph.nodes_of(op).collect();
     for id in sites {
         let node = graph.try_node(id)?;
         let Some(&mask) = node.operands().get(3) else {

@@ -41,6 +41,7 @@ use std::ops::ControlFlow;
 
 use super::pipeline::{run_pipeline, RewritePass, Step};
 use super::OptimizeError;
+use crate::ops::{Op, OpId};
 use crate::pattern::{explain_named, Explanation, PatNode, Rule, RuleSet};
 use crate::printer::Names;
 use crate::rewrite::{Report, Rewriter, Verify};
@@ -188,18 +189,18 @@ impl fmt::Display for Coverage {
 }
 
 /// Which nodes are sites: an op, and a test of the node.
-type SiteOp = (&'static str, fn(&Graph, NodeId) -> bool);
+type SiteOp = (OpId, fn(&Graph, NodeId) -> bool);
 
 /// The sites of the built-in fusions (see the module docs).
 const BUILTIN_SITES: &[SiteOp] = &[
-    ("softmax", any),
-    ("mean", mean_of_square),
-    ("layer_norm", any),
-    ("erf", any),
-    ("tanh", any),
-    ("sigmoid", any),
-    ("silu", any),
-    ("neg", any),
+    (OpId::of(Op::Softmax), any),
+    (OpId::of(Op::Mean), mean_of_square),
+    (OpId::of(Op::LayerNorm), any),
+    (OpId::of(Op::Erf), any),
+    (OpId::of(Op::Tanh), any),
+    (OpId::of(Op::Sigmoid), any),
+    (OpId::of(Op::Silu), any),
+    (OpId::of(Op::Neg), any),
 ];
 
 fn any(_: &Graph, _: NodeId) -> bool {
@@ -214,7 +215,7 @@ fn mean_of_square(graph: &Graph, id: NodeId) -> bool {
         .and_then(|n| n.operands().first().copied())
         .and_then(|v| graph.node(v.node));
     operand.is_some_and(|m| {
-        m.op_name() == "mul" && m.operands().len() == 2 && m.operands()[0] == m.operands()[1]
+        m.op().is(Op::Mul) && m.operands().len() == 2 && m.operands()[0] == m.operands()[1]
     })
 }
 
@@ -247,8 +248,8 @@ pub fn coverage_of(graph: &Graph, sets: &[&'static RuleSet]) -> Result<Coverage,
     let rules: Vec<&'static Rule> = sets.iter().flat_map(|s| s.rules.iter().copied()).collect();
     let mut ops: Vec<SiteOp> = Vec::new();
     for op in rules.iter().flat_map(|r| r.pattern.anchors) {
-        if !ops.iter().any(|(o, _)| *o == op.name) {
-            ops.push((op.name, any));
+        if !ops.iter().any(|(o, _)| *o == op.id()) {
+            ops.push((op.id(), any));
         }
     }
     let pass = RewritePass {
@@ -265,6 +266,8 @@ pub fn coverage_of(graph: &Graph, sets: &[&'static RuleSet]) -> Result<Coverage,
 /// A site being followed through the passes.
 struct Open {
     id: NodeId,
+    /// Its op.
+    op: OpId,
     /// The order it was found in.
     seq: usize,
     site: Site,
@@ -316,7 +319,7 @@ impl Tracker {
             if !candidates.iter().any(|r| holds_op(r, op)) {
                 continue;
             }
-            for id in graph.nodes_with_op(op).collect::<Vec<_>>() {
+            for id in graph.nodes_of(op).collect::<Vec<_>>() {
                 if self.open.iter().any(|o| o.id == id) || !is_site(graph, id) {
                     continue;
                 }
@@ -324,11 +327,12 @@ impl Tracker {
                 self.found += 1;
                 self.open.push(Open {
                     id,
+                    op,
                     seq: self.found,
                     site: Site {
                         node: names.get(Value::from(id)),
                         onnx_name: node.and_then(|n| n.name()).map(str::to_string),
-                        op,
+                        op: op.name(),
                         pass: pass.name,
                         fused_by: None,
                         rewritten_by: None,
@@ -338,7 +342,7 @@ impl Tracker {
             }
         }
         for open in &mut self.open {
-            let rules = candidates.iter().filter(|r| holds_op(r, open.site.op));
+            let rules = candidates.iter().filter(|r| holds_op(r, open.op));
             for rule in rules {
                 let Some(why) = nearest(rule, graph, open.id, &names) else {
                     continue;
@@ -383,7 +387,7 @@ impl Tracker {
         // A site no rewrite took whose node is gone (or is another node now).
         let (kept, gone): (Vec<Open>, Vec<Open>) = std::mem::take(&mut self.open)
             .into_iter()
-            .partition(|o| graph.node(o.id).is_some_and(|n| n.op_name() == o.site.op));
+            .partition(|o| graph.node(o.id).is_some_and(|n| n.op().id() == o.op));
         self.open = kept;
         self.closed
             .extend(gone.into_iter().map(|o| (o.seq, o.site)));
@@ -401,11 +405,11 @@ impl Tracker {
 }
 
 /// True when `rule`'s pattern has a node of op `op`.
-fn holds_op(rule: &Rule, op: &str) -> bool {
+fn holds_op(rule: &Rule, op: OpId) -> bool {
     rule.pattern
         .nodes
         .iter()
-        .any(|n| matches!(n, PatNode::Op(o) if o.op.name == op))
+        .any(|n| matches!(n, PatNode::Op(o) if o.op.id() == op))
 }
 
 /// How near a miss is: the pattern's parts the graph has, then the nodes matched.

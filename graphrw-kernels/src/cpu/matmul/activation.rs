@@ -22,6 +22,32 @@ pub enum Activation {
 }
 
 impl Activation {
+    /// Every activation.
+    pub const ALL: &'static [Activation] = &[
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+    ];
+
+    /// The word that names it in an epilogue node's `activation` attribute (`none`,
+    /// `relu`, `gelu`, `gelu_tanh`, `silu`).
+    pub const fn word(self) -> &'static str {
+        match self {
+            Activation::Identity => "none",
+            Activation::Relu => "relu",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
+        }
+    }
+
+    /// The activation `word` names, if any.
+    pub fn parse(word: &str) -> Option<Activation> {
+        Activation::ALL.iter().copied().find(|a| a.word() == word)
+    }
+
     /// The activation on one compute-type value.
     #[inline]
     pub(crate) fn apply<F: Real>(self, x: F) -> F {

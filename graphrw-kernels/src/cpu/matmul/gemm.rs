@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::activation::{activate_f32, activate_scalar, Activation};
-use super::Broadcast;
+use super::tile_store::TileStore;
 use crate::cpu::{Isa, PackedWeight};
 use crate::Real;
 
@@ -107,30 +107,6 @@ pub(crate) trait Gemm: Real {
     ) -> bool {
         false
     }
-}
-
-/// What the packed-weight GEMM does as it stores each tile of its result: add the
-/// product to what the result holds, add a bias per column and a residual (no
-/// pass of their own: the tile is in registers), and apply an activation (while the
-/// tile is in L1).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TileStore<'a, T> {
-    /// Add the product to what `c` holds (a residual written first) instead of
-    /// overwriting it.
-    pub(crate) accumulate: bool,
-    /// Added to each row, as the first depth block's tiles are stored (instead of
-    /// written into the result beforehand): a value per column of the product (its
-    /// column count or more).
-    pub(crate) bias: Option<&'a [T]>,
-    /// Added as the first depth block's tiles are stored: a tensor laid out as the
-    /// result (a residual connection), not with `accumulate`.
-    pub(crate) residual: Option<&'a [T]>,
-    /// Applied to each tile as its last depth block is stored (after the bias and
-    /// residual), with the generated kernels' instruction set read on the calling
-    /// thread ([`Gemm::activate`]).
-    pub(crate) activation: Option<(Activation, Isa)>,
-    /// How the packed AVX-512 kernel broadcasts the left operand.
-    pub(crate) broadcast: Broadcast,
 }
 
 /// [`Gemm::gemm_packed`] for f32.

@@ -5,18 +5,22 @@
 //! the planner's epilogue executor runs.
 
 mod activation;
+mod broadcast;
 mod gemm;
 mod product;
 mod shapes;
 #[cfg(test)]
 mod tests;
+mod tile_store;
 
 pub(crate) use activation::activate_tile_f32;
 pub use activation::Activation;
+pub use broadcast::Broadcast;
+pub(crate) use gemm::Gemm;
 pub use gemm::GemmBackend;
-pub(crate) use gemm::{Gemm, TileStore};
 use product::{float_matmul, int_matmul};
 use shapes::{shapes, shapes_of};
+pub(crate) use tile_store::TileStore;
 
 use crate::cpu::util::same_dtype;
 use crate::cpu::PackedWeight;
@@ -75,23 +79,6 @@ pub fn matmul_epilogue(
         ..Epilogue::default()
     };
     matmul_epilogue_with(a, b, &epilogue, backend)
-}
-
-/// How the packed AVX-512 kernel reads each left-operand element of a depth step, which
-/// both of the step's FMAs multiply (the two forms compute the same sums in the same
-/// order: only their speed differs, by CPU). [`crate::cpu::choice`] measures which is
-/// faster on this CPU; other kernels ignore it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Broadcast {
-    /// Broadcast inside each FMA (`{1to16}`): one load per FMA and the fewest
-    /// instructions, where the load ports keep up (a core running one 512-bit FMA a
-    /// cycle, as Zen 4).
-    #[default]
-    InFma,
-    /// Broadcast into a register once, read by both FMAs: half the loads, for a core
-    /// with two 512-bit FMA ports and two load ports (Intel's server cores), which the
-    /// first form leaves waiting on its loads.
-    InRegister,
 }
 
 /// What [`matmul_epilogue_with`] does around the product `a @ b` (`Default`: nothing,

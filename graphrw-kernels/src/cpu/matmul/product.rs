@@ -7,9 +7,11 @@ use std::borrow::Cow;
 use rayon::prelude::*;
 
 use super::activation::Activation;
-use super::gemm::{Gemm, GemmBackend, Strided, TileStore, SEQUENTIAL_WORK};
+use super::broadcast::Broadcast;
+use super::gemm::{Gemm, GemmBackend, Strided, SEQUENTIAL_WORK};
 use super::shapes::Plan;
-use super::{Broadcast, Epilogue};
+use super::tile_store::TileStore;
+use super::Epilogue;
 use crate::cpu::{Isa, PackedWeight};
 use crate::KernelError;
 use crate::{DType, Element, IntElement, Tensor};

@@ -32,8 +32,8 @@ mod tests;
 
 use rayon::prelude::*;
 
+use super::matmul::Broadcast;
 use super::matmul::{activate_tile_f32, TileStore};
-use crate::cpu::Broadcast;
 use crate::cpu::Isa;
 
 /// A micro-kernel of the packed GEMM: one `MR x NR` tile of the product.

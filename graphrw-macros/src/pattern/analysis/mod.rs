@@ -26,8 +26,8 @@ use syn::{BinOp, Expr, Ident, Lit as SynLit, Pat, Path, Stmt, Type, UnOp};
 
 use super::error::{article, hint, Errors};
 use super::ir::{
-    dtype_alias, param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint, Ir, Lit,
-    Node, OpNode, OpRef, Param, ParamKind, Term, DTYPES,
+    dtype_alias, kind_of_type, param_type, AttrCheck, AttrKey, AttrPattern, Check, Cmp, Constraint,
+    Ir, Lit, Node, OpNode, OpRef, Param, ParamKind, Term, DTYPES,
 };
 use super::parse::PatternFn;
 use crate::vocab::{self, Arity, DefaultValue, Kind, OpSpec, BUILTIN_OPS};
@@ -194,7 +194,7 @@ pub fn analyse(f: &PatternFn, errs: &mut Errors) -> Option<Ir> {
 }
 
 fn is_tensor_type(t: &Type) -> bool {
-    matches!(ParamKind::from_type(t), Some(ParamKind::Tensor))
+    matches!(kind_of_type(t), Some(ParamKind::Tensor))
 }
 
 fn example(params: &[Param]) -> String {

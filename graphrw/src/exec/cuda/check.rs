@@ -116,10 +116,8 @@ pub(super) fn check_op(node: &NodeView<'_>) -> Result<(), String> {
         | Op::Silu => float_input(node, "float dtypes", is_float),
         Op::Gelu => {
             float_input(node, "float dtypes", is_float)?;
-            match node.attrs.str("approximate").map_err(|e| e.0)? {
-                "none" | "tanh" => Ok(()),
-                other => Err(format!("gelu approximation {other:?} is not supported")),
-            }
+            node.attrs.gelu_approximation().map_err(|e| e.0)?;
+            Ok(())
         }
         Op::Neg | Op::Abs | Op::Relu => {
             let d = operand(node, 0)?.dtype;

@@ -12,6 +12,7 @@ use graphrw_kernels::DType;
 use super::super::executor::{KernelFailure, NodeView};
 use super::super::generated::{check_rows, scalars_of, vjp_operands};
 use crate::generated::{CudaLaunch, CudaSource, FusedKernel, VjpKernel};
+use crate::ops::OpId;
 
 /// One op the CUDA executor runs on a generated kernel: a kernel's forward op, or one of
 /// its vjp ops.
@@ -21,14 +22,14 @@ pub(super) struct GeneratedOp {
     vjp: Option<&'static VjpKernel>,
 }
 
-/// The generated ops of `kernels` by op name (a later kernel of the same op name wins).
-pub(super) fn table(kernels: &[&'static FusedKernel]) -> HashMap<&'static str, GeneratedOp> {
+/// The generated ops of `kernels` by op (a later kernel of the same op wins).
+pub(super) fn table(kernels: &[&'static FusedKernel]) -> HashMap<OpId, GeneratedOp> {
     let mut t = HashMap::new();
     for &kernel in kernels {
-        t.insert(kernel.op.name, GeneratedOp { kernel, vjp: None });
+        t.insert(kernel.op.id(), GeneratedOp { kernel, vjp: None });
         for v in kernel.vjp {
             t.insert(
-                v.op.name,
+                v.op.id(),
                 GeneratedOp {
                     kernel,
                     vjp: Some(v),

@@ -60,6 +60,7 @@ use super::{generated_executor, FusedCpu, ReferenceCpu};
 use crate::generated::{builtin, FusedKernel};
 use crate::meta::Device;
 use crate::ops as op_table;
+use crate::ops::OpId;
 
 /// Largest head dim the fused attention kernel takes.
 pub const CUDA_MAX_HEAD_DIM: u64 = 256;
@@ -135,7 +136,7 @@ pub struct CudaExecutor {
     name: String,
     host_operands: bool,
     counters: Arc<Counters>,
-    generated: Arc<HashMap<&'static str, generated::GeneratedOp>>,
+    generated: Arc<HashMap<OpId, generated::GeneratedOp>>,
 }
 
 impl CudaExecutor {
@@ -161,7 +162,7 @@ impl CudaExecutor {
     /// The generated kernel that runs `node`, if `node` is of a generated op it knows.
     fn generated_op(&self, node: &NodeView<'_>) -> Option<generated::GeneratedOp> {
         self.generated
-            .get(node.op.name)
+            .get(&node.op.id())
             .filter(|g| g.is_for(node))
             .copied()
     }

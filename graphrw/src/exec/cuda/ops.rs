@@ -119,10 +119,7 @@ pub(super) fn run_op(
         Op::Silu => unary(UnaryOp::Silu),
         Op::Not => unary(UnaryOp::Not),
         Op::Isnan => unary(UnaryOp::IsNan),
-        Op::Gelu => match a.str("approximate").map_err(attr)? {
-            "tanh" => unary(UnaryOp::GeluTanh),
-            _ => unary(UnaryOp::Gelu),
-        },
+        Op::Gelu => unary(a.gelu_approximation().map_err(attr)?.unary()),
         Op::Where => cuda::where_(x[0], x[1], x[2]),
         Op::Cast => cuda::cast(x[0], a.dtype("dtype").map_err(attr)?),
         Op::Dropout | Op::Contiguous => Ok(x[0].clone()),

@@ -38,7 +38,7 @@ pub fn can_take(g: &Graph, id: NodeId) -> bool {
     let attrs = node.attrs();
     match builtin {
         Op::Dropout if attrs.bool("train").unwrap_or(true) => return false,
-        Op::Gelu if !matches!(attrs.str("approximate"), Ok("none" | "tanh")) => return false,
+        Op::Gelu if attrs.gelu_approximation().is_err() => return false,
         _ => {}
     }
     if !node.attr_values().iter().all(attr_encodable) {

@@ -12,7 +12,6 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use graphrw_kernels::broadcast::{broadcast_shapes, broadcast_strides, collapse_dims};
-use graphrw_kernels::cpu::UnaryOp;
 use graphrw_kernels::Tensor;
 
 use super::lanes::{apply, LaneOp};
@@ -176,11 +175,7 @@ fn compile(
         let attrs = crate::ops::Attrs::new(ins.op.attrs, &ins.attrs);
         match builtin {
             Some(Op::Gelu) => {
-                op = match attrs.str("approximate").map_err(|e| e.0)? {
-                    "none" => LaneOp::Unary(UnaryOp::Gelu),
-                    "tanh" => LaneOp::Unary(UnaryOp::GeluTanh),
-                    other => return Err(format!("gelu: unknown approximation {other:?}")),
-                }
+                op = LaneOp::Unary(attrs.gelu_approximation().map_err(|e| e.0)?.unary())
             }
             Some(Op::MaskedFill) => {
                 let v = attrs.float("value").map_err(|e| e.0)?;

@@ -233,7 +233,7 @@ impl Graph {
     }
 
     fn insert(&mut self, node: Node) -> NodeId {
-        let op = node.op.name;
+        let op = node.op.id();
         let scalar = node.is_scalar_constant();
         let operands = node.operands.len();
         self.make_room();

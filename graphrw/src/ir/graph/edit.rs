@@ -26,7 +26,7 @@ impl Graph {
             // Empty for the unused nodes callers remove; freed either way.
             *list = UseList::new();
         }
-        self.by_op.remove(node.op.name, id);
+        self.by_op.remove(node.op.id(), id);
         Some(node)
     }
 

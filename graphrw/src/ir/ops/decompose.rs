@@ -1,7 +1,7 @@
 //! Decompositions of built-in ops into other built-in ops: what a node runs as when no
 //! executor claims it, and the reference semantics of fused ops.
 
-use super::{Attrs, Op};
+use super::{Attrs, Op, Reduction};
 use crate::builder::Builder;
 use crate::meta::DType;
 use crate::{GraphError, Value};
@@ -295,10 +295,10 @@ pub fn cross_entropy(b: &Builder, x: &[Value], a: &Attrs) -> Result<Vec<Value>, 
     }
     let loss = valid.where_(loss, 0.0)?;
     let dtype = input.meta()?.dtype;
-    let out = match a.str("reduction").map_err(&err)? {
-        "none" => loss,
-        "sum" => loss.sum()?,
-        _ => loss.sum()?.div(valid.cast(dtype)?.sum()?)?,
+    let out = match a.reduction().map_err(&err)? {
+        Reduction::None => loss,
+        Reduction::Sum => loss.sum()?,
+        Reduction::Mean => loss.sum()?.div(valid.cast(dtype)?.sum()?)?,
     };
     Ok(vec![out.value()])
 }
@@ -321,10 +321,10 @@ pub fn cross_entropy_backward(
     if ls != 0.0 {
         d = d.sub(ls / c as f64)?;
     }
-    let row = match a.str("reduction").map_err(&err)? {
-        "none" => g.unsqueeze(-1)?,
-        "sum" => g,
-        _ => g.div(valid.cast(dtype)?.sum()?)?,
+    let row = match a.reduction().map_err(&err)? {
+        Reduction::None => g.unsqueeze(-1)?,
+        Reduction::Sum => g,
+        Reduction::Mean => g.div(valid.cast(dtype)?.sum()?)?,
     };
     let d = valid.unsqueeze(-1)?.where_(d.mul(row)?, 0.0)?;
     Ok(vec![d.value()])

@@ -194,10 +194,8 @@ pub fn cumsum(x: &[&TensorMeta], a: &Attrs) -> Out {
 /// `gelu(approximate)`: a float input, `approximate` `"none"` or `"tanh"`.
 pub fn gelu(x: &[&TensorMeta], a: &Attrs) -> Out {
     let out = same_float(x, a)?;
-    match a.str("approximate")? {
-        "none" | "tanh" => Ok(out),
-        other => infer_bail!("gelu approximate must be \"none\" or \"tanh\", found {other:?}"),
-    }
+    a.gelu_approximation()?;
+    Ok(out)
 }
 
 /// Unary op on bools, same metadata out.

@@ -36,6 +36,7 @@
 
 pub mod builtin;
 pub mod decompose;
+mod id;
 pub mod infer;
 
 use std::fmt;
@@ -47,9 +48,13 @@ use crate::{GraphError, Value};
 pub use builtin::{Op, BUILTIN};
 /// The parts of an op's signature that the op table (`graphrw-ops`) and `OpDef` share:
 /// operand slots and their arity, attribute kinds, output counts and op classes.
+/// A loss's `reduction`, the values of its attribute.
+pub use graphrw_kernels::fused::cross_entropy::Reduction;
 pub use graphrw_ops::vocab::{
     Arity, Class as OpClass, Kind as AttrKind, Operand as OperandSpec, Outputs as OutputCount,
 };
+pub use graphrw_ops::GeluApproximation;
+pub use id::OpId;
 
 /// An attribute's default, usable in a `static`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -322,6 +327,26 @@ impl<'a> Attrs<'a> {
         }
     }
 
+    /// `gelu`'s `approximate` attribute, read as its enum.
+    pub fn gelu_approximation(&self) -> Result<GeluApproximation, InferError> {
+        let word = self.str("approximate")?;
+        GeluApproximation::parse(word).ok_or_else(|| {
+            InferError(format!(
+                "gelu approximate must be \"none\" or \"tanh\", found {word:?}"
+            ))
+        })
+    }
+
+    /// A loss's `reduction` attribute, read as its enum.
+    pub fn reduction(&self) -> Result<Reduction, InferError> {
+        let word = self.str("reduction")?;
+        Reduction::parse(word).map_err(|_| {
+            InferError(format!(
+                "reduction must be \"mean\", \"sum\" or \"none\", found {word:?}"
+            ))
+        })
+    }
+
     /// Attribute `name` as a dtype.
     pub fn dtype(&self, name: &str) -> Result<DType, InferError> {
         match self.get(name) {
@@ -418,6 +443,16 @@ impl OpDef {
         self.builtin == Some(op)
     }
 
+    /// The op's identity, the key of every registry: a built-in's is its [`Op`]'s; any
+    /// other definition's is interned by its name the first time it is asked for (two
+    /// definitions with the same name have the same id).
+    pub fn id(&self) -> OpId {
+        match self.builtin {
+            Some(op) => op.into(),
+            None => id::id_of_declared(self),
+        }
+    }
+
     /// The index of attribute `name`.
     pub fn attr_index(&self, name: &str) -> Option<usize> {
         self.attrs.iter().position(|a| a.name == name)
@@ -461,23 +496,17 @@ impl OpDef {
 }
 
 impl PartialEq for OpDef {
+    /// The same op: the same definition, or the same [`OpId`].
     fn eq(&self, other: &OpDef) -> bool {
-        std::ptr::eq(self, other) || same_name(self.name, other.name)
+        std::ptr::eq(self, other) || self.id() == other.id()
     }
-}
-
-/// Same op name: the same `'static` string (compared by address and length first,
-/// which is the common case, since nodes and patterns share op definitions), or the
-/// same text.
-pub(crate) fn same_name(a: &str, b: &str) -> bool {
-    std::ptr::eq(a, b) || a == b
 }
 
 impl Eq for OpDef {}
 
-/// The built-in op named `name`.
+/// The built-in op named `name` (for the edges where ops come in as text).
 pub fn lookup(name: &str) -> Option<&'static OpDef> {
-    BUILTIN.iter().copied().find(|op| op.name == name)
+    OpId::find(name).and_then(OpId::builtin).map(Op::def)
 }
 
 /// A set of ops by name: the built-ins plus any user ops registered on it (used by

@@ -1,4 +1,4 @@
-//! Mapping a node through its row of the ONNX table (`table.rs`): arguments read where
+//! Mapping a node through its row of the ONNX table (`table/mod.rs`): arguments read where
 //! the row puts them at the model's opset, held attributes, legacy broadcasting.
 
 use crate::graph::normalize_attrs;

@@ -20,7 +20,7 @@ use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
 use crate::onnx::save::{fill_inline, FUNCTION_DOMAIN};
 use crate::onnx::OnnxError;
-use crate::ops::AttrValue;
+use crate::ops::{AttrValue, GeluApproximation};
 use prost::Message;
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -69,10 +69,11 @@ impl<'g> Exporter<'g> {
             ("fused.gelu_erf" | "fused.gelu_tanh", 1, _) => {
                 self.opset = self.opset.max(20);
                 let approximate = if node.op_name() == "fused.gelu_tanh" {
-                    "tanh"
+                    GeluApproximation::Tanh
                 } else {
-                    "none"
-                };
+                    GeluApproximation::None
+                }
+                .word();
                 self.push("Gelu", ins, outs, &[a_str("approximate", approximate)]);
             }
             _ => return Ok(false),

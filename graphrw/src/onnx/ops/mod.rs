@@ -2,7 +2,7 @@
 //! the import (`impl Importer`: an ONNX node becomes vocabulary ops) and the export
 //! (`impl Exporter`: a vocabulary op becomes ONNX nodes).
 //!
-//! Ops that map one to one go through the mapping table (`onnx/table.rs`) both ways;
+//! Ops that map one to one go through the mapping table (`onnx/table/`) both ways;
 //! this module's two dispatchers, [`Importer::map_node`] and [`Exporter::op`], try the
 //! table first and send the rest here:
 //!
@@ -47,7 +47,7 @@ use std::rc::Rc;
 
 impl<'m> Importer<'m> {
     /// Maps one ONNX node; returns a value per ONNX output (in order). Ops in the table
-    /// (`table.rs`) go through [`Importer::map_row`]; the rest are special cases.
+    /// (`table/mod.rs`) go through [`Importer::map_row`]; the rest are special cases.
     pub(crate) fn map_node(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
         let op_type = at.op_type;
         // The first row whose held attributes fit; failing that, the first row, which

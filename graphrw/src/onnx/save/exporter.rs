@@ -7,24 +7,17 @@ use crate::graph::NodeId;
 use crate::graph::Value;
 use crate::meta::normalize_axis;
 use crate::meta::DType;
-use crate::meta::Dim;
 use crate::meta::TensorMeta;
 use crate::onnx::encode::Attr;
 use crate::onnx::encode::InitBytes;
 use crate::onnx::encode::NodeParts;
 use crate::onnx::encode::NodeSink;
-use crate::onnx::proto::attribute_type;
-use crate::onnx::proto::AttributeProto;
-use crate::onnx::proto::Dimension;
-use crate::onnx::proto::DimensionValue;
 use crate::onnx::proto::FunctionProto;
 use crate::onnx::proto::GraphProto;
 use crate::onnx::proto::ModelProto;
 use crate::onnx::proto::OperatorSetIdProto;
 use crate::onnx::proto::TensorProto;
-use crate::onnx::proto::TensorShapeProto;
 use crate::onnx::proto::TypeProto;
-use crate::onnx::proto::TypeProtoTensor;
 use crate::onnx::proto::ValueInfoProto;
 use crate::onnx::save::names::*;
 use crate::onnx::save::{BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION};
@@ -45,7 +38,6 @@ use crate::printer::Names;
 use crate::Tensor;
 use prost::Message;
 use smallvec::SmallVec;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -99,57 +91,7 @@ pub(crate) struct Exporter<'g> {
     pub(crate) shapes: crate::onnx::ops::shape_arith::ShapeCache,
 }
 
-pub(crate) fn a_int(name: &str, i: i64) -> Attr<'_> {
-    Attr::Int(name, i)
-}
-
-pub(crate) fn a_float(name: &str, f: f64) -> Attr<'_> {
-    Attr::Float(name, f as f32)
-}
-
-pub(crate) fn a_ints(name: &str, ints: Vec<i64>) -> Attr<'_> {
-    Attr::Ints(name, ints)
-}
-
-pub(crate) fn a_str<'a>(name: &'a str, s: impl Into<Cow<'a, str>>) -> Attr<'a> {
-    Attr::Str(name, s.into())
-}
-
-pub(crate) fn a_tensor(name: &str, t: TensorProto) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::TENSOR,
-        t: Some(Box::new(t)),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn value_info(name: &str, meta: &TensorMeta) -> ValueInfoProto {
-    let dim = meta
-        .shape
-        .dims()
-        .iter()
-        .map(|d| Dimension {
-            value: Some(match d {
-                Dim::Known(n) => DimensionValue::DimValue(*n as i64),
-                Dim::Sym(s) => DimensionValue::DimParam(s.to_string()),
-                Dim::Expr(e) => DimensionValue::DimParam(e.to_string()),
-            }),
-            denotation: String::new(),
-        })
-        .collect();
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: dtype_to_onnx(meta.dtype),
-                shape: Some(TensorShapeProto { dim }),
-            }),
-            ..Default::default()
-        }),
-        doc_string: String::new(),
-    }
-}
+pub(crate) use super::attrs::{a_float, a_int, a_ints, a_str, a_tensor, value_info};
 
 impl<'g> Exporter<'g> {
     /// An exporter of `graph`, a verified graph, writing its nodes in `order` (the
@@ -265,7 +207,7 @@ impl<'g> Exporter<'g> {
         }
         // Outer names that opaque nodes' subgraphs read must exist under those names.
         let graph = self.graph;
-        for id in graph.nodes_with_op(Op::Opaque.name()) {
+        for id in graph.nodes_of(Op::Opaque) {
             let Some(node) = graph.node(id) else { continue };
             let Some(f) = node.foreign() else { continue };
             let first = node.operands().len().saturating_sub(f.captures.len());
@@ -521,7 +463,7 @@ impl<'g> Exporter<'g> {
         }
     }
 
-    /// Writes a vocabulary node through its table row (`table.rs`): each argument as
+    /// Writes a vocabulary node through its table row (`table/mod.rs`): each argument as
     /// the attribute or constant input the row names at the opset written (an int list
     /// input left out when it is ONNX's default), held attributes whose value is not
     /// ONNX's default, and the row's opset.

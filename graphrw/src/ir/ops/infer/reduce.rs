@@ -1,6 +1,7 @@
 //! Inference of indexing, reductions, normalisations and the cross-entropy loss.
 
 use super::*;
+use crate::ops::Reduction;
 
 fn index_dtype(t: &TensorMeta) -> Result<(), InferError> {
     if !t.dtype.is_int() {
@@ -146,18 +147,17 @@ fn cross_entropy_loss(x: &[&TensorMeta], a: &Attrs) -> Result<TensorMeta, InferE
         infer_bail!("label_smoothing must be in [0, 1], found {ls}");
     }
     a.int("ignore_index")?;
-    Ok(match a.str("reduction")? {
-        "none" => TensorMeta {
+    Ok(match a.reduction()? {
+        Reduction::None => TensorMeta {
             dtype: input.dtype,
             shape: rows,
             device: input.device,
         },
-        "mean" | "sum" => TensorMeta {
+        Reduction::Mean | Reduction::Sum => TensorMeta {
             dtype: input.dtype,
             shape: Shape::default(),
             device: input.device,
         },
-        other => infer_bail!("reduction must be \"mean\", \"sum\" or \"none\", found {other:?}"),
     })
 }
 

@@ -26,13 +26,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::op_index::VACANT;
-use crate::ops::{same_name, AttrValue, Op};
+use crate::ops::{AttrValue, Op, OpId};
 use crate::pattern::claims::Claims;
 use crate::pattern::matcher::attr_literal_matches;
-use crate::pattern::op_ids::{OpId, OpIds, NO_OP};
-use crate::pattern::NodeMatcher;
-use crate::pattern::{AttrPat, Match, MatchOptions, OpPat, PatNode, Pattern, Rule, RuleSet};
+use crate::pattern::op_ids::{OpIds, OpKey, NO_OP};
+use crate::pattern::{AttrPat, PatNode, Rule, RuleSet};
 use crate::{Graph, Node, NodeId};
+
+mod build;
+
+use build::{anchor_needs, build, Branches, Keyed};
 
 /// The operand paths the decision trees switch on, in order: operands 0, 1 and 2 of the
 /// anchor, then operands 0 and 1 of its operands 0 and 1. The second level prunes the
@@ -54,7 +57,7 @@ pub struct Dispatch {
     /// scalar-parameter operands (no rule names the `constant` op itself): a constant
     /// of more than one element then takes the default branch, since it can match
     /// none of those. [`NO_OP`] otherwise.
-    scalar_constant: OpId,
+    scalar_constant: OpKey,
     /// Which rules may claim which others' matches ([`Claims`]), found at first use.
     claims: OnceLock<Claims>,
 }
@@ -98,7 +101,7 @@ impl LazyTree {
                     .iter()
                     .map(|ops| {
                         ops.as_ref().map(|ops| {
-                            let mut ids: Vec<OpId> = ops.iter().map(|&o| ids.by_name(o)).collect();
+                            let mut ids: Vec<OpKey> = ops.iter().map(|&o| ids.key(o)).collect();
                             ids.sort_unstable();
                             ids.dedup();
                             ids
@@ -145,7 +148,7 @@ enum TreeNode {
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct AttrTest {
     path: Option<u8>,
-    op: &'static str,
+    op: OpId,
     index: usize,
     pat: &'static AttrPat,
 }
@@ -154,8 +157,9 @@ impl AttrTest {
     fn passes(&self, graph: &Graph, anchor: &Node) -> bool {
         let node = match self.path {
             None => Some(anchor),
-            Some(p) => at_path(graph, anchor, SWITCH_PATHS[p as usize])
-                .filter(|n| same_name(n.op_name(), self.op)),
+            Some(p) => {
+                at_path(graph, anchor, SWITCH_PATHS[p as usize]).filter(|n| n.op().id() == self.op)
+            }
         };
         node.and_then(|n| n.attr_values().get(self.index))
             .is_some_and(|v| literal(self.pat, v))
@@ -179,7 +183,7 @@ struct Entry {
 #[derive(Clone, Debug)]
 struct Need {
     /// Per path of [`SWITCH_PATHS`], the ops its producer may have (`None`: anything).
-    operand_ops: Vec<Option<Vec<&'static str>>>,
+    operand_ops: Vec<Option<Vec<OpId>>>,
     entry: Entry,
 }
 
@@ -206,18 +210,18 @@ impl Dispatch {
 
     /// The dispatch of `rules`, tried in the given order.
     pub fn new(rules: Vec<&'static Rule>) -> Dispatch {
-        let mut needs: BTreeMap<&'static str, Vec<Need>> = BTreeMap::new();
-        let mut tests: BTreeMap<&'static str, Vec<AttrTest>> = BTreeMap::new();
+        let mut needs: BTreeMap<OpId, Vec<Need>> = BTreeMap::new();
+        let mut tests: BTreeMap<OpId, Vec<AttrTest>> = BTreeMap::new();
         for (i, rule) in rules.iter().enumerate() {
             let p = rule.pattern;
             let Some(root) = p.roots.first() else {
                 continue;
             };
             for op in p.anchors {
-                let tests = tests.entry(op.name).or_default();
-                let list = needs.entry(op.name).or_default();
+                let tests = tests.entry(op.id()).or_default();
+                let list = needs.entry(op.id()).or_default();
                 let mut found = Vec::new();
-                anchor_needs(p, root.node, op.name, i as u32, tests, &mut found);
+                anchor_needs(p, root.node, op.id(), i as u32, tests, &mut found);
                 for n in found {
                     if !list
                         .iter()
@@ -228,26 +232,17 @@ impl Dispatch {
                 }
             }
         }
-        let ids = OpIds::new(
-            needs.iter().flat_map(|(&op, needs)| {
-                let operand_ops = needs
-                    .iter()
-                    .flat_map(|n| n.operand_ops.iter().flatten().flatten().copied());
-                std::iter::once(op).chain(operand_ops).collect::<Vec<_>>()
-            }),
-            rules
+        let ids = OpIds::new(needs.iter().flat_map(|(&op, needs)| {
+            let operand_ops = needs
                 .iter()
-                .flat_map(|r| r.pattern.nodes.iter())
-                .filter_map(|n| match n {
-                    PatNode::Op(o) => Some(o.op),
-                    _ => None,
-                }),
-        );
+                .flat_map(|n| n.operand_ops.iter().flatten().flatten().copied());
+            std::iter::once(op).chain(operand_ops).collect::<Vec<_>>()
+        }));
         let mut trees: Vec<Option<LazyTree>> = (0..ids.len()).map(|_| None).collect();
         for (op, needs) in needs {
-            trees[ids.by_name(op) as usize] = Some(LazyTree {
+            trees[ids.key(op) as usize] = Some(LazyTree {
                 needs,
-                tests: tests.remove(op).unwrap_or_default(),
+                tests: tests.remove(&op).unwrap_or_default(),
                 tree: OnceLock::new(),
             });
         }
@@ -258,7 +253,7 @@ impl Dispatch {
                 .any(|n| matches!(n, PatNode::Op(o) if o.op.is(Op::Constant)))
         });
         let scalar_constant = if scalar_constants_only {
-            ids.by_name(crate::ops::builtin::CONSTANT.name)
+            ids.key(Op::Constant.into())
         } else {
             NO_OP
         };
@@ -283,8 +278,8 @@ impl Dispatch {
     /// distinct ops in the graph.
     pub(super) fn keys(&self, graph: &Graph) -> GraphKeys {
         let mut ids = Vec::with_capacity(2 * graph.coded_ops().len());
-        for name in graph.coded_ops() {
-            let id = self.ids.by_name(name);
+        for op in graph.coded_ops() {
+            let id = self.ids.key(op);
             // Code 2k: not a one-element constant; 2k + 1: a one-element constant.
             ids.extend([self.switch_id(id, false), self.switch_id(id, true)]);
         }
@@ -294,7 +289,7 @@ impl Dispatch {
     /// The key a switch reads for a node of op id `op`: a constant of more than one
     /// element (`scalar` false) reads as [`NO_OP`] when only literal and scalar
     /// operands ask for `constant`, since it can match none of them.
-    fn switch_id(&self, op: OpId, scalar: bool) -> OpId {
+    fn switch_id(&self, op: OpKey, scalar: bool) -> OpKey {
         if op == self.scalar_constant && !scalar {
             NO_OP
         } else {
@@ -316,7 +311,7 @@ impl Dispatch {
     /// no rule names, or a constant of more than one element when only literal and
     /// scalar operands ask for `constant`).
     #[inline]
-    fn key(&self, keys: &GraphKeys, graph: &Graph, id: NodeId) -> OpId {
+    fn key(&self, keys: &GraphKeys, graph: &Graph, id: NodeId) -> OpKey {
         let code = graph.op_codes().get(id.index()).copied().unwrap_or(VACANT);
         match keys.ids.get(code as usize) {
             Some(&key) => key,
@@ -327,7 +322,7 @@ impl Dispatch {
     }
 
     /// [`Dispatch::key`] read from the node itself.
-    fn key_of_node(&self, node: &Node) -> OpId {
+    fn key_of_node(&self, node: &Node) -> OpKey {
         self.switch_id(self.ids.id(node.op()), node.is_scalar_constant())
     }
 
@@ -350,7 +345,7 @@ impl Dispatch {
     }
 
     /// The key of switch path `pos` below `node`, for a path two operands deep.
-    fn deep_key(&self, keys: &GraphKeys, graph: &Graph, node: &Node, pos: usize) -> OpId {
+    fn deep_key(&self, keys: &GraphKeys, graph: &Graph, node: &Node, pos: usize) -> OpKey {
         let &[i, j] = SWITCH_PATHS[pos] else {
             unreachable!("switch paths past the third are two operands deep")
         };
@@ -380,7 +375,7 @@ impl Dispatch {
     /// attributes are not checked.
     ///
     /// For one node at a time: each call reads the graph's op list first. A pass over a
-    /// whole graph is a [`NodeMatcher`], which reads it once.
+    /// whole graph is a [`NodeMatcher`](crate::pattern::NodeMatcher), which reads it once.
     pub fn candidates(
         &self,
         graph: &Graph,
@@ -458,8 +453,8 @@ impl Dispatch {
 
 /// Key `pos` of [`Dispatch::direct_keys`]' packed keys (`None` past the third).
 #[inline]
-fn unpack(packed: u64, pos: usize) -> Option<OpId> {
-    (pos < 3).then(|| (packed >> (16 * pos)) as OpId)
+fn unpack(packed: u64, pos: usize) -> Option<OpKey> {
+    (pos < 3).then(|| (packed >> (16 * pos)) as OpKey)
 }
 
 /// How many node slots [`Dispatch::read_block_ahead`] looks at together.
@@ -495,7 +490,7 @@ fn read_ahead(graph: &Graph, from: usize, n: usize) {
 #[derive(Debug)]
 pub(super) struct GraphKeys {
     /// By op code: two per op the graph had when they were made.
-    ids: Vec<OpId>,
+    ids: Vec<OpKey>,
 }
 
 impl GraphKeys {
@@ -509,7 +504,7 @@ impl GraphKeys {
 impl Dispatch {
     /// Prepares visits to the nodes of the block of [`GATHER`] indices from `from` on:
     /// when few of them are anchors, it reads their slots ahead, in order (see
-    /// [`read_ahead`]). A [`NodeMatcher`] calls it as its visits enter a new block. Returns the index just past the block.
+    /// [`read_ahead`]). A [`NodeMatcher`](crate::pattern::NodeMatcher) calls it as its visits enter a new block. Returns the index just past the block.
     pub(super) fn read_block_ahead(&self, keys: &GraphKeys, graph: &Graph, from: usize) -> usize {
         let codes = graph.op_codes();
         let end = from.saturating_add(GATHER);
@@ -546,267 +541,16 @@ impl Dispatch {
         }
         end
     }
-
-    /// A matching pass without rewriting: for every node, in node order, the first rule
-    /// (in the order rules are tried) that matches with its anchor there, under
-    /// `options`' matching flags and filters. Safety and overlaps are not checked (the
-    /// rewriter's job). A [`NodeMatcher`] visit of every node.
-    pub fn first_matches(
-        &self,
-        graph: &Graph,
-        options: &MatchOptions,
-    ) -> Vec<(&'static Rule, Match)> {
-        let mut matcher = NodeMatcher::new(self, graph, options);
-        let mut out = Vec::new();
-        while let Some(id) = matcher.next_anchor(graph) {
-            if matcher.visit(graph, id) {
-                out.extend(matcher.next_match(graph, |_| false));
-            }
-        }
-        out
-    }
 }
 
 fn literal(pat: &AttrPat, v: &AttrValue) -> bool {
     attr_literal_matches(pat, v)
 }
 
-/// The ways the pattern node `at` can match a node of op `op` as the anchor.
-fn anchor_needs(
-    p: &'static Pattern,
-    at: u16,
-    op: &'static str,
-    rule: u32,
-    tests: &mut Vec<AttrTest>,
-    out: &mut Vec<Need>,
-) {
-    match &p.nodes[at as usize] {
-        PatNode::Op(o) if o.op.name == op => {
-            let orders: &[bool] = if o.op.commutative && o.operands.len() >= 2 {
-                &[true, false]
-            } else {
-                &[false]
-            };
-            for &swap in orders {
-                let mut wanted: Vec<AttrTest> = literal_attrs(None, o).collect();
-                for (path, &at) in path_nodes(p, o.operands, swap).iter().enumerate() {
-                    if let Some(PatNode::Op(inner)) = at.map(|at| &p.nodes[at as usize]) {
-                        wanted.extend(literal_attrs(Some(path as u8), inner));
-                    }
-                }
-                let mut ids: Vec<u16> = wanted
-                    .into_iter()
-                    .map(|t| match tests.iter().position(|u| *u == t) {
-                        Some(i) => i as u16,
-                        None => {
-                            tests.push(t);
-                            (tests.len() - 1) as u16
-                        }
-                    })
-                    .collect();
-                ids.sort_unstable();
-                ids.dedup();
-                out.push(Need {
-                    operand_ops: path_ops(p, o.operands, swap),
-                    entry: Entry {
-                        rule,
-                        operands: o.operands.len(),
-                        more: o.more_operands,
-                        tests: ids,
-                    },
-                });
-            }
-        }
-        PatNode::Op(_) => {}
-        PatNode::Alt(bs) => {
-            for &b in *bs {
-                anchor_needs(p, b, op, rule, tests, out);
-            }
-        }
-        // Anything else at the root: a candidate wherever its op is an anchor op.
-        _ => out.push(Need {
-            operand_ops: Vec::new(),
-            entry: Entry {
-                rule,
-                operands: 0,
-                more: true,
-                tests: Vec::new(),
-            },
-        }),
-    }
-}
-
 /// The node at `path` below `node` (operand indices, outermost first).
 fn at_path<'g>(graph: &'g Graph, node: &'g Node, path: &[usize]) -> Option<&'g Node> {
     path.iter()
         .try_fold(node, |n, &i| graph.node(n.operands().get(i)?.node))
-}
-
-/// The literal-attribute tests of pattern op node `o`, matched at `path`.
-fn literal_attrs(path: Option<u8>, o: &'static OpPat) -> impl Iterator<Item = AttrTest> {
-    o.attrs
-        .iter()
-        .filter(|a| !matches!(a.pat, AttrPat::Param(_)))
-        .map(move |a| AttrTest {
-            path,
-            op: o.op.name,
-            index: a.index,
-            pat: &a.pat,
-        })
-}
-
-/// Per path of [`SWITCH_PATHS`], the ops a match needs there, for an anchor whose
-/// pattern operands are `operands` (`swap`: operands 0 and 1 exchanged, the other order
-/// of a commutative anchor). Trailing paths that need nothing are left out.
-fn path_ops(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<Vec<&'static str>>> {
-    let mut out: Vec<Option<Vec<&'static str>>> = path_nodes(p, operands, swap)
-        .into_iter()
-        .map(|at| top_ops(p, at?))
-        .collect();
-    while out.last().is_some_and(Option::is_none) {
-        out.pop();
-    }
-    out
-}
-
-/// Per path of [`SWITCH_PATHS`], the pattern node a match puts there, when the path
-/// is fixed by the pattern (it goes only through plain ops whose operand order is
-/// fixed: a commutative or alternative node may match its operands in either order).
-fn path_nodes(p: &Pattern, operands: &[u16], swap: bool) -> Vec<Option<u16>> {
-    let operand = |i: usize| {
-        let i = match (swap, i) {
-            (true, 0) => 1,
-            (true, 1) => 0,
-            _ => i,
-        };
-        operands.get(i).copied()
-    };
-    SWITCH_PATHS
-        .iter()
-        .map(|path| {
-            let mut at = operand(path[0])?;
-            for &i in &path[1..] {
-                match &p.nodes[at as usize] {
-                    PatNode::Op(o) if !o.op.commutative => at = *o.operands.get(i)?,
-                    _ => return None,
-                }
-            }
-            Some(at)
-        })
-        .collect()
-}
-
-/// The ops the graph node matched by pattern node `at` may have (`None`: any).
-fn top_ops(p: &Pattern, at: u16) -> Option<Vec<&'static str>> {
-    match &p.nodes[at as usize] {
-        PatNode::Op(o) => Some(vec![o.op.name]),
-        PatNode::Const(_) => Some(vec![Op::Constant.name()]),
-        PatNode::Alt(bs) => {
-            let mut all = Vec::new();
-            for &b in *bs {
-                all.extend(top_ops(p, b)?);
-            }
-            Some(all)
-        }
-        PatNode::Repeat(r) => {
-            let mut all = top_ops(p, r.body)?;
-            if r.min == 0 {
-                all.extend(top_ops(p, r.base)?);
-            }
-            Some(all)
-        }
-        PatNode::Any | PatNode::Tensor(_) | PatNode::Hole(_) => None,
-    }
-}
-
-/// A [`Need`] with its operand ops as sorted ids, what [`build`] switches on.
-struct Keyed<'a> {
-    operand_ops: Vec<Option<Vec<OpId>>>,
-    entry: &'a Entry,
-}
-
-/// Builds the subtree of the needs `sel` (indices into `all`) switching from operand
-/// `pos`; returns its index. Subtrees share `all` and take lists of indices, so a need
-/// is copied once, into the leaves it reaches.
-fn build(
-    nodes: &mut Vec<TreeNode>,
-    all: &[Keyed<'_>],
-    sel: Vec<u32>,
-    pos: usize,
-    switched: usize,
-) -> u32 {
-    let at = nodes.len() as u32;
-    let need_at = |i: u32| {
-        all[i as usize]
-            .operand_ops
-            .get(pos)
-            .and_then(Option::as_deref)
-    };
-    let mut names: Vec<OpId> = sel
-        .iter()
-        .filter_map(|&i| need_at(i))
-        .flatten()
-        .copied()
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    if pos < switched && !sel.is_empty() && names.is_empty() {
-        // Nothing to switch on here: try the next position.
-        return build(nodes, all, sel, pos + 1, switched);
-    }
-    if pos >= switched || sel.is_empty() {
-        let mut entries: Vec<Entry> = sel.iter().map(|&i| all[i as usize].entry.clone()).collect();
-        entries.sort_by_key(|e| e.rule);
-        entries.dedup();
-        nodes.push(TreeNode::Leaf(entries));
-        return at;
-    }
-    nodes.push(TreeNode::Leaf(Vec::new())); // placeholder, replaced below
-    let default_sel: Vec<u32> = sel
-        .iter()
-        .copied()
-        .filter(|&i| need_at(i).is_none())
-        .collect();
-    let default = build(nodes, all, default_sel, pos + 1, switched);
-    let mut branches = Vec::with_capacity(names.len());
-    for id in names {
-        let sub: Vec<u32> = sel
-            .iter()
-            .copied()
-            .filter(|&i| need_at(i).is_none_or(|ops| ops.binary_search(&id).is_ok()))
-            .collect();
-        branches.push((id, build(nodes, all, sub, pos + 1, switched)));
-    }
-    nodes[at as usize] = TreeNode::Switch {
-        pos,
-        branches: Branches::new(branches),
-        default,
-    };
-    at
-}
-
-/// The branches of a switch, by op id, sorted. Most switches have a handful, scanned;
-/// bigger ones are searched by halves.
-#[derive(Debug)]
-struct Branches(Vec<(OpId, u32)>);
-
-impl Branches {
-    /// Up to this many branches are scanned.
-    const SCAN: usize = 8;
-
-    fn new(mut branches: Vec<(OpId, u32)>) -> Branches {
-        branches.sort_unstable();
-        Branches(branches)
-    }
-
-    fn get(&self, op: OpId) -> Option<&u32> {
-        if self.0.len() <= Branches::SCAN {
-            self.0.iter().find(|(id, _)| *id == op).map(|(_, to)| to)
-        } else {
-            let i = self.0.binary_search_by_key(&op, |(id, _)| *id).ok()?;
-            Some(&self.0[i].1)
-        }
-    }
 }
 
 #[cfg(test)]

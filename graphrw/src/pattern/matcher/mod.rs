@@ -23,12 +23,19 @@
 
 use std::collections::BTreeSet;
 
-use crate::ops::{AttrValue, Op};
+mod failure;
+mod terms;
+
+pub(crate) use failure::{Failure, Why};
+
+pub(crate) use terms::attr_literal_matches;
+use terms::{close, compare, show};
+
+use crate::ops::{AttrValue, Op, OpId};
 use crate::pattern::{
-    AttrPat, Bindings, Bound, Check, CmpOp, ConstPat, Link, Match, ParamKind, PatNode, Pattern,
-    Slot, Term,
+    AttrPat, Bindings, Bound, Check, ConstPat, Link, Match, ParamKind, PatNode, Pattern, Slot,
 };
-use crate::{DType, Dim, Graph, NodeId, Value};
+use crate::{DType, Graph, NodeId, Value};
 
 /// Every match of `pattern` in `graph`: at most one per anchor candidate, in anchor
 /// node order. Overlapping matches are all reported and nothing checks that a match is
@@ -51,7 +58,7 @@ pub(crate) fn anchor_candidates(pattern: &Pattern, graph: &Graph) -> Vec<NodeId>
     let mut anchors: Vec<NodeId> = pattern
         .anchors
         .iter()
-        .flat_map(|op| graph.nodes_with_op(op.name))
+        .flat_map(|&op| graph.nodes_of(op))
         .collect();
     if pattern.anchors.len() > 1 {
         anchors.sort_unstable();
@@ -81,7 +88,7 @@ pub(crate) struct Scratch {
     nodes: Vec<NodeId>,
     roots: Vec<Value>,
     goals: Vec<Goal>,
-    ops: Vec<&'static str>,
+    ops: Vec<OpId>,
     /// Int-list buffers of unbound slots, reused by the next int-list binding (a
     /// `permute`'s dims, say), so a failed attempt does not allocate.
     int_lists: Vec<Vec<i64>>,
@@ -94,58 +101,6 @@ impl Scratch {
             self.int_lists.push(v);
         }
     }
-}
-
-/// Where a failed match stopped: the deepest failure the matcher met (explain mode only).
-#[derive(Clone, Debug)]
-pub(crate) struct Failure {
-    /// Graph nodes matched when it stopped.
-    pub depth: usize,
-    /// Parameters bound when it stopped.
-    pub bound: usize,
-    /// The pattern node being matched (`None`: before the first root).
-    pub pat: Option<u16>,
-    /// The graph value it was matched against.
-    pub value: Value,
-    /// Why it failed.
-    pub why: Why,
-}
-
-/// The reason of a [`Failure`].
-#[derive(Clone, Debug)]
-pub(crate) enum Why {
-    /// The anchor's op is not one the pattern can start at.
-    Anchor,
-    /// A different op (or a constant where an op was expected).
-    Op { expected: Vec<&'static str> },
-    /// Not output 0 of its node.
-    Output,
-    /// Wrong number of operands.
-    Operands {
-        want: usize,
-        more: bool,
-        found: usize,
-    },
-    /// An attribute has another value.
-    Attr {
-        name: &'static str,
-        index: usize,
-        attr: usize,
-    },
-    /// Not a one-element constant.
-    NotConst,
-    /// A constant with another number.
-    ConstValue { want: f64, found: f64 },
-    /// An int parameter met a fractional constant.
-    NotInt { found: f64 },
-    /// A name already bound to something else.
-    Rebound { slot: Slot, old: Bound, new: Bound },
-    /// A shared (`let`) node already matched another value.
-    Shared { old: Value },
-    /// A `where` constraint failed.
-    Constraint { index: usize, detail: String },
-    /// No candidate for a further root of a multi-output pattern.
-    NoRoot { root: u16 },
 }
 
 /// Runs the matcher; in explain mode (`E`) a failure returns the deepest point reached.
@@ -260,15 +215,7 @@ pub(crate) fn run_into<const E: bool>(
     result
 }
 
-/// The number a one-element `constant` node holds.
-pub fn constant_scalar(graph: &Graph, v: Value) -> Option<f64> {
-    let node = graph.node(v.node)?;
-    if !node.op().is(Op::Constant) || v.output != 0 {
-        return None;
-    }
-    let t = node.payload()?;
-    t.scalar_f64()
-}
+pub use super::bindings::constant_scalar;
 
 #[derive(Clone, Copy, Debug)]
 enum Goal {
@@ -485,10 +432,8 @@ impl<const E: bool> Matcher<'_, '_, E> {
                     frontier.into_iter().collect()
                 }
                 None => {
-                    let mut all: Vec<NodeId> = ops
-                        .iter()
-                        .flat_map(|op| self.graph.nodes_with_op(op))
-                        .collect();
+                    let mut all: Vec<NodeId> =
+                        ops.iter().flat_map(|&op| self.graph.nodes_of(op)).collect();
                     all.sort_unstable();
                     all
                 }
@@ -500,7 +445,7 @@ impl<const E: bool> Matcher<'_, '_, E> {
                 continue;
             };
             let value = Value::new(c, 0);
-            if !ops.contains(&node.op_name()) || self.scratch.roots.contains(&value) {
+            if !ops.contains(&node.op().id()) || self.scratch.roots.contains(&value) {
                 continue;
             }
             self.scratch.roots.push(value);
@@ -707,25 +652,10 @@ impl<const E: bool> Matcher<'_, '_, E> {
     }
 }
 
-/// Whether an attribute literal of a pattern (anything but a parameter) accepts `v`.
-pub(crate) fn attr_literal_matches(pat: &AttrPat, v: &AttrValue) -> bool {
-    match (pat, v) {
-        (AttrPat::Int(a), AttrValue::Int(b)) => a == b,
-        (AttrPat::Float(a), AttrValue::Float(b)) => a == b,
-        (AttrPat::Bool(a), AttrValue::Bool(b)) => a == b,
-        (AttrPat::Ints(a), AttrValue::Ints(b)) => *a == b.as_slice(),
-        (AttrPat::Str(a), AttrValue::Str(b)) => *a == b,
-        (AttrPat::DType(a), AttrValue::DType(b)) => a == b,
-        (AttrPat::Null, AttrValue::Null) => true,
-        (AttrPat::OneOf(alts), v) => alts.iter().any(|a| attr_literal_matches(a, v)),
-        _ => false,
-    }
-}
-
 /// The op names a pattern node can match at its top.
-fn anchor_ops(p: &Pattern, node: u16, out: &mut Vec<&'static str>) {
+fn anchor_ops(p: &Pattern, node: u16, out: &mut Vec<OpId>) {
     match &p.nodes[node as usize] {
-        PatNode::Op(o) => out.push(o.op.name),
+        PatNode::Op(o) => out.push(o.op.id()),
         PatNode::Alt(bs) => bs.iter().for_each(|&b| anchor_ops(p, b, out)),
         PatNode::Repeat(r) => {
             anchor_ops(p, r.body, out);
@@ -733,96 +663,7 @@ fn anchor_ops(p: &Pattern, node: u16, out: &mut Vec<&'static str>) {
                 anchor_ops(p, r.base, out);
             }
         }
-        PatNode::Const(_) => out.push(Op::Constant.name()),
+        PatNode::Const(_) => out.push(Op::Constant.into()),
         PatNode::Any | PatNode::Tensor(_) | PatNode::Hole(_) => {}
-    }
-}
-
-fn close(x: f64, want: f64, dtype: DType) -> bool {
-    let tol = match dtype {
-        DType::F16 | DType::BF16 => 1e-2,
-        DType::F32 => 1e-6,
-        _ => 1e-12,
-    };
-    x == want || (x - want).abs() <= tol * want.abs().max(x.abs())
-}
-
-#[derive(Debug, PartialEq)]
-enum TermValue {
-    Num(f64),
-    Dim(Dim),
-    DType(DType),
-    Bool(bool),
-    Other(Bound),
-}
-
-fn eval(g: &Graph, b: &Bindings, t: Term) -> Option<TermValue> {
-    let meta = |s: Slot| match b.get(s) {
-        Some(Bound::Value(v)) => g.meta(*v).ok(),
-        _ => None,
-    };
-    Some(match t {
-        Term::Rank(s) => TermValue::Num(meta(s)?.shape.rank() as f64),
-        Term::DType(s) => TermValue::DType(meta(s)?.dtype),
-        Term::Dim(s, i) => {
-            let shape = &meta(s)?.shape;
-            TermValue::Dim(shape.dims()[shape.axis(i)?].clone())
-        }
-        Term::Users(s) => match b.get(s) {
-            Some(Bound::Value(v)) => {
-                TermValue::Num((g.use_count(*v) + usize::from(g.is_output(*v))) as f64)
-            }
-            _ => return None,
-        },
-        Term::Param(s) => match b.get(s)? {
-            Bound::Int(x) => TermValue::Num(*x as f64),
-            Bound::Float(x) => TermValue::Num(*x),
-            Bound::Bool(x) => TermValue::Bool(*x),
-            Bound::DType(x) => TermValue::DType(*x),
-            other => TermValue::Other(other.clone()),
-        },
-        Term::Int(x) => TermValue::Num(x as f64),
-        Term::Float(x) => TermValue::Num(x),
-        Term::DTypeLit(x) => TermValue::DType(x),
-        Term::Bool(x) => TermValue::Bool(x),
-    })
-}
-
-fn compare(g: &Graph, b: &Bindings, l: Term, op: CmpOp, r: Term) -> bool {
-    let (Some(l), Some(r)) = (eval(g, b, l), eval(g, b, r)) else {
-        return false;
-    };
-    let num = |v: &TermValue| match v {
-        TermValue::Num(x) => Some(*x),
-        TermValue::Dim(d) => d.known().map(|n| n as f64),
-        _ => None,
-    };
-    if let (Some(x), Some(y)) = (num(&l), num(&r)) {
-        return match op {
-            CmpOp::Eq => x == y,
-            CmpOp::Ne => x != y,
-            CmpOp::Lt => x < y,
-            CmpOp::Le => x <= y,
-            CmpOp::Gt => x > y,
-            CmpOp::Ge => x >= y,
-        };
-    }
-    match op {
-        CmpOp::Eq => l == r,
-        CmpOp::Ne => l != r,
-        _ => false,
-    }
-}
-
-/// The value of a constraint term, for explanations.
-fn show(g: &Graph, b: &Bindings, t: Term) -> String {
-    match eval(g, b, t) {
-        Some(TermValue::Num(x)) if x.fract() == 0.0 => format!("{}", x as i64),
-        Some(TermValue::Num(x)) => format!("{x:?}"),
-        Some(TermValue::Dim(d)) => format!("{d}"),
-        Some(TermValue::DType(d)) => format!("{d}"),
-        Some(TermValue::Bool(x)) => format!("{x}"),
-        Some(TermValue::Other(o)) => format!("{o:?}"),
-        None => "unknown".to_string(),
     }
 }
