@@ -74,12 +74,24 @@ unsafe fn tile<const IN_REGISTER: bool>(
     if h == MR && kc > 0 {
         // SAFETY: all `MR` rows hold `kc` floats at stride `lda`, `bp` holds `NR kc`
         // (the function's contract).
-        unsafe { full_tile_steps::<IN_REGISTER>(kc, (a, lda), bp, &mut acc) };
+        unsafe {
+            if IN_REGISTER {
+                full_tile_steps_in_register(kc, (a, lda), bp, &mut acc)
+            } else {
+                full_tile_steps_in_fma(kc, (a, lda), bp, &mut acc)
+            }
+        };
     } else if h == 8 && kc > 0 {
         let [eight @ .., _, _, _, _] = &mut acc;
         // SAFETY: the 8 rows hold `kc` floats at stride `lda`, `bp` holds `NR kc`
         // (the function's contract).
-        unsafe { eight_row_steps::<IN_REGISTER>(kc, (a, lda), bp, eight) };
+        unsafe {
+            if IN_REGISTER {
+                eight_row_steps_in_register(kc, (a, lda), bp, eight)
+            } else {
+                eight_row_steps_in_fma(kc, (a, lda), bp, eight)
+            }
+        };
     } else {
         // SAFETY (each arm): `h` rows of `kc` floats at stride `lda` from `a`, `NR kc`
         // floats at `bp` (the function's contract).
@@ -145,14 +157,15 @@ macro_rules! fma_rows {
     };
 }
 
-/// [`fma_rows`] with each row's element broadcast into register `t` first, then read
+/// [`fma_rows`] with each row's element broadcast into `zmm31` first (named, not an
+/// allocated operand: built without optimisation, rustc found no register for one), then read
 /// by both FMAs ([`Broadcast::InRegister`]).
 macro_rules! fma_rows_in_register {
     ($( $c0:literal $c1:literal [$($addr:tt)*] ),* $(,)?) => {
         concat!($(
-            "vbroadcastss {t}, dword ptr [", $($addr)*, "]\n",
-            "vfmadd231ps {", $c0, "}, {b0}, {t}\n",
-            "vfmadd231ps {", $c1, "}, {b1}, {t}\n",
+            "vbroadcastss zmm31, dword ptr [", $($addr)*, "]\n",
+            "vfmadd231ps {", $c0, "}, {b0}, zmm31\n",
+            "vfmadd231ps {", $c1, "}, {b1}, zmm31\n",
         )*)
     };
 }
@@ -217,34 +230,28 @@ macro_rules! twelve_rows_step {
     };
 }
 
-/// The depth loop of a full `12 x 32` tile, `acc += a @ bp` over `kc >= 1` depths, in
-/// `asm`: four row pointers and the row stride address all twelve rows (written with
-/// intrinsics, the compiler, short of registers for twelve row pointers, reloaded two
-/// of them from the stack at every step). Each row's element is broadcast inside both
-/// FMAs that read it, or with `IN_REGISTER` into a register once ([`Broadcast`]).
-/// Measured in one process, one thread, CPU time (`RAYON_NUM_THREADS=1 gemm_rate
-/// --cpu-time --repeat 10`, two runs), in-register against inside the FMAs, GFLOP/s:
-/// on a 2-vCPU Intel Xeon (family 6 model 167), `128 x 768 x 768` 168 against 147,
-/// `128 x 768 x 3072` 160 against 142-146, `128 x 2048 x 2048` 148-160 against
-/// 132-136, `512 x 768 x 768` 156-165 against 138-148. On a 2-core Zen 4 (2 threads)
-/// the loop broadcasting inside the FMAs ran `512 x 768 x 768` at 225-227 GFLOP/s
-/// against 214 for the intrinsics.///
-/// # Safety
-/// AVX-512F; `a` readable for `MR` rows of `kc` floats at stride `lda`, `bp` for
-/// `NR kc` floats; `kc >= 1`.
-#[target_feature(enable = "avx512f")]
-unsafe fn full_tile_steps<const IN_REGISTER: bool>(
-    kc: usize,
-    (a, lda): (*const f32, usize),
-    bp: *const f32,
-    acc: &mut [[__m512; 2]; MR],
-) {
-    let stride = lda * std::mem::size_of::<f32>();
-    let [[c00, c01], [c10, c11], [c20, c21], [c30, c31], [c40, c41], [c50, c51], [c60, c61], [c70, c71], [c80, c81], [c90, c91], [ca0, ca1], [cb0, cb1]] =
-        acc;
-    // The loop's `asm`, its FMAs written by `$fma`; `$extra` the operands that adds.
-    macro_rules! depth_loop {
-        ($fma:ident, $($extra:tt)*) => {
+/// Defines `$name`, [`full_tile_steps_in_fma`]'s loop in one form: FMAs written by `$fma`, with
+/// `$extra` the operands that adds (one function per form, so that each is one
+/// `asm` block a caller picks by the form).
+macro_rules! full_tile_steps_fn {
+    ($(#[$attr:meta])* $name:ident, $fma:ident, $($extra:tt)*) => {
+        $(#[$attr])*
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $name(
+            kc: usize,
+            (a, lda): (*const f32, usize),
+            bp: *const f32,
+            acc: &mut [[__m512; 2]; MR],
+        ) {
+            let stride = lda * std::mem::size_of::<f32>();
+            let [[c00, c01], [c10, c11], [c20, c21], [c30, c31], [c40, c41], [c50, c51], [c60, c61], [c70, c71], [c80, c81], [c90, c91], [ca0, ca1], [cb0, cb1]] =
+                acc;
+            // SAFETY: each step reads `NR` floats at `bp` and one float of each of the `MR`
+            // rows (row `3 g + r` at `a + 3 g lda + r lda`, `r < 3`), then moves every
+            // pointer one depth on; `kc` steps stay inside what the caller guarantees. Only
+            // the named registers and flags are written; a prefetch (past the panel too)
+            // reads nothing architecturally.
+            unsafe {
             std::arch::asm!(
                 // Four depth steps per pass while four are left: a quarter of the pointer
                 // and counter updates, which compete with the FMAs for their ports.
@@ -312,22 +319,42 @@ unsafe fn full_tile_steps<const IN_REGISTER: bool>(
                 cb1 = inout(zmm_reg) *cb1,
                 $($extra)*
                 options(nostack, readonly),
-            )
-        };
-    }
-    // SAFETY: each step reads `NR` floats at `bp` and one float of each of the `MR`
-    // rows (row `3 g + r` at `a + 3 g lda + r lda`, `r < 3`), then moves every
-    // pointer one depth on; `kc` steps stay inside what the caller guarantees. Only
-    // the named registers and flags are written; a prefetch (past the panel too)
-    // reads nothing architecturally.
-    unsafe {
-        if IN_REGISTER {
-            depth_loop!(fma_rows_in_register, t = out(zmm_reg) _,);
-        } else {
-            depth_loop!(fma_rows,);
+            );
+            }
         }
-    }
+    };
 }
+
+full_tile_steps_fn!(
+    /// The depth loop of a full `12 x 32` tile, `acc += a @ bp` over `kc >= 1` depths, in
+    /// `asm`: four row pointers and the row stride address all twelve rows (written with
+    /// intrinsics, the compiler, short of registers for twelve row pointers, reloaded two
+    /// of them from the stack at every step). Each row's element is broadcast inside both
+    /// FMAs that read it, or with `IN_REGISTER` into a register once ([`Broadcast`]).
+    /// Measured in one process, one thread, CPU time (`RAYON_NUM_THREADS=1 gemm_rate
+    /// --cpu-time --repeat 10`, two runs), in-register against inside the FMAs, GFLOP/s:
+    /// on a 2-vCPU Intel Xeon (family 6 model 167), `128 x 768 x 768` 168 against 147,
+    /// `128 x 768 x 3072` 160 against 142-146, `128 x 2048 x 2048` 148-160 against
+    /// 132-136, `512 x 768 x 768` 156-165 against 138-148. On a 2-core Zen 4 (2 threads)
+    /// the loop broadcasting inside the FMAs ran `512 x 768 x 768` at 225-227 GFLOP/s
+    /// against 214 for the intrinsics.///
+    /// # Safety
+    /// AVX-512F; `a` readable for `MR` rows of `kc` floats at stride `lda`, `bp` for
+    /// `NR kc` floats; `kc >= 1`.
+    full_tile_steps_in_fma,
+    fma_rows,
+);
+
+full_tile_steps_fn!(
+    /// [`full_tile_steps_in_fma`] broadcasting each row's element into a register once
+    /// ([`Broadcast::InRegister`](crate::cpu::Broadcast::InRegister)).
+    ///
+    /// # Safety
+    /// As [`full_tile_steps_in_fma`].
+    full_tile_steps_in_register,
+    fma_rows_in_register,
+    out("zmm31") _,
+);
 
 /// The depth loop of a tile of `H < MR` rows other than 8 (and of any tile with no
 /// depth), `acc[..H] += a @ bp` over `kc` depths, with intrinsics: each row does its
@@ -363,30 +390,28 @@ unsafe fn steps<const H: usize>(
     }
 }
 
-/// [`full_tile_steps`] for a tile of 8 rows, `acc += a @ bp` over `kc >= 1` depths:
-/// the last tile of a product whose rows are 8 more than a multiple of 12 (128 and
-/// 512 rows: GPT-2 at S = 128 and 512, the main example), which the loop for any row
-/// count ran as 12 rows, a third of them thrown away. Measured on a 2-core Zen 4, 2
-/// threads, CPU time (`gemm_rate --cpu-time --repeat 40`, four interleaved runs,
-/// GFLOP/s per core): `128 x 768 x 768` 109-111 -> 115, `128 x 768 x 3072` 110-111 ->
-/// 114, `128 x 3072 x 768` 106-110 -> 107-114.
-///
-/// # Safety
-/// AVX-512F; `a` readable for 8 rows of `kc` floats at stride `lda`, `bp` for `NR kc`
-/// floats; `kc >= 1`.
-#[target_feature(enable = "avx512f")]
-unsafe fn eight_row_steps<const IN_REGISTER: bool>(
-    kc: usize,
-    (a, lda): (*const f32, usize),
-    bp: *const f32,
-    acc: &mut [[__m512; 2]; 8],
-) {
-    let stride = lda * std::mem::size_of::<f32>();
-    let [[c00, c01], [c10, c11], [c20, c21], [c30, c31], [c40, c41], [c50, c51], [c60, c61], [c70, c71]] =
-        acc;
-    // The loop's `asm`, its FMAs written by `$fma`; `$extra` the operands that adds.
-    macro_rules! depth_loop {
-        ($fma:ident, $($extra:tt)*) => {
+/// Defines `$name`, [`eight_row_steps_in_fma`]'s loop in one form: FMAs written by `$fma`, with
+/// `$extra` the operands that adds (one function per form, so that each is one
+/// `asm` block a caller picks by the form).
+macro_rules! eight_row_steps_fn {
+    ($(#[$attr:meta])* $name:ident, $fma:ident, $($extra:tt)*) => {
+        $(#[$attr])*
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $name(
+            kc: usize,
+            (a, lda): (*const f32, usize),
+            bp: *const f32,
+            acc: &mut [[__m512; 2]; 8],
+        ) {
+            let stride = lda * std::mem::size_of::<f32>();
+            let [[c00, c01], [c10, c11], [c20, c21], [c30, c31], [c40, c41], [c50, c51], [c60, c61], [c70, c71]] =
+                acc;
+            // SAFETY: each step reads `NR` floats at `bp` and one float of each of the 8 rows
+            // (row `3 g + r` at `a + 3 g lda + r lda`), then moves every pointer one depth on;
+            // `kc` steps stay inside what the caller guarantees. Only the named registers and
+            // flags are written; a prefetch (past the panel too) reads nothing
+            // architecturally.
+            unsafe {
             std::arch::asm!(
                 // Four depth steps per pass while four are left, as in `full_tile_steps`.
                 "cmp {k}, 4",
@@ -442,19 +467,35 @@ unsafe fn eight_row_steps<const IN_REGISTER: bool>(
                 c71 = inout(zmm_reg) *c71,
                 $($extra)*
                 options(nostack, readonly),
-            )
-        };
-    }
-    // SAFETY: each step reads `NR` floats at `bp` and one float of each of the 8 rows
-    // (row `3 g + r` at `a + 3 g lda + r lda`), then moves every pointer one depth on;
-    // `kc` steps stay inside what the caller guarantees. Only the named registers and
-    // flags are written; a prefetch (past the panel too) reads nothing
-    // architecturally.
-    unsafe {
-        if IN_REGISTER {
-            depth_loop!(fma_rows_in_register, t = out(zmm_reg) _,);
-        } else {
-            depth_loop!(fma_rows,);
+            );
+            }
         }
-    }
+    };
 }
+
+eight_row_steps_fn!(
+    /// [`full_tile_steps_in_fma`] for a tile of 8 rows, `acc += a @ bp` over `kc >= 1` depths:
+    /// the last tile of a product whose rows are 8 more than a multiple of 12 (128 and
+    /// 512 rows: GPT-2 at S = 128 and 512, the main example), which the loop for any row
+    /// count ran as 12 rows, a third of them thrown away. Measured on a 2-core Zen 4, 2
+    /// threads, CPU time (`gemm_rate --cpu-time --repeat 40`, four interleaved runs,
+    /// GFLOP/s per core): `128 x 768 x 768` 109-111 -> 115, `128 x 768 x 3072` 110-111 ->
+    /// 114, `128 x 3072 x 768` 106-110 -> 107-114.
+    ///
+    /// # Safety
+    /// AVX-512F; `a` readable for 8 rows of `kc` floats at stride `lda`, `bp` for `NR kc`
+    /// floats; `kc >= 1`.
+    eight_row_steps_in_fma,
+    fma_rows,
+);
+
+eight_row_steps_fn!(
+    /// [`eight_row_steps_in_fma`] broadcasting each row's element into a register once
+    /// ([`Broadcast::InRegister`](crate::cpu::Broadcast::InRegister)).
+    ///
+    /// # Safety
+    /// As [`eight_row_steps_in_fma`].
+    eight_row_steps_in_register,
+    fma_rows_in_register,
+    out("zmm31") _,
+);
