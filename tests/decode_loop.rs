@@ -92,14 +92,29 @@ fn the_loop_gives_the_steps_run_one_by_one_bit_for_bit() {
         lp.start(&[empty.clone(), empty.clone()]).expect("start");
         let (mut past_k, mut past_v) = (empty.clone(), empty);
         let mut len = 0;
+        // Views bound afresh by the run of the first step, which binds every one.
+        let mut all_views = 0;
         for (i, &n) in steps.iter().enumerate() {
             let x = data(&[2, n, width], 100 + i as u64);
-            let (want, _) = p
+            let (want, run) = p
                 .run(&[x.clone(), past_k.clone(), past_v.clone()])
                 .unwrap_or_else(|e| panic!("{model} step {i}: {e}"));
-            let (got, _) = lp
+            let (got, step) = lp
                 .step(&[x])
                 .unwrap_or_else(|e| panic!("{model} loop step {i}: {e}"));
+            // The loop's step binds what the run before it bound at the same sizes.
+            assert_eq!(step.bound_views, 0, "{model} step {i}: views bound again");
+            match i {
+                0 => all_views = run.bound_views,
+                // Only the cache length changed: the nodes that read the new tokens and
+                // the batch alone keep their views.
+                _ if steps[i - 1] == n => assert!(
+                    run.bound_views < all_views,
+                    "{model} step {i}: {} of {all_views} views bound again",
+                    run.bound_views
+                ),
+                _ => {}
+            }
             len += n;
             assert_eq!(got.len(), 1, "{model}: only y comes out of the loop");
             assert_eq!(got[0].shape(), want[0].shape(), "{model} step {i}");

@@ -8,10 +8,16 @@
 //! ([`BoundNode`]): `reshape(x, [batch, seq, 12, 64])` reaches the kernel as
 //! `reshape(x, [3, 11, 12, 64])`. Kernels never see a symbol.
 //!
-//! The bound views of one run are kept for the next ([`BoundCache`]): a run whose inputs
-//! bind every symbol to the same values as the last run's reuses them, so a model with
-//! dynamic axes run at one shape again and again binds nothing after its first run.
-//! A model whose symbols are sized by data (`NonZero`) binds every run afresh.
+//! The bound views of one run are kept for the next ([`BoundCache`]). Each view records
+//! the symbols it read and the values they had, and a later run reuses it wherever
+//! those symbols still have those values: a model run at one shape again and again binds
+//! nothing after its first run, and a decoder step whose cache grew by one rebinds only
+//! the nodes that read the cache length (the attention, the cache's `concat`), not the
+//! projections and norms that read the batch and the new tokens alone. A model whose
+//! symbols are sized by data (`NonZero`) binds every run afresh.
+
+use std::cell::RefCell;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -36,16 +42,6 @@ impl Bindings {
     /// How many symbols are bound.
     pub(crate) fn len(&self) -> usize {
         self.values.len()
-    }
-
-    /// True when both bind the same symbols, in the same order, to the same values.
-    pub(crate) fn same_as(&self, other: &Bindings) -> bool {
-        self.values.len() == other.values.len()
-            && self
-                .values
-                .iter()
-                .zip(&other.values)
-                .all(|((a, x), (b, y))| x == y && (a.as_ptr() == b.as_ptr() || a == b))
     }
 
     /// The value of `name`, when bound.
@@ -116,28 +112,32 @@ impl Bindings {
             }
         }
     }
+}
 
-    /// `meta` with every dim that evaluates made known.
-    pub(crate) fn meta(&self, meta: &TensorMeta) -> TensorMeta {
-        if !meta.shape.is_symbolic() {
-            return meta.clone();
-        }
-        let dims = meta
-            .shape
-            .dims()
-            .iter()
-            .map(|d| match d.eval(&|s| self.get(s)) {
-                Ok(n) => Dim::Known(n),
-                Err(_) => d.clone(),
-            })
-            .collect();
-        TensorMeta {
-            dtype: meta.dtype,
-            shape: Shape(dims),
-            device: meta.device,
-        }
+/// `meta` with every dim that evaluates in `env` made known.
+fn bind_meta(meta: &TensorMeta, env: &dyn Fn(&str) -> Option<i64>) -> TensorMeta {
+    if !meta.shape.is_symbolic() {
+        return meta.clone();
+    }
+    let dims = meta
+        .shape
+        .dims()
+        .iter()
+        .map(|d| match d.eval(env) {
+            Ok(n) => Dim::Known(n),
+            Err(_) => d.clone(),
+        })
+        .collect();
+    TensorMeta {
+        dtype: meta.dtype,
+        shape: Shape(dims),
+        device: meta.device,
     }
 }
+
+/// The symbols a bound view read, each once, with the value each had (`None`: not
+/// bound then).
+type Reads = SmallVec<[(Box<str>, Option<i64>); 4]>;
 
 /// True when running `view` needs a binding: a symbolic attribute, or a symbolic dim in
 /// the metadata of an operand or output.
@@ -155,21 +155,32 @@ pub(crate) struct BoundNode {
     attrs: Option<Box<[AttrValue]>>,
     inputs: Vec<TensorMeta>,
     outputs: Vec<TensorMeta>,
+    /// What binding it read: it holds for any run where these symbols have these values.
+    reads: Reads,
 }
 
-/// The bound views of the symbolic steps of one run, kept for the next run whose inputs
-/// bind the same values (`nodes` is indexed by step; `None` for steps that read no
-/// symbol).
+/// The bound views of the symbolic steps of the last run, each reused by a later run
+/// where the symbols it read have the same values ([`BoundNode::holds_for`]). `nodes`
+/// is indexed by step; `None` for steps that read no symbol.
 #[derive(Debug)]
 pub(crate) struct BoundCache {
-    pub(crate) key: Bindings,
-    pub(crate) nodes: Vec<Option<BoundNode>>,
+    pub(crate) nodes: Vec<Option<Arc<BoundNode>>>,
 }
 
 impl BoundNode {
     /// Binds `view`'s attributes and metadata; an attribute that reads an unbound
     /// symbol or overflows is an error naming it.
     pub(crate) fn new(view: &NodeView<'_>, b: &Bindings) -> Result<BoundNode, String> {
+        let reads = RefCell::new(Reads::new());
+        // Every lookup recorded, so that the view can tell which runs it holds for.
+        let env = |s: &str| {
+            let v = b.get(s);
+            let mut r = reads.borrow_mut();
+            if !r.iter().any(|(k, _)| &**k == s) {
+                r.push((s.into(), v));
+            }
+            v
+        };
         let specs = view.op.attrs;
         let attrs = match view.attrs.iter().any(|(_, v)| v.is_symbolic()) {
             false => None,
@@ -178,13 +189,13 @@ impl BoundNode {
                     .iter()
                     .zip(specs)
                     .map(|((name, v), spec)| {
-                        v.bind(spec.kind, &|s| b.get(s))
+                        v.bind(spec.kind, &env)
                             .map_err(|e| format!("attribute `{name}` = {v}: {e}"))
                     })
                     .collect::<Result<Box<[_]>, _>>()?,
             ),
         };
-        let outputs: Vec<TensorMeta> = view.outputs.iter().map(|m| b.meta(m)).collect();
+        let outputs: Vec<TensorMeta> = view.outputs.iter().map(|m| bind_meta(m, &env)).collect();
         // A size computed from symbols is checked against the run budget before any
         // kernel allocates it (a `full([seq, seq])` at a huge `seq`).
         for m in &outputs {
@@ -199,11 +210,19 @@ impl BoundNode {
                     .map_err(|e| e.to_string())?;
             }
         }
+        let inputs = view.inputs.iter().map(|m| bind_meta(m, &env)).collect();
         Ok(BoundNode {
             attrs,
-            inputs: view.inputs.iter().map(|m| b.meta(m)).collect(),
+            inputs,
             outputs,
+            reads: reads.into_inner(),
         })
+    }
+
+    /// True when `b` gives every symbol this view read the value it had then: the view
+    /// is then exactly what binding the node afresh would make.
+    pub(crate) fn holds_for(&self, b: &Bindings) -> bool {
+        self.reads.iter().all(|(s, v)| b.get(s) == *v)
     }
 
     /// The bound metadata of the outputs (every dim known).
@@ -458,5 +477,43 @@ mod tests {
                 &format!("n = {n}"),
             );
         }
+    }
+
+    /// A view is bound afresh only where a symbol it reads changed: with `x: [n, 4]` and
+    /// `y: [m, 4]`, each through a softmax, a run that changes `m` alone rebinds `y`'s
+    /// softmax and reuses `x`'s (as a decoder step whose cache grew rebinds only what
+    /// reads the cache length), a run at the last run's sizes binds nothing, and every
+    /// run's results match the reference executor's.
+    #[test]
+    fn only_views_that_read_a_changed_symbol_are_bound_again() {
+        use crate::meta::Dim;
+        let b = Builder::new();
+        let meta =
+            |s: &str| TensorMeta::new(DType::F32, Shape::from(vec![Dim::sym(s), Dim::Known(4)]));
+        let x = b.input("x", meta("n"));
+        let y = b.input("y", meta("m"));
+        let (sx, sy) = (
+            x.softmax(-1).expect("softmax"),
+            y.softmax(-1).expect("softmax"),
+        );
+        b.output(&[sx, sy]).expect("output");
+        let g = b.finish();
+        let p = plan(&g, &default_stack()).expect("plan");
+        let reference = plan(&g, &reference_stack()).expect("plan");
+        let mut bound = Vec::new();
+        for (n, m) in [(2usize, 3usize), (2, 3), (2, 5), (4, 5), (4, 5), (2, 3)] {
+            let inputs = [ramp(&[n, 4], 0.1), ramp(&[m, 4], 0.2)];
+            let (got, report) = p.run(&inputs).expect("run");
+            let (want, _) = reference.run(&inputs).expect("run");
+            let tol = graphrw_kernels::testing::compare::Tol::new(1e-6, 1e-6);
+            graphrw_kernels::testing::compare::assert_close_tensors(
+                &got,
+                &want,
+                tol,
+                &format!("n = {n}, m = {m}"),
+            );
+            bound.push(report.bound_views);
+        }
+        assert_eq!(bound, [2, 0, 1, 1, 0, 2], "views bound afresh per run");
     }
 }

@@ -43,6 +43,10 @@ pub struct RunReport {
     /// Bytes of kernel outputs written into buffers of freed intermediates (of this
     /// run or an earlier one of the same plan) instead of fresh allocations.
     pub reused_bytes: usize,
+    /// Nodes whose symbolic attributes and metadata were bound afresh in this run: 0
+    /// when every symbol has the value it had in the last run, and on a decoder step
+    /// whose cache grew, only the nodes that read the cache length.
+    pub bound_views: usize,
 }
 
 impl fmt::Display for RunReport {
@@ -155,20 +159,16 @@ impl Plan {
         let mut bindings = check_inputs(&self.graph, inputs)?;
         let sched = &self.schedule;
         let bound_by_inputs = bindings.len();
-        // The last run's bound views, when its inputs bound the same values.
+        // The last run's bound views: each is reused where the symbols it read are bound
+        // to the same values in this run.
         let cached: Option<Arc<BoundCache>> =
             match sched.symbolic_steps > 0 && !sched.data_dependent.load(Ordering::Relaxed) {
-                true => sched
-                    .bound
-                    .lock()
-                    .ok()
-                    .and_then(|c| c.clone())
-                    .filter(|c| c.key.same_as(&bindings)),
+                true => sched.bound.lock().ok().and_then(|c| c.clone()),
                 false => None,
             };
-        // Otherwise this run's, kept for the next.
-        let mut fresh: Vec<Option<BoundNode>> = Vec::new();
-        if cached.is_none() && sched.symbolic_steps > 0 {
+        // This run's, kept for the next.
+        let mut fresh: Vec<Option<Arc<BoundNode>>> = Vec::new();
+        if sched.symbolic_steps > 0 {
             fresh.resize_with(self.steps.len(), || None);
         }
         // Kernels called on this thread draw their large outputs from the plan's pool,
@@ -219,13 +219,15 @@ impl Plan {
                         .collect::<Result<_, _>>()?;
                     let nv = view(g, id)?;
                     let reused = match slots.symbolic {
-                        true => cached.as_ref().and_then(|c| c.nodes.get(step)?.as_ref()),
+                        true => cached
+                            .as_ref()
+                            .and_then(|c| c.nodes.get(step)?.as_ref())
+                            .filter(|b| b.holds_for(&bindings)),
                         false => None,
                     };
-                    let mut local = None;
-                    let bound: Option<&BoundNode> = match (slots.symbolic, reused) {
+                    let bound: Option<Arc<BoundNode>> = match (slots.symbolic, reused) {
                         (false, _) => None,
-                        (true, Some(b)) => Some(b),
+                        (true, Some(b)) => Some(b.clone()),
                         (true, None) => {
                             let b = BoundNode::new(&nv, &bindings).map_err(|message| {
                                 ExecError::Kernel {
@@ -234,13 +236,14 @@ impl Plan {
                                     message,
                                 }
                             })?;
-                            match fresh.get_mut(step) {
-                                Some(slot) => slot.insert(b),
-                                None => local.insert(b),
-                            };
-                            fresh.get(step).and_then(Option::as_ref).or(local.as_ref())
+                            report.bound_views += 1;
+                            Some(Arc::new(b))
                         }
                     };
+                    if let (Some(b), Some(slot)) = (&bound, fresh.get_mut(step)) {
+                        *slot = Some(b.clone());
+                    }
+                    let bound = bound.as_deref();
                     let bound_view = bound.map(|b| b.view(&nv));
                     let nv = bound_view.as_ref().unwrap_or(&nv);
                     let t0 = profile.then(Instant::now);
@@ -310,12 +313,10 @@ impl Plan {
         }
         if bindings.len() > bound_by_inputs {
             sched.data_dependent.store(true, Ordering::Relaxed);
-        } else if !fresh.is_empty() {
+        } else if report.bound_views > 0 {
+            // Only when something was bound afresh: otherwise the cache is this run's.
             if let Ok(mut c) = sched.bound.lock() {
-                *c = Some(Arc::new(BoundCache {
-                    key: bindings,
-                    nodes: fresh,
-                }));
+                *c = Some(Arc::new(BoundCache { nodes: fresh }));
             }
         }
         report.reused_bytes = self.pool.reused_bytes() - reused_before;
