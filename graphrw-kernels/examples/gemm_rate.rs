@@ -235,6 +235,15 @@ fn run() -> Result<(), String> {
             flops / best / 1e9
         );
     }
+    for isa in [Isa::Avx512, Isa::Avx2Fma] {
+        if let Some(p) = graphrw_kernels::cpu::packed_prefetch::measured_so_far(isa) {
+            println!(
+                "prefetch {isa:?} {} ({:.2}x as fast with)",
+                if p.on { "on" } else { "off" },
+                p.speedup
+            );
+        }
+    }
     Ok(())
 }
 

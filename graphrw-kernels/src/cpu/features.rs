@@ -6,7 +6,8 @@
 //! itself. Which level a call may use is the smaller of the best this CPU has and the
 //! cap of the [`KernelOptions`](crate::KernelOptions) it runs with
 //! ([`KernelOptions::isa`](crate::KernelOptions::isa)), so the AVX2 paths can be tested
-//! on an AVX-512 machine.
+//! on an AVX-512 machine; `GRAPHRW_ISA` caps the detected features for the whole
+//! process ([`CpuFeatures::get`]), so that a test run sees an AVX2-only CPU.
 
 use std::fmt;
 use std::str::FromStr;
@@ -44,10 +45,38 @@ impl CpuFeatures {
         avx512bf16: false,
     };
 
-    /// This CPU's features, detected on the first call and cached for the process.
+    /// This CPU's features, detected on the first call and cached for the process, less
+    /// those above the level `GRAPHRW_ISA` names (`baseline`, `avx2` or `avx512`; an
+    /// unreadable value caps nothing, and the CLI refuses it): with `GRAPHRW_ISA=avx2`
+    /// every kernel, test and chooser in the process sees a CPU without AVX-512, as on
+    /// an AVX2-only machine (graphrw's own kernels: the `gemm` crate detects its own).
     pub fn get() -> CpuFeatures {
+        static CAPPED: OnceLock<CpuFeatures> = OnceLock::new();
+        *CAPPED.get_or_init(|| {
+            let cap = std::env::var("GRAPHRW_ISA")
+                .ok()
+                .and_then(|v| v.trim().parse().ok());
+            CpuFeatures::detected().capped(cap)
+        })
+    }
+
+    /// This CPU's features as detected, whatever `GRAPHRW_ISA` says.
+    pub fn detected() -> CpuFeatures {
         static DETECTED: OnceLock<CpuFeatures> = OnceLock::new();
         *DETECTED.get_or_init(CpuFeatures::detect)
+    }
+
+    /// These features less those above `cap` (all of them where `None`).
+    pub fn capped(self, cap: Option<Isa>) -> CpuFeatures {
+        let mut f = self;
+        if cap.is_some_and(|c| c < Isa::Avx512) {
+            (f.avx512f, f.avx512vl, f.avx512bw, f.avx512dq, f.avx512bf16) =
+                (false, false, false, false, false);
+        }
+        if cap.is_some_and(|c| c < Isa::Avx2Fma) {
+            (f.avx2, f.fma) = (false, false);
+        }
+        f
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -262,6 +291,25 @@ macro_rules! isa_dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cap leaves exactly the features of the levels at or below it.
+    #[test]
+    fn a_cap_removes_the_levels_above_it() {
+        let all = CpuFeatures {
+            avx2: true,
+            fma: true,
+            avx512f: true,
+            avx512vl: true,
+            avx512bw: true,
+            avx512dq: true,
+            avx512bf16: true,
+        };
+        assert_eq!(all.capped(None), all);
+        assert_eq!(all.capped(Some(Isa::Avx512)), all);
+        assert_eq!(all.capped(Some(Isa::Avx2Fma)).best_isa(), Isa::Avx2Fma);
+        assert!(!all.capped(Some(Isa::Avx2Fma)).avx512bf16);
+        assert_eq!(all.capped(Some(Isa::Baseline)), CpuFeatures::NONE);
+    }
 
     #[test]
     fn levels_are_ordered_and_nested() {

@@ -26,11 +26,12 @@ impl Kernel for Avx2 {
     const KC: usize = 256;
     /// A row block of 240 rows of 256 depths (240 KiB) stays in L2.
     const MC: usize = 240;
+    const PREFETCH_IN_LOOP: bool = false;
 
     unsafe fn tile(
         kc: usize,
         a: (*const f32, usize),
-        bp: *const f32,
+        (bp, _): (*const f32, *const f32),
         add: (*const f32, *const f32),
         c: (*mut f32, usize),
         hw: (usize, usize),

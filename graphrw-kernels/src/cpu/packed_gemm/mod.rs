@@ -46,11 +46,18 @@ pub(crate) trait Kernel {
     const KC: usize;
     /// Rows per block: the rows that pass over one weight micro-panel before the next.
     const MC: usize;
+    /// Whether the tile's depth loops prefetch the stream of [`Kernel::tile`]'s `bp.1`
+    /// as they go (64 bytes every four depths), so that a tile's share of the next
+    /// weight block is asked for while its FMAs run; otherwise the share is prefetched
+    /// in a burst before the tile ([`panel_block`]).
+    const PREFETCH_IN_LOOP: bool;
 
     /// One tile: `c = a @ bp + bias + add_from` over `kc` depths for the `h` rows of
     /// `a` at stride `lda` (a tile of fewer than `MR` rows computes only those), storing
     /// `w` columns at row stride `ldc`; `bias` (`w` values) and `add_from` (a tile laid
-    /// out as `c`'s, which may be `c` itself) are added unless null.
+    /// out as `c`'s, which may be `c` itself) are added unless null. `bp` is the packed
+    /// panel and the stream of lines to prefetch ([`Kernel::PREFETCH_IN_LOOP`]; the
+    /// panel itself where there is none).
     ///
     /// # Safety
     /// The CPU has the kernel's instruction set; `a` readable for `h` rows of `kc`
@@ -60,7 +67,7 @@ pub(crate) trait Kernel {
     unsafe fn tile(
         kc: usize,
         a: (*const f32, usize),
-        bp: *const f32,
+        bp: (*const f32, *const f32),
         add: (*const f32, *const f32),
         c: (*mut f32, usize),
         hw: (usize, usize),
@@ -679,13 +686,15 @@ unsafe fn block_by_panels<K: Kernel>(
 /// product alone; after it (or with `accumulate`) the product is added to the tile
 /// itself, else to the residual's tile; the last depth block's tiles are then activated
 /// ([`TileStore::activation`]) while in L1. Given a block `ahead` (where this CPU
-/// measured it faster, [`prefetch::next_block`]), each tile first prefetches its share of the
+/// measured it faster, [`prefetch::next_block`]), each tile prefetches its share of the
 /// weight block `ahead` (panel, depth), the one the caller runs next, so the weight
 /// streams from memory behind the tiles instead of stalling the first tile of each
 /// block: spread over the tiles, the prefetches stay within the misses a core keeps
-/// in flight. (Measured on a 2-core Zen 3, interleaved in one process, against one
-/// prefetch per depth step in the first tile: `128 x 768 x 3072` 6-8% faster at one
-/// and two threads, GPT-2's LM head at 128 rows 4%, the rest within the noise.)
+/// in flight. A kernel whose loops prefetch ([`Kernel::PREFETCH_IN_LOOP`]) is given
+/// its share as a stream ([`in_loop_share`]); the others prefetch it in a burst before
+/// the tile ([`prefetch_share`]; measured on a 2-core Zen 3 against one prefetch per
+/// depth step in the first tile: `128 x 768 x 3072` 6-8% faster at one and two
+/// threads, GPT-2's LM head at 128 rows 4%).
 ///
 /// # Safety
 /// The CPU has `K`'s instruction set; `a` holds those rows' `kc` depths at stride `lda`;
@@ -717,9 +726,14 @@ unsafe fn panel_block<K: Kernel>(
     };
     for (t, i) in (rows.0..rows.1).step_by(K::MR).enumerate() {
         let h = K::MR.min(rows.1 - i);
-        if let Some(ahead) = ahead {
-            prefetch_share(ahead, (t, tiles));
-        }
+        let pf = match ahead {
+            Some(ahead) if K::PREFETCH_IN_LOOP => in_loop_share(ahead, t, kc).unwrap_or(bp),
+            Some(ahead) => {
+                prefetch_share(ahead, (t, tiles));
+                bp
+            }
+            None => bp,
+        };
         let at = col + i * layout.ldc;
         let tile = c.0.wrapping_add(at);
         let add_from: *const f32 = match store.residual {
@@ -736,7 +750,7 @@ unsafe fn panel_block<K: Kernel>(
             K::tile(
                 kc,
                 (a.add((i - rows.0) * lda), lda),
-                bp,
+                (bp, pf),
                 (bias, add_from),
                 (tile, layout.ldc),
                 (h, w),
@@ -771,6 +785,24 @@ fn aliases(lda: usize) -> bool {
 
 /// Bytes of a cache line.
 const LINE_BYTES: usize = 64;
+
+/// Floats a tile's depth loop prefetches per four depths ([`Kernel::PREFETCH_IN_LOOP`]).
+const IN_LOOP_FLOATS: usize = LINE_BYTES / std::mem::size_of::<f32>();
+
+/// Where tile `t`'s loop over `kc` depths starts prefetching `block`: tile after tile,
+/// each the lines its loop reaches (one line every four depths), so that the first
+/// tiles of a block prefetch all of the next; `None` for the tiles past its end, and
+/// where `kc < 4` (the loops then never prefetch).
+fn in_loop_share(block: &[f32], t: usize, kc: usize) -> Option<*const f32> {
+    let per_tile = kc / 4 * IN_LOOP_FLOATS;
+    if per_tile == 0 {
+        return None;
+    }
+    block
+        .get(t * per_tile..)
+        .filter(|s| !s.is_empty())
+        .map(<[f32]>::as_ptr)
+}
 
 /// Prefetches share `t` of `tiles` of `block`'s cache lines (into L1).
 fn prefetch_share(block: &[f32], (t, tiles): (usize, usize)) {

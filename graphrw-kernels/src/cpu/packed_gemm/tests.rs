@@ -577,3 +577,24 @@ fn packs_from_transposed_storage() {
         }
     }
 }
+
+/// The tiles' in-loop prefetch streams cover the next block once, tile after tile: each
+/// starts where the one before stops, and the tiles past its end get none.
+#[test]
+fn in_loop_shares_tile_the_next_block() {
+    for (len, kc) in [(768 * 32, 768), (100 * 32, 100), (7 * 32, 7), (3 * 32, 3)] {
+        let block = vec![0f32; len];
+        let per_tile = kc / 4 * super::IN_LOOP_FLOATS;
+        let starts: Vec<usize> = (0..64)
+            .map_while(|t| super::in_loop_share(&block, t, kc))
+            .map(|p| (p as usize - block.as_ptr() as usize) / 4)
+            .collect();
+        if per_tile == 0 {
+            // Fewer than four depths: the loops never prefetch.
+            assert!(starts.is_empty(), "kc {kc}");
+            continue;
+        }
+        let want: Vec<usize> = (0..len.div_ceil(per_tile)).map(|t| t * per_tile).collect();
+        assert_eq!(starts, want, "kc {kc}");
+    }
+}
