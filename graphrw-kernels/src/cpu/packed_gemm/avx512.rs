@@ -102,8 +102,9 @@ unsafe fn tile<const IN_REGISTER: bool>(
         // These loops do not prefetch: the tile's share of the next block, in a burst.
         if pf != bp {
             for line in 0..kc / 4 {
-                // SAFETY: a prefetch reads nothing architecturally.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(16 * line).cast()) };
+                // A prefetch reads nothing architecturally (safe in a function with the
+                // feature enabled).
+                _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(16 * line).cast());
             }
         }
         // SAFETY (each arm): `h` rows of `kc` floats at stride `lda` from `a`, `NR kc`
