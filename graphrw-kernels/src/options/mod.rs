@@ -27,7 +27,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::cpu::choice::ProductChoice;
-use crate::cpu::Isa;
+use crate::cpu::{Broadcast, Isa};
 
 /// The settings kernels run with (see the [module docs](self)).
 ///
@@ -220,9 +220,15 @@ pub struct SdpaTuning {
     /// The fewest keys for which the decode path runs (`None`: the measured
     /// `graphrw_kernels::fused::sdpa::DECODE_MIN_KEYS`).
     pub decode_min_keys: Option<usize>,
-    /// Time the variants (decode path on and off, AVX-512 and AVX2) on the first call
-    /// of each kind of shape and keep the fastest ([`crate::fused::sdpa::choice`]).
+    /// Time the variants (decode path on and off, AVX-512 in both broadcast forms and
+    /// AVX2) on the first call of each kind of shape and keep the fastest
+    /// ([`crate::fused::sdpa::choice`]).
     pub choose: bool,
+    /// How the AVX-512 packed kernels' depth loops broadcast each key element (scores)
+    /// and probability (values): inside each FMA, or into a register once
+    /// ([`Broadcast`]; the same results). With [`SdpaTuning::choose`] on, the chooser
+    /// times both; this pins the form where it is off.
+    pub broadcast: Broadcast,
 }
 
 impl Default for SdpaTuning {
@@ -238,6 +244,7 @@ impl Default for SdpaTuning {
             decode: true,
             decode_min_keys: None,
             choose: true,
+            broadcast: Broadcast::InFma,
         }
     }
 }
@@ -289,6 +296,12 @@ impl SdpaTuning {
     /// best instruction set decide).
     pub fn with_choose(mut self, on: bool) -> SdpaTuning {
         self.choose = on;
+        self
+    }
+
+    /// Sets the AVX-512 packed kernels' broadcast form.
+    pub fn with_broadcast(mut self, broadcast: Broadcast) -> SdpaTuning {
+        self.broadcast = broadcast;
         self
     }
 

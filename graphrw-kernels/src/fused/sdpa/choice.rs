@@ -2,7 +2,8 @@
 //! first call of each kind of shape ([`SdpaKey`]: dtype, head sizes, the query and key
 //! counts rounded up to powers of two, the grouping of query heads, causal or masked,
 //! instruction set and threads) runs every candidate ([`SdpaVariant`]: the decode
-//! path on or off, the packed kernels at the best instruction set or capped at AVX2),
+//! path on or off, the packed kernels at the best instruction set or capped at AVX2,
+//! the AVX-512 ones broadcasting inside their FMAs or into a register),
 //! returns the fastest one's result and keeps its choice for the process ([`global`]).
 //! Candidates that would run the same kernel run once. Off with
 //! [`SdpaTuning::choose`](crate::SdpaTuning::choose) (then the thresholds and the best
@@ -13,7 +14,7 @@ use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::cpu::Isa;
+use crate::cpu::{Broadcast, Isa};
 use crate::{DType, KernelError, KernelOptions, Tensor};
 
 use super::{selected_kernel_for, SdpaKernel};
@@ -63,6 +64,8 @@ pub struct SdpaVariant {
     pub decode: bool,
     /// The instruction set cap.
     pub max_isa: Isa,
+    /// The AVX-512 packed kernels' broadcast form.
+    pub broadcast: Broadcast,
 }
 
 impl SdpaVariant {
@@ -72,7 +75,8 @@ impl SdpaVariant {
             kernel
                 .sdpa
                 .with_decode(self.decode)
-                .with_max_isa(self.max_isa),
+                .with_max_isa(self.max_isa)
+                .with_broadcast(self.broadcast),
         )
     }
 }
@@ -162,13 +166,15 @@ impl SdpaChooser {
 
 /// The variants `kernel` allows for `sq` query rows: the decode path on (where its
 /// tuning allows it and the queries are few) and off, at the SDPA instruction set and,
-/// on AVX-512, capped at AVX2.
+/// on AVX-512, capped at AVX2; at AVX-512 in both broadcast forms (the decode path and
+/// the AVX2 kernels have one: [`SdpaChooser::run_chosen`] runs each kernel once).
 fn candidates(kernel: &KernelOptions, sq: usize) -> Vec<SdpaVariant> {
     let isa = kernel.sdpa_isa();
-    let isas: &[Isa] = match isa {
-        Isa::Avx512 => &[Isa::Avx512, Isa::Avx2Fma],
-        Isa::Avx2Fma => &[Isa::Avx2Fma],
-        Isa::Baseline => &[Isa::Baseline],
+    let (fma, reg) = (Broadcast::InFma, Broadcast::InRegister);
+    let isas: &[(Isa, Broadcast)] = match isa {
+        Isa::Avx512 => &[(Isa::Avx512, fma), (Isa::Avx512, reg), (Isa::Avx2Fma, fma)],
+        Isa::Avx2Fma => &[(Isa::Avx2Fma, fma)],
+        Isa::Baseline => &[(Isa::Baseline, fma)],
     };
     let decodes: &[bool] = if kernel.sdpa.decode && sq <= super::DECODE_MAX_QUERIES {
         &[true, false]
@@ -178,8 +184,11 @@ fn candidates(kernel: &KernelOptions, sq: usize) -> Vec<SdpaVariant> {
     decodes
         .iter()
         .flat_map(|&decode| {
-            isas.iter()
-                .map(move |&max_isa| SdpaVariant { decode, max_isa })
+            isas.iter().map(move |&(max_isa, broadcast)| SdpaVariant {
+                decode,
+                max_isa,
+                broadcast,
+            })
         })
         .collect()
 }
@@ -232,7 +241,7 @@ mod tests {
     fn candidates_follow_the_options() {
         let all = candidates(&KernelOptions::default(), 1);
         let isa = KernelOptions::default().sdpa_isa();
-        let per_decode = if isa == Isa::Avx512 { 2 } else { 1 };
+        let per_decode = if isa == Isa::Avx512 { 3 } else { 1 };
         assert_eq!(all.len(), 2 * per_decode);
         assert_eq!(candidates(&KernelOptions::default(), 512).len(), per_decode);
         let no_decode =

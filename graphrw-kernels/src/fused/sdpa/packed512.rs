@@ -276,10 +276,12 @@ unsafe fn item_in<T: Element>(
             let p_out = bf.map(|_| &mut ph[..]);
             // SAFETY: the CPU has the AVX-512 features (this function's contract); the
             // slices' lengths are asserted inside.
-            unsafe { avx512::scores_softmax(ops, nk, bqp, s, bqp, p_out, m, l, alpha) };
+            unsafe {
+                avx512::scores_softmax(ops, prob.in_register, nk, bqp, s, bqp, p_out, m, l, alpha)
+            };
         } else {
             // SAFETY: as above.
-            unsafe { avx512::scores(ops, npan, bqp, s, bqp) };
+            unsafe { avx512::scores(ops, prob.in_register, npan, bqp, s, bqp) };
             if let Some(mask) = prob.mask {
                 apply_mask(mask, bh, i0, nq, j0, nk, s, bqp, |x: T| x.to_f32());
             }
@@ -311,7 +313,20 @@ unsafe fn item_in<T: Element>(
         let pstride = if bf.is_some() { skv2 } else { skv };
         // SAFETY: the CPU has the AVX-512 features (this function's contract); the lengths
         // are asserted inside.
-        unsafe { avx512::values(vops, nk, bqp, bqp, pstride, dvp / NR, alpha, o, dvp) };
+        unsafe {
+            avx512::values(
+                vops,
+                prob.in_register,
+                nk,
+                bqp,
+                bqp,
+                pstride,
+                dvp / NR,
+                alpha,
+                o,
+                dvp,
+            )
+        };
         j0 += nk;
     }
     store_rows(prob.fully_masked, o, dvp, l, out, dv);

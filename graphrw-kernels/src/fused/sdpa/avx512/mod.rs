@@ -21,10 +21,17 @@
 //! The tile functions check every slice length once, at entry, with real assertions;
 //! the micro-kernels then read through raw pointers within those bounds.
 //!
+//! The depth loops come in two forms, chosen by measurement (`choice.rs`): the
+//! intrinsics above, each broadcast element folded into every FMA that reads it, and
+//! `in_register`'s `asm`, each broadcast into a register once (half the loads or
+//! fewer, for cores with two 512-bit FMA ports).
+//!
 //! Modules: `scores` (score micro-kernels and the fused softmax pass), `values` (value
-//! micro-kernels), `pairs` (bf16 pair packing), `exp` (16-lane exponentials).
+//! micro-kernels), `in_register` (the register-broadcast depth loops), `pairs` (bf16
+//! pair packing), `exp` (16-lane exponentials).
 
 pub(crate) mod exp;
+mod in_register;
 mod pairs;
 mod scores;
 #[cfg(test)]
@@ -38,7 +45,7 @@ pub(super) use pairs::{pack_row_pairs, pack_value_pairs, probs_to_pairs};
 pub(super) use scores::{scores, scores_softmax, Operands};
 pub(super) use values::{values, ValueOperands};
 #[allow(unused_imports)]
-use {exp::*, pairs::*, scores::*, values::*};
+use {exp::*, in_register::*, pairs::*, scores::*, values::*};
 
 /// Keys per key panel (rows of a score micro-tile) and query rows per value
 /// micro-tile.

@@ -684,6 +684,7 @@ mod tests {
             fuse_softmax: false,
             micro: false,
             loop_order: SdpaLoopOrder::default(),
+            in_register: false,
         }
     }
 
