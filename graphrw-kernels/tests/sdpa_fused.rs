@@ -12,8 +12,8 @@ use graphrw_kernels::{cpu, DType, KernelError, KernelOptions, SdpaBlocks, SdpaTu
 /// (the best kernel), the packed path capped at AVX2, the operands read in place (with
 /// and without the AVX2 micro-tiles), the packed path's softmax step as a pass of its
 /// own, the packed paths with [`ODD_BLOCKS`], the AVX-512 packed kernels broadcasting
-/// into a register ([`in_register`]; with the tuned and the odd blocks), and the
-/// portable loops; the default once more with the decode path off (the default takes
+/// into a register ([`in_register`]; with the tuned and the odd blocks), bf16 on the
+/// AVX-512 f32 FMAs instead of its dot products, and the portable loops; the default once more with the decode path off (the default takes
 /// it for a few query rows over many keys: see `tests/sdpa_decode.rs`).
 fn variants() -> Vec<KernelOptions> {
     let base = KernelOptions::default();
@@ -39,6 +39,8 @@ fn variants() -> Vec<KernelOptions> {
         ),
         in_register(),
         tuned(in_register().sdpa.with_blocks(ODD_BLOCKS)),
+        // bf16 converted to f32 for the AVX-512 FMAs, not on BF16 dot products.
+        tuned(pinned(Broadcast::InFma).sdpa.with_bf16_dot_products(false)),
         base.with_max_isa(Isa::Baseline),
     ];
     let mut seen = Vec::new();
@@ -725,7 +727,8 @@ fn best_available_path_is_selected() {
         } else if !avx512 || o.sdpa_isa() < Isa::Avx512 {
             SdpaKernel::PackedAvx2
         } else {
-            match (dtype == DType::BF16, o.sdpa.broadcast) {
+            let dot = dtype == DType::BF16 && o.sdpa.bf16_dot_products;
+            match (dot, o.sdpa.broadcast) {
                 (true, Broadcast::InFma) => SdpaKernel::PackedAvx512Bf16,
                 (false, Broadcast::InFma) => SdpaKernel::PackedAvx512,
                 (true, Broadcast::InRegister) => SdpaKernel::PackedAvx512Bf16InRegister,
@@ -744,6 +747,8 @@ fn best_available_path_is_selected() {
         in_register(),
         in_register().with_max_isa(Isa::Avx2Fma),
         in_register().with_max_isa(Isa::Baseline),
+        base.with_sdpa(SdpaTuning::default().with_bf16_dot_products(false)),
+        in_register().with_sdpa(in_register().sdpa.with_bf16_dot_products(false)),
     ];
     for o in &options {
         for dtype in [DType::BF16, DType::F32, DType::F16, DType::F64] {

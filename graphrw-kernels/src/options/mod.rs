@@ -229,6 +229,12 @@ pub struct SdpaTuning {
     /// ([`Broadcast`]; the same results). With [`SdpaTuning::choose`] on, the chooser
     /// times both; this pins the form where it is off.
     pub broadcast: Broadcast,
+    /// bf16 inputs on the AVX-512 packed path run both products on AVX-512 BF16 dot
+    /// products (`vdpbf16ps`; default); off, they are converted to f32 and run on the
+    /// f32 FMAs (a core whose `vdpbf16ps` runs at half the f32 FMA's rate, such as the
+    /// Intel Xeon family 6 model 167 measured, does more on the FMAs). The chooser
+    /// times both.
+    pub bf16_dot_products: bool,
 }
 
 impl Default for SdpaTuning {
@@ -245,6 +251,7 @@ impl Default for SdpaTuning {
             decode_min_keys: None,
             choose: true,
             broadcast: Broadcast::InFma,
+            bf16_dot_products: true,
         }
     }
 }
@@ -302,6 +309,13 @@ impl SdpaTuning {
     /// Sets the AVX-512 packed kernels' broadcast form.
     pub fn with_broadcast(mut self, broadcast: Broadcast) -> SdpaTuning {
         self.broadcast = broadcast;
+        self
+    }
+
+    /// Turns the AVX-512 BF16 dot products of bf16 inputs on or off (off: bf16 runs on
+    /// the f32 FMAs).
+    pub fn with_bf16_dot_products(mut self, on: bool) -> SdpaTuning {
+        self.bf16_dot_products = on;
         self
     }
 

@@ -3,7 +3,8 @@
 //! counts rounded up to powers of two, the grouping of query heads, causal or masked,
 //! instruction set and threads) runs every candidate ([`SdpaVariant`]: the decode
 //! path on or off, the packed kernels at the best instruction set or capped at AVX2,
-//! the AVX-512 ones broadcasting inside their FMAs or into a register),
+//! the AVX-512 ones broadcasting inside their FMAs or into a register, bf16 on BF16 dot
+//! products or on the f32 FMAs),
 //! returns the fastest one's result and keeps its choice for the process ([`global`]).
 //! Candidates that would run the same kernel run once. Off with
 //! [`SdpaTuning::choose`](crate::SdpaTuning::choose) (then the thresholds and the best
@@ -66,6 +67,8 @@ pub struct SdpaVariant {
     pub max_isa: Isa,
     /// The AVX-512 packed kernels' broadcast form.
     pub broadcast: Broadcast,
+    /// bf16 on AVX-512 BF16 dot products (else on the f32 FMAs).
+    pub bf16_dot: bool,
 }
 
 impl SdpaVariant {
@@ -76,7 +79,8 @@ impl SdpaVariant {
                 .sdpa
                 .with_decode(self.decode)
                 .with_max_isa(self.max_isa)
-                .with_broadcast(self.broadcast),
+                .with_broadcast(self.broadcast)
+                .with_bf16_dot_products(self.bf16_dot),
         )
     }
 }
@@ -166,15 +170,22 @@ impl SdpaChooser {
 
 /// The variants `kernel` allows for `sq` query rows: the decode path on (where its
 /// tuning allows it and the queries are few) and off, at the SDPA instruction set and,
-/// on AVX-512, capped at AVX2; at AVX-512 in both broadcast forms (the decode path and
-/// the AVX2 kernels have one: [`SdpaChooser::run_chosen`] runs each kernel once).
+/// on AVX-512, capped at AVX2; at AVX-512 in both broadcast forms, bf16 on its dot
+/// products and on the f32 FMAs (the decode path and the AVX2 kernels have one form,
+/// f32 no dot products: [`SdpaChooser::run_chosen`] runs each kernel once).
 fn candidates(kernel: &KernelOptions, sq: usize) -> Vec<SdpaVariant> {
     let isa = kernel.sdpa_isa();
     let (fma, reg) = (Broadcast::InFma, Broadcast::InRegister);
-    let isas: &[(Isa, Broadcast)] = match isa {
-        Isa::Avx512 => &[(Isa::Avx512, fma), (Isa::Avx512, reg), (Isa::Avx2Fma, fma)],
-        Isa::Avx2Fma => &[(Isa::Avx2Fma, fma)],
-        Isa::Baseline => &[(Isa::Baseline, fma)],
+    let isas: &[(Isa, Broadcast, bool)] = match isa {
+        Isa::Avx512 => &[
+            (Isa::Avx512, fma, true),
+            (Isa::Avx512, reg, true),
+            (Isa::Avx512, fma, false),
+            (Isa::Avx512, reg, false),
+            (Isa::Avx2Fma, fma, true),
+        ],
+        Isa::Avx2Fma => &[(Isa::Avx2Fma, fma, true)],
+        Isa::Baseline => &[(Isa::Baseline, fma, true)],
     };
     let decodes: &[bool] = if kernel.sdpa.decode && sq <= super::DECODE_MAX_QUERIES {
         &[true, false]
@@ -184,11 +195,13 @@ fn candidates(kernel: &KernelOptions, sq: usize) -> Vec<SdpaVariant> {
     decodes
         .iter()
         .flat_map(|&decode| {
-            isas.iter().map(move |&(max_isa, broadcast)| SdpaVariant {
-                decode,
-                max_isa,
-                broadcast,
-            })
+            isas.iter()
+                .map(move |&(max_isa, broadcast, bf16_dot)| SdpaVariant {
+                    decode,
+                    max_isa,
+                    broadcast,
+                    bf16_dot,
+                })
         })
         .collect()
 }
@@ -241,7 +254,7 @@ mod tests {
     fn candidates_follow_the_options() {
         let all = candidates(&KernelOptions::default(), 1);
         let isa = KernelOptions::default().sdpa_isa();
-        let per_decode = if isa == Isa::Avx512 { 3 } else { 1 };
+        let per_decode = if isa == Isa::Avx512 { 5 } else { 1 };
         assert_eq!(all.len(), 2 * per_decode);
         assert_eq!(candidates(&KernelOptions::default(), 512).len(), per_decode);
         let no_decode =

@@ -293,8 +293,9 @@ pub enum SdpaKernel {
     /// An SDPA instruction set capped at [`Isa::Avx2Fma`] forces it where the CPU has
     /// AVX-512.
     PackedAvx2,
-    /// Packed operands, AVX-512 `8 x 48` f32 micro-tiles (f32, f16), on CPUs with
-    /// AVX-512F, BW and BF16.
+    /// Packed operands, AVX-512 `8 x 48` f32 micro-tiles (f32, f16; bf16 converted to
+    /// f32 where [`SdpaTuning::bf16_dot_products`](crate::SdpaTuning::bf16_dot_products)
+    /// is off), on CPUs with AVX-512F, BW and BF16.
     PackedAvx512,
     /// Packed operands, both products on AVX-512 BF16 dot products (bf16).
     PackedAvx512Bf16,
@@ -336,9 +337,14 @@ impl SdpaKernel {
         }
     }
 
-    /// This kernel in the broadcast form `b` (kernels with one form stay as they are).
-    fn in_form(self, b: Broadcast) -> SdpaKernel {
-        match (self, b) {
+    /// This kernel as the tuning `t` asks: bf16 on the f32 micro-tiles without its dot
+    /// products, and in its broadcast form (kernels with one form stay as they are).
+    fn tuned(self, t: &crate::SdpaTuning) -> SdpaKernel {
+        let k = match self {
+            SdpaKernel::PackedAvx512Bf16 if !t.bf16_dot_products => SdpaKernel::PackedAvx512,
+            k => k,
+        };
+        match (k, t.broadcast) {
             (SdpaKernel::PackedAvx512, Broadcast::InRegister) => SdpaKernel::PackedAvx512InRegister,
             (SdpaKernel::PackedAvx512Bf16, Broadcast::InRegister) => {
                 SdpaKernel::PackedAvx512Bf16InRegister
@@ -359,7 +365,7 @@ pub fn selected_kernel(dtype: DType) -> SdpaKernel {
 /// [`DECODE_MAX_QUERIES`] query rows or fewer than [`DECODE_MIN_KEYS`] keys; see
 /// [`selected_kernel_for`]).
 pub fn selected_kernel_with(dtype: DType, kernel: &KernelOptions) -> SdpaKernel {
-    pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa()).in_form(kernel.sdpa.broadcast)
+    pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa()).tuned(&kernel.sdpa)
 }
 
 /// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` with `sq`
@@ -576,6 +582,10 @@ struct Problem<'a, T: Element> {
     /// ([`SdpaKernel::broadcast`]).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     in_register: bool,
+    /// The AVX-512 packed path runs bf16 inputs on BF16 dot products (else converted to
+    /// f32, as f16).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    bf16_dot: bool,
 }
 
 /// Per-thread tiles, reused across work items.
@@ -657,7 +667,7 @@ where
     // Every row is written by its work item (a value, or the fully-masked fill).
     let mut out = crate::cpu::pool::buffer::<T>(n_out);
     let isa = kernel.sdpa_isa();
-    let chosen = pick_kernel(T::DTYPE, path, dims.d, isa).in_form(kernel.sdpa.broadcast);
+    let chosen = pick_kernel(T::DTYPE, path, dims.d, isa).tuned(&kernel.sdpa);
     let avx512 = chosen.is_packed_avx512();
     let (block_q, block_k) = block_sizes(opts.is_causal, avx512, kernel.sdpa.blocks);
     let prob = Problem {
@@ -690,6 +700,10 @@ where
         micro: kernel.sdpa.micro_kernels && isa >= Isa::Avx2Fma,
         loop_order: kernel.sdpa.loop_order,
         in_register: chosen.broadcast() == Broadcast::InRegister,
+        bf16_dot: matches!(
+            chosen,
+            SdpaKernel::PackedAvx512Bf16 | SdpaKernel::PackedAvx512Bf16InRegister
+        ),
     };
     if takes_decode(T::DTYPE, path, kernel, dims.sq, dims.skv, dims.d) {
         let level = if isa >= Isa::Avx512 && kernel.sdpa.micro_kernels {

@@ -685,6 +685,7 @@ mod tests {
             micro: false,
             loop_order: SdpaLoopOrder::default(),
             in_register: false,
+            bf16_dot: false,
         }
     }
 
