@@ -5,8 +5,8 @@
 //!
 //! With 32 `zmm` registers a micro-tile holds `8 x 48` f32 results (24 accumulators):
 //! each step of the scores loads up to three 16-column query vectors and broadcasts 8
-//! key elements (folded into the FMA as an embedded broadcast), each step of the
-//! values loads up to three 16-column value vectors and broadcasts 8 probabilities.
+//! key elements, each step of the values loads up to three 16-column value vectors and
+//! broadcasts 8 probabilities.
 //! Rows are always full: keys come in panels of [`MR`] = 8 (the key block is a
 //! multiple of 8), query rows in the 16-padded block; only the width (1 to 3 vectors)
 //! varies.
@@ -22,9 +22,10 @@
 //! the micro-kernels then read through raw pointers within those bounds.
 //!
 //! The depth loops come in two forms, chosen by measurement (`choice.rs`): the
-//! intrinsics above, each broadcast element folded into every FMA that reads it, and
-//! `in_register`'s `asm`, each broadcast into a register once (half the loads or
-//! fewer, for cores with two 512-bit FMA ports).
+//! intrinsics, whose broadcasts LLVM places (rustc 1.95 folds them into the FMA as an
+//! embedded `{1to16}` where one FMA reads each, one vector wide, and broadcasts into a
+//! register where two or three do), and `in_register`'s `asm`, each broadcast into a
+//! register once at every width, two steps a pass.
 //!
 //! Modules: `scores` (score micro-kernels and the fused softmax pass), `values` (value
 //! micro-kernels), `in_register` (the register-broadcast depth loops), `pairs` (bf16
