@@ -11,6 +11,10 @@
 //! the flops are `4 B H S S D` (halved when causal: the kernel skips the blocks above
 //! the diagonal, as every peer does).
 //!
+//! `--choices` prints, after the times, to stderr, what the SDPA chooser kept for each
+//! kind of shape (`graphrw_kernels::fused::sdpa::choice`): the kernel that won and each
+//! candidate's time on its first call.
+//!
 //! `--cpu-time` times each call by the CPU time of all the process's threads (Linux:
 //! `CLOCK_PROCESS_CPUTIME_ID`) instead of wall time: on a
 //! machine shared with other jobs it does not count the time the threads waited for a
@@ -205,6 +209,7 @@ fn run() -> Result<(), String> {
     let mut heads = 8usize;
     let mut cpu_time = false;
     let mut decode = false;
+    let mut choices = false;
     let mut specs = Vec::new();
     let mut decode_specs = Vec::new();
     let mut args = std::env::args().skip(1);
@@ -212,6 +217,7 @@ fn run() -> Result<(), String> {
         match a.as_str() {
             "--cpu-time" => cpu_time = true,
             "--decode" => decode = true,
+            "--choices" => choices = true,
             _ if decode && !a.starts_with("--") => decode_specs.push(a),
             "--repeat" | "--heads" => {
                 let v = args
@@ -278,7 +284,22 @@ fn run() -> Result<(), String> {
             flops / best / 1e9
         );
     }
+    if choices {
+        print_choices();
+    }
     Ok(())
+}
+
+/// Prints the SDPA chooser's kept choices to stderr (see the module docs).
+fn print_choices() {
+    for (key, chosen) in graphrw_kernels::fused::sdpa::choice::global().choices() {
+        let times: Vec<String> = chosen
+            .candidates
+            .iter()
+            .map(|(k, t)| format!("{k:?} {:.3} ms", t.as_secs_f64() * 1e3))
+            .collect();
+        eprintln!("chose {:?} for {key}: {}", chosen.kernel, times.join(", "));
+    }
 }
 
 fn main() -> ExitCode {

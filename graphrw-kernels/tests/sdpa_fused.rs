@@ -2,7 +2,7 @@
 //! of dtypes, lengths, head dims, masks, causal and grouped heads, plus fully masked
 //! rows, edge sizes and errors.
 
-use graphrw_kernels::cpu::{CpuFeatures, Isa};
+use graphrw_kernels::cpu::{Broadcast, CpuFeatures, Isa};
 use graphrw_kernels::fused::sdpa::{sdpa_tuned, selected_kernel_with, SdpaKernel};
 use graphrw_kernels::fused::{sdpa, FullyMaskedRows, SdpaOptions};
 use graphrw_kernels::testing::compare;
@@ -11,9 +11,10 @@ use graphrw_kernels::{cpu, DType, KernelError, KernelOptions, SdpaBlocks, SdpaTu
 /// The kernel options that run the SDPA paths this CPU has, each once: the default
 /// (the best kernel), the packed path capped at AVX2, the operands read in place (with
 /// and without the AVX2 micro-tiles), the packed path's softmax step as a pass of its
-/// own, the packed paths with [`ODD_BLOCKS`], and the portable loops; the default
-/// once more with the decode path off (the default takes it for a few query rows over
-/// many keys: see `tests/sdpa_decode.rs`).
+/// own, the packed paths with [`ODD_BLOCKS`], the AVX-512 packed kernels broadcasting
+/// into a register ([`in_register`]; with the tuned and the odd blocks), bf16 on the
+/// AVX-512 f32 FMAs instead of its dot products, and the portable loops; the default once more with the decode path off (the default takes
+/// it for a few query rows over many keys: see `tests/sdpa_decode.rs`).
 fn variants() -> Vec<KernelOptions> {
     let base = KernelOptions::default();
     let tuned = |t: SdpaTuning| base.with_sdpa(t);
@@ -36,6 +37,10 @@ fn variants() -> Vec<KernelOptions> {
                 .with_max_isa(Isa::Avx2Fma)
                 .with_blocks(ODD_BLOCKS),
         ),
+        in_register(),
+        tuned(in_register().sdpa.with_blocks(ODD_BLOCKS)),
+        // bf16 converted to f32 for the AVX-512 FMAs, not on BF16 dot products.
+        tuned(pinned(Broadcast::InFma).sdpa.with_bf16_dot_products(false)),
         base.with_max_isa(Isa::Baseline),
     ];
     let mut seen = Vec::new();
@@ -55,6 +60,22 @@ fn variants() -> Vec<KernelOptions> {
             new
         })
         .collect()
+}
+
+/// The options pinning the AVX-512 packed kernels' depth loops to broadcast into a
+/// register ([`Broadcast::InRegister`]; the chooser off, which would time both forms).
+fn in_register() -> KernelOptions {
+    pinned(Broadcast::InRegister)
+}
+
+/// The options pinning the broadcast form `b` (the chooser and the decode path off).
+fn pinned(b: Broadcast) -> KernelOptions {
+    KernelOptions::default().with_sdpa(
+        SdpaTuning::default()
+            .with_choose(false)
+            .with_decode(false)
+            .with_broadcast(b),
+    )
 }
 
 /// Query and key blocks off the tuned sizes' grid (see [`variants`]).
@@ -153,8 +174,8 @@ struct Case {
     scale: Option<f64>,
 }
 
-/// Runs one case against the reference; returns nothing, panics on mismatch.
-fn check(c: Case, seed: u64) {
+/// The inputs of case `c` from `seed`: `q`, `k`, `v` and the mask.
+fn inputs(c: Case, seed: u64) -> (Tensor, Tensor, Tensor, Option<Tensor>) {
     let mut rng = Rng(seed);
     let q = rng.tensor(c.dtype, &[c.b, c.hq, c.sq, c.d], -2.0, 2.0);
     let k = rng.tensor(c.dtype, &[c.b, c.hkv, c.skv, c.d], -2.0, 2.0);
@@ -179,6 +200,12 @@ fn check(c: Case, seed: u64) {
             Some(Tensor::from_f64_slice(c.dtype, &shape, &vals).unwrap())
         }
     };
+    (q, k, v, mask)
+}
+
+/// Runs one case against the reference; returns nothing, panics on mismatch.
+fn check(c: Case, seed: u64) {
+    let (q, k, v, mask) = inputs(c, seed);
     let gqa = c.hq != c.hkv;
     let want = cpu::sdpa_reference(&q, &k, &v, mask.as_ref(), c.causal, c.scale, gqa).unwrap();
     let opts = SdpaOptions {
@@ -699,10 +726,14 @@ fn best_available_path_is_selected() {
             SdpaKernel::Avx2
         } else if !avx512 || o.sdpa_isa() < Isa::Avx512 {
             SdpaKernel::PackedAvx2
-        } else if dtype == DType::BF16 {
-            SdpaKernel::PackedAvx512Bf16
         } else {
-            SdpaKernel::PackedAvx512
+            let dot = dtype == DType::BF16 && o.sdpa.bf16_dot_products;
+            match (dot, o.sdpa.broadcast) {
+                (true, Broadcast::InFma) => SdpaKernel::PackedAvx512Bf16,
+                (false, Broadcast::InFma) => SdpaKernel::PackedAvx512,
+                (true, Broadcast::InRegister) => SdpaKernel::PackedAvx512Bf16InRegister,
+                (false, Broadcast::InRegister) => SdpaKernel::PackedAvx512InRegister,
+            }
         }
     };
     let base = KernelOptions::default();
@@ -713,6 +744,11 @@ fn best_available_path_is_selected() {
         base.with_max_isa(Isa::Avx2Fma),
         base.with_max_isa(Isa::Baseline),
         base.with_sdpa(SdpaTuning::default().with_max_isa(Isa::Baseline)),
+        in_register(),
+        in_register().with_max_isa(Isa::Avx2Fma),
+        in_register().with_max_isa(Isa::Baseline),
+        base.with_sdpa(SdpaTuning::default().with_bf16_dot_products(false)),
+        in_register().with_sdpa(in_register().sdpa.with_bf16_dot_products(false)),
     ];
     for o in &options {
         for dtype in [DType::BF16, DType::F32, DType::F16, DType::F64] {
@@ -735,5 +771,97 @@ fn best_available_path_is_selected() {
                 .map(|o| selected_kernel_with(DType::F32, o))
                 .collect::<Vec<_>>()
         );
+    }
+}
+
+/// The AVX-512 packed kernels' two broadcast forms ([`Broadcast`]) run the same
+/// operations on each sum in the same order, so they give the same bits; both against
+/// the reference too: lengths 1 to 300 around the 8-key panels, the 16-column panels,
+/// the 48-column strips and the 96-key blocks (query and key counts apart or equal),
+/// head sizes 32, 64, 80, 128 and 256, f32, bf16 and f16, causal, every mask kind,
+/// grouped heads.
+#[test]
+fn broadcast_forms_give_the_same_bits() {
+    let (fma, reg) = (pinned(Broadcast::InFma), in_register());
+    let f = CpuFeatures::get();
+    if !(f.avx2 && f.fma && Isa::Avx512.is_available() && f.avx512bf16) {
+        println!("SKIPPED: the AVX-512 SDPA kernels need AVX-512 F, BW and BF16");
+        return;
+    }
+    assert_eq!(
+        selected_kernel_with(DType::F32, &reg),
+        SdpaKernel::PackedAvx512InRegister
+    );
+    assert_eq!(
+        selected_kernel_with(DType::BF16, &reg),
+        SdpaKernel::PackedAvx512Bf16InRegister
+    );
+    let masks = [
+        MaskKind::None,
+        MaskKind::Padding,
+        MaskKind::Square,
+        MaskKind::Additive,
+    ];
+    let mut seed = 7000;
+    for (sq, skv) in [
+        (1, 1),
+        (1, 300),
+        (7, 9),
+        (8, 8),
+        (16, 17),
+        (17, 31),
+        (33, 47),
+        (48, 48),
+        (49, 95),
+        (96, 96),
+        (97, 130),
+        (150, 150),
+        (200, 97),
+        (255, 255),
+        (300, 300),
+    ] {
+        for d in [32, 64, 80, 128, 256] {
+            for dtype in [DType::F32, DType::BF16, DType::F16] {
+                seed += 1;
+                let (hq, hkv) = if seed % 2 == 0 { (4, 2) } else { (2, 2) };
+                let c = Case {
+                    dtype,
+                    b: 1,
+                    hq,
+                    hkv,
+                    sq,
+                    skv,
+                    d,
+                    dv: if seed % 3 == 0 { 48 } else { d },
+                    // Causal or one mask (the reference takes one or the other).
+                    mask: masks
+                        .get((seed % 6) as usize)
+                        .copied()
+                        .unwrap_or(MaskKind::None),
+                    causal: seed % 6 >= 4,
+                    scale: None,
+                };
+                let (q, k, v, mask) = inputs(c, seed);
+                let gqa = hq != hkv;
+                let opts = SdpaOptions {
+                    is_causal: c.causal,
+                    enable_gqa: gqa,
+                    ..SdpaOptions::default()
+                };
+                let a = sdpa_tuned(&q, &k, &v, mask.as_ref(), &opts, &fma).unwrap();
+                let b = sdpa_tuned(&q, &k, &v, mask.as_ref(), &opts, &reg).unwrap();
+                let what = format!("{c:?}");
+                let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
+                for (i, (x, y)) in x.iter().zip(&y).enumerate() {
+                    assert!(
+                        x.to_bits() == y.to_bits(),
+                        "{what}: element {i}: in register {y}, in the FMAs {x}"
+                    );
+                }
+                let want =
+                    cpu::sdpa_reference(&q, &k, &v, mask.as_ref(), c.causal, None, gqa).unwrap();
+                assert_close(&b, &want, &what);
+            }
+        }
     }
 }

@@ -27,7 +27,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::cpu::choice::ProductChoice;
-use crate::cpu::Isa;
+use crate::cpu::{Broadcast, Isa};
 
 /// The settings kernels run with (see the [module docs](self)).
 ///
@@ -220,9 +220,21 @@ pub struct SdpaTuning {
     /// The fewest keys for which the decode path runs (`None`: the measured
     /// `graphrw_kernels::fused::sdpa::DECODE_MIN_KEYS`).
     pub decode_min_keys: Option<usize>,
-    /// Time the variants (decode path on and off, AVX-512 and AVX2) on the first call
-    /// of each kind of shape and keep the fastest ([`crate::fused::sdpa::choice`]).
+    /// Time the variants (decode path on and off, AVX-512 in both broadcast forms and
+    /// AVX2) on the first call of each kind of shape and keep the fastest
+    /// ([`crate::fused::sdpa::choice`]).
     pub choose: bool,
+    /// How the AVX-512 packed kernels' depth loops broadcast each key element (scores)
+    /// and probability (values): inside each FMA, or into a register once
+    /// ([`Broadcast`]; the same results). With [`SdpaTuning::choose`] on, the chooser
+    /// times both; this pins the form where it is off.
+    pub broadcast: Broadcast,
+    /// bf16 inputs on the AVX-512 packed path run both products on AVX-512 BF16 dot
+    /// products (`vdpbf16ps`; default); off, they are converted to f32 and run on the
+    /// f32 FMAs (a core whose `vdpbf16ps` runs at half the f32 FMA's rate, such as the
+    /// Intel Xeon family 6 model 167 measured, does more on the FMAs). The chooser
+    /// times both.
+    pub bf16_dot_products: bool,
 }
 
 impl Default for SdpaTuning {
@@ -238,6 +250,8 @@ impl Default for SdpaTuning {
             decode: true,
             decode_min_keys: None,
             choose: true,
+            broadcast: Broadcast::InFma,
+            bf16_dot_products: true,
         }
     }
 }
@@ -289,6 +303,19 @@ impl SdpaTuning {
     /// best instruction set decide).
     pub fn with_choose(mut self, on: bool) -> SdpaTuning {
         self.choose = on;
+        self
+    }
+
+    /// Sets the AVX-512 packed kernels' broadcast form.
+    pub fn with_broadcast(mut self, broadcast: Broadcast) -> SdpaTuning {
+        self.broadcast = broadcast;
+        self
+    }
+
+    /// Turns the AVX-512 BF16 dot products of bf16 inputs on or off (off: bf16 runs on
+    /// the f32 FMAs).
+    pub fn with_bf16_dot_products(mut self, on: bool) -> SdpaTuning {
+        self.bf16_dot_products = on;
         self
     }
 

@@ -19,6 +19,8 @@
 //! | `GRAPHRW_SDPA_NO_MICRO` | `SdpaTuning::micro_kernels` off | the in-place path's portable tiles instead of the AVX2 ones |
 //! | `GRAPHRW_SDPA_NO_DECODE` | `SdpaTuning::decode` off | the fused attention's general kernel also for a few query rows over many keys |
 //! | `GRAPHRW_SDPA_NO_CHOOSE` | `SdpaTuning::choose` off | the fused attention's variant by its tuned thresholds, not timed on each kind of shape's first call |
+//! | `GRAPHRW_SDPA_IN_REGISTER` | `SdpaTuning::broadcast` = in register | the fused attention's AVX-512 tiles broadcast each element into a register once (with `GRAPHRW_SDPA_NO_CHOOSE`; the chooser times both forms) |
+//! | `GRAPHRW_SDPA_NO_BF16_DOT` | `SdpaTuning::bf16_dot_products` off | the fused attention's AVX-512 path converts bf16 to f32 for its FMAs instead of using BF16 dot products (with `GRAPHRW_SDPA_NO_CHOOSE`; the chooser times both) |
 //! | `GRAPHRW_SDPA_BLOCKS` | `SdpaTuning::blocks` | `bq,bk`: query rows and keys per block |
 //! | `GRAPHRW_SDPA_ORDER` | `SdpaTuning::loop_order` | `qv`, `q`, `v` or empty: which packed panels are the outer loops |
 //! | `GRAPHRW_SDPA_CFG` | `SdpaTuning::cuda` | `warps,block_n,m_tiles,q_in_regs`: the CUDA attention's launch |
@@ -30,7 +32,7 @@
 
 use super::{KernelOptions, SdpaTuning};
 use crate::cpu::choice::ProductChoice;
-use crate::cpu::Isa;
+use crate::cpu::{Broadcast, Isa};
 
 /// Every variable [`from_vars`] maps, with what it sets (for `--help`).
 pub const VARIABLES: &[(&str, &str)] = &[
@@ -84,6 +86,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "GRAPHRW_SDPA_NO_CHOOSE",
         "fused attention's variant by its thresholds, not timed on first calls",
+    ),
+    (
+        "GRAPHRW_SDPA_IN_REGISTER",
+        "fused attention's AVX-512 tiles broadcast into a register (with NO_CHOOSE)",
+    ),
+    (
+        "GRAPHRW_SDPA_NO_BF16_DOT",
+        "fused attention's AVX-512 path runs bf16 on f32 FMAs (with NO_CHOOSE)",
     ),
     (
         "GRAPHRW_SDPA_BLOCKS",
@@ -168,6 +178,12 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<KernelOptions, 
     if switch("GRAPHRW_SDPA_NO_CHOOSE") {
         t = t.with_choose(false);
     }
+    if switch("GRAPHRW_SDPA_IN_REGISTER") {
+        t = t.with_broadcast(Broadcast::InRegister);
+    }
+    if switch("GRAPHRW_SDPA_NO_BF16_DOT") {
+        t = t.with_bf16_dot_products(false);
+    }
     if let Some(v) = parsed("GRAPHRW_SDPA_BLOCKS") {
         t = t.with_blocks(v.parse().map_err(|e| bad("GRAPHRW_SDPA_BLOCKS", e))?);
     }
@@ -224,6 +240,8 @@ mod tests {
             ("GRAPHRW_SDPA_CFG", "4,64,2,0"),
             ("GRAPHRW_PRODUCT_KERNEL", "packed-avx2"),
             ("GRAPHRW_SDPA_NO_CHOOSE", "1"),
+            ("GRAPHRW_SDPA_IN_REGISTER", "1"),
+            ("GRAPHRW_SDPA_NO_BF16_DOT", "1"),
         ])
         .unwrap();
         assert_eq!(o.max_isa, Some(Isa::Avx2Fma));
@@ -238,6 +256,8 @@ mod tests {
         let t = o.sdpa;
         assert_eq!(t.max_isa, Some(Isa::Baseline));
         assert!(!t.pack && !t.fuse_softmax && !t.micro_kernels && !t.choose);
+        assert_eq!(t.broadcast, Broadcast::InRegister);
+        assert!(!t.bf16_dot_products);
         assert_eq!(t.blocks.map(|b| (b.q, b.k)), Some((48, 96)));
         assert!(!t.loop_order.q_outer && t.loop_order.v_outer);
         assert_eq!(t.cuda.map(|c| (c.warps, c.block_n)), Some((4, 64)));

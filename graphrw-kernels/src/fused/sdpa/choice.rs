@@ -2,7 +2,9 @@
 //! first call of each kind of shape ([`SdpaKey`]: dtype, head sizes, the query and key
 //! counts rounded up to powers of two, the grouping of query heads, causal or masked,
 //! instruction set and threads) runs every candidate ([`SdpaVariant`]: the decode
-//! path on or off, the packed kernels at the best instruction set or capped at AVX2),
+//! path on or off, the packed kernels at the best instruction set or capped at AVX2,
+//! the AVX-512 ones broadcasting inside their FMAs or into a register, bf16 on BF16 dot
+//! products or on the f32 FMAs),
 //! returns the fastest one's result and keeps its choice for the process ([`global`]).
 //! Candidates that would run the same kernel run once. Off with
 //! [`SdpaTuning::choose`](crate::SdpaTuning::choose) (then the thresholds and the best
@@ -13,7 +15,7 @@ use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::cpu::Isa;
+use crate::cpu::{Broadcast, Isa};
 use crate::{DType, KernelError, KernelOptions, Tensor};
 
 use super::{selected_kernel_for, SdpaKernel};
@@ -63,6 +65,10 @@ pub struct SdpaVariant {
     pub decode: bool,
     /// The instruction set cap.
     pub max_isa: Isa,
+    /// The AVX-512 packed kernels' broadcast form.
+    pub broadcast: Broadcast,
+    /// bf16 on AVX-512 BF16 dot products (else on the f32 FMAs).
+    pub bf16_dot: bool,
 }
 
 impl SdpaVariant {
@@ -72,7 +78,9 @@ impl SdpaVariant {
             kernel
                 .sdpa
                 .with_decode(self.decode)
-                .with_max_isa(self.max_isa),
+                .with_max_isa(self.max_isa)
+                .with_broadcast(self.broadcast)
+                .with_bf16_dot_products(self.bf16_dot),
         )
     }
 }
@@ -162,13 +170,22 @@ impl SdpaChooser {
 
 /// The variants `kernel` allows for `sq` query rows: the decode path on (where its
 /// tuning allows it and the queries are few) and off, at the SDPA instruction set and,
-/// on AVX-512, capped at AVX2.
+/// on AVX-512, capped at AVX2; at AVX-512 in both broadcast forms, bf16 on its dot
+/// products and on the f32 FMAs (the decode path and the AVX2 kernels have one form,
+/// f32 no dot products: [`SdpaChooser::run_chosen`] runs each kernel once).
 fn candidates(kernel: &KernelOptions, sq: usize) -> Vec<SdpaVariant> {
     let isa = kernel.sdpa_isa();
-    let isas: &[Isa] = match isa {
-        Isa::Avx512 => &[Isa::Avx512, Isa::Avx2Fma],
-        Isa::Avx2Fma => &[Isa::Avx2Fma],
-        Isa::Baseline => &[Isa::Baseline],
+    let (fma, reg) = (Broadcast::InFma, Broadcast::InRegister);
+    let isas: &[(Isa, Broadcast, bool)] = match isa {
+        Isa::Avx512 => &[
+            (Isa::Avx512, fma, true),
+            (Isa::Avx512, reg, true),
+            (Isa::Avx512, fma, false),
+            (Isa::Avx512, reg, false),
+            (Isa::Avx2Fma, fma, true),
+        ],
+        Isa::Avx2Fma => &[(Isa::Avx2Fma, fma, true)],
+        Isa::Baseline => &[(Isa::Baseline, fma, true)],
     };
     let decodes: &[bool] = if kernel.sdpa.decode && sq <= super::DECODE_MAX_QUERIES {
         &[true, false]
@@ -179,7 +196,12 @@ fn candidates(kernel: &KernelOptions, sq: usize) -> Vec<SdpaVariant> {
         .iter()
         .flat_map(|&decode| {
             isas.iter()
-                .map(move |&max_isa| SdpaVariant { decode, max_isa })
+                .map(move |&(max_isa, broadcast, bf16_dot)| SdpaVariant {
+                    decode,
+                    max_isa,
+                    broadcast,
+                    bf16_dot,
+                })
         })
         .collect()
 }
@@ -232,7 +254,7 @@ mod tests {
     fn candidates_follow_the_options() {
         let all = candidates(&KernelOptions::default(), 1);
         let isa = KernelOptions::default().sdpa_isa();
-        let per_decode = if isa == Isa::Avx512 { 2 } else { 1 };
+        let per_decode = if isa == Isa::Avx512 { 5 } else { 1 };
         assert_eq!(all.len(), 2 * per_decode);
         assert_eq!(candidates(&KernelOptions::default(), 512).len(), per_decode);
         let no_decode =

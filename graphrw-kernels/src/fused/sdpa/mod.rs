@@ -29,7 +29,10 @@
 //!   pairs along the reduction dimension (keys `[Skv/8][D/2][8][2]`, queries
 //!   `[Bq/16][D/2][16][2]`, values `[Dv/16][Skv/2][16][2]`), the scale is applied to the
 //!   f32 scores, the online softmax runs in f32 and the probabilities are rounded to
-//!   bf16 (nearest even) in key pairs for `P V`, as PyTorch's CPU kernel does.
+//!   bf16 (nearest even) in key pairs for `P V`, as PyTorch's CPU kernel does. The
+//!   depth loops come in two forms with the same results, timed by the chooser
+//!   (`choice`): each key element or probability broadcast inside every FMA that reads
+//!   it, or into a register once (`asm`; [`SdpaKernel::PackedAvx512InRegister`]).
 //! - **AVX2+FMA, packed** (`packed.rs`): keys and values packed once per key/value head
 //!   and thread, in the panels the micro-tiles read (keys `[Skv/6][D][6]`, values
 //!   `[Dv/16][Skv][16]`, f16/bf16 converted on the way), the query block in 16-column
@@ -59,6 +62,7 @@ mod avx2;
 pub(crate) mod avx512;
 pub mod choice;
 mod decode;
+mod kernel;
 mod mask;
 #[cfg(target_arch = "x86_64")]
 mod packed;
@@ -71,10 +75,11 @@ use rayon::prelude::*;
 use crate::cpu::attention_ref::Dims;
 /// The FMA probe, where it was first needed (now [`crate::cpu::probe`]).
 pub use crate::cpu::probe::fma_peak_gflops;
-use crate::cpu::Isa;
+use crate::cpu::{Broadcast, Isa};
 use crate::macros::dispatch_float;
 use crate::{DType, Element, KernelError, KernelOptions, Real, SdpaBlocks, Tensor};
 pub use decode::{DECODE_FEW_QUERIES, DECODE_MAX_QUERIES, DECODE_MIN_KEYS, DECODE_MIN_KEYS_FEW};
+pub use kernel::SdpaKernel;
 use mask::{MaskData, MaskView};
 use tile::{Acc, HalfSrc, NR_Q};
 
@@ -276,34 +281,6 @@ fn path_of(kernel: &KernelOptions) -> Path {
     }
 }
 
-/// The implementation of the fused kernel that runs a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SdpaKernel {
-    /// Portable loops (no AVX2+FMA, or the SDPA instruction set capped at
-    /// [`Isa::Baseline`]).
-    Plain,
-    /// Operands read in place, AVX2+FMA micro-tiles (f64: the loops compiled for
-    /// AVX2+FMA); [`SdpaTuning::pack`](crate::SdpaTuning::pack) off forces it.
-    Avx2,
-    /// Packed operands, AVX2+FMA `6 x 16` micro-tiles (f32, f16, bf16);
-    /// An SDPA instruction set capped at [`Isa::Avx2Fma`] forces it where the CPU has
-    /// AVX-512.
-    PackedAvx2,
-    /// Packed operands, AVX-512 `8 x 48` f32 micro-tiles (f32, f16), on CPUs with
-    /// AVX-512F, BW and BF16.
-    PackedAvx512,
-    /// Packed operands, both products on AVX-512 BF16 dot products (bf16).
-    PackedAvx512Bf16,
-    /// The decode path (`decode/`): at most [`DECODE_MAX_QUERIES`] query rows over
-    /// at least [`DECODE_MIN_KEYS`] keys ([`DECODE_MIN_KEYS_FEW`] for at most
-    /// [`DECODE_FEW_QUERIES`] rows), f32, f16, bf16; work split over key blocks, each
-    /// key/value row read once per key/value head; AVX-512F or AVX2+FMA tiles as the
-    /// SDPA instruction set allows. [`SdpaTuning::decode`](crate::SdpaTuning::decode) off
-    /// turns it off.
-    Decode,
-}
-
 /// The implementation [`sdpa`] runs for inputs of `dtype` (with a head size above 0)
 /// on this CPU, with the thread's current [`KernelOptions`].
 pub fn selected_kernel(dtype: DType) -> SdpaKernel {
@@ -315,7 +292,7 @@ pub fn selected_kernel(dtype: DType) -> SdpaKernel {
 /// [`DECODE_MAX_QUERIES`] query rows or fewer than [`DECODE_MIN_KEYS`] keys; see
 /// [`selected_kernel_for`]).
 pub fn selected_kernel_with(dtype: DType, kernel: &KernelOptions) -> SdpaKernel {
-    pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa())
+    pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa()).tuned(&kernel.sdpa)
 }
 
 /// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` with `sq`
@@ -528,6 +505,14 @@ struct Problem<'a, T: Element> {
     /// The packed path's loop orders.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     loop_order: crate::SdpaLoopOrder,
+    /// The AVX-512 packed path's depth loops broadcast into a register
+    /// ([`SdpaKernel::broadcast`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    in_register: bool,
+    /// The AVX-512 packed path runs bf16 inputs on BF16 dot products (else converted to
+    /// f32, as f16).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    bf16_dot: bool,
 }
 
 /// Per-thread tiles, reused across work items.
@@ -609,11 +594,8 @@ where
     // Every row is written by its work item (a value, or the fully-masked fill).
     let mut out = crate::cpu::pool::buffer::<T>(n_out);
     let isa = kernel.sdpa_isa();
-    let chosen = pick_kernel(T::DTYPE, path, dims.d, isa);
-    let avx512 = matches!(
-        chosen,
-        SdpaKernel::PackedAvx512 | SdpaKernel::PackedAvx512Bf16
-    );
+    let chosen = pick_kernel(T::DTYPE, path, dims.d, isa).tuned(&kernel.sdpa);
+    let avx512 = chosen.is_packed_avx512();
     let (block_q, block_k) = block_sizes(opts.is_causal, avx512, kernel.sdpa.blocks);
     let prob = Problem {
         dims: *dims,
@@ -644,6 +626,11 @@ where
             && kernel.sdpa.fuse_softmax,
         micro: kernel.sdpa.micro_kernels && isa >= Isa::Avx2Fma,
         loop_order: kernel.sdpa.loop_order,
+        in_register: chosen.broadcast() == Broadcast::InRegister,
+        bf16_dot: matches!(
+            chosen,
+            SdpaKernel::PackedAvx512Bf16 | SdpaKernel::PackedAvx512Bf16InRegister
+        ),
     };
     if takes_decode(T::DTYPE, path, kernel, dims.sq, dims.skv, dims.d) {
         let level = if isa >= Isa::Avx512 && kernel.sdpa.micro_kernels {
@@ -702,7 +689,10 @@ where
 {
     #[cfg(target_arch = "x86_64")]
     match kernel {
-        SdpaKernel::PackedAvx512 | SdpaKernel::PackedAvx512Bf16 => {
+        SdpaKernel::PackedAvx512
+        | SdpaKernel::PackedAvx512Bf16
+        | SdpaKernel::PackedAvx512InRegister
+        | SdpaKernel::PackedAvx512Bf16InRegister => {
             return |p, s, bh, qb, o| {
                 // SAFETY: `item_packed512` requires AVX2, FMA and the AVX-512 features
                 // of `avx512::available`, all detected by `pick_kernel` before it chose

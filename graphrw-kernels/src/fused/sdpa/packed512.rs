@@ -2,7 +2,9 @@
 //! `avx512/`: `8 x 48` score and value micro-tiles in f32 (f32 and f16 inputs), and
 //! for bf16 inputs both products on AVX-512 BF16 dot products (`vdpbf16ps`, two bf16
 //! products per f32 lane, f32 sums), the online softmax kept in f32 and the
-//! probabilities rounded to bf16 for the value product, as PyTorch's CPU kernel does.
+//! probabilities rounded to bf16 for the value product, as PyTorch's CPU kernel does
+//! (or, with `SdpaTuning::bf16_dot_products` off, bf16 converted to f32 as f16 is: a
+//! core whose `vdpbf16ps` runs at half the f32 FMA's flop rate does more that way).
 //!
 //! Layouts (packed once per key/value head and thread, as far as the items need):
 //! - f32: keys `[Skv/8][D][8]`, values `[Dv/16][Skv][16]`, the query block
@@ -82,7 +84,8 @@ fn bf16_sources<'a, T: Element>(prob: &Problem<'a, T>) -> Option<Bf16Src<'a>> {
 }
 
 /// One work item (query rows `qb * Bq ..` of batch-head `bh`, written to `out`) on the
-/// AVX-512 packed path: bf16 dot products when the inputs are bf16, f32 otherwise.
+/// AVX-512 packed path: bf16 dot products when the inputs are bf16 (and
+/// `Problem::bf16_dot`), f32 otherwise.
 /// `D` and `Dv` are not 0 and `Skv > 0`.
 ///
 /// # Safety
@@ -188,7 +191,7 @@ unsafe fn item_in<T: Element>(
 ) {
     let dims = prob.dims;
     let (hq, hkv, sq, skv, d, dv) = (dims.hq, dims.hkv, dims.sq, dims.skv, dims.d, dims.dv);
-    let bf = bf16_sources(prob);
+    let bf = bf16_sources(prob).filter(|_| prob.bf16_dot);
     let i0 = qb * prob.block_q;
     let nq = out.len() / dv;
     let bqp = nq.div_ceil(NR) * NR;
@@ -276,10 +279,12 @@ unsafe fn item_in<T: Element>(
             let p_out = bf.map(|_| &mut ph[..]);
             // SAFETY: the CPU has the AVX-512 features (this function's contract); the
             // slices' lengths are asserted inside.
-            unsafe { avx512::scores_softmax(ops, nk, bqp, s, bqp, p_out, m, l, alpha) };
+            unsafe {
+                avx512::scores_softmax(ops, prob.in_register, nk, bqp, s, bqp, p_out, m, l, alpha)
+            };
         } else {
             // SAFETY: as above.
-            unsafe { avx512::scores(ops, npan, bqp, s, bqp) };
+            unsafe { avx512::scores(ops, prob.in_register, npan, bqp, s, bqp) };
             if let Some(mask) = prob.mask {
                 apply_mask(mask, bh, i0, nq, j0, nk, s, bqp, |x: T| x.to_f32());
             }
@@ -311,7 +316,20 @@ unsafe fn item_in<T: Element>(
         let pstride = if bf.is_some() { skv2 } else { skv };
         // SAFETY: the CPU has the AVX-512 features (this function's contract); the lengths
         // are asserted inside.
-        unsafe { avx512::values(vops, nk, bqp, bqp, pstride, dvp / NR, alpha, o, dvp) };
+        unsafe {
+            avx512::values(
+                vops,
+                prob.in_register,
+                nk,
+                bqp,
+                bqp,
+                pstride,
+                dvp / NR,
+                alpha,
+                o,
+                dvp,
+            )
+        };
         j0 += nk;
     }
     store_rows(prob.fully_masked, o, dvp, l, out, dv);

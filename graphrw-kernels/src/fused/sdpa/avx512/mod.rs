@@ -5,8 +5,8 @@
 //!
 //! With 32 `zmm` registers a micro-tile holds `8 x 48` f32 results (24 accumulators):
 //! each step of the scores loads up to three 16-column query vectors and broadcasts 8
-//! key elements (folded into the FMA as an embedded broadcast), each step of the
-//! values loads up to three 16-column value vectors and broadcasts 8 probabilities.
+//! key elements, each step of the values loads up to three 16-column value vectors and
+//! broadcasts 8 probabilities.
 //! Rows are always full: keys come in panels of [`MR`] = 8 (the key block is a
 //! multiple of 8), query rows in the 16-padded block; only the width (1 to 3 vectors)
 //! varies.
@@ -21,10 +21,18 @@
 //! The tile functions check every slice length once, at entry, with real assertions;
 //! the micro-kernels then read through raw pointers within those bounds.
 //!
+//! The depth loops come in two forms, chosen by measurement (`choice.rs`): the
+//! intrinsics, whose broadcasts LLVM places (rustc 1.95 folds them into the FMA as an
+//! embedded `{1to16}` where one FMA reads each, one vector wide, and broadcasts into a
+//! register where two or three do), and `in_register`'s `asm`, each broadcast into a
+//! register once at every width, two steps a pass.
+//!
 //! Modules: `scores` (score micro-kernels and the fused softmax pass), `values` (value
-//! micro-kernels), `pairs` (bf16 pair packing), `exp` (16-lane exponentials).
+//! micro-kernels), `in_register` (the register-broadcast depth loops), `pairs` (bf16
+//! pair packing), `exp` (16-lane exponentials).
 
 pub(crate) mod exp;
+mod in_register;
 mod pairs;
 mod scores;
 #[cfg(test)]
@@ -38,7 +46,7 @@ pub(super) use pairs::{pack_row_pairs, pack_value_pairs, probs_to_pairs};
 pub(super) use scores::{scores, scores_softmax, Operands};
 pub(super) use values::{values, ValueOperands};
 #[allow(unused_imports)]
-use {exp::*, pairs::*, scores::*, values::*};
+use {exp::*, in_register::*, pairs::*, scores::*, values::*};
 
 /// Keys per key panel (rows of a score micro-tile) and query rows per value
 /// micro-tile.

@@ -15,7 +15,7 @@ use super::*;
 /// `qs`, `s` writable for 8 rows of `16 W` at stride `lds`.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 #[inline]
-pub(super) unsafe fn scores_micro_f32<const W: usize>(
+pub(super) unsafe fn scores_micro_f32<const W: usize, const IN_REGISTER: bool>(
     d: usize,
     kp: *const f32,
     qp: *const f32,
@@ -25,6 +25,14 @@ pub(super) unsafe fn scores_micro_f32<const W: usize>(
     valid: usize,
 ) -> [__m512; MAXW] {
     let mut acc = [[_mm512_setzero_ps(); W]; MR];
+    if IN_REGISTER {
+        let (a, b) = ((kp.cast(), MR * 4), (qp.cast(), qs * 4));
+        // SAFETY: `d` steps of 8 key floats (32 bytes a step) and `W` query vectors at
+        // stride `qs` floats, 64 bytes a step: the caller's bounds.
+        unsafe { in_register::fma_steps::<W>(d, a, b, &mut acc) };
+        // SAFETY: rows `r < 8`, columns `< 16 W` of `s`, inside the caller's bounds.
+        return unsafe { store_max::<W>(&acc, s, lds, valid, None) };
+    }
     for p in 0..d {
         // SAFETY: `p < d`: 16 floats at `w * qs + 16 p` of each query panel and 8 at
         // `8 p` of the key panel, inside the caller's bounds.
@@ -45,7 +53,7 @@ pub(super) unsafe fn scores_micro_f32<const W: usize>(
 /// One `8 x 16 W` block of scores from bf16 pairs: the key panel `kp[(p2 * 8 + r) * 2 +
 /// e]` and `W` query panels `qp[w * qs + (p2 * 16 + t) * 2 + e]`, `d2` pairs deep, the
 /// f32 sums times `scale` (the queries are not scaled before rounding to bf16); as
-/// [`scores_micro_f32`] otherwise.
+/// [`scores_micro_f32`] otherwise (`IN_REGISTER` too).
 ///
 /// # Safety
 /// The features of [`available`]; `kp` readable for `16 d2` bf16, `qp` for `W` panels of
@@ -53,7 +61,7 @@ pub(super) unsafe fn scores_micro_f32<const W: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores_micro_bf16<const W: usize>(
+pub(super) unsafe fn scores_micro_bf16<const W: usize, const IN_REGISTER: bool>(
     d2: usize,
     kp: *const u16,
     qp: *const u16,
@@ -64,6 +72,14 @@ pub(super) unsafe fn scores_micro_bf16<const W: usize>(
     scale: f32,
 ) -> [__m512; MAXW] {
     let mut acc = [[_mm512_setzero_ps(); W]; MR];
+    if IN_REGISTER {
+        let (a, b) = ((kp.cast(), MR * 4), (qp.cast(), qs * 2));
+        // SAFETY: `d2` steps of 8 key pairs (32 bytes a step) and `W` query vectors at
+        // stride `qs` bf16, 64 bytes a step: the caller's bounds.
+        unsafe { in_register::dpbf16_steps::<W>(d2, a, b, &mut acc) };
+        // SAFETY: rows `r < 8`, columns `< 16 W` of `s`, inside the caller's bounds.
+        return unsafe { store_max::<W>(&acc, s, lds, valid, Some(scale)) };
+    }
     for p in 0..d2 {
         // SAFETY: `p < d2`: 32 bf16 at `w * qs + 32 p` of each query panel and 16 at
         // `16 p` of the key panel, inside the caller's bounds; the transmutes
@@ -122,7 +138,7 @@ pub(super) unsafe fn store_max<const W: usize>(
 
 /// The score micro-tiles of one strip of `w` (1 to 3) query panels starting at panel
 /// `cp`, over key panels `0..npan`; returns the strip's column maxima over the first
-/// `nk` keys (`-inf` where `nk` is 0).
+/// `nk` keys (`-inf` where `nk` is 0); `in_register` picks the micro-kernels' form.
 ///
 /// # Safety
 /// The features of [`available`]; the operands hold `npan` key
@@ -130,8 +146,10 @@ pub(super) unsafe fn store_max<const W: usize>(
 /// `16 cp .. 16 (cp + w)` at stride `lds` (the callers assert it).
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn score_strip(
     ops: Operands<'_>,
+    in_register: bool,
     npan: usize,
     nk: usize,
     cp: usize,
@@ -153,10 +171,13 @@ pub(super) unsafe fn score_strip(
                         qp.as_ptr().add(cp * d * NR),
                         d * NR,
                     );
-                    match w {
-                        3 => scores_micro_f32::<3>(d, k, q, qs, sp, lds, valid),
-                        2 => scores_micro_f32::<2>(d, k, q, qs, sp, lds, valid),
-                        _ => scores_micro_f32::<1>(d, k, q, qs, sp, lds, valid),
+                    match (w, in_register) {
+                        (3, false) => scores_micro_f32::<3, false>(d, k, q, qs, sp, lds, valid),
+                        (2, false) => scores_micro_f32::<2, false>(d, k, q, qs, sp, lds, valid),
+                        (_, false) => scores_micro_f32::<1, false>(d, k, q, qs, sp, lds, valid),
+                        (3, true) => scores_micro_f32::<3, true>(d, k, q, qs, sp, lds, valid),
+                        (2, true) => scores_micro_f32::<2, true>(d, k, q, qs, sp, lds, valid),
+                        (_, true) => scores_micro_f32::<1, true>(d, k, q, qs, sp, lds, valid),
                     }
                 }
                 Operands::Bf16 { kp, qp, d2, scale } => {
@@ -165,10 +186,25 @@ pub(super) unsafe fn score_strip(
                         qp.as_ptr().add(cp * d2 * NR * 2),
                         d2 * NR * 2,
                     );
-                    match w {
-                        3 => scores_micro_bf16::<3>(d2, k, q, qs, sp, lds, valid, scale),
-                        2 => scores_micro_bf16::<2>(d2, k, q, qs, sp, lds, valid, scale),
-                        _ => scores_micro_bf16::<1>(d2, k, q, qs, sp, lds, valid, scale),
+                    match (w, in_register) {
+                        (3, false) => {
+                            scores_micro_bf16::<3, false>(d2, k, q, qs, sp, lds, valid, scale)
+                        }
+                        (2, false) => {
+                            scores_micro_bf16::<2, false>(d2, k, q, qs, sp, lds, valid, scale)
+                        }
+                        (_, false) => {
+                            scores_micro_bf16::<1, false>(d2, k, q, qs, sp, lds, valid, scale)
+                        }
+                        (3, true) => {
+                            scores_micro_bf16::<3, true>(d2, k, q, qs, sp, lds, valid, scale)
+                        }
+                        (2, true) => {
+                            scores_micro_bf16::<2, true>(d2, k, q, qs, sp, lds, valid, scale)
+                        }
+                        (_, true) => {
+                            scores_micro_bf16::<1, true>(d2, k, q, qs, sp, lds, valid, scale)
+                        }
                     }
                 }
             }
@@ -215,13 +251,15 @@ impl Operands<'_> {
 }
 
 /// The score tile `s[(8 jp + r) * lds + c]` for key panels `jp < npan` and columns
-/// `c < ncols` (`ncols` a multiple of 16, `<= lds`), from packed operands.
+/// `c < ncols` (`ncols` a multiple of 16, `<= lds`), from packed operands; the
+/// micro-kernels broadcast into a register with `in_register`.
 ///
 /// # Safety
 /// The CPU must have the features of [`available`].
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 pub(in crate::fused::sdpa) unsafe fn scores(
     ops: Operands<'_>,
+    in_register: bool,
     npan: usize,
     ncols: usize,
     s: &mut [f32],
@@ -233,7 +271,7 @@ pub(in crate::fused::sdpa) unsafe fn scores(
     for (cp, w) in groups(ncols / NR) {
         // SAFETY: the lengths are checked above; the key count only selects the rows
         // whose maxima are taken (none here).
-        unsafe { score_strip(ops, npan, 0, cp, w, sp, lds) };
+        unsafe { score_strip(ops, in_register, npan, 0, cp, w, sp, lds) };
     }
 }
 
@@ -244,7 +282,8 @@ pub(in crate::fused::sdpa) unsafe fn scores(
 /// `alpha = e^(m - m_new)`, `p = e^(s - m_new)`, `l = alpha l + sum_j p`, `m = m_new`.
 /// The probabilities go to `s` in place (`p_out` `None`) or, as bf16 pairs for the
 /// bf16 value product, to `p_out` (`[ceil(nk / 2)][lds][2]`; an odd last key's pair
-/// has a zero second element); the sums are of the f32 probabilities.
+/// has a zero second element); the sums are of the f32 probabilities. `in_register` as
+/// in [`scores`].
 ///
 /// # Safety
 /// The CPU must have the features of [`available`].
@@ -252,6 +291,7 @@ pub(in crate::fused::sdpa) unsafe fn scores(
 #[allow(clippy::too_many_arguments)]
 pub(in crate::fused::sdpa) unsafe fn scores_softmax(
     ops: Operands<'_>,
+    in_register: bool,
     nk: usize,
     ncols: usize,
     s: &mut [f32],
@@ -271,7 +311,7 @@ pub(in crate::fused::sdpa) unsafe fn scores_softmax(
     let sp = s.as_mut_ptr();
     for (cp, w) in groups(ncols / NR) {
         // SAFETY: the lengths are checked above.
-        let mx = unsafe { score_strip(ops, npan, nk, cp, w, sp, lds) };
+        let mx = unsafe { score_strip(ops, in_register, npan, nk, cp, w, sp, lds) };
         for (i, &x) in mx.iter().enumerate().take(w) {
             let c = (cp + i) * NR;
             // SAFETY: columns `c..c + 16 <= ncols` of `m`, `l`, `alpha`, of rows

@@ -111,7 +111,8 @@ fn probs_to_pairs_layout() {
 }
 
 /// The fused score + softmax pass against the score tile followed by the AVX2
-/// softmax step (and, for bf16, `probs_to_pairs`), f32 and bf16 operands: key counts
+/// softmax step (and, for bf16, `probs_to_pairs`), f32 and bf16 operands, in both
+/// broadcast forms (the register form gives the in-FMA form's bits): key counts
 /// that are not a multiple of the 8-key panel or of 2 (panel rows past `nk` hold
 /// large keys that must not enter the max), one key, odd depths, strips of 1 to 3
 /// panels, a stride wider than the columns, a fresh and a running state with some
@@ -182,7 +183,10 @@ fn scores_softmax_matches_separate_passes() {
                     d,
                 }
             };
-            for fresh in [true, false] {
+            // Each (fresh, form)'s outputs; the register form's must be the in-FMA
+            // form's bits.
+            let mut by_form: Vec<(bool, Vec<u32>)> = Vec::new();
+            for (fresh, reg) in [(true, false), (true, true), (false, false), (false, true)] {
                 let (m, l) = running_state(ncols, fresh);
                 let (mut s1, mut m1, mut l1, mut a1) = (
                     vec![0.0; npan * MR * lds],
@@ -195,15 +199,28 @@ fn scores_softmax_matches_separate_passes() {
                 let mut p2 = p1.clone();
                 // SAFETY: the features were detected above.
                 unsafe {
-                    scores(ops, npan, ncols, &mut s1, lds);
+                    scores(ops, reg, npan, ncols, &mut s1, lds);
                     avx2::softmax_update(&mut s1[..nk * lds], lds, nk, &mut m1, &mut l1, &mut a1);
                     if bf {
                         probs_to_pairs(nk, ncols, &s1, lds, &mut p1);
                     }
                     let out = if bf { Some(&mut p2[..]) } else { None };
-                    scores_softmax(ops, nk, ncols, &mut s2, lds, out, &mut m2, &mut l2, &mut a2);
+                    scores_softmax(
+                        ops, reg, nk, ncols, &mut s2, lds, out, &mut m2, &mut l2, &mut a2,
+                    );
                 }
-                let what = format!("nk {nk} d {d} ncols {ncols} lds {lds} bf16 {bf} fresh {fresh}");
+                let what = format!(
+                    "nk {nk} d {d} ncols {ncols} lds {lds} bf16 {bf} fresh {fresh} in register {reg}"
+                );
+                let bits: Vec<u32> = [&s1, &s2, &m2, &l2, &a2]
+                    .into_iter()
+                    .flat_map(|x| x.iter().map(|v| v.to_bits()))
+                    .chain(p2.iter().map(|&x| x as u32))
+                    .collect();
+                match by_form.iter().find(|f| f.0 == fresh) {
+                    Some((_, fma)) => assert!(fma == &bits, "{what}: not the in-FMA form's bits"),
+                    None => by_form.push((fresh, bits)),
+                }
                 if bf {
                     for (i, (&x, &y)) in p1.iter().zip(&p2).enumerate() {
                         let (x, y) = (bf16::from_bits(x).to_f32(), bf16::from_bits(y).to_f32());
@@ -294,7 +311,8 @@ fn pack_value_pairs_layout() {
     }
 }
 
-/// The value product, f32 and bf16, against a scalar sum (the bf16 form on
+/// The value product, f32 and bf16, in both broadcast forms (the register form gives
+/// the in-FMA form's bits), against a scalar sum (the bf16 form on
 /// probabilities and values that bf16 holds exactly, so only the order of the f32
 /// sums differs): odd key counts (a padded last pair whose value is infinite: the
 /// masked load must drop it), one to eight 16-column panels, rows a multiple of 8.
@@ -341,6 +359,7 @@ fn values_match_scalar() {
                 ph[((j / 2) * ldp + i) * 2 + j % 2] = bf16::from_f32(p[j * ldp + i]).to_bits();
             }
         }
+        let mut by_form: [Option<Vec<f32>>; 2] = [None, None];
         let mut vh = vec![bf16::INFINITY.to_bits(); npan * ps2 * NR * 2];
         for cp in 0..npan {
             for j in 0..nk {
@@ -350,7 +369,7 @@ fn values_match_scalar() {
                 }
             }
         }
-        for bf in [false, true] {
+        for (bf, reg) in [(false, false), (false, true), (true, false), (true, true)] {
             let mut o = o0.clone();
             let ops = if bf {
                 ValueOperands::Bf16 { p: &ph, vp: &vh }
@@ -359,7 +378,16 @@ fn values_match_scalar() {
             };
             let ps = if bf { ps2 } else { pstride };
             // SAFETY: the features were detected above.
-            unsafe { values(ops, nk, nrows, ldp, ps, npan, &alpha, &mut o, ldo) };
+            unsafe { values(ops, reg, nk, nrows, ldp, ps, npan, &alpha, &mut o, ldo) };
+            // The register form gives the in-FMA form's bits.
+            let key = if bf { 1 } else { 0 };
+            match &by_form[key] {
+                Some(fma) => assert!(
+                    fma.iter().zip(&o).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "nk {nk} rows {nrows} panels {npan} bf16 {bf}: not the in-FMA form's bits"
+                ),
+                None => by_form[key] = Some(o.clone()),
+            }
             for i in 0..nrows {
                 for c in 0..ldo {
                     let (x, y) = (want[i * ldo + c], o[i * ldo + c]);

@@ -18,7 +18,8 @@ pub(in crate::fused::sdpa) enum ValueOperands<'a> {
 
 /// `o[i * ldo + c] = alpha[i] * o[..] + sum_j p[j][i] * v[j][c]` for query rows `i <
 /// nrows` (a multiple of 8, `<= ldp`), value columns `c < 16 npan` (`<= ldo`), keys
-/// `j < nk`.
+/// `j < nk`; the micro-kernels broadcast each probability into a register once with
+/// `in_register`, else inside each FMA (the same sums).
 ///
 /// # Safety
 /// The CPU must have the features of [`available`].
@@ -26,6 +27,7 @@ pub(in crate::fused::sdpa) enum ValueOperands<'a> {
 #[allow(clippy::too_many_arguments)]
 pub(in crate::fused::sdpa) unsafe fn values(
     ops: ValueOperands<'_>,
+    in_register: bool,
     nk: usize,
     nrows: usize,
     ldp: usize,
@@ -65,10 +67,25 @@ pub(in crate::fused::sdpa) unsafe fn values(
                             vp.as_ptr().add(cp * pstride * NR),
                             pstride * NR,
                         );
-                        match w {
-                            3 => values_micro_f32::<3>(nk, pp, ldp, vq, vs, al, oq, ldo),
-                            2 => values_micro_f32::<2>(nk, pp, ldp, vq, vs, al, oq, ldo),
-                            _ => values_micro_f32::<1>(nk, pp, ldp, vq, vs, al, oq, ldo),
+                        match (w, in_register) {
+                            (3, false) => {
+                                values_micro_f32::<3, false>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (2, false) => {
+                                values_micro_f32::<2, false>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (_, false) => {
+                                values_micro_f32::<1, false>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (3, true) => {
+                                values_micro_f32::<3, true>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (2, true) => {
+                                values_micro_f32::<2, true>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (_, true) => {
+                                values_micro_f32::<1, true>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
                         }
                     }
                     ValueOperands::Bf16 { p, vp } => {
@@ -77,10 +94,25 @@ pub(in crate::fused::sdpa) unsafe fn values(
                             vp.as_ptr().add(cp * pstride * NR * 2),
                             pstride * NR * 2,
                         );
-                        match w {
-                            3 => values_micro_bf16::<3>(nk, pp, ldp, vq, vs, al, oq, ldo),
-                            2 => values_micro_bf16::<2>(nk, pp, ldp, vq, vs, al, oq, ldo),
-                            _ => values_micro_bf16::<1>(nk, pp, ldp, vq, vs, al, oq, ldo),
+                        match (w, in_register) {
+                            (3, false) => {
+                                values_micro_bf16::<3, false>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (2, false) => {
+                                values_micro_bf16::<2, false>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (_, false) => {
+                                values_micro_bf16::<1, false>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (3, true) => {
+                                values_micro_bf16::<3, true>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (2, true) => {
+                                values_micro_bf16::<2, true>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
+                            (_, true) => {
+                                values_micro_bf16::<1, true>(nk, pp, ldp, vq, vs, al, oq, ldo)
+                            }
                         }
                     }
                 }
@@ -125,6 +157,8 @@ pub(super) unsafe fn store_block<const W: usize>(acc: &[[__m512; W]; MR], o: *mu
 
 /// One `8 x 16 W` block of the f32 values: 8 query rows of `o` rescaled by `alpha`,
 /// plus `p[j * ldp + r]` times the value panels `v[w * vs + j * 16 + t]`, `j < nk`.
+/// With `IN_REGISTER`, each probability is broadcast into a register once
+/// (`in_register`), else inside each FMA; the same sums either way.
 ///
 /// # Safety
 /// The features of [`available`]; `p` readable for `nk` rows of 8 at stride `ldp`, `v` for `W` panels of
@@ -132,7 +166,7 @@ pub(super) unsafe fn store_block<const W: usize>(acc: &[[__m512; W]; MR], o: *mu
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn values_micro_f32<const W: usize>(
+pub(super) unsafe fn values_micro_f32<const W: usize, const IN_REGISTER: bool>(
     nk: usize,
     p: *const f32,
     ldp: usize,
@@ -144,6 +178,14 @@ pub(super) unsafe fn values_micro_f32<const W: usize>(
 ) {
     // SAFETY: the caller's contract.
     let mut acc = unsafe { load_scaled::<W>(o, ldo, alpha) };
+    if IN_REGISTER {
+        let (a, b) = ((p.cast(), ldp * 4), (v.cast(), vs * 4));
+        // SAFETY: `nk` steps of 8 probabilities (a row of `ldp` floats a step) and `W`
+        // value vectors at stride `vs` floats, 64 bytes a step: the caller's bounds.
+        unsafe { in_register::fma_steps::<W>(nk, a, b, &mut acc) };
+        // SAFETY: the caller's contract.
+        return unsafe { store_block::<W>(&acc, o, ldo) };
+    }
     for j in 0..nk {
         // SAFETY: `j < nk`: 16 floats of each value panel at `16 j`, 8 of `p` at
         // `j * ldp`.
@@ -164,7 +206,8 @@ pub(super) unsafe fn values_micro_f32<const W: usize>(
 /// One `8 x 16 W` block of the bf16 values: as [`values_micro_f32`] with probability
 /// pairs `p[(jj * ldp + r) * 2 + e]` and value panels `v[w * vs + (jj * 16 + t) * 2 + e]`
 /// for key pairs `jj < ceil(nk / 2)`; an odd last pair's values are loaded with their
-/// second elements zeroed.
+/// second elements zeroed. `IN_REGISTER` as in [`values_micro_f32`], for the whole
+/// pairs (the odd last one broadcasts inside its dot products in either form).
 ///
 /// # Safety
 /// The features of [`available`]; `p` readable for `ceil(nk / 2)` rows of 16 at
@@ -173,7 +216,7 @@ pub(super) unsafe fn values_micro_f32<const W: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn values_micro_bf16<const W: usize>(
+pub(super) unsafe fn values_micro_bf16<const W: usize, const IN_REGISTER: bool>(
     nk: usize,
     p: *const u16,
     ldp: usize,
@@ -186,7 +229,16 @@ pub(super) unsafe fn values_micro_bf16<const W: usize>(
     // SAFETY: the caller's contract.
     let mut acc = unsafe { load_scaled::<W>(o, ldo, alpha) };
     let nk2 = nk.div_ceil(2);
-    for jj in 0..nk2 {
+    let mut first = 0;
+    if IN_REGISTER {
+        first = nk / 2;
+        let (a, b) = ((p.cast(), ldp * 4), (v.cast(), vs * 2));
+        // SAFETY: `nk / 2` whole pairs: 8 probability pairs (a row of `ldp` pairs a
+        // step) and `W` value vectors at stride `vs` bf16, 64 bytes a step: the
+        // caller's bounds.
+        unsafe { in_register::dpbf16_steps::<W>(first, a, b, &mut acc) };
+    }
+    for jj in first..nk2 {
         // The odd last key's pair: keep the first element of each value pair only.
         let keep: __mmask32 = if 2 * jj + 1 < nk {
             u32::MAX

@@ -684,6 +684,8 @@ mod tests {
             fuse_softmax: false,
             micro: false,
             loop_order: SdpaLoopOrder::default(),
+            in_register: false,
+            bf16_dot: false,
         }
     }
 
