@@ -123,9 +123,9 @@ impl DType {
         matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
     }
 
-    /// True for the dtypes graphrw computes with (the floats, `i64`, `i32` and `bool`);
-    /// the narrow integers (`u8`, `i8`, `i16`, `u16`, `u32`, `u64`) are held, moved and
-    /// cast, and read by comparisons, but most arithmetic refuses them.
+    /// True for the narrow integers (`u8`, `i8`, `i16`, `u16`, `u32`, `u64`): held,
+    /// moved, cast, compared and added on the CPU, but most kernels (products, norms,
+    /// the transcendental functions, the fused and CUDA kernels) refuse them.
     pub fn is_narrow_int(self) -> bool {
         matches!(
             self,
