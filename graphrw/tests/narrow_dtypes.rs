@@ -10,9 +10,7 @@ mod onnx_support;
 mod ort_support;
 
 use graphrw::exec::{default_stack, plan};
-use graphrw::onnx::proto::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-};
+use graphrw::onnx::proto::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use graphrw::onnx::{dtype_to_onnx, load_bytes, to_model};
 use graphrw::{DType, Tensor};
 use onnx_support::{int_attr, ints_attr, node, value_of};
@@ -45,7 +43,9 @@ fn edges(dt: DType, shape: &[usize]) -> Tensor {
     ];
     let n: usize = shape.iter().product();
     let v: Vec<i64> = (0..n).map(|i| pool[i % pool.len()]).collect();
-    Tensor::from_vec(shape.to_vec(), v).expect("tensor").cast(dt)
+    Tensor::from_vec(shape.to_vec(), v)
+        .expect("tensor")
+        .cast(dt)
 }
 
 fn model(graph: GraphProto) -> Vec<u8> {
@@ -94,7 +94,10 @@ fn initialisers_model(a: &Tensor, b: &Tensor) -> Vec<u8> {
     let dt = a.dtype();
     model(GraphProto {
         name: format!("initialisers of {dt}"),
-        node: vec![node("Identity", &["a"], &["ya"]), node("Identity", &["b"], &["yb"])],
+        node: vec![
+            node("Identity", &["a"], &["ya"]),
+            node("Identity", &["b"], &["yb"]),
+        ],
         initializer: vec![raw("a", a), typed("b", b)],
         output: vec![
             value_of("ya", dt, Some(a.shape())),
@@ -175,7 +178,8 @@ fn a_forged_narrow_initialiser_is_refused_in_one_line() {
         });
         let err = load_bytes(&bytes).err().map(|e| e.to_string());
         assert!(
-            err.as_deref().is_some_and(|e| e.contains("holds 5 elements")),
+            err.as_deref()
+                .is_some_and(|e| e.contains("holds 5 elements")),
             "{dt}: {err:?}"
         );
     }
@@ -184,7 +188,12 @@ fn a_forged_narrow_initialiser_is_refused_in_one_line() {
 /// Every dtype-agnostic op graphrw runs on narrow integers, and the comparisons and
 /// arithmetic onnxruntime has kernels for, on one input `x` of `dt`.
 fn ops_model(dt: DType) -> Vec<u8> {
-    let i64s = |name: &str, v: &[i64]| raw(name, &Tensor::from_vec(vec![v.len()], v.to_vec()).expect("t"));
+    let i64s = |name: &str, v: &[i64]| {
+        raw(
+            name,
+            &Tensor::from_vec(vec![v.len()], v.to_vec()).expect("t"),
+        )
+    };
     let mut nodes: Vec<NodeProto> = vec![
         {
             let mut n = node("Transpose", &["x"], &["t"]);
@@ -277,8 +286,7 @@ fn moving_comparing_and_adding_narrow_integers_runs_as_onnxruntime_runs_it() {
         let name = format!("ops on {dt}");
         let bytes = ops_model(dt);
         let x = edges(dt, &[2, 6]);
-        let (_, out) =
-            ort_support::load_and_run_both_ways(&name, &bytes, std::slice::from_ref(&x));
+        let (_, out) = ort_support::load_and_run_both_ways(&name, &bytes, std::slice::from_ref(&x));
         assert!(out.iter().take(4).all(|t| t.dtype() == dt), "{name}");
         ours.push(out);
         cases.push(ort_support::Case {
