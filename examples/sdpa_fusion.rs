@@ -261,6 +261,12 @@ fn write_npy(path: &Path, t: &Tensor) -> Result<(), Box<dyn Error>> {
         DType::I64 => "<i8",
         DType::I32 => "<i4",
         DType::Bool => "|b1",
+        DType::U8 => "|u1",
+        DType::I8 => "|i1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
         DType::BF16 => unreachable!("converted above"),
     };
     let shape: String = t.shape().iter().map(|d| format!("{d}, ")).collect();

@@ -112,13 +112,27 @@ mod sealed {
     impl Sealed for i64 {}
     impl Sealed for i32 {}
     impl Sealed for bool {}
+    impl Sealed for u8 {}
+    impl Sealed for i8 {}
+    impl Sealed for i16 {}
+    impl Sealed for u16 {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
 }
 
 /// A Rust type that can be stored in a [`Tensor`](crate::Tensor): `f32`, `f64`,
-/// `half::f16`, `half::bf16`, `i64`, `i32` and `bool`.
+/// `half::f16`, `half::bf16`, `i64`, `i32`, `bool`, `u8`, `i8`, `i16`, `u16`, `u32`
+/// and `u64`.
 ///
-/// Conversions follow PyTorch's casting rules: float to integer truncates toward zero
-/// (NaN becomes 0, out-of-range values saturate), anything to `bool` is `!= 0`.
+/// Conversions follow ONNX's `Cast` (as onnxruntime runs it on x86-64): float to
+/// integer truncates toward zero; integer to a narrower integer wraps (keeps the low
+/// bits); anything to `bool` is `!= 0`. Where ONNX leaves the result undefined (NaN, or
+/// a float out of the integer's range) graphrw is deterministic: NaN becomes 0; into
+/// `i64` and `i32` an out-of-range float saturates; into the narrower integers (`i16`,
+/// `i8`, `u32`, `u16`, `u8`) the float is first truncated into `i64` (saturating) and
+/// then wrapped, so `-1.0` becomes 255 as a `u8` and `256.0` becomes 0, as numpy's
+/// `astype` and onnxruntime give on x86-64; into `u64` a negative float goes through
+/// `i64` and wraps (`-1.0` is `u64::MAX`), a non-negative one saturates.
 pub trait Element:
     sealed::Sealed + Copy + Default + Debug + PartialEq + PartialOrd + Send + Sync + 'static
 {
@@ -138,7 +152,7 @@ pub trait Element:
     fn from_f32(v: f32) -> Self;
     /// Converts to `i64` (truncating toward zero for floats, NaN to 0).
     fn to_i64(self) -> i64;
-    /// Converts from `i64` (wrapping for `i32`, `!= 0` for `bool`).
+    /// Converts from `i64` (wrapping for the narrower integers, `!= 0` for `bool`).
     fn from_i64(v: i64) -> Self;
     /// Converts to the compute type.
     fn to_acc(self) -> Self::Acc;
@@ -246,7 +260,7 @@ impl_float_element!(bf16, BF16, f32, 2,
     from_bits: bf16::from_le_bytes, to_bits: |x: bf16| x.to_le_bytes());
 
 macro_rules! impl_int_element {
-    ($t:ty, $dt:ident, $n:expr) => {
+    ($t:ty, $dt:ident, $n:expr, from_float: $fromf:expr) => {
         impl Element for $t {
             const DTYPE: DType = DType::$dt;
             type Acc = f64;
@@ -256,7 +270,7 @@ macro_rules! impl_int_element {
             }
             #[inline]
             fn from_f64(v: f64) -> Self {
-                v as $t
+                ($fromf)(v)
             }
             #[inline]
             fn to_f32(self) -> f32 {
@@ -264,7 +278,7 @@ macro_rules! impl_int_element {
             }
             #[inline]
             fn from_f32(v: f32) -> Self {
-                v as $t
+                ($fromf)(f64::from(v))
             }
             #[inline]
             fn to_i64(self) -> i64 {
@@ -280,7 +294,7 @@ macro_rules! impl_int_element {
             }
             #[inline]
             fn from_acc(v: f64) -> Self {
-                v as $t
+                ($fromf)(v)
             }
             #[inline]
             fn is_nan_value(self) -> bool {
@@ -309,8 +323,18 @@ macro_rules! impl_int_element {
     };
 }
 
-impl_int_element!(i64, I64, 8);
-impl_int_element!(i32, I32, 4);
+impl_int_element!(i64, I64, 8, from_float: |v: f64| v as i64);
+impl_int_element!(i32, I32, 4, from_float: |v: f64| v as i32);
+impl_int_element!(i16, I16, 2, from_float: |v: f64| (v as i64) as i16);
+impl_int_element!(i8, I8, 1, from_float: |v: f64| (v as i64) as i8);
+impl_int_element!(u32, U32, 4, from_float: |v: f64| (v as i64) as u32);
+impl_int_element!(u16, U16, 2, from_float: |v: f64| (v as i64) as u16);
+impl_int_element!(u8, U8, 1, from_float: |v: f64| (v as i64) as u8);
+impl_int_element!(u64, U64, 8, from_float: |v: f64| if v < 0.0 {
+    (v as i64) as u64
+} else {
+    v as u64
+});
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
@@ -368,8 +392,8 @@ impl Element for bool {
     }
 }
 
-/// The signed integer element types (`i32`, `i64`), with the wrapping arithmetic
-/// PyTorch uses for them.
+/// The integer element types (`i64`, `i32`, `i16`, `i8`, `u64`, `u32`, `u16`, `u8`),
+/// with the wrapping arithmetic PyTorch and onnxruntime use for them.
 pub trait IntElement: Element + Ord {
     /// Zero.
     const ZERO: Self;
@@ -383,12 +407,12 @@ pub trait IntElement: Element + Ord {
     fn wdiv(self, o: Self) -> Self;
     /// Wrapping negation.
     fn wneg(self) -> Self;
-    /// Wrapping absolute value.
+    /// Wrapping absolute value (the value itself for unsigned types).
     fn wabs(self) -> Self;
 }
 
 macro_rules! impl_int {
-    ($t:ty) => {
+    ($t:ty, abs: $abs:expr) => {
         impl IntElement for $t {
             const ZERO: Self = 0;
             #[inline]
@@ -417,11 +441,17 @@ macro_rules! impl_int {
             }
             #[inline]
             fn wabs(self) -> Self {
-                self.wrapping_abs()
+                ($abs)(self)
             }
         }
     };
 }
 
-impl_int!(i64);
-impl_int!(i32);
+impl_int!(i64, abs: i64::wrapping_abs);
+impl_int!(i32, abs: i32::wrapping_abs);
+impl_int!(i16, abs: i16::wrapping_abs);
+impl_int!(i8, abs: i8::wrapping_abs);
+impl_int!(u64, abs: |v: u64| v);
+impl_int!(u32, abs: |v: u32| v);
+impl_int!(u16, abs: |v: u16| v);
+impl_int!(u8, abs: |v: u8| v);

@@ -140,6 +140,12 @@ fn address_mut(storage: &mut Storage, offset: usize) -> Option<usize> {
         Storage::I64(v) => at(v, offset),
         Storage::I32(v) => at(v, offset),
         Storage::Bool(v) => at(v, offset),
+        Storage::U8(v) => at(v, offset),
+        Storage::I8(v) => at(v, offset),
+        Storage::I16(v) => at(v, offset),
+        Storage::U16(v) => at(v, offset),
+        Storage::U32(v) => at(v, offset),
+        Storage::U64(v) => at(v, offset),
         Storage::Mapped(_) | Storage::External(_) => return None,
     })
 }

@@ -248,6 +248,30 @@ unsafe impl Plain for i64 {
 unsafe impl Plain for i32 {
     const DTYPE: DType = DType::I32;
 }
+// SAFETY: as above.
+unsafe impl Plain for u8 {
+    const DTYPE: DType = DType::U8;
+}
+// SAFETY: as above.
+unsafe impl Plain for i8 {
+    const DTYPE: DType = DType::I8;
+}
+// SAFETY: as above.
+unsafe impl Plain for i16 {
+    const DTYPE: DType = DType::I16;
+}
+// SAFETY: as above.
+unsafe impl Plain for u16 {
+    const DTYPE: DType = DType::U16;
+}
+// SAFETY: as above.
+unsafe impl Plain for u32 {
+    const DTYPE: DType = DType::U32;
+}
+// SAFETY: as above.
+unsafe impl Plain for u64 {
+    const DTYPE: DType = DType::U64;
+}
 
 /// Elements of one dtype in a [`MappedFile`]: the storage of a mapped tensor.
 #[derive(Clone)]

@@ -31,6 +31,18 @@ pub enum Storage {
     I32(Vec<i32>),
     /// `bool` elements.
     Bool(Vec<bool>),
+    /// `u8` elements.
+    U8(Vec<u8>),
+    /// `i8` elements.
+    I8(Vec<i8>),
+    /// `i16` elements.
+    I16(Vec<i16>),
+    /// `u16` elements.
+    U16(Vec<u16>),
+    /// `u32` elements.
+    U32(Vec<u32>),
+    /// `u64` elements.
+    U64(Vec<u64>),
     /// Little-endian elements of any dtype but `bool`, viewed in place in a read-only
     /// file mapping (see [`Tensor::from_mapped`]).
     Mapped(MappedElements),
@@ -62,6 +74,12 @@ impl Storage {
             Storage::I64(_) => DType::I64,
             Storage::I32(_) => DType::I32,
             Storage::Bool(_) => DType::Bool,
+            Storage::U8(_) => DType::U8,
+            Storage::I8(_) => DType::I8,
+            Storage::I16(_) => DType::I16,
+            Storage::U16(_) => DType::U16,
+            Storage::U32(_) => DType::U32,
+            Storage::U64(_) => DType::U64,
             Storage::Mapped(m) => m.dtype(),
             Storage::External(e) => e.dtype(),
         }
@@ -77,6 +95,12 @@ impl Storage {
             Storage::I64(v) => v.len(),
             Storage::I32(v) => v.len(),
             Storage::Bool(v) => v.len(),
+            Storage::U8(v) => v.len(),
+            Storage::I8(v) => v.len(),
+            Storage::I16(v) => v.len(),
+            Storage::U16(v) => v.len(),
+            Storage::U32(v) => v.len(),
+            Storage::U64(v) => v.len(),
             Storage::Mapped(m) => m.len(),
             Storage::External(e) => e.len(),
         }

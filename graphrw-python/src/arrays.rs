@@ -68,6 +68,12 @@ fn typestr(dtype: DType) -> &'static str {
         DType::I64 => "<i8",
         DType::I32 => "<i4",
         DType::Bool => "|b1",
+        DType::U8 => "|u1",
+        DType::I8 => "|i1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
     }
 }
 

@@ -33,7 +33,6 @@ mod arrays;
 mod decode_loop;
 mod explain;
 mod meta;
-mod narrow;
 mod session;
 
 /// Which exception of `graphrw._errors` a failure raises.
@@ -390,6 +389,12 @@ fn numpy_name(dtype: DType) -> &'static str {
         DType::I64 => "int64",
         DType::I32 => "int32",
         DType::Bool => "bool",
+        DType::U8 => "uint8",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
     }
 }
 
@@ -408,6 +413,12 @@ fn ort_type(dtype: DType) -> &'static str {
         DType::I64 => "tensor(int64)",
         DType::I32 => "tensor(int32)",
         DType::Bool => "tensor(bool)",
+        DType::U8 => "tensor(uint8)",
+        DType::I8 => "tensor(int8)",
+        DType::I16 => "tensor(int16)",
+        DType::U16 => "tensor(uint16)",
+        DType::U32 => "tensor(uint32)",
+        DType::U64 => "tensor(uint64)",
     }
 }
 

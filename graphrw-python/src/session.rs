@@ -15,7 +15,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{self, Array, Feed};
-use crate::narrow::{self, Widened};
 use crate::Source;
 use crate::{detached, io_info, numpy_name, Failure, IoInfo, Kind, Outcome};
 
@@ -137,11 +136,9 @@ struct SessionArgs {
 #[pyclass(module = "graphrw._native", frozen)]
 pub(crate) struct Session {
     plan: Arc<Plan>,
-    /// The graph inputs as the caller feeds them (a widened narrow integer input shows
-    /// its own ONNX type, see [`narrow`]).
+    /// The graph inputs as the caller feeds them.
     inputs: Vec<IoInfo>,
-    /// The dtype each input is fed to the plan in (differs from `inputs` for a widened
-    /// input).
+    /// The dtype each input is fed to the plan in.
     feed_dtypes: Vec<DType>,
     outputs: Vec<IoInfo>,
     /// What the optimiser did (`nodes: a -> b` and the fused ops), or why it failed.
@@ -195,27 +192,18 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or(s)
 }
 
-/// Loads (widening narrow integer inputs and weights that only feed `Cast`s, see
-/// [`narrow`]), optimises, plans and warms up a model.
+/// Loads, optimises, plans and warms up a model.
 fn prepare(src: &Source<'_>, args: &SessionArgs) -> Outcome<Session> {
     let start = Instant::now();
     let options = kernel_options(args.threads)?;
-    let Widened {
-        graph: loaded,
-        inputs: widened,
-    } = narrow::load(src)?;
+    let loaded = src.load()?;
     let load_s = start.elapsed().as_secs_f64();
     let mut inputs = Vec::new();
     let mut feed_dtypes = Vec::new();
-    for (k, &id) in loaded.inputs().iter().enumerate() {
+    for &id in loaded.inputs() {
         let name = loaded.node(id).and_then(|n| n.name()).unwrap_or("?");
-        let mut info = io_info(&loaded, name, Value::from(id))?;
+        inputs.push(io_info(&loaded, name, Value::from(id))?);
         feed_dtypes.push(loaded.meta(Value::from(id)).map_or(DType::F32, |m| m.dtype));
-        if let Some(original) = widened.get(k).copied().flatten() {
-            info.1 = original.numpy;
-            info.2 = original.ort;
-        }
-        inputs.push(info);
     }
     let mut outputs = Vec::new();
     for (name, &v) in loaded.output_names().iter().zip(loaded.outputs()) {

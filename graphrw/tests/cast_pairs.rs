@@ -1,16 +1,18 @@
 //! ONNX `Cast` between every pair of graphrw's dtypes (f32, f64, f16, bf16, i64, i32,
-//! bool: 49 pairs, each dtype to itself included) loads and runs, on the reference and
-//! the default stack, as onnxruntime runs the same model (floats within `1e-4` plus
-//! `1e-3` of the largest magnitude, integers and bools exactly; `SKIPPED` without
-//! onnxruntime, a failure under `CI=true`). The values cover what every pair defines:
-//! negative and positive fractions (truncated toward zero into integers), zeros (false),
-//! and integers exact in every float type. numpy has no bfloat16, so a bf16 value goes
-//! in as f32 through a `Cast` to bf16, and comes out through a `Cast` to f32.
+//! bool, u8, i8, i16, u16, u32, u64: 169 pairs, each dtype to itself included) loads
+//! and runs, on the reference and the default stack, as onnxruntime runs the same model
+//! (floats within `1e-4` plus `1e-3` of the largest magnitude, integers and bools
+//! exactly; `SKIPPED` without onnxruntime, a failure under `CI=true`). numpy has no
+//! bfloat16, so a bf16 value goes in as f32 through a `Cast` to bf16, and comes out
+//! through a `Cast` to f32.
 //!
-//! The narrow integers (int8, int16, uint8, uint16, uint32, uint64) are not graphrw
-//! dtypes: a model that casts *to* one is refused (or passes through unread); one that
-//! only casts *from* one is widened on the way in by the Python package
-//! (`graphrw-python/src/narrow.rs`).
+//! The values cover what every pair defines. From an integer: the edges of every
+//! integer type (0, ±1, 127, -128, 255, 256, 32767, -32768, 65535, 65536, the 32- and
+//! 64-bit extremes) as the source type holds them, so a cast to a narrower integer
+//! wraps and one to a float rounds. From a float: fractions truncated toward zero, and
+//! the largest and smallest value of an 8-bit target; into an unsigned integer only
+//! non-negative values (ONNX leaves a float out of the target's range undefined; what
+//! graphrw does there is on [`graphrw::Element`]).
 
 mod onnx_support;
 mod ort_support;
@@ -24,25 +26,61 @@ use graphrw::{rules, DType, Tensor};
 use onnx_support::value_of;
 use prost::Message;
 
-const SHAPE: [usize; 2] = [3, 4];
+const SHAPE: [usize; 2] = [5, 4];
 
-/// Values every cast from `dt` defines, as `dt` (bf16 as f32: it is cast on the way in).
-fn input(dt: DType) -> Tensor {
-    let floats: [f32; 12] = [
-        -3.75, -2.5, -1.0, -0.5, 0.0, 0.25, 0.75, 1.0, 2.5, 7.0, 100.0, -100.0,
+/// The integer edges, each wrapped into the source type by the cast from i64.
+const INT_EDGES: [i64; 20] = [
+    0,
+    1,
+    -1,
+    2,
+    127,
+    -128,
+    255,
+    256,
+    -129,
+    32767,
+    -32768,
+    65535,
+    65536,
+    i32::MAX as i64,
+    i32::MIN as i64,
+    u32::MAX as i64,
+    i64::MAX,
+    i64::MIN,
+    (1 << 40) + 3,
+    -(1 << 33) - 7,
+];
+
+/// Values every cast from `from` to `to` defines, as `from` (bf16 as f32: it is cast
+/// on the way in).
+fn input(from: DType, to: DType) -> Tensor {
+    let shape = SHAPE.to_vec();
+    if from.is_int() {
+        let wide = Tensor::from_vec(shape, INT_EDGES.to_vec()).expect("tensor");
+        return wide.cast(from);
+    }
+    let mut floats: [f32; 20] = [
+        -3.75, -2.5, -1.0, -0.5, 0.0, 0.25, 0.75, 1.0, 2.5, 7.0, 100.0, -100.0, 99.5, -99.5, 3.0,
+        64.0, 42.0, -42.0, 0.0, 0.0,
     ];
-    let n = SHAPE.iter().product();
-    let t = Tensor::from_vec(SHAPE.to_vec(), floats[..n].to_vec()).expect("tensor");
-    match dt {
+    // The extremes of an 8-bit target (exact in every float type).
+    match to {
+        DType::U8 => floats[18..].copy_from_slice(&[255.0, 200.0]),
+        DType::I8 => floats[18..].copy_from_slice(&[127.0, -128.0]),
+        _ => {}
+    }
+    if to.is_unsigned_int() {
+        for v in &mut floats {
+            *v = v.abs();
+        }
+    }
+    let t = Tensor::from_vec(shape.clone(), floats.to_vec()).expect("tensor");
+    match from {
         DType::BF16 => t,
         DType::Bool => {
-            let v: Vec<bool> = floats[..n].iter().map(|&x| x > 0.0).collect();
-            Tensor::from_vec(SHAPE.to_vec(), v).expect("tensor")
-        }
-        DType::I64 | DType::I32 => {
-            let v: Vec<f32> = floats[..n].iter().map(|x| x.trunc()).collect();
-            let t = Tensor::from_vec(SHAPE.to_vec(), v).expect("tensor");
-            t.cast(dt)
+            let v: Vec<bool> = floats.iter().map(|&x| x > 0.0).collect();
+            Tensor::from_vec(shape, v).expect("tensor")
         }
         dt => t.cast(dt),
     }
@@ -109,7 +147,7 @@ fn every_cast_between_graphrw_dtypes_runs_as_onnxruntime_runs_it() {
         for to in DType::ALL {
             let name = format!("cast {from} -> {to}");
             let bytes = model(from, to);
-            let x = input(from);
+            let x = input(from, to);
             let g = load_bytes(&bytes).unwrap_or_else(|e| panic!("{name}: load: {e}"));
             assert!(
                 !g.op_counts().contains_key("opaque"),
@@ -134,7 +172,7 @@ fn every_cast_between_graphrw_dtypes_runs_as_onnxruntime_runs_it() {
             });
         }
     }
-    assert_eq!(cases.len(), 49);
+    assert_eq!(cases.len(), 169);
     let Some(python) = ort_support::python_or_skip("casts are not compared to onnxruntime") else {
         return;
     };
@@ -150,7 +188,7 @@ fn every_cast_between_graphrw_dtypes_runs_as_onnxruntime_runs_it() {
     }
     assert!(
         failures.is_empty(),
-        "{} of 49 casts differ from onnxruntime:\n{}",
+        "{} of 169 casts differ from onnxruntime:\n{}",
         failures.len(),
         failures.join("\n")
     );

@@ -8,7 +8,7 @@ use crate::broadcast::{
 };
 use crate::cpu::util::{expect_bool, same_dtype};
 use crate::elementwise::lanes;
-use crate::macros::{dispatch, dispatch_float};
+use crate::macros::{dispatch, dispatch_float, dispatch_int};
 use crate::{DType, Element, IntElement, KernelError, Real, Tensor};
 
 /// The binary and unary elementwise ops (see [`binary`], [`unary`]): the workspace's
@@ -64,13 +64,12 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelErro
             })
         }
         _ => match dtype {
-            DType::I64 => int_arith::<i64>(op, a, b, shape),
-            DType::I32 => int_arith::<i32>(op, a, b, shape),
             DType::Bool => Err(KernelError::UnsupportedDType {
                 op: name,
                 dtype,
                 expected: "a float or integer dtype",
             }),
+            dt if dt.is_int() => dispatch_int!(dt, name, |T| int_arith::<T>(op, a, b, shape)),
             _ => dispatch_float!(dtype, name, |T| Ok(float_arith::<T>(op, a, b, shape))),
         },
     }
@@ -214,10 +213,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {
         }
         UnaryOp::IsNan => return Ok(dispatch!(dtype, |T| map_tensor(x, |v: T| v.is_nan_value()))),
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu if dtype.is_int() => {
-            return Ok(match dtype {
-                DType::I64 => int_unary::<i64>(op, x),
-                _ => int_unary::<i32>(op, x),
-            });
+            return dispatch_int!(dtype, name, |T| Ok(int_unary::<T>(op, x)));
         }
         _ => {}
     }

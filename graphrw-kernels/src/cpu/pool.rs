@@ -94,6 +94,12 @@ fn into_any(storage: Storage) -> Option<(TypeId, usize, usize, Box<dyn Any + Sen
         Storage::BF16(v) => boxed::<bf16>(v),
         Storage::I64(v) => boxed::<i64>(v),
         Storage::I32(v) => boxed::<i32>(v),
+        Storage::U8(v) => boxed::<u8>(v),
+        Storage::I8(v) => boxed::<i8>(v),
+        Storage::I16(v) => boxed::<i16>(v),
+        Storage::U16(v) => boxed::<u16>(v),
+        Storage::U32(v) => boxed::<u32>(v),
+        Storage::U64(v) => boxed::<u64>(v),
         Storage::Bool(_) | Storage::Mapped(_) | Storage::External(_) => None,
     }
 }

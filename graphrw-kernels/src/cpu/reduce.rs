@@ -210,10 +210,14 @@ pub fn reduce(
                 ));
             }
             Ok(dispatch!(dtype, |T| {
-                let lowest = if dtype == DType::Bool {
-                    T::from_f64(0.0)
-                } else {
-                    T::from_f64(f64::NEG_INFINITY)
+                let lowest = match dtype {
+                    DType::Bool => T::from_f64(0.0),
+                    // -inf goes through i64 and wraps into the narrow integers: their
+                    // least value instead.
+                    DType::I8 => T::from_i64(i8::MIN.into()),
+                    DType::I16 => T::from_i64(i16::MIN.into()),
+                    d if d.is_unsigned_int() => T::from_i64(0),
+                    _ => T::from_f64(f64::NEG_INFINITY),
                 };
                 let out = lanes.fold(x.slice_of::<T>(), lowest, amax_step::<T>);
                 Tensor::from_data(shape, out)

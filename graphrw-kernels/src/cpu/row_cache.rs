@@ -162,7 +162,7 @@ impl RowCache {
                 }
             };
         }
-        write_rows!(F32, F64, F16, BF16, I64, I32, Bool);
+        write_rows!(F32, F64, F16, BF16, I64, I32, Bool, U8, I8, I16, U16, U32, U64);
         self.len = total;
         Ok(())
     }

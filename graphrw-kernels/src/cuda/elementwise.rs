@@ -91,15 +91,15 @@ fn launch_ew(
         2 => Layout::new(op, &shape, [&out_st, &st[0], &st[1]], [0; 3])?,
         _ => Layout::new(op, &shape, [&out_st, &st[0], &st[1], &st[2]], [0; 4])?,
     };
-    let id = |i: usize| dtype_id(inputs[i.min(inputs.len() - 1)].dtype()).to_string();
+    let id = |i: usize| dtype_id(inputs[i.min(inputs.len() - 1)].dtype()).map(|d| d.to_string());
     let defines: Vec<(&str, String)> = vec![
         ("NIN", inputs.len().to_string()),
         ("OP", code.to_string()),
-        ("DT_O", dtype_id(out_dtype).to_string()),
-        ("DT_A", id(0)),
-        ("DT_B", id(1)),
-        ("DT_C", id(2)),
-        ("ACC", acc_id(acc).to_string()),
+        ("DT_O", dtype_id(out_dtype)?.to_string()),
+        ("DT_A", id(0)?),
+        ("DT_B", id(1)?),
+        ("DT_C", id(2)?),
+        ("ACC", acc_id(acc)?.to_string()),
     ];
     let f = dev.function("elementwise.cu", kernels::ELEMENTWISE, &defines, "ew")?;
     let ov = out.view();

@@ -151,7 +151,7 @@ pub fn run_generated(
     .map_err(|e| cuda_err("upload", e))?;
     let meta = dev.upload_i64(&meta)?;
     let name = format!("{}@{:x}", k.name, k.source.as_ptr() as usize);
-    let defines = [("DTYPE_ID", dtype_id(dtype).to_string())];
+    let defines = [("DTYPE_ID", dtype_id(dtype)?.to_string())];
     let f = dev.function_with(&name, || generated_source(k.source), &defines, k.entry)?;
     let ov = out.view();
     let views: Vec<_> = inputs.iter().map(|t| t.view()).collect();

@@ -85,9 +85,13 @@ pub(crate) fn i64_of(op: &'static str, x: usize) -> Result<i64, KernelError> {
     })
 }
 
-/// The dtype id the kernels use (see `common.cuh`).
-pub(crate) fn dtype_id(d: DType) -> u8 {
-    match d {
+/// The dtypes the CUDA kernels take (the narrow integers are CPU-only).
+const CUDA_DTYPES: &str =
+    "f32, f16, bf16, f64, i64, i32 or bool (the narrow integers run on the CPU)";
+
+/// The dtype id the kernels use (see `common.cuh`), or an error for a dtype they lack.
+pub(crate) fn dtype_id(d: DType) -> Result<u8, KernelError> {
+    Ok(match d {
         DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
@@ -95,16 +99,30 @@ pub(crate) fn dtype_id(d: DType) -> u8 {
         DType::I32 => 4,
         DType::Bool => 5,
         DType::F64 => 6,
-    }
+        DType::U8 | DType::I8 | DType::I16 | DType::U16 | DType::U32 | DType::U64 => {
+            return Err(KernelError::UnsupportedDType {
+                op: "cuda",
+                dtype: d,
+                expected: CUDA_DTYPES,
+            })
+        }
+    })
 }
 
 /// The arithmetic type id (`ACC`) for values of dtype `d`: 0 float, 1 double, 2 i64.
-pub(crate) fn acc_id(d: DType) -> u8 {
-    match d {
+pub(crate) fn acc_id(d: DType) -> Result<u8, KernelError> {
+    Ok(match d {
         DType::F32 | DType::F16 | DType::BF16 => 0,
         DType::F64 => 1,
         DType::I64 | DType::I32 | DType::Bool => 2,
-    }
+        DType::U8 | DType::I8 | DType::I16 | DType::U16 | DType::U32 | DType::U64 => {
+            return Err(KernelError::UnsupportedDType {
+                op: "cuda",
+                dtype: d,
+                expected: CUDA_DTYPES,
+            })
+        }
+    })
 }
 
 /// A grid-stride launch over `n` elements (256 threads a block).

@@ -43,7 +43,7 @@ fn softmax_impl(
     }
     let nrows = x.numel() / len;
     let defines = vec![
-        ("DT", dtype_id(x.dtype()).to_string()),
+        ("DT", dtype_id(x.dtype())?.to_string()),
         ("LOG", (log as u8).to_string()),
     ];
     let f = dev.function("reduce.cu", kernels::REDUCE, &defines, "softmax")?;
@@ -117,7 +117,7 @@ fn norm_impl(
         return Ok(out);
     }
     let defines = vec![
-        ("DT", dtype_id(x.dtype()).to_string()),
+        ("DT", dtype_id(x.dtype())?.to_string()),
         ("HAS_W", (w.is_some() as u8).to_string()),
         ("HAS_B", (b.is_some() as u8).to_string()),
         ("RMS", (rms as u8).to_string()),
@@ -230,7 +230,7 @@ pub fn reduce(
         ReduceOp::Amax => 2,
     };
     let defines = vec![
-        ("DT", dtype_id(x.dtype()).to_string()),
+        ("DT", dtype_id(x.dtype())?.to_string()),
         ("RED", red.to_string()),
     ];
     let f = dev.function("reduce.cu", kernels::REDUCE, &defines, "reduce")?;

@@ -43,13 +43,16 @@ impl Rng {
     }
 }
 
-/// A tensor of random values suited to `dtype` (floats in [-3, 3), integers in
-/// [-5, 5), random bools).
+/// A tensor of random values suited to `dtype` (floats in [-3, 3), signed integers in
+/// [-5, 5), unsigned ones in [0, 10), random bools).
 pub fn rand_tensor(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     let vals: Vec<f64> = (0..n)
         .map(|_| match dtype {
             DType::Bool => rng.int(0, 2) as f64,
+            // Non-negative for the unsigned types, so that the f64 references are exact
+            // (a wrapped -1 is 2^64 - 1 in u64; wrapping is tested against onnxruntime).
+            d if d.is_unsigned_int() => rng.int(0, 10) as f64,
             d if d.is_int() => rng.int(-5, 5) as f64,
             _ => rng.uniform(-3.0, 3.0),
         })

@@ -51,7 +51,7 @@ class Session:
     def outputs(self) -> List[_IoInfo]:
         """``(name, numpy dtype, ort type, dims)`` per graph output."""
     def feed_dtypes(self) -> List[str]:
-        """The numpy dtype each input is fed in (int32 for a widened uint8 input)."""
+        """The numpy dtype each input is fed in (the input's own dtype)."""
     def optimized(self) -> str:
         """What the optimiser did."""
     def timings(self) -> Dict[str, float]:

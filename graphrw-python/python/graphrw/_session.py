@@ -283,11 +283,25 @@ _TYPES: Dict[str, Tuple[str, int]] = {
 }
 _BY_ELEMENT = {number: name for name, (_, number) in _TYPES.items()}
 
-_SUPPORTED = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
+_SUPPORTED = (
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "uint16",
+    "uint32",
+    "uint64",
+)
 
 #: The numpy dtypes (native byte order) an input is read in place in, by dtype: a dict
 #: lookup, since numpy computes ``dtype.name`` in Python, at more than a small copy costs.
-_NAME_OF = {np.dtype(n): n for n in ("float32", "float64", "float16", "int64", "int32", "bool")}
+_NAME_OF = {np.dtype(n): n for n in _SUPPORTED if n != "bfloat16"}
 
 _byte_at = ctypes.c_byte.from_buffer
 
@@ -711,9 +725,8 @@ class InferenceSession:
     steady one does; ``timings`` says how long each step took).
 
     Inputs and outputs are numpy arrays of float32, float64, float16, bfloat16
-    (``ml_dtypes.bfloat16``), int64, int32 or bool; an input of uint8, int8, uint16,
-    int16, uint32 or uint64 that the model only reads through ``Cast`` is taken in its
-    own dtype (widened to int32 or int64 on the way in). numpy has no bfloat16 of its
+    (``ml_dtypes.bfloat16``), int64, int32, int16, int8, uint64, uint32, uint16, uint8
+    or bool. numpy has no bfloat16 of its
     own: a bf16 output comes back as ``ml_dtypes.bfloat16`` when ``ml_dtypes`` is
     installed (``onnx`` depends on it), else as float32 (exact); a bf16 input takes
     either, float32 rounded to bf16.
@@ -819,8 +832,8 @@ class InferenceSession:
         self._inputs = [_node_arg(i) for i in self._session.inputs()]
         self._outputs = [_node_arg(o) for o in self._session.outputs()]
         self._feed_dtypes = list(self._session.feed_dtypes())
-        #: Per input, the dtype an array is read in place in (None: a widened input,
-        #: always converted).
+        #: Per input, the dtype an array is read in place in (None: a bf16 input fed as
+        #: float32, always converted).
         self._in_place = [
             want if arg.dtype == want else None for arg, want in zip(self._inputs, self._feed_dtypes)
         ]
@@ -913,8 +926,7 @@ class InferenceSession:
         """Input ``k`` as the native session reads it: dtype name, shape, the address of
         its first element and the array (C-contiguous, native byte order), which graphrw
         reads in place; a copy is made only where ``value`` is not such an array of the
-        input's dtype (a strided view, a big-endian array, a list, a narrow integer
-        input widened)."""
+        input's dtype (a strided view, a big-endian array, a list)."""
         if type(value) is np.ndarray and value.flags.c_contiguous:
             name = _NAME_OF.get(value.dtype)
             if name is not None and name == self._in_place[k]:
@@ -925,7 +937,6 @@ class InferenceSession:
         """``_feed`` for a value that is not already a C-contiguous array of the dtype
         the plan takes: converted (copied) as needed."""
         arg = self._inputs[k]
-        want = self._feed_dtypes[k]
         if isinstance(value, OrtValue) or (
             not isinstance(value, np.ndarray) and callable(getattr(value, "numpy", None))
         ):
@@ -935,19 +946,6 @@ class InferenceSession:
         else:
             dtype = _bf16() if arg.dtype == "bfloat16" else arg.dtype
             array = np.asarray(value, dtype=dtype if dtype is not None else np.float32)
-        if arg.dtype != want:
-            # A narrow integer input widened at load: its own dtype, widened here.
-            if array.dtype.name != arg.dtype:
-                raise InvalidArgument(
-                    f"input `{arg.name}`: expected {arg.dtype} ({arg.type}), got "
-                    f"{array.dtype.name}"
-                )
-            if arg.dtype == "uint64" and array.size and int(array.max()) > np.iinfo(np.int64).max:
-                raise InvalidArgument(
-                    f"input `{arg.name}`: uint64 values past 2**63 - 1 are not supported "
-                    "(graphrw reads the input as int64)"
-                )
-            array = array.astype(want)
         name = array.dtype.name
         if name not in _SUPPORTED:
             raise InvalidArgument(

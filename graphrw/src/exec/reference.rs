@@ -28,6 +28,7 @@ impl Executor for ReferenceCpu {
         if let Some(m) = node.inputs.iter().find(|m| m.device != Device::Cpu) {
             return Err(format!("operand on {}, not the CPU", m.device));
         }
+        check_narrow(op, node)?;
         match op {
             Op::Opaque => {
                 let op_type = node.attrs.str("op_type").unwrap_or("?");
@@ -69,6 +70,82 @@ impl Executor for ReferenceCpu {
             }
         }
         run_on_host(self, node, inputs)
+    }
+}
+
+/// Whether the reference kernels take the narrow integers (`u8`, `i8`, `i16`, `u16`,
+/// `u32`, `u64`) for `op`: moving and selecting elements, comparisons, `cast`, and the
+/// wrapping integer arithmetic (`add`, `sub`, `mul`, `div`, `maximum`, `minimum`,
+/// `neg`, `abs`, `relu`, `sum`, `mean`, `amax`).
+fn takes_narrow(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Maximum
+            | Op::Minimum
+            | Op::Eq
+            | Op::Ne
+            | Op::Lt
+            | Op::Le
+            | Op::Gt
+            | Op::Ge
+            | Op::Neg
+            | Op::Abs
+            | Op::Relu
+            | Op::Isnan
+            | Op::Where
+            | Op::Cast
+            | Op::MaskedFill
+            | Op::Dropout
+            | Op::Contiguous
+            | Op::Transpose
+            | Op::Permute
+            | Op::Reshape
+            | Op::Expand
+            | Op::Unsqueeze
+            | Op::Squeeze
+            | Op::Concat
+            | Op::Split
+            | Op::Slice
+            | Op::Tril
+            | Op::Triu
+            | Op::Gather
+            | Op::GatherElements
+            | Op::GatherNd
+            | Op::IndexSelect
+            | Op::Sum
+            | Op::Mean
+            | Op::Amax
+            | Op::Full
+            | Op::Zeros
+            | Op::Ones
+            | Op::Input
+            | Op::Constant
+    )
+}
+
+/// Refuses, at plan time, a node with a narrow integer operand or output that its
+/// reference kernel does not take (see [`takes_narrow`]).
+fn check_narrow(op: Op, node: &NodeView<'_>) -> Result<(), String> {
+    if takes_narrow(op) {
+        return Ok(());
+    }
+    match node
+        .inputs
+        .iter()
+        .copied()
+        .chain(node.outputs)
+        .find(|m| m.dtype.is_narrow_int())
+    {
+        Some(m) => Err(format!(
+            "`{}` has no kernel for {} (the narrow integers are moved, compared, cast and \
+             added; cast to i32, i64 or a float first)",
+            node.op.name, m.dtype
+        )),
+        None => Ok(()),
     }
 }
 

@@ -198,7 +198,17 @@ fn constant_text(t: Option<&graphrw_kernels::Tensor>) -> String {
     use graphrw_kernels::DType;
     match t {
         Some(t) if t.numel() == 1 => match t.dtype() {
-            DType::I64 | DType::I32 => t.to_i64_vec()[0].to_string(),
+            // Every integer but u64 is exact in i64.
+            DType::U64 => t
+                .as_slice::<u64>()
+                .map_or_else(|_| "?".into(), |v| v[0].to_string()),
+            DType::I64
+            | DType::I32
+            | DType::I16
+            | DType::I8
+            | DType::U32
+            | DType::U16
+            | DType::U8 => t.to_i64_vec()[0].to_string(),
             DType::Bool => (t.to_i64_vec()[0] != 0).to_string(),
             DType::F64 => format!("{:?}", t.to_f64_vec()[0]),
             DType::F32 | DType::F16 | DType::BF16 => format!("{:?}", t.to_f64_vec()[0] as f32),

@@ -20,6 +20,10 @@ pub mod data_type {
     pub const UINT8: i32 = 2;
     /// `INT8`.
     pub const INT8: i32 = 3;
+    /// `UINT16`.
+    pub const UINT16: i32 = 4;
+    /// `INT16`.
+    pub const INT16: i32 = 5;
     /// `INT32`.
     pub const INT32: i32 = 6;
     /// `INT64`.
@@ -32,6 +36,10 @@ pub mod data_type {
     pub const FLOAT16: i32 = 10;
     /// `DOUBLE`.
     pub const DOUBLE: i32 = 11;
+    /// `UINT32`.
+    pub const UINT32: i32 = 12;
+    /// `UINT64`.
+    pub const UINT64: i32 = 13;
     /// `BFLOAT16`.
     pub const BFLOAT16: i32 = 16;
 }

@@ -87,9 +87,15 @@ pub fn dtype_from_onnx(elem_type: i32) -> Result<DType, String> {
         data_type::INT64 => DType::I64,
         data_type::INT32 => DType::I32,
         data_type::BOOL => DType::Bool,
+        data_type::UINT8 => DType::U8,
+        data_type::INT8 => DType::I8,
+        data_type::INT16 => DType::I16,
+        data_type::UINT16 => DType::U16,
+        data_type::UINT32 => DType::U32,
+        data_type::UINT64 => DType::U64,
         other => {
             return Err(format!(
-                "element type {} ({other}) is not supported (graphrw has f32, f64, f16, bf16, i64, i32, bool)",
+                "element type {} ({other}) is not supported (graphrw has f32, f64, f16, bf16, i64, i32, bool, u8, i8, i16, u16, u32, u64)",
                 onnx_type_name(other)
             ))
         }
@@ -106,6 +112,12 @@ pub fn dtype_to_onnx(dtype: DType) -> i32 {
         DType::I64 => data_type::INT64,
         DType::I32 => data_type::INT32,
         DType::Bool => data_type::BOOL,
+        DType::U8 => data_type::UINT8,
+        DType::I8 => data_type::INT8,
+        DType::I16 => data_type::INT16,
+        DType::U16 => data_type::UINT16,
+        DType::U32 => data_type::UINT32,
+        DType::U64 => data_type::UINT64,
     }
 }
 
@@ -277,12 +289,35 @@ fn typed_bytes(
             count("int32_data", t.int32_data.len())?;
             t.int32_data.iter().map(|&v| u8::from(v != 0)).collect()
         }
-        DType::F16 | DType::BF16 => {
+        DType::F16 | DType::BF16 | DType::U16 => {
             count("int32_data", t.int32_data.len())?;
             t.int32_data
                 .iter()
                 .flat_map(|&v| (v as u16).to_le_bytes())
                 .collect()
+        }
+        DType::I16 => {
+            count("int32_data", t.int32_data.len())?;
+            t.int32_data
+                .iter()
+                .flat_map(|&v| (v as i16).to_le_bytes())
+                .collect()
+        }
+        // One byte each, the low byte of the int32 (as ONNX's writers pack them).
+        DType::U8 | DType::I8 => {
+            count("int32_data", t.int32_data.len())?;
+            t.int32_data.iter().map(|&v| v as u8).collect()
+        }
+        DType::U32 => {
+            count("uint64_data", t.uint64_data.len())?;
+            t.uint64_data
+                .iter()
+                .flat_map(|&v| (v as u32).to_le_bytes())
+                .collect()
+        }
+        DType::U64 => {
+            count("uint64_data", t.uint64_data.len())?;
+            t.uint64_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
     })
 }

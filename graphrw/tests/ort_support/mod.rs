@@ -99,6 +99,12 @@ fn numpy_name(dt: DType) -> &'static str {
         DType::I64 => "int64",
         DType::I32 => "int32",
         DType::Bool => "bool",
+        DType::U8 => "uint8",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
     }
 }
 
@@ -230,16 +236,25 @@ pub fn same(got: &Tensor, want: &Tensor) -> Result<(), String> {
             want.shape()
         ));
     }
-    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     if !want.dtype().is_float() {
-        return match g.iter().zip(&w).position(|(a, b)| a != b) {
+        // Exactly, element by element in their bytes (a u64 past 2^53 is not exact in
+        // f64).
+        let width = want.dtype().size_in_bytes();
+        let (gb, wb) = (got.to_raw_bytes(), want.to_raw_bytes());
+        return match gb
+            .chunks(width)
+            .zip(wb.chunks(width))
+            .position(|(a, b)| a != b)
+        {
             None => Ok(()),
             Some(i) => Err(format!(
-                "element {i} is {} where {} is expected",
-                g[i], w[i]
+                "element {i} is {:?} where {:?} is expected",
+                Tensor::from_raw_bytes(want.dtype(), &[1], &gb[i * width..(i + 1) * width]),
+                Tensor::from_raw_bytes(want.dtype(), &[1], &wb[i * width..(i + 1) * width]),
             )),
         };
     }
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     let scale = w
         .iter()
         .filter(|x| x.is_finite())

@@ -102,6 +102,18 @@ pub(super) fn check_op(node: &NodeView<'_>) -> Result<(), String> {
             "has no CUDA kernel for `{name}` (not a built-in op)"
         ));
     };
+    if let Some(m) = node
+        .inputs
+        .iter()
+        .copied()
+        .chain(node.outputs)
+        .find(|m| m.dtype.is_narrow_int())
+    {
+        return Err(format!(
+            "dtype {}: the CUDA kernels take no narrow integers (they run on the CPU)",
+            m.dtype
+        ));
+    }
     match op {
         Op::Exp
         | Op::Log

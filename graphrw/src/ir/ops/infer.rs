@@ -280,7 +280,7 @@ pub fn check_constants(
     let Some(index) = constants.get(1).copied().flatten() else {
         return Ok(());
     };
-    if !index.dtype().is_int() {
+    if !matches!(index.dtype(), DType::I64 | DType::I32) {
         return Ok(());
     }
     let d = axis(a.int("dim")?, x[0].rank().max(1), "index dim")?;

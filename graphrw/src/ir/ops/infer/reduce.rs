@@ -4,7 +4,7 @@ use super::*;
 use crate::ops::Reduction;
 
 fn index_dtype(t: &TensorMeta) -> Result<(), InferError> {
-    if !t.dtype.is_int() {
+    if !matches!(t.dtype, DType::I64 | DType::I32) {
         infer_bail!("index must be i64 or i32, found {}", t.dtype);
     }
     Ok(())
