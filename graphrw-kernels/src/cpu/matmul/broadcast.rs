@@ -4,7 +4,8 @@
 /// How the packed AVX-512 kernel reads each left-operand element of a depth step, which
 /// both of the step's FMAs multiply (the two forms compute the same sums in the same
 /// order: only their speed differs, by CPU). [`crate::cpu::choice`] measures which is
-/// faster on this CPU; other kernels ignore it.
+/// faster on this CPU; the fused attention's AVX-512 kernels read it too, through
+/// [`SdpaTuning::broadcast`](crate::SdpaTuning::broadcast), with their own chooser.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Broadcast {
     /// Broadcast inside each FMA (`{1to16}`): one load per FMA and the fewest
