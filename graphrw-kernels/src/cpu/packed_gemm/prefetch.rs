@@ -17,12 +17,12 @@
 //! measured, for `graphrw run --profile`).
 //!
 //! The AVX-512 kernel's loops prefetch the share themselves, a line every four depths
-//! ([`Kernel::PREFETCH_IN_LOOP`]): one instruction where the burst was a hundred, so it
+//! (`Kernel::PREFETCH_IN_LOOP`): one instruction where the burst was a hundred, so it
 //! costs little where nothing needed prefetching. The measured product's 12 MiB of
 //! weights may sit in a large last-level cache (this Xeon's guest sees 480 MiB), where
 //! no prefetch can pay, while a model's weights come from memory: there the measurement
 //! came out either way from run to run, and each "off" cost 20% on GPT-2's LM head. So
-//! a loop's prefetch is kept unless measured clearly slower ([`IN_LOOP_MARGIN`]).
+//! a loop's prefetch is kept unless measured 5% slower.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
