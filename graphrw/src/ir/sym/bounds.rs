@@ -112,6 +112,9 @@ impl Atom {
             Atom::FloorDiv(e, d) => Some(e.lower_bound(bounds)?.div_euclid(*d)),
             Atom::Min(v) => v.iter().map(|e| e.lower_bound(bounds)).min()?,
             Atom::Max(v) => v.iter().filter_map(|e| e.lower_bound(bounds)).max(),
+            // Where it has a value it is one of the members' (or 1, where all are 1):
+            // at least the smallest member's bound, and at least 1 where each is.
+            Atom::Broadcast(v) => v.iter().map(|e| e.lower_bound(bounds)).min()?,
         }
         // A product of atoms needs each at least 0 to be bounded below by the product of
         // their bounds.
