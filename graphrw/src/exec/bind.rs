@@ -320,16 +320,16 @@ pub(crate) fn check_requirements(b: &Bindings, required: &[Requirement]) -> Resu
         let at = |d: &Dim| d.eval(&|s| b.get(s));
         let (vx, vy) = match (at(x), at(y)) {
             (Err(e @ EvalError::Broadcast(_)), _) | (_, Err(e @ EvalError::Broadcast(_))) => {
-                return Err(format!("{x}: {e}, but {} required {r}", r.origin()));
+                return Err(format!("{x}: {e}; required: {r}"));
             }
             (Ok(vx), Ok(vy)) => (vx, vy),
             _ => continue,
         };
         if vx != vy {
+            let origin = r.origin();
             return Err(format!(
-                "{x} is {vx} and {y} is {vy}, but {} needs them equal ({} does not broadcast into {y})",
-                r.origin(),
-                x
+                "{x} is {vx} and {y} is {vy}, but {origin} needs them equal (the sizes \
+                 broadcast there must be 1 or {y})"
             ));
         }
     }

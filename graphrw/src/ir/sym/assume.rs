@@ -463,4 +463,26 @@ mod tests {
         assert_eq!(made.len(), 1);
         assert_eq!(&**made[0].symbol, "v");
     }
+
+    #[test]
+    fn a_broadcast_against_a_member_is_required_and_against_another_dim_solved_first() {
+        let b = Dim::from_expr(SymExpr::broadcast(&[s("k"), s("m")]).unwrap()).unwrap();
+        let (k, v) = (Dim::sym("k"), Dim::sym("v"));
+        // Outside a scope: the member, nothing recorded.
+        assert_eq!(unify(&b, &k), Some(k.clone()));
+        assert_eq!(unify(&k, &b), Some(k.clone()));
+        let (out, o) = assuming(Vec::new(), || unify(&b, &k));
+        assert_eq!(out, Some(k.clone()));
+        assert!(o.made.is_empty(), "no symbol eliminated");
+        assert_eq!(o.required, vec![(b.clone(), k.clone())]);
+        // Against a dim no member is: the nearest member solved against it (`v = k`
+        // over `v = m`: both one symbol apart, `k` first in order), then required.
+        let (out, o) = assuming(Vec::new(), || unify(&b, &v));
+        assert_eq!(out, Some(k.clone()));
+        assert_eq!(o.made.len(), 1);
+        assert_eq!((&**o.made[0].symbol, o.made[0].value.to_string()), ("v", "k".into()));
+        assert_eq!(o.required, vec![(b.clone(), k.clone())]);
+        // A known size against it stays the caller's (`None` here).
+        assert_eq!(unify(&b, &Dim::Known(4)), None);
+    }
 }
