@@ -137,7 +137,10 @@ fn add_and_mul_of_two_symbols_broadcast_at_run_time_and_refuse_sizes_that_do_not
             .expect_err("3 against 2 does not broadcast")
             .to_string();
         assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains("broadcast(m, n)") && err.contains("[2, 3]"), "{err}");
+        assert!(
+            err.contains("broadcast(m, n)") && err.contains("[2, 3]"),
+            "{err}"
+        );
         p.run(&[ramp(&[1, 4], 1), ramp(&[5, 4], 2)])
             .expect("runs after a refusal");
     }

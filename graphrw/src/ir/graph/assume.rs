@@ -58,8 +58,7 @@ impl Graph {
             .iter()
             .map(|a| (a.symbol.clone(), a.value.clone()))
             .collect();
-        let (out, outcome) =
-            assume::assuming(known, || self.infer_node(op, operands, attrs, name));
+        let (out, outcome) = assume::assuming(known, || self.infer_node(op, operands, attrs, name));
         let mut out = out?;
         for m in outcome.made {
             for meta in &mut out {

@@ -110,8 +110,7 @@ fn broadcasts_into(from: &Shape, to: &Shape) -> Result<bool, InferError> {
     let b = broadcast_shapes(to, from)?;
     Ok(b.rank() == to.rank()
         && b.0.iter().zip(&to.0).all(|(x, t)| {
-            x == t
-                || (x.is_symbolic() && t.is_symbolic() && crate::assume::unify(x, t).is_some())
+            x == t || (x.is_symbolic() && t.is_symbolic() && crate::assume::unify(x, t).is_some())
         }))
 }
 

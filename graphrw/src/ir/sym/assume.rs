@@ -480,7 +480,10 @@ mod tests {
         let (out, o) = assuming(Vec::new(), || unify(&b, &v));
         assert_eq!(out, Some(k.clone()));
         assert_eq!(o.made.len(), 1);
-        assert_eq!((&**o.made[0].symbol, o.made[0].value.to_string()), ("v", "k".into()));
+        assert_eq!(
+            (&**o.made[0].symbol, o.made[0].value.to_string()),
+            ("v", "k".into())
+        );
         assert_eq!(o.required, vec![(b.clone(), k.clone())]);
         // A known size against it stays the caller's (`None` here).
         assert_eq!(unify(&b, &Dim::Known(4)), None);

@@ -180,12 +180,18 @@ mod tests {
         assert_eq!((b.lower("b"), b.lower("s"), b.lower("t")), (1, 1, 0));
         assert_eq!(d.lower_bound(&b), Some(4));
         // A sum says nothing of each symbol (s + t >= 1 holds at s = 0).
-        assert_eq!(Bounds::divisor(&s("s").add(&s("t")).unwrap()), Bounds::new());
+        assert_eq!(
+            Bounds::divisor(&s("s").add(&s("t")).unwrap()),
+            Bounds::new()
+        );
         assert_eq!(Bounds::divisor(&s("s").neg().unwrap()), Bounds::new());
         // What the use justifies: (b*s*h) // (s*h) = b, refused without it.
         let sh = s("s").mul(&s("h")).unwrap();
         let bsh = s("b").mul(&sh).unwrap();
-        assert_eq!(bsh.div_floor_within(&sh, &Bounds::divisor(&sh)), Some(s("b")));
+        assert_eq!(
+            bsh.div_floor_within(&sh, &Bounds::divisor(&sh)),
+            Some(s("b"))
+        );
         assert_eq!(bsh.div_floor_within(&sh, &Bounds::new()), None);
     }
 

@@ -205,7 +205,10 @@ fn broadcast_is_flat_sorted_and_bound_at_run_time() {
     let again = SymExpr::broadcast(&[seq.clone(), k(1), b.clone(), p1.clone()]).unwrap();
     assert_eq!(again, b);
     // Equal, 1 and a constant decide it.
-    assert_eq!(SymExpr::broadcast(&[seq.clone(), seq.clone()]), Some(seq.clone()));
+    assert_eq!(
+        SymExpr::broadcast(&[seq.clone(), seq.clone()]),
+        Some(seq.clone())
+    );
     assert_eq!(SymExpr::broadcast(&[seq.clone(), k(1)]), Some(seq.clone()));
     assert_eq!(SymExpr::broadcast(&[seq.clone(), k(7)]), Some(k(7)));
     assert_eq!(SymExpr::broadcast(&[k(3), k(7)]), None);

@@ -143,7 +143,10 @@ impl Atom {
                 out.ok_or(EvalError::Overflow)
             }
             Atom::Broadcast(v) => {
-                let values = v.iter().map(|e| e.eval(env)).collect::<Result<Vec<_>, _>>()?;
+                let values = v
+                    .iter()
+                    .map(|e| e.eval(env))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let mut out = 1;
                 for &x in &values {
                     if x != 1 {

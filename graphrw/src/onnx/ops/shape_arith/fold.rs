@@ -198,7 +198,10 @@ impl<'m> Importer<'m> {
         if eq.op().name != "eq" || *a != x || !is_one {
             return None;
         }
-        let (x, y) = (SymTensor::of(&self.graph, x)?, SymTensor::of(&self.graph, y)?);
+        let (x, y) = (
+            SymTensor::of(&self.graph, x)?,
+            SymTensor::of(&self.graph, y)?,
+        );
         elementwise(&x, &y, x.dtype, |a, b| {
             SymExpr::broadcast(&[a.clone(), b.clone()])
         })
