@@ -1,6 +1,7 @@
 //! Two symbols for one run-time size (torch's dynamo exporter with `Dim.DYNAMIC` on each
 //! input names the key and value cache lengths apart): inference assumes them equal
-//! where an op needs it (`matmul`'s inner dims, broadcasting, `concat`, attention),
+//! where an op needs it (`matmul`'s inner dims, `concat`, attention; a broadcast
+//! assumes nothing, it is a `broadcast(a, b)` dim bound at run time),
 //! records the assumption on the graph, and the plan checks it against each run's
 //! inputs. Each planted graph plans, gives at a valid binding the results of the same
 //! graph written with one symbol, and fails a binding that breaks the assumption with
@@ -112,21 +113,90 @@ fn cat<'a>(g: &'a Builder, a: Var<'a>, b: Var<'a>) -> Var<'a> {
 }
 
 #[test]
-fn add_and_mul_of_two_symbols_assume_them_equal_and_refuse_a_hidden_broadcast() {
+fn add_and_mul_of_two_symbols_broadcast_at_run_time_and_refuse_sizes_that_do_not() {
     for f in [add as Make, mul] {
+        // `m` may be 1 against `n` (or `n` against `m`): a broadcast dim, no assumption.
         let two = two_inputs(meta(&[s("n"), k(4)]), meta(&[s("m"), k(4)]), f);
-        let one = two_inputs(meta(&[s("n"), k(4)]), meta(&[s("n"), k(4)]), f);
-        let good = [ramp(&[3, 4], 1), ramp(&[3, 4], 2)];
-        // `m` = 1 would broadcast in numpy; the plan assumed `m = n`, so it refuses.
-        let bad = [ramp(&[3, 4], 1), ramp(&[1, 4], 2)];
-        check(
-            &two,
-            &one,
-            &good,
-            &bad,
-            &["input b", "dim 0 is 1 (m)", "dim 0 is 3 (n)"],
+        assert!(two.assumptions().is_empty(), "{two}");
+        assert!(two.to_string().contains("[broadcast(m, n), 4]"), "{two}");
+        graphrw::verify(&two).expect("verifies");
+        let p = plan(&two, &reference_stack()).expect("plans");
+        for (rows_a, rows_b) in [(3, 3), (3, 1), (1, 3), (1, 1), (0, 1), (1, 0)] {
+            let known = two_inputs(meta(&[k(rows_a), k(4)]), meta(&[k(rows_b), k(4)]), f);
+            let inputs = [ramp(&[rows_a, 4], 1), ramp(&[rows_b, 4], 2)];
+            let (want, _) = plan(&known, &reference_stack())
+                .unwrap()
+                .run(&inputs)
+                .unwrap();
+            let (got, _) = p.run(&inputs).expect("a valid broadcast runs");
+            assert_eq!(got[0].shape(), want[0].shape());
+            assert_close_tensors(&got, &want, Tol::new(0.0, 0.0), "symbolic against known");
+        }
+        let err = p
+            .run(&[ramp(&[3, 4], 1), ramp(&[2, 4], 2)])
+            .expect_err("3 against 2 does not broadcast")
+            .to_string();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("broadcast(m, n)") && err.contains("[2, 3]"),
+            "{err}"
         );
+        p.run(&[ramp(&[1, 4], 1), ramp(&[5, 4], 2)])
+            .expect("runs after a refusal");
     }
+}
+
+/// An op that needs a broadcast dim equal to one of its sizes (`matmul` after a
+/// broadcasting `add`: the values' rows against the broadcast of the scores' and the
+/// mask's) requires it, checked at every run, with no symbol eliminated: the mask's
+/// `m` may be 1 or the keys' `k`, nothing else.
+#[test]
+fn a_broadcast_needed_equal_to_a_member_is_required_not_assumed() {
+    let g = Builder::new();
+    let scores = g.input("scores", meta(&[k(2), s("k")]));
+    let mask = g.input("mask", meta(&[k(2), s("m")]));
+    let v = g.input("v", meta(&[s("k"), k(3)]));
+    let out = scores.add(mask).unwrap().matmul(v).unwrap();
+    g.output(&[out]).unwrap();
+    let two = g.finish();
+    assert!(two.assumptions().is_empty(), "{two}");
+    assert_eq!(two.requirements().len(), 1, "{two}");
+    let printed = two.to_string();
+    assert!(
+        printed.contains("require broadcast(k, m) = k  (`matmul`"),
+        "{printed}"
+    );
+    graphrw::verify(&two).expect("verifies");
+    let p = plan(&two, &reference_stack()).unwrap();
+    for m in [5, 1] {
+        let inputs = [ramp(&[2, 5], 1), ramp(&[2, m], 2), ramp(&[5, 3], 3)];
+        let known = {
+            let g = Builder::new();
+            let a = g.input("scores", meta(&[k(2), k(5)]));
+            let b = g.input("mask", meta(&[k(2), k(m)]));
+            let c = g.input("v", meta(&[k(5), k(3)]));
+            let out = a.add(b).unwrap().matmul(c).unwrap();
+            g.output(&[out]).unwrap();
+            g.finish()
+        };
+        let (want, _) = plan(&known, &reference_stack())
+            .unwrap()
+            .run(&inputs)
+            .unwrap();
+        let (got, _) = p.run(&inputs).expect("m = 1 or k runs");
+        assert_close_tensors(&got, &want, Tol::new(0.0, 0.0), "symbolic against known");
+    }
+    // k = 1 with m = 5 broadcasts in the `add`, but the `matmul` then reads 5 rows
+    // of `v`, which has 1: the requirement refuses it in one line.
+    let err = p
+        .run(&[ramp(&[2, 1], 1), ramp(&[2, 5], 2), ramp(&[1, 3], 3)])
+        .expect_err("k = 1 against m = 5")
+        .to_string();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("broadcast(k, m) is 5 and k is 1") && err.contains("`matmul`"),
+        "{err}"
+    );
 }
 
 #[test]

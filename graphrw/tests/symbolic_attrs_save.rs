@@ -393,6 +393,20 @@ fn forms() -> Vec<Form> {
         "triu",
         vec![("diagonal", AttrValue::Sym(t_minus_s_plus_1))],
     );
+    // Floor division of an operand that is negative at run time: ONNX's `Div` on
+    // integers truncates, so the writer must floor (`(3 - 5) // 2` is -1 either way,
+    // `(4 - 7) // 2` is -2 where truncation gives -1).
+    let s_minus_t_half = sym("s")
+        .sub(&sym("t"))
+        .and_then(|e| e.div_floor(&SymExpr::int(2)))
+        .expect("(s - t) // 2");
+    add(
+        "tril k = (s - t) // 2",
+        vec![f(&["s", "t"])],
+        vec![],
+        "tril",
+        vec![("diagonal", AttrValue::Sym(s_minus_t_half))],
+    );
     add(
         "masked_fill f32 value s",
         vec![f(&["b", "s"]), bool_bs.clone()],
@@ -414,6 +428,17 @@ fn forms() -> Vec<Form> {
             ("dtype", AttrValue::DType(dt)),
         ]
     };
+    // A size that is the broadcast of two (`b` against `s - p`: 2 against 1, then 1
+    // against 1).
+    let bcast = SymExpr::broadcast(&[sym("b"), sym("s").sub(&sym("p")).expect("s - p")])
+        .expect("broadcast");
+    add(
+        "full f32 [broadcast(b, s - p), s] of s",
+        vec![],
+        vec![f(&["b", "s", "p"])],
+        "full",
+        full(vec![bcast, sym("s")], sym("s"), DType::F32),
+    );
     add(
         "full f32 [b, s] of s",
         vec![],

@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::assume::Assumption;
+use crate::assume::{Assumption, Requirement};
 use crate::graph::Graph;
-use crate::meta::{Dim, Shape, Symbol, TensorMeta};
+use crate::meta::{Dim, EvalError, Shape, Symbol, TensorMeta};
 use crate::ops::AttrValue;
 
 use super::executor::NodeView;
@@ -195,6 +195,16 @@ impl BoundNode {
                     .collect::<Result<Box<[_]>, _>>()?,
             ),
         };
+        // Sizes that do not broadcast (`broadcast(k, m)` at k = 3, m = 5) are an error
+        // naming the dim, before any kernel sees a shape (read through `env`: a view
+        // reused at the same values broadcasts the same).
+        for m in view.inputs.iter().copied().chain(view.outputs.iter()) {
+            for (i, d) in m.shape.dims().iter().enumerate() {
+                if let Err(e @ EvalError::Broadcast(_)) = d.eval(&env) {
+                    return Err(format!("dim {i} of {m}, {d}: {e}"));
+                }
+            }
+        }
         let outputs: Vec<TensorMeta> = view.outputs.iter().map(|m| bind_meta(m, &env)).collect();
         // A size computed from symbols is checked against the run budget before any
         // kernel allocates it (a `full([seq, seq])` at a huge `seq`).
@@ -312,7 +322,38 @@ pub(crate) fn check_inputs(g: &Graph, inputs: &[RunValue]) -> Result<Bindings, E
         }
     }
     bindings.bind_assumed(g.assumptions());
+    check_requirements(&bindings, g.requirements()).map_err(|message| ExecError::Input {
+        input: String::new(),
+        message,
+    })?;
     Ok(bindings)
+}
+
+/// Checks the broadcasts inference needed equal to a member (see [`crate::assume`])
+/// once the inputs are bound: each side that the inputs bind is evaluated, and a run
+/// where they differ, or where the sizes do not broadcast at all, fails in one line
+/// naming the dims, their values and the node that required it. A side over a symbol
+/// no input binds (sized by data) is left to the nodes that read it.
+pub(crate) fn check_requirements(b: &Bindings, required: &[Requirement]) -> Result<(), String> {
+    for r in required {
+        let (x, y) = (&r.dims.0, &r.dims.1);
+        let at = |d: &Dim| d.eval(&|s| b.get(s));
+        let (vx, vy) = match (at(x), at(y)) {
+            (Err(e @ EvalError::Broadcast(_)), _) | (_, Err(e @ EvalError::Broadcast(_))) => {
+                return Err(format!("{x}: {e}; required: {r}"));
+            }
+            (Ok(vx), Ok(vy)) => (vx, vy),
+            _ => continue,
+        };
+        if vx != vy {
+            let origin = r.origin();
+            return Err(format!(
+                "{x} is {vx} and {y} is {vy}, but {origin} needs them equal (the sizes \
+                 broadcast there must be 1 or {y})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a run's inputs (`(name, metadata, shape)`) against the graph's assumptions

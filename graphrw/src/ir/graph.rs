@@ -256,6 +256,9 @@ pub struct Graph {
     /// The equalities between symbols that inference assumed, in the order made (see
     /// [`crate::assume`]); already substituted through the nodes' metadata.
     assumptions: Vec<crate::assume::Assumption>,
+    /// The broadcast dims inference needed equal to one of their members (see
+    /// [`crate::assume`]); checked at every run.
+    requirements: Vec<crate::assume::Requirement>,
 }
 
 impl Graph {

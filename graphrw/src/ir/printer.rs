@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Assumptions between symbols ([`crate::assume`]) follow the signature, one a line:
-//! `assume s95 = s15  (`matmul` (node sdpa): s15 + s70 vs s70 + s95)`.
+//! `assume s95 = s15  (`matmul` (node sdpa): s15 + s70 vs s70 + s95)`; then the
+//! broadcasts an op needed equal to a member, checked at run time as well:
+//! `require broadcast(k, m) = k  (`matmul` (node pv))`.
 //!
 //! Names are stable: inputs keep their names, constants are `c0, c1, …` and other
 //! values `t0, t1, …`, numbered in the graph's deterministic topological order, so the
@@ -238,6 +240,9 @@ pub fn print(graph: &Graph) -> String {
     let _ = writeln!(out, "graph({}) {{", params.join(", "));
     for a in graph.assumptions() {
         let _ = writeln!(out, "  assume {a}");
+    }
+    for r in graph.requirements() {
+        let _ = writeln!(out, "  require {r}");
     }
     for &id in names.order() {
         if graph.node(id).is_some_and(|n| n.op().is(Op::Input)) {

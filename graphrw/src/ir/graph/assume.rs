@@ -2,7 +2,7 @@
 //! assume, and the substitution of what it assumed through every node.
 
 use super::*;
-use crate::assume::{self, Assumption, InputSite, Made};
+use crate::assume::{self, Assumption, InputSite, Made, Requirement};
 use crate::meta::{SymExpr, Symbol};
 
 impl Graph {
@@ -11,6 +11,20 @@ impl Graph {
     /// run's inputs.
     pub fn assumptions(&self) -> &[Assumption] {
         &self.assumptions
+    }
+
+    /// The broadcast dims inference needed equal to one of their members while nodes
+    /// were added (see [`crate::assume`]). The interpreter checks them at every run.
+    pub fn requirements(&self) -> &[Requirement] {
+        &self.requirements
+    }
+
+    /// Records `r` as if a node's inference had required it (for a graph rebuilt from
+    /// another).
+    pub fn add_requirement(&mut self, r: Requirement) {
+        if !self.requirements.contains(&r) {
+            self.requirements.push(r);
+        }
     }
 
     /// Records `a` as if a node's inference had assumed it, substituting it through
@@ -44,15 +58,22 @@ impl Graph {
             .iter()
             .map(|a| (a.symbol.clone(), a.value.clone()))
             .collect();
-        let (out, made) = assume::assuming(known, || self.infer_node(op, operands, attrs, name));
+        let (out, outcome) = assume::assuming(known, || self.infer_node(op, operands, attrs, name));
         let mut out = out?;
-        for m in made {
+        for m in outcome.made {
             for meta in &mut out {
                 if let Some(n) = assume::substitute_meta(meta, &m.symbol, &m.value) {
                     *meta = n;
                 }
             }
             self.record(m, op.name, name);
+        }
+        for dims in outcome.required {
+            self.add_requirement(Requirement {
+                dims,
+                op: op.name,
+                node: name.map(str::to_string),
+            });
         }
         Ok(out)
     }
@@ -105,6 +126,13 @@ impl Graph {
         for a in &mut self.assumptions {
             if let Some(n) = assume::substitute_one(&a.value, symbol, value) {
                 a.value = n;
+            }
+        }
+        for r in &mut self.requirements {
+            for d in [&mut r.dims.0, &mut r.dims.1] {
+                if let Some(n) = assume::substitute_dim(d, symbol, value) {
+                    *d = n;
+                }
             }
         }
     }

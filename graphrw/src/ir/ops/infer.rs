@@ -5,9 +5,13 @@
 //! wrong in terms of shapes and dims; the caller adds which node and op.
 //!
 //! Symbolic dims: a symbolic dim broadcasts against 1 and against itself; against a
-//! known size other than 1 it takes that size. Two different symbolic dims that must be
-//! equal (that broadcast, the inner dims of `matmul`, `concat`'s dims outside its axis,
-//! attention's head and sequence dims) go to [`crate::assume::unify`]: when the graph
+//! known size other than 1 it takes that size; against another symbolic dim it gives
+//! the dim `broadcast(a, b)` ([`SymExpr::broadcast`]), bound at run time, assuming
+//! nothing (two that differ by a constant, `seq` against `seq + 1`, are an error).
+//! Two different symbolic dims that must be
+//! equal (the inner dims of `matmul`, `concat`'s dims outside its axis,
+//! attention's head and sequence dims, a mask's dims and the scores' it broadcasts
+//! into) go to [`crate::assume::unify`]: when the graph
 //! adds the node, an equality that can be solved for one symbol (`s15 + s70` against
 //! `s70 + s95`: `s95 = s15`, as exporters often name one size twice) is assumed,
 //! recorded on the graph and checked at run time; one that cannot (`seq` against
@@ -88,8 +92,26 @@ fn broadcast_dim(a: &Dim, b: &Dim) -> Option<Dim> {
         (Dim::Known(_), Dim::Known(_)) => return None,
         (Dim::Known(_), _) => a.clone(),
         (_, Dim::Known(_)) => b.clone(),
-        _ => return crate::assume::unify(a, b),
+        _ => {
+            let (ea, eb) = (a.to_expr(), b.to_expr());
+            if ea.sub(&eb)?.as_const().is_some() {
+                return None;
+            }
+            return Dim::from_expr(SymExpr::broadcast(&[ea, eb])?);
+        }
     })
+}
+
+/// Whether `from` broadcasts into `to` (broadcasting the two gives `to`): each dim of
+/// `from` is 1, `to`'s, a symbolic dim against a known one, or a symbolic dim whose
+/// broadcast with `to`'s symbolic dim [`crate::assume::unify`] finds equal to it (a
+/// requirement, checked at run time: `m` is 1 or `k`).
+fn broadcasts_into(from: &Shape, to: &Shape) -> Result<bool, InferError> {
+    let b = broadcast_shapes(to, from)?;
+    Ok(b.rank() == to.rank()
+        && b.0.iter().zip(&to.0).all(|(x, t)| {
+            x == t || (x.is_symbolic() && t.is_symbolic() && crate::assume::unify(x, t).is_some())
+        }))
 }
 
 /// Whether two dims that must be equal can be: two known sizes when equal, a known
@@ -239,8 +261,7 @@ pub fn masked_fill(x: &[&TensorMeta], _: &Attrs) -> Out {
     if x[1].dtype != DType::Bool {
         infer_bail!("mask must be bool, found {}", x[1].dtype);
     }
-    let s = broadcast_shapes(&x[0].shape, &x[1].shape)?;
-    if s != x[0].shape {
+    if !broadcasts_into(&x[1].shape, &x[0].shape)? {
         infer_bail!(
             "mask {} does not broadcast to the input's shape {}",
             x[1].shape,

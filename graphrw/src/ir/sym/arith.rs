@@ -278,6 +278,52 @@ impl SymExpr {
         }
     }
 
+    /// The size `exprs` broadcast to, numpy's rule for one dim: where every size that
+    /// is not 1 is one value, that value (1 where all are 1); where two that are not 1
+    /// differ, no value (an error at run time). Two unrelated symbols are never assumed
+    /// equal: `broadcast(past + 1, seq)` stays an atom, bound when they are.
+    ///
+    /// The normal form: nested broadcasts are flattened, 1s dropped, the members
+    /// sorted and distinct; a member that is a constant other than 1 is the result
+    /// (every other member must be 1 or it wherever the expression has a value, as
+    /// inference always took a size against a symbol); `None` for two different such
+    /// constants, for no member, or past the limits.
+    pub fn broadcast(exprs: &[SymExpr]) -> Option<SymExpr> {
+        let mut members: Vec<SymExpr> = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            match e.as_broadcast() {
+                Some(inner) => members.extend(inner.iter().cloned()),
+                None => members.push(e.clone()),
+            }
+        }
+        if exprs.is_empty() || members.len() > MAX_TERMS {
+            return None;
+        }
+        members.retain(|e| e.as_const() != Some(1));
+        let mut constants = members.iter().filter_map(SymExpr::as_const);
+        if let Some(c) = constants.next() {
+            return constants.all(|d| d == c).then(|| SymExpr::int(c));
+        }
+        members.sort();
+        members.dedup();
+        match members.len() {
+            0 => Some(SymExpr::int(1)),
+            1 => members.pop(),
+            _ => SymExpr::atom(Atom::Broadcast(members)).checked(),
+        }
+    }
+
+    /// The members when the expression is exactly one `broadcast` atom.
+    pub fn as_broadcast(&self) -> Option<&[SymExpr]> {
+        match self.terms.as_slice() {
+            [Term { factors, coeff: 1 }] => match factors.as_slice() {
+                [Atom::Broadcast(v)] => Some(v),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The operands when the expression is exactly one `min` (or `max`) atom.
     fn as_extreme(&self, min: bool) -> Option<&[SymExpr]> {
         match self.terms.as_slice() {

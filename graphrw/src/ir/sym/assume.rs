@@ -32,12 +32,22 @@
 //!
 //! # Broadcasting
 //!
-//! Two different symbolic dims that broadcast could each be 1 at run time. Like
-//! onnxruntime's shape inference for two unknown dims of a valid model, inference
-//! assumes them equal; the run-time check then rejects a run where one is 1 and the
-//! other is not (it compares the two values, whatever they are), so no kernel ever
-//! sees shapes the plan did not assume. Correctness first: such a run fails with the
-//! assumption's line rather than broadcasting.
+//! Two different symbolic dims that broadcast could each be 1 at run time (a mask
+//! `[b, past + 1]` against scores `[b, seq]`), so broadcasting assumes nothing: the
+//! result is the atom `broadcast(past + 1, seq)` ([`SymExpr::broadcast`]), bound when
+//! the sizes are, and a run where they do not broadcast fails where it is bound. Only
+//! where an op then needs that broadcast equal to a dim is anything required:
+//!
+//! - against one of its members (`broadcast(k, m)` against `k`: the scores' keys
+//!   against the values' length), the other members must broadcast into it (`m` is 1
+//!   or `k`): a [`Requirement`], checked at every run, with no symbol eliminated;
+//! - against a dim none of its members is, the member nearest it (the fewest symbols
+//!   in their difference) is solved against it as above (an [`Assumption`]), then the
+//!   rest is a requirement.
+//!
+//! So an equality is assumed only where an op needs one, never where a broadcast
+//! would do, and a rule that needs two dims equal reads them equal only once an
+//! assumption made them one symbol.
 //!
 //! Inference functions stay pure functions of their operands' metadata: they ask
 //! [`unify`], which records into the scope that `assuming` opens around one node's
@@ -107,6 +117,36 @@ impl fmt::Display for Assumption {
     }
 }
 
+/// A broadcast dim an op needed equal to one of its members: `dims.0` and `dims.1` are
+/// equal at every valid run, as the interpreter checks before each run (the members
+/// other than `dims.1` are 1 or `dims.1`). No symbol is eliminated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requirement {
+    /// The broadcast and the member it must equal.
+    pub dims: (Dim, Dim),
+    /// The op whose inference needed it.
+    pub op: &'static str,
+    /// The node's name, when it has one.
+    pub node: Option<String>,
+}
+
+impl Requirement {
+    /// Where it was made: `` `matmul` (node n) ``.
+    pub fn origin(&self) -> String {
+        match &self.node {
+            Some(n) => format!("`{}` (node {n})", self.op),
+            None => format!("`{}`", self.op),
+        }
+    }
+}
+
+impl fmt::Display for Requirement {
+    /// `broadcast(k, m) = k  (`matmul` (node n))`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {}  ({})", self.dims.0, self.dims.1, self.origin())
+    }
+}
+
 /// An equality one node's inference asked for, before the graph records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Made {
@@ -122,6 +162,15 @@ struct Scope {
     known: Vec<(Symbol, SymExpr)>,
     /// Those this inference made, in order.
     made: Vec<Made>,
+    /// The broadcasts it needed equal to a member: (broadcast, member).
+    required: Vec<(Dim, Dim)>,
+}
+
+/// What one node's inference assumed and required (see [`assuming`]).
+#[derive(Default)]
+pub(crate) struct Outcome {
+    pub(crate) made: Vec<Made>,
+    pub(crate) required: Vec<(Dim, Dim)>,
 }
 
 thread_local! {
@@ -138,24 +187,28 @@ impl Drop for Pop {
 }
 
 /// Runs one node's inference `f` in a scope where [`unify`] may assume, with the
-/// graph's assumptions `known` in force; returns its result and the assumptions made.
-pub(crate) fn assuming<R>(known: Vec<(Symbol, SymExpr)>, f: impl FnOnce() -> R) -> (R, Vec<Made>) {
+/// graph's assumptions `known` in force; returns its result and what it assumed and
+/// required.
+pub(crate) fn assuming<R>(known: Vec<(Symbol, SymExpr)>, f: impl FnOnce() -> R) -> (R, Outcome) {
     SCOPE.with(|s| {
         s.borrow_mut().push(Scope {
             known,
-            made: Vec::new(),
+            ..Scope::default()
         })
     });
     let pop = Pop;
     let r = f();
-    let made = SCOPE.with(|s| {
+    let outcome = SCOPE.with(|s| {
         s.borrow_mut()
             .last_mut()
-            .map(|sc| std::mem::take(&mut sc.made))
+            .map(|sc| Outcome {
+                made: std::mem::take(&mut sc.made),
+                required: std::mem::take(&mut sc.required),
+            })
             .unwrap_or_default()
     });
     drop(pop);
-    (r, made)
+    (r, outcome)
 }
 
 /// The dim two symbolic dims that must be equal stand for: the left one where they are
@@ -176,9 +229,41 @@ pub fn unify(a: &Dim, b: &Dim) -> Option<Dim> {
     });
     match scoped {
         Some(d) => d,
-        // No scope: the rule inference always had for two plain symbols.
-        None => matches!((a, b), (Dim::Sym(_), Dim::Sym(_))).then(|| a.clone()),
+        // No scope: a broadcast against one of its members is that member (what the
+        // scope would have required), and two plain symbols are equal (the rule
+        // inference always had).
+        None => member_of_broadcast(&a.to_expr(), &b.to_expr())
+            .and_then(Dim::from_expr)
+            .or_else(|| matches!((a, b), (Dim::Sym(_), Dim::Sym(_))).then(|| a.clone())),
     }
+}
+
+/// `b` where `a` is a broadcast with `b` among its members, or the other way round.
+fn member_of_broadcast(a: &SymExpr, b: &SymExpr) -> Option<SymExpr> {
+    match (a.as_broadcast(), b.as_broadcast()) {
+        (Some(m), _) if m.contains(b) => Some(b.clone()),
+        (_, Some(m)) if m.contains(a) => Some(a.clone()),
+        _ => None,
+    }
+}
+
+/// [`solve`] of a broadcast against a dim none of its members is: the member nearest
+/// the dim (the fewest symbols in their difference) that can be solved against it.
+fn solve_broadcast(a: &SymExpr, b: &SymExpr) -> Option<(Symbol, SymExpr)> {
+    let (members, other, left) = match (a.as_broadcast(), b.as_broadcast()) {
+        (Some(m), _) => (m, b, true),
+        (_, Some(m)) => (m, a, false),
+        _ => return None,
+    };
+    let mut near: Vec<(usize, &SymExpr)> = members
+        .iter()
+        .filter_map(|m| Some((m.sub(other)?.symbols().len(), m)))
+        .collect();
+    near.sort_by_key(|(n, _)| *n);
+    near.into_iter().find_map(|(_, m)| match left {
+        true => solve(m, other),
+        false => solve(other, m),
+    })
 }
 
 fn unify_in(sc: &mut Scope, a: &Dim, b: &Dim) -> Option<Dim> {
@@ -194,18 +279,35 @@ fn unify_in(sc: &mut Scope, a: &Dim, b: &Dim) -> Option<Dim> {
     if ea == eb {
         return Dim::from_expr(ea);
     }
-    let (symbol, value) = solve(&ea, &eb)?;
+    if let Some(m) = member_of_broadcast(&ea, &eb) {
+        return require(sc, ea, eb, m);
+    }
+    let (symbol, value) = solve_broadcast(&ea, &eb).or_else(|| solve(&ea, &eb))?;
     let na = substitute_one(&ea, &symbol, &value)?;
     let nb = substitute_one(&eb, &symbol, &value)?;
-    if na != nb {
-        return None;
-    }
-    let out = Dim::from_expr(na)?;
+    let member = match na == nb {
+        true => None,
+        false => Some(member_of_broadcast(&na, &nb)?),
+    };
     sc.made.push(Made {
         symbol,
         value,
         dims: (a.clone(), b.clone()),
     });
+    match member {
+        None => Dim::from_expr(na),
+        Some(m) => require(sc, na, nb, m),
+    }
+}
+
+/// Records that the broadcast among `a` and `b` must equal `member`, the other.
+fn require(sc: &mut Scope, a: SymExpr, b: SymExpr, member: SymExpr) -> Option<Dim> {
+    let broadcast = if a == member { b } else { a };
+    let pair = (Dim::from_expr(broadcast)?, Dim::from_expr(member)?);
+    let out = pair.1.clone();
+    if !sc.required.contains(&pair) {
+        sc.required.push(pair);
+    }
     Some(out)
 }
 
@@ -354,10 +456,36 @@ mod tests {
         let e = Dim::from_expr(s("k").add(&s("seq")).unwrap()).unwrap();
         let f = Dim::from_expr(s("v").add(&s("seq")).unwrap()).unwrap();
         assert_eq!(unify(&e, &f), None);
-        let (out, made) = assuming(Vec::new(), || (unify(&e, &f), unify(&b, &a)));
+        let (out, outcome) = assuming(Vec::new(), || (unify(&e, &f), unify(&b, &a)));
+        let made = outcome.made;
         assert_eq!(out.0, Some(e.clone()));
         assert_eq!(out.1, Some(a.clone()), "the first assumption is in force");
         assert_eq!(made.len(), 1);
         assert_eq!(&**made[0].symbol, "v");
+    }
+
+    #[test]
+    fn a_broadcast_against_a_member_is_required_and_against_another_dim_solved_first() {
+        let b = Dim::from_expr(SymExpr::broadcast(&[s("k"), s("m")]).unwrap()).unwrap();
+        let (k, v) = (Dim::sym("k"), Dim::sym("v"));
+        // Outside a scope: the member, nothing recorded.
+        assert_eq!(unify(&b, &k), Some(k.clone()));
+        assert_eq!(unify(&k, &b), Some(k.clone()));
+        let (out, o) = assuming(Vec::new(), || unify(&b, &k));
+        assert_eq!(out, Some(k.clone()));
+        assert!(o.made.is_empty(), "no symbol eliminated");
+        assert_eq!(o.required, vec![(b.clone(), k.clone())]);
+        // Against a dim no member is: the nearest member solved against it (`v = k`
+        // over `v = m`: both one symbol apart, `k` first in order), then required.
+        let (out, o) = assuming(Vec::new(), || unify(&b, &v));
+        assert_eq!(out, Some(k.clone()));
+        assert_eq!(o.made.len(), 1);
+        assert_eq!(
+            (&**o.made[0].symbol, o.made[0].value.to_string()),
+            ("v", "k".into())
+        );
+        assert_eq!(o.required, vec![(b.clone(), k.clone())]);
+        // A known size against it stays the caller's (`None` here).
+        assert_eq!(unify(&b, &Dim::Known(4)), None);
     }
 }

@@ -42,6 +42,24 @@ impl Bounds {
             .map_or(0, |(_, b)| (*b).max(0))
     }
 
+    /// What a divisor's use says: an op that divides by `e` (a reshape's `-1` beside
+    /// entries multiplying to `e`; ONNX and torch refuse a `-1` beside a product of 0)
+    /// runs only where `e >= 1`. Where `e` is one term `c*s*t..` with `c >= 1`, that
+    /// is each of its symbols at least 1 (sizes are never negative); otherwise nothing.
+    pub fn divisor(e: &SymExpr) -> Bounds {
+        let mut out = Bounds::new();
+        if let [t] = e.terms.as_slice() {
+            if t.coeff >= 1 {
+                for a in &t.factors {
+                    if let Atom::Sym(s) = a {
+                        out = out.at_least(s, 1);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// True when the binding `env` meets every bound (an unbound symbol meets it).
     pub fn hold(&self, env: &dyn Fn(&str) -> Option<i64>) -> bool {
         self.lower
@@ -112,6 +130,9 @@ impl Atom {
             Atom::FloorDiv(e, d) => Some(e.lower_bound(bounds)?.div_euclid(*d)),
             Atom::Min(v) => v.iter().map(|e| e.lower_bound(bounds)).min()?,
             Atom::Max(v) => v.iter().filter_map(|e| e.lower_bound(bounds)).max(),
+            // Where it has a value it is one of the members' (or 1, where all are 1):
+            // at least the smallest member's bound, and at least 1 where each is.
+            Atom::Broadcast(v) => v.iter().map(|e| e.lower_bound(bounds)).min()?,
         }
         // A product of atoms needs each at least 0 to be bounded below by the product of
         // their bounds.
@@ -150,6 +171,28 @@ mod tests {
             s("s").scale(4).unwrap().div_floor_within(&k(2), &none),
             s("s").scale(2)
         );
+    }
+
+    #[test]
+    fn a_divisor_bounds_each_symbol_of_its_one_term() {
+        let d = s("b").mul(&s("s")).unwrap().scale(4).unwrap();
+        let b = Bounds::divisor(&d);
+        assert_eq!((b.lower("b"), b.lower("s"), b.lower("t")), (1, 1, 0));
+        assert_eq!(d.lower_bound(&b), Some(4));
+        // A sum says nothing of each symbol (s + t >= 1 holds at s = 0).
+        assert_eq!(
+            Bounds::divisor(&s("s").add(&s("t")).unwrap()),
+            Bounds::new()
+        );
+        assert_eq!(Bounds::divisor(&s("s").neg().unwrap()), Bounds::new());
+        // What the use justifies: (b*s*h) // (s*h) = b, refused without it.
+        let sh = s("s").mul(&s("h")).unwrap();
+        let bsh = s("b").mul(&sh).unwrap();
+        assert_eq!(
+            bsh.div_floor_within(&sh, &Bounds::divisor(&sh)),
+            Some(s("b"))
+        );
+        assert_eq!(bsh.div_floor_within(&sh, &Bounds::new()), None);
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //!   (`(2s + 2) // 4` is `(s + 1) // 2`) and hold no bare floor division
 //!   (`(s // 2) // 2` is `s // 4`); a `min` or `max` is n-ary, its operands sorted,
 //!   distinct, none itself the same extreme (`min(min(a, b), c)` is `min(a, b, c)`),
-//!   none provably beyond another (`min(s, s + 1, t)` is `min(s, t)`).
+//!   none provably beyond another (`min(s, s + 1, t)` is `min(s, t)`); or the size
+//!   unrelated sizes broadcast to (`broadcast(past + 1, seq)`, see
+//!   [`SymExpr::broadcast`]), bound when the sizes are: never an equality assumed.
 //!
 //! Every operation is checked: an overflow or an expression past [`MAX_TERMS`] terms or
 //! [`MAX_DEPTH`] levels of nesting gives `None` rather than a wrong value or unbounded
@@ -78,6 +80,10 @@ enum Atom {
     Min(Vec<SymExpr>),
     /// The largest of two or more expressions (sorted, distinct).
     Max(Vec<SymExpr>),
+    /// The size two or more sizes broadcast to (sorted, distinct, none a constant):
+    /// the one that is not 1, or 1 where all are; no value where two that are not 1
+    /// differ (see [`SymExpr::broadcast`]).
+    Broadcast(Vec<SymExpr>),
 }
 
 /// One factor of a term, as [`SymExpr::terms`] shows it.
@@ -91,6 +97,8 @@ pub enum Factor<'a> {
     Min(&'a [SymExpr]),
     /// The largest of two or more expressions.
     Max(&'a [SymExpr]),
+    /// What two or more sizes broadcast to (see [`SymExpr::broadcast`]).
+    Broadcast(&'a [SymExpr]),
 }
 
 /// Why an expression has no value under a binding.
@@ -102,6 +110,9 @@ pub enum EvalError {
     Overflow,
     /// A size came out negative.
     Negative(i64),
+    /// Sizes that do not broadcast: two that are not 1 differ (`broadcast(a, b)` at
+    /// `a = 3`, `b = 5`).
+    Broadcast(Vec<i64>),
 }
 
 impl fmt::Display for EvalError {
@@ -110,6 +121,7 @@ impl fmt::Display for EvalError {
             EvalError::Unbound(s) => write!(f, "symbol `{s}` has no value"),
             EvalError::Overflow => f.write_str("the value overflows a 64-bit integer"),
             EvalError::Negative(v) => write!(f, "a size evaluates to {v}"),
+            EvalError::Broadcast(v) => write!(f, "sizes {v:?} do not broadcast"),
         }
     }
 }
@@ -183,6 +195,7 @@ impl SymExpr {
                     Atom::FloorDiv(e, d) => Factor::FloorDiv(e, *d),
                     Atom::Min(v) => Factor::Min(v),
                     Atom::Max(v) => Factor::Max(v),
+                    Atom::Broadcast(v) => Factor::Broadcast(v),
                 })
                 .collect();
             (t.coeff, factors)
@@ -234,7 +247,7 @@ impl SymExpr {
                         }
                     }
                     Atom::FloorDiv(e, _) => e.collect_symbols(out),
-                    Atom::Min(v) | Atom::Max(v) => {
+                    Atom::Min(v) | Atom::Max(v) | Atom::Broadcast(v) => {
                         for e in v {
                             e.collect_symbols(out);
                         }
@@ -251,7 +264,9 @@ impl SymExpr {
             .map(|a| match a {
                 Atom::Sym(_) => 0,
                 Atom::FloorDiv(e, _) => 1 + e.depth(),
-                Atom::Min(v) | Atom::Max(v) => 1 + v.iter().map(SymExpr::depth).max().unwrap_or(0),
+                Atom::Min(v) | Atom::Max(v) | Atom::Broadcast(v) => {
+                    1 + v.iter().map(SymExpr::depth).max().unwrap_or(0)
+                }
             })
             .max()
             .unwrap_or(0)
@@ -294,11 +309,11 @@ impl fmt::Display for Atom {
                 write!(f, "({e}) // {d}")
             }
             Atom::FloorDiv(e, d) => write!(f, "{e} // {d}"),
-            Atom::Min(v) | Atom::Max(v) => {
-                f.write_str(if matches!(self, Atom::Min(_)) {
-                    "min("
-                } else {
-                    "max("
+            Atom::Min(v) | Atom::Max(v) | Atom::Broadcast(v) => {
+                f.write_str(match self {
+                    Atom::Min(_) => "min(",
+                    Atom::Max(_) => "max(",
+                    _ => "broadcast(",
                 })?;
                 for (i, e) in v.iter().enumerate() {
                     if i > 0 {

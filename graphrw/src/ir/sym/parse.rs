@@ -9,7 +9,8 @@
 //! expr    := term (('+' | '-') term)*
 //! term    := unary (('*' | '//' | '%') unary)*        left to right, as in Python
 //! unary   := '-' unary | primary
-//! primary := integer | identifier | ('min' | 'max') '(' expr (',' expr)+ ')' | '(' expr ')'
+//! primary := integer | identifier | ('min' | 'max' | 'broadcast') '(' expr (',' expr)+ ')'
+//!          | '(' expr ')'
 //! ```
 //!
 //! Identifiers are `[A-Za-z_][A-Za-z0-9_]*`; an integer may not run into an identifier
@@ -168,7 +169,9 @@ impl<'a> Parser<'a> {
         self.pos += 1;
         match tok {
             Token::Int(n) => Some(SymExpr::int(n)),
-            Token::Ident(name) if (name == "min" || name == "max") && self.eat(&Token::Open) => {
+            Token::Ident(name)
+                if matches!(name, "min" | "max" | "broadcast") && self.eat(&Token::Open) =>
+            {
                 let mut args = vec![self.expr(depth + 1)?];
                 while self.eat(&Token::Comma) {
                     args.push(self.expr(depth + 1)?);
@@ -176,7 +179,10 @@ impl<'a> Parser<'a> {
                 if !self.eat(&Token::Close) || args.len() < 2 {
                     return None;
                 }
-                SymExpr::extreme_of(&args, name == "min")
+                match name {
+                    "broadcast" => SymExpr::broadcast(&args),
+                    _ => SymExpr::extreme_of(&args, name == "min"),
+                }
             }
             Token::Ident(name) => Some(SymExpr::sym(name)),
             Token::Open => {

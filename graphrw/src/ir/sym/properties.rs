@@ -53,10 +53,23 @@ fn wide_expr() -> impl Strategy<Value = SymExpr> {
             (inner.clone(), 2i64..5).prop_filter_map("limits", |(x, d)| x.rem_const(d)),
             prop::collection::vec(inner.clone(), 2..4)
                 .prop_filter_map("limits", |v| SymExpr::extreme_of(&v, true)),
-            prop::collection::vec(inner, 2..4)
+            prop::collection::vec(inner.clone(), 2..4)
                 .prop_filter_map("limits", |v| SymExpr::extreme_of(&v, false)),
+            prop::collection::vec(inner, 2..4)
+                .prop_filter_map("limits", |v| SymExpr::broadcast(&v)),
         ]
     })
+}
+
+/// numpy's rule for one dim of two sizes: the one that is not 1, or `None` where
+/// both are not 1 and differ.
+fn numpy_broadcast(x: i64, y: i64) -> Option<i64> {
+    match (x, y) {
+        (1, y) => Some(y),
+        (x, 1) => Some(x),
+        (x, y) if x == y => Some(x),
+        _ => None,
+    }
 }
 
 fn at_wide(e: &SymExpr, vals: &[i64; 5]) -> Result<i64, EvalError> {
@@ -152,6 +165,32 @@ proptest! {
                     let want = if min { vx.min(vy).min(vz) } else { vx.max(vy).max(vz) };
                     prop_assert_eq!(at(&l, a, b), Ok(want));
                 }
+            }
+        }
+    }
+
+    /// A broadcast of any sizes has numpy's value wherever numpy's rule gives one
+    /// (sizes that are not 1 all equal), one form whatever the order and nesting, and
+    /// no value where two sizes that are not 1 differ and no constant decided it.
+    #[test]
+    fn broadcast_keeps_numpys_value(x in expr(), y in expr(), z in expr(), a in 0i64..6, b in 0i64..6) {
+        let xy = SymExpr::broadcast(&[x.clone(), y.clone()]);
+        let nested = xy.as_ref().and_then(|xy| SymExpr::broadcast(&[z.clone(), xy.clone()]));
+        let flat = SymExpr::broadcast(&[y.clone(), z.clone(), x.clone()]);
+        if let (Some(n), Some(f)) = (&nested, &flat) {
+            prop_assert_eq!(n, f);
+        }
+        if let (Some(e), Ok(vx), Ok(vy), Ok(vz)) = (&flat, at(&x, a, b), at(&y, a, b), at(&z, a, b)) {
+            let want = numpy_broadcast(vx, vy).and_then(|v| numpy_broadcast(v, vz));
+            match (want, at(e, a, b)) {
+                (Some(w), got) => prop_assert_eq!(got, Ok(w), "{}", e),
+                // No value by numpy's rule: an error, unless a constant member was
+                // taken as the result (inference's rule for a size against a symbol).
+                (None, Ok(_)) => prop_assert!(
+                    [&x, &y, &z].iter().any(|m| m.as_const().is_some_and(|c| c != 1)),
+                    "{} has a value where the sizes do not broadcast", e
+                ),
+                (None, Err(err)) => prop_assert!(matches!(err, EvalError::Broadcast(_)), "{}", err),
             }
         }
     }

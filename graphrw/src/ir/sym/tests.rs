@@ -194,3 +194,39 @@ fn substitution_simplifies() {
     let b_is_a = e.substitute(&|n| (n == "b").then(|| s("a"))).unwrap();
     assert_eq!(b_is_a.as_const(), Some(0));
 }
+
+#[test]
+fn broadcast_is_flat_sorted_and_bound_at_run_time() {
+    let (p1, seq) = (s("past").add(&k(1)).unwrap(), s("seq"));
+    let b = SymExpr::broadcast(&[p1.clone(), seq.clone()]).unwrap();
+    assert_eq!(b.to_string(), "broadcast(past + 1, seq)");
+    assert_eq!(SymExpr::parse(&b.to_string()), Some(b.clone()));
+    // One form: order, nesting, repeats and 1s do not matter.
+    let again = SymExpr::broadcast(&[seq.clone(), k(1), b.clone(), p1.clone()]).unwrap();
+    assert_eq!(again, b);
+    // Equal, 1 and a constant decide it.
+    assert_eq!(
+        SymExpr::broadcast(&[seq.clone(), seq.clone()]),
+        Some(seq.clone())
+    );
+    assert_eq!(SymExpr::broadcast(&[seq.clone(), k(1)]), Some(seq.clone()));
+    assert_eq!(SymExpr::broadcast(&[seq.clone(), k(7)]), Some(k(7)));
+    assert_eq!(SymExpr::broadcast(&[k(3), k(7)]), None);
+    assert_eq!(SymExpr::broadcast(&[k(1), k(1)]), Some(k(1)));
+    // Bound: the one that is not 1; two that differ have no value.
+    let env = |p: i64, q: i64| move |n: &str| Some(if n == "past" { p } else { q });
+    assert_eq!(b.eval(&env(4, 1)), Ok(5));
+    assert_eq!(b.eval(&env(0, 9)), Ok(9));
+    assert_eq!(b.eval(&env(4, 5)), Ok(5));
+    assert_eq!(b.eval(&env(4, 3)), Err(EvalError::Broadcast(vec![5, 3])));
+    // broadcast(0, 1) is 0, not the larger.
+    let z = SymExpr::broadcast(&[s("a"), s("b")]).unwrap();
+    assert_eq!(z.eval(&|n| Some(if n == "a" { 0 } else { 1 })), Ok(0));
+    // Substitution simplifies: seq = 1 leaves past + 1; seq = past + 1 leaves it.
+    let one = b.substitute(&|n| (n == "seq").then(|| k(1))).unwrap();
+    assert_eq!(one, p1);
+    let same = b.substitute(&|n| (n == "seq").then(|| p1.clone())).unwrap();
+    assert_eq!(same, p1);
+    // A size: never negative where it has a value.
+    assert_eq!(b.sign(), Sign::NonNegative);
+}

@@ -1,6 +1,7 @@
 //! What an expression's value is under a binding, what is known of its sign for every
 //! binding (symbols are sizes, never negative), comparisons that follow from it, and
-//! substitution of symbols.
+//! substitution of symbols. A `broadcast` whose sizes do not broadcast has no value
+//! ([`EvalError::Broadcast`]).
 
 use std::cmp::Ordering;
 
@@ -89,6 +90,13 @@ impl SymExpr {
                             .collect::<Option<Vec<_>>>()?;
                         SymExpr::extreme_of(&v, matches!(a, Atom::Min(_)))?
                     }
+                    Atom::Broadcast(v) => {
+                        let v = v
+                            .iter()
+                            .map(|e| e.substitute(f))
+                            .collect::<Option<Vec<_>>>()?;
+                        SymExpr::broadcast(&v)?
+                    }
                 };
                 p = p.mul(&v)?;
             }
@@ -111,6 +119,10 @@ impl Atom {
             Atom::Max(v) => v
                 .iter()
                 .any(|e| matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative)),
+            // Its value, where it has one, is one of the members' (or 1).
+            Atom::Broadcast(v) => v
+                .iter()
+                .all(|e| matches!(e.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative)),
         }
     }
 
@@ -129,6 +141,22 @@ impl Atom {
                     });
                 }
                 out.ok_or(EvalError::Overflow)
+            }
+            Atom::Broadcast(v) => {
+                let values = v
+                    .iter()
+                    .map(|e| e.eval(env))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut out = 1;
+                for &x in &values {
+                    if x != 1 {
+                        if out != 1 && out != x {
+                            return Err(EvalError::Broadcast(values));
+                        }
+                        out = x;
+                    }
+                }
+                Ok(out)
             }
         }
     }

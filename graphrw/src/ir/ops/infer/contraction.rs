@@ -151,8 +151,7 @@ pub fn sdpa(x: &[&TensorMeta], a: &Attrs) -> Out {
         let mut scores = qs.clone();
         scores[r - 1] = ks[r - 2].clone();
         let scores = Shape(scores);
-        let b = broadcast_shapes(&scores, &m.shape)?;
-        if b != scores {
+        if !broadcasts_into(&m.shape, &scores)? {
             infer_bail!(
                 "attn_mask {} does not broadcast to the scores' shape {scores}",
                 m.shape

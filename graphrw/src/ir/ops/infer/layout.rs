@@ -2,6 +2,7 @@
 //! `expand`, `squeeze`/`unsqueeze`, `concat`, `split` and `slice`.
 
 use super::*;
+use crate::ir::sym::bounds::Bounds;
 
 /// `transpose(dim0, dim1)`.
 pub fn transpose(x: &[&TensorMeta], a: &Attrs) -> Out {
@@ -97,7 +98,9 @@ fn one_term_ratio(x: &SymExpr, y: &SymExpr) -> Option<(i64, i64)> {
 }
 
 /// The `-1` of a reshape of `shape` whose other entries are `others` (multiplying to
-/// `rest`): the exact quotient where there is one, a floor division by a constant, else
+/// `rest`): the exact quotient where there is one (a symbolic divisor divides only
+/// where it is at least 1, which the reshape itself gives: it has no `-1` beside a
+/// product of 0, see [`Bounds::divisor`]), a floor division by a constant, else
 /// a fresh symbol (bound from the tensor at run time). Entries equal to a dim of
 /// `shape` cancel first, so that merging or splitting dims around a symbolic one
 /// (`[b, 32, past + new, 64]` to `[-1, past + new, 64]`) gives the product of the rest
@@ -106,8 +109,10 @@ fn inferred_dim(shape: &Shape, others: &[SymExpr], rest: &SymExpr) -> Result<Dim
     if rest.as_const() == Some(0) {
         infer_bail!("cannot reshape {shape} to a shape with a 0 and a -1");
     }
-    let quotient = cancelled_quotient(shape, others)
-        .or_else(|| shape.numel_expr().and_then(|n| n.div_floor(rest)));
+    let quotient = cancelled_quotient(shape, others).or_else(|| {
+        let n = shape.numel_expr()?;
+        n.div_floor_within(rest, &Bounds::divisor(rest))
+    });
     Ok(quotient
         .and_then(Dim::from_expr)
         .unwrap_or_else(|| Dim::sym(&format!("{shape}/{rest}"))))
@@ -128,7 +133,7 @@ fn cancelled_quotient(shape: &Shape, others: &[SymExpr]) -> Option<SymExpr> {
         }
     }
     let numerator = left.iter().try_fold(SymExpr::int(1), |acc, d| acc.mul(d))?;
-    let q = numerator.div_floor(&divisor)?;
+    let q = numerator.div_floor_within(&divisor, &Bounds::divisor(&divisor))?;
     // Exact only: the quotient times the divisor gives the numerator back.
     (q.mul(&divisor)? == numerator).then_some(q)
 }

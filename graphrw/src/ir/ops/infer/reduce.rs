@@ -115,8 +115,7 @@ pub fn norm(x: &[&TensorMeta], a: &Attrs) -> Out {
     let ax = axis(a.int("axis")?, r, "normalisation axis")?;
     let normalized = Shape(x[0].shape.0[ax..].into());
     for (i, p) in x.iter().enumerate().skip(1) {
-        let b = broadcast_shapes(&normalized, &p.shape)?;
-        if b != normalized {
+        if !broadcasts_into(&p.shape, &normalized)? {
             infer_bail!(
                 "operand {i} ({}) does not broadcast to the normalised shape {normalized}",
                 p.shape

@@ -127,6 +127,10 @@ impl<'m> Importer<'m> {
         }
         let folded = match at.op_type {
             "Shape" => self.shape_of(at)?,
+            "Where" => match self.broadcast_of(at) {
+                Some(t) => Some(t),
+                None => self.fold_inputs(at)?,
+            },
             "Size" => {
                 let x = self.req(at, 0)?;
                 let known = self
@@ -143,29 +147,64 @@ impl<'m> Importer<'m> {
                     _ => None,
                 }
             }
-            _ => {
-                let mut ins = Vec::with_capacity(at.input.len());
-                for i in 0..at.input.len() {
-                    if at.input[i].is_empty() {
-                        ins.push(None);
-                        continue;
-                    }
-                    let v = self.req(at, i)?;
-                    match SymTensor::of(&self.graph, v) {
-                        Some(t) => ins.push(Some(t)),
-                        None => return Ok(None),
-                    }
-                }
-                if ins.iter().all(Option::is_none) {
-                    return Ok(None);
-                }
-                eval(at, &ins)
-            }
+            _ => self.fold_inputs(at)?,
         };
         let Some(t) = folded else {
             return Ok(None);
         };
         Ok(Some(smallvec![self.materialise(at, t)?]))
+    }
+
+    /// A node of shape arithmetic over inputs that are all symbolic values, evaluated.
+    fn fold_inputs(&mut self, at: &At<'m, '_>) -> Result<Option<SymTensor>, OnnxError> {
+        let mut ins = Vec::with_capacity(at.input.len());
+        for i in 0..at.input.len() {
+            if at.input[i].is_empty() {
+                ins.push(None);
+                continue;
+            }
+            let v = self.req(at, i)?;
+            match SymTensor::of(&self.graph, v) {
+                Some(t) => ins.push(Some(t)),
+                None => return Ok(None),
+            }
+        }
+        if ins.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        Ok(eval(at, &ins))
+    }
+
+    /// `Where(Equal(x, 1), y, x)` where `x == 1` is not decided: numpy's broadcast of
+    /// the sizes `x` and `y`, as the exporter writes a `broadcast(x, y)` dim
+    /// (`shape_arith/write.rs`), read back into that atom.
+    fn broadcast_of(&mut self, at: &At<'m, '_>) -> Option<SymTensor> {
+        if at.input.len() != 3 {
+            return None;
+        }
+        let (c, y, x) = (
+            self.req(at, 0).ok()?,
+            self.req(at, 1).ok()?,
+            self.req(at, 2).ok()?,
+        );
+        let eq = self.graph.node(c.node)?;
+        let [a, one] = eq.operands() else {
+            return None;
+        };
+        let is_one = SymTensor::of(&self.graph, *one)?
+            .values
+            .iter()
+            .all(|v| v.as_const() == Some(1));
+        if eq.op().name != "eq" || *a != x || !is_one {
+            return None;
+        }
+        let (x, y) = (
+            SymTensor::of(&self.graph, x)?,
+            SymTensor::of(&self.graph, y)?,
+        );
+        elementwise(&x, &y, x.dtype, |a, b| {
+            SymExpr::broadcast(&[a.clone(), b.clone()])
+        })
     }
 
     /// `Shape(x)` from the metadata of `x` (`start`/`end` since opset 15).

@@ -3,7 +3,8 @@
 //! A node such as `reshape(x, [batch, seq, 12, 64])` has no static shape tensor to
 //! write. Each symbol is read where the graph first has it as a whole dim (a graph
 //! input's `batch` is `Gather(Shape(input_ids), [0])`), expressions become `Add`,
-//! `Mul`, `Div`, `Min` and `Max` of those, and a list is one `Concat`: the standard
+//! `Mul`, `Div`, `Min` and `Max` of those (a `broadcast` is `Where(Equal(x, 1), y, x)`),
+//! and a list is one `Concat`: the standard
 //! ops onnxruntime runs at every shape. Each symbol and each list is written once per
 //! model.
 
@@ -132,6 +133,22 @@ impl Exporter<'_> {
                         let out = self.tmp(&op.to_lowercase());
                         self.push(op, &ins, &[out], &[]);
                         out
+                    }
+                    Factor::Broadcast(v) => {
+                        // numpy's rule for one dim, where the sizes broadcast: the
+                        // first that is not 1, `where(x == 1, y, x)` folded over them
+                        // (not `Max`: `broadcast(0, 1)` is 0).
+                        let v = v.to_vec();
+                        let one = self.init_ints("one", &[1])?;
+                        let mut acc = self.sym_expr(&v[0])?;
+                        for e in &v[1..] {
+                            let y = self.sym_expr(e)?;
+                            let is_one = self.binary("Equal", acc, one);
+                            let out = self.tmp("broadcast");
+                            self.push("Where", &[is_one, y, acc], &[out], &[]);
+                            acc = out;
+                        }
+                        acc
                     }
                 };
                 product = Some(match product {
