@@ -13,12 +13,14 @@
 //! | `BiasGelu(x, bias)`, `Gelu(x)` | `gelu(x (+ bias))` (erf) |
 //! | `QuickGelu(x)` | `x * sigmoid(alpha * x)` |
 //! | `BiasAdd(x, bias, skip)` | `x + bias + skip` |
+//! | `FusedMatMul(a, b)` | `alpha * matmul(a or aᵀ, b or bᵀ)` (the last two dims swapped; the batch transposes are not read) |
 //! | `Attention`, `MultiHeadAttention`, `GroupQueryAttention` | `scaled_dot_product_attention` with its projections, caches and masks (`attention.rs`, `gqa.rs`) |
 //! | `RotaryEmbedding`, `EmbedLayerNormalization` | rotations of the heads; gathers, sum and `layer_norm` (`embed.rs`) |
 //!
 //! The normalisations' optional `mean` and `inv_std_var` outputs (training statistics,
-//! which neither optimizer reads) are not computed: a node that names them passes
-//! through unread, as does any other contrib op.
+//! which onnxscript names and neither optimizer reads) are computed in float32 over the
+//! normalised dims, kept as dims of 1, as onnxruntime's schema declares them; the plan
+//! drops them when nothing reads them.
 
 mod attention;
 mod embed;
@@ -26,6 +28,7 @@ mod gqa;
 mod heads;
 
 use crate::graph::Value;
+use crate::meta::DType;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
 use crate::onnx::OnnxError;
@@ -48,6 +51,7 @@ pub(crate) fn is_contrib(op_type: &str, domain: &str) -> bool {
                 | "Gelu"
                 | "QuickGelu"
                 | "BiasAdd"
+                | "FusedMatMul"
                 | "Attention"
                 | "MultiHeadAttention"
                 | "GroupQueryAttention"
@@ -69,6 +73,7 @@ impl<'m> Importer<'m> {
             "FastGelu" | "BiasGelu" | "Gelu" => self.contrib_gelu(at),
             "QuickGelu" => self.quick_gelu(at),
             "BiasAdd" => self.bias_add(at),
+            "FusedMatMul" => self.fused_matmul(at),
             "Attention" => self.ms_attention(at),
             "MultiHeadAttention" => self.multi_head_attention(at),
             "GroupQueryAttention" => self.group_query_attention(at),
@@ -130,18 +135,55 @@ impl<'m> Importer<'m> {
         }
     }
 
-    /// Refuses (as a form graphrw does not read: the node passes through) a node that
-    /// names its training statistics outputs.
-    fn no_statistics(at: &At<'m, '_>, outputs: std::ops::Range<usize>) -> Result<(), OnnxError> {
-        let named = outputs
-            .filter(|&j| at.output.get(j).is_some_and(|n| !n.is_empty()))
-            .collect::<Vec<_>>();
-        match named.as_slice() {
-            [] => Ok(()),
-            _ => Err(at.err(format!(
-                "outputs {named:?} (the mean and inverse standard deviation) are not computed"
-            ))),
+    /// The normalisation statistics of `x` over the dims from `axis` on, in float32 with
+    /// those dims kept as 1: `(mean, inv_std_var)`, where `inv_std_var` is
+    /// `1 / sqrt(var + eps)`, or `1 / sqrt(mean(x²) + eps)` when `rms` (whose mean is
+    /// zeros, as onnxruntime writes it).
+    fn norm_statistics(
+        &mut self,
+        at: &At<'m, '_>,
+        x: Value,
+        axis: i64,
+        eps: f64,
+        rms: bool,
+    ) -> Result<(Value, Value), OnnxError> {
+        let rank = self.meta(x)?.rank() as i64;
+        let first = if axis < 0 { axis + rank } else { axis };
+        let x = match self.meta(x)?.dtype {
+            DType::F32 => x,
+            _ => self.op1(
+                at,
+                Op::Cast,
+                &[x],
+                &[("dtype", AttrValue::DType(DType::F32))],
+            )?,
+        };
+        let over = [
+            ("dims", AttrValue::Ints((first..rank).collect())),
+            ("keepdim", AttrValue::Bool(true)),
+        ];
+        let mean = self.op1(at, Op::Mean, &[x], &over)?;
+        let centred = if rms {
+            x
+        } else {
+            self.op1(at, Op::Sub, &[x, mean], &[])?
+        };
+        let square = self.op1(at, Op::Mul, &[centred, centred], &[])?;
+        let var = self.op1(at, Op::Mean, &[square], &over)?;
+        let eps = self.scalar(DType::F32, eps);
+        let var = self.op1(at, Op::Add, &[var, eps], &[])?;
+        let inv_std = self.op1(at, Op::Rsqrt, &[var], &[])?;
+        if !rms {
+            return Ok((mean, inv_std));
         }
+        // onnxruntime writes zeros for the mean of an RMS norm.
+        let size = self.dims(inv_std)?.iter().map(|d| d.to_expr()).collect();
+        let attrs = [
+            ("size", AttrValue::sym_ints(size)),
+            ("dtype", AttrValue::DType(DType::F32)),
+        ];
+        let zeros = self.op1(at, Op::Zeros, &[], &attrs)?;
+        Ok((zeros, inv_std))
     }
 
     /// `SkipLayerNormalization` (`simplified`: `SkipSimplifiedLayerNormalization`).
@@ -152,7 +194,6 @@ impl<'m> Importer<'m> {
         if at.output.len() > 4 {
             return Err(at.bad(format!("{} outputs, expected at most 4", at.output.len())));
         }
-        Self::no_statistics(at, 1..3)?;
         let eps = f64::from(at.float("epsilon", SKIP_NORM_EPSILON)?);
         let x = self.float_input(at, 0, None)?;
         let skip = self.float_input(at, 1, Some(x))?;
@@ -170,7 +211,11 @@ impl<'m> Importer<'m> {
             sum = self.op1(at, Op::Add, &[sum, bias], &[])?;
         }
         let y = self.norm(at, sum, (gamma, beta), -1, eps, simplified)?;
-        Ok(smallvec![y, y, y, sum])
+        if at.output.iter().skip(1).take(2).all(|n| n.is_empty()) {
+            return Ok(smallvec![y, y, y, sum]);
+        }
+        let (mean, inv_std) = self.norm_statistics(at, sum, -1, eps, simplified)?;
+        Ok(smallvec![y, mean, inv_std, sum])
     }
 
     /// `layer_norm` (or `rms_norm` when `rms`) of `x` over the dims from `axis` on,
@@ -204,7 +249,6 @@ impl<'m> Importer<'m> {
         if at.output.len() > 2 {
             return Err(at.bad(format!("{} outputs, expected at most 2", at.output.len())));
         }
-        Self::no_statistics(at, 1..2)?;
         let axis = at.int("axis", -1)?;
         let eps = f64::from(at.float("epsilon", 1e-5)?);
         let x = self.float_input(at, 0, None)?;
@@ -214,7 +258,11 @@ impl<'m> Importer<'m> {
             return Err(at.bad(format!("axis {axis} is out of range for rank {rank}")));
         }
         let y = self.norm(at, x, (scale, None), axis, eps, true)?;
-        Ok(smallvec![y, y])
+        if at.output.get(1).is_none_or(|n| n.is_empty()) {
+            return Ok(smallvec![y, y]);
+        }
+        let (_, inv_std) = self.norm_statistics(at, x, axis, eps, true)?;
+        Ok(smallvec![y, inv_std])
     }
 
     /// `FastGelu` (tanh), `BiasGelu` and `Gelu` (erf).
@@ -264,5 +312,45 @@ impl<'m> Importer<'m> {
         let skip = self.float_input(at, 2, Some(x))?;
         let biased = self.op1(at, Op::Add, &[x, bias], &[])?;
         Ok(smallvec![self.op1(at, Op::Add, &[biased, skip], &[])?])
+    }
+
+    /// `FusedMatMul`: `alpha * matmul(a, b)`, each operand's last two dims swapped
+    /// first where `transA` / `transB` say so.
+    fn fused_matmul(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {
+        at.only_attrs(&["alpha", "transA", "transB", "transBatchA", "transBatchB"])?;
+        at.only_outputs(1)?;
+        at.inputs_between(2, 2)?;
+        for batch in ["transBatchA", "transBatchB"] {
+            if at.int(batch, 0)? != 0 {
+                return Err(at.err(format!("`{batch}` is not read")));
+            }
+        }
+        let a = self.float_input(at, 0, None)?;
+        let b = self.float_input(at, 1, Some(a))?;
+        let mut operands = [a, b];
+        for (v, (flag, which)) in operands.iter_mut().zip([("transA", 0), ("transB", 1)]) {
+            if at.int(flag, 0)? == 0 {
+                continue;
+            }
+            let rank = self.meta(*v)?.rank() as i64;
+            if rank < 2 {
+                return Err(at.bad(format!(
+                    "input {which} is rank {rank} with `{flag}` set, expected rank 2 or more"
+                )));
+            }
+            let swap = [
+                ("dim0", AttrValue::Int(rank - 2)),
+                ("dim1", AttrValue::Int(rank - 1)),
+            ];
+            *v = self.op1(at, Op::Transpose, &[*v], &swap)?;
+        }
+        let mut y = self.op1(at, Op::Matmul, &operands, &[])?;
+        let alpha = f64::from(at.float("alpha", 1.0)?);
+        if alpha != 1.0 {
+            let dtype = self.meta(y)?.dtype;
+            let s = self.scalar(dtype, alpha);
+            y = self.op1(at, Op::Mul, &[y, s], &[])?;
+        }
+        Ok(smallvec![y])
     }
 }
