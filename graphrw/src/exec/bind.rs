@@ -340,9 +340,13 @@ fn check_bounds(g: &Graph, b: &Bindings) -> Result<(), ExecError> {
         };
         let site = g.inputs().iter().find_map(|&id| {
             let node = g.node(id)?;
-            let axis = node.outputs().first()?.shape.dims().iter().position(
-                |d| matches!(d, Dim::Sym(x) if x == s),
-            )?;
+            let axis = node
+                .outputs()
+                .first()?
+                .shape
+                .dims()
+                .iter()
+                .position(|d| matches!(d, Dim::Sym(x) if x == s))?;
             Some((node.name().unwrap_or("?").to_string(), axis))
         });
         let (input, at) = match site {

@@ -3,9 +3,9 @@
 
 use super::*;
 use crate::assume::{self, Assumption, InputSite, Made, Requirement};
-use crate::meta::{Dim, SymExpr, Symbol, TensorMeta};
 use crate::ir::sym::bounds::Bounds;
 use crate::ir::sym::in_force;
+use crate::meta::{Dim, SymExpr, Symbol, TensorMeta};
 
 impl Graph {
     /// The equalities between symbols inference assumed while nodes were added, in the

@@ -354,6 +354,28 @@ mod properties {
                     prop_assert_eq!(e.eval(&env), Ok(want));
                 }
             }
+            // The same decisions through the one entry point the graph uses: the
+            // plain operations in a scope with the bounds in force, and their
+            // comparisons.
+            let ((mx, mn, q, ord), _) = super::super::in_force::with(&bounds, || {
+                (x.maximum(&y), x.minimum(&y), x.div_floor(&y), x.compare(&y))
+            });
+            if let (Ok(vx), Ok(vy)) = (x.eval(&env), y.eval(&env)) {
+                if let Some(mx) = mx {
+                    prop_assert_eq!(mx.eval(&env), Ok(vx.max(vy)));
+                }
+                if let Some(mn) = mn {
+                    prop_assert_eq!(mn.eval(&env), Ok(vx.min(vy)));
+                }
+                if let Some(q) = q {
+                    prop_assert!(vy != 0, "{} // {} taken in scope where {} is 0", x, y, y);
+                    let floor = vx.div_euclid(vy) - i64::from(vy < 0 && vx.rem_euclid(vy) != 0);
+                    prop_assert_eq!(q.eval(&env), Ok(floor));
+                }
+                if let Some(o) = ord {
+                    prop_assert_eq!(vx.cmp(&vy), o, "{} vs {}", x, y);
+                }
+            }
             if let (Some(q), Ok(vx), Ok(vy)) = (x.div_floor_within(&y, &bounds), x.eval(&env), y.eval(&env)) {
                 prop_assert!(vy != 0, "{} // {} taken where {} is 0", x, y, y);
                 // Floor division (toward minus infinity), as `SymExpr::div_floor`; not

@@ -44,7 +44,11 @@ pub(crate) fn file_bounds(
             })
         })
     };
-    for p in graph.metadata_props.iter().filter(|p| p.key == TORCH_RANGES) {
+    for p in graph
+        .metadata_props
+        .iter()
+        .filter(|p| p.key == TORCH_RANGES)
+    {
         for (s, lo) in torch_ranges(&p.value) {
             if named(s) {
                 out = out.at_least(s, lo);

@@ -17,10 +17,10 @@
 
 use crate::graph::Graph;
 use crate::graph::Value;
-use crate::meta::DType;
-use crate::meta::Sign;
 use crate::ir::sym::bounds::Bounds;
 use crate::ir::sym::in_force;
+use crate::meta::DType;
+use crate::meta::Sign;
 use crate::meta::SymExpr;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
