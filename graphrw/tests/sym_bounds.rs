@@ -119,7 +119,8 @@ fn ramp(b: usize, seq: usize) -> Tensor {
 fn reshape_target(g: &Graph) -> String {
     let id = g.nodes_with_op("reshape").next().expect("a reshape");
     let node = g.node(id).expect("node");
-    format!("{:?}", node.attr_values())
+    let target: Vec<String> = node.attr_values().iter().map(|v| v.to_string()).collect();
+    format!("{} {}", target.join(" "), node.outputs()[0])
 }
 
 #[test]

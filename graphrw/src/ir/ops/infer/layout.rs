@@ -115,7 +115,7 @@ fn inferred_dim(shape: &Shape, others: &[SymExpr], rest: &SymExpr) -> Result<Dim
     in_force::prove(&Bounds::divisor(rest));
     let quotient = cancelled_quotient(shape, others).or_else(|| {
         let n = shape.numel_expr()?;
-        n.div_floor(rest)
+        n.div_floor_within(rest, &in_force::current().merge(&Bounds::divisor(rest)))
     });
     Ok(quotient
         .and_then(Dim::from_expr)
@@ -138,7 +138,8 @@ fn cancelled_quotient(shape: &Shape, others: &[SymExpr]) -> Option<SymExpr> {
     }
     let numerator = left.iter().try_fold(SymExpr::int(1), |acc, d| acc.mul(d))?;
     // The divisor is part of `rest`, which `inferred_dim` proved at least 1.
-    let q = numerator.div_floor(&divisor)?;
+    let bounds = in_force::current().merge(&Bounds::divisor(&divisor));
+    let q = numerator.div_floor_within(&divisor, &bounds)?;
     // Exact only: the quotient times the divisor gives the numerator back.
     (q.mul(&divisor)? == numerator).then_some(q)
 }
