@@ -38,7 +38,7 @@ mod upgrade;
 
 pub use error::OnnxError;
 pub use external::{SaveOptions, Saved, WeightLayout, MAX_PROTO_BYTES};
-pub use load::{from_model, load, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
+pub use load::{from_model, load, load_assuming, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
 pub use save::{
     save, save_with, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
     ROTARY_OPSET,
