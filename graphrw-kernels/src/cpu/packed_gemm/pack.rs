@@ -67,11 +67,10 @@ impl PackedB {
             );
         }
         let panels = n.div_ceil(nr);
-        let mut data = vec![0f32; panels * k * nr + ALIGN];
-        let start = data.as_ptr().align_offset(ALIGN * 4).min(ALIGN);
+        let mut packed = PackedB::zeroed(isa, nr, (k, n));
         for p0 in (0..k).step_by(PACK_ROWS) {
             let p1 = k.min(p0 + PACK_ROWS);
-            for (q, panel) in data[start..]
+            for (q, panel) in packed.data[packed.start..]
                 .chunks_exact_mut((k * nr).max(1))
                 .enumerate()
                 .take(panels)
@@ -85,14 +84,7 @@ impl PackedB {
             }
             rows_done(p0..p1);
         }
-        Some(PackedB {
-            isa,
-            nr,
-            k,
-            n,
-            data,
-            start,
-        })
+        Some(packed)
     }
 
     /// Packs columns `col0..col0 + n` of the `k x N` matrix whose transpose `bt` holds
@@ -120,9 +112,8 @@ impl PackedB {
             );
         }
         let panels = n.div_ceil(nr);
-        let mut data = vec![0f32; panels * k * nr + ALIGN];
-        let start = data.as_ptr().align_offset(ALIGN * 4).min(ALIGN);
-        for (q, panel) in data[start..]
+        let mut packed = PackedB::zeroed(isa, nr, (k, n));
+        for (q, panel) in packed.data[packed.start..]
             .chunks_exact_mut((k * nr).max(1))
             .enumerate()
             .take(panels)
@@ -142,14 +133,22 @@ impl PackedB {
             }
             cols_done(col0 + j0..col0 + j0 + w);
         }
-        Some(PackedB {
+        Some(packed)
+    }
+
+    /// A `k x n` matrix of zeros in panels of `nr` columns for `isa`, its panels from a
+    /// 64-byte boundary.
+    fn zeroed(isa: Isa, nr: usize, (k, n): (usize, usize)) -> PackedB {
+        let data = vec![0f32; n.div_ceil(nr) * k * nr + ALIGN];
+        let start = data.as_ptr().align_offset(ALIGN * 4).min(ALIGN);
+        PackedB {
             isa,
             nr,
             k,
             n,
             data,
             start,
-        })
+        }
     }
 
     /// Depth (rows of the packed matrix).
