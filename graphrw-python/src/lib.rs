@@ -18,6 +18,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use graphrw::ir::sym::bounds::Bounds;
 use graphrw::onnx::{SaveOptions, WeightLayout};
 use graphrw::rewrite::Rewriter;
 use graphrw::{rules, DType, Graph, Value};
@@ -342,7 +343,8 @@ fn layout(name: &str) -> Outcome<WeightLayout> {
 
 /// Optimises a model (see `graphrw.optimize`); returns the report's fields as a dict.
 #[pyfunction]
-#[pyo3(signature = (model, output=None, rules=Vec::new(), layout="keep", data_file=None, want_bytes=false))]
+#[pyo3(signature = (model, output=None, rules=Vec::new(), layout="keep", data_file=None, want_bytes=false, assume=Vec::new()))]
+#[allow(clippy::too_many_arguments)]
 fn optimize<'py>(
     py: Python<'py>,
     model: &Bound<'py, PyAny>,
@@ -351,6 +353,7 @@ fn optimize<'py>(
     layout: &str,
     data_file: Option<String>,
     want_bytes: bool,
+    assume: Vec<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let src = Source::extract(model)?;
     let save = SaveOptions {
@@ -364,7 +367,8 @@ fn optimize<'py>(
         save,
         want_bytes,
     };
-    let done = detached(py, || run_optimize(&src, &args))?;
+    let bounds = bounds_of(&assume).map_err(|f| f.into_pyerr(py))?;
+    let done = detached(py, || assuming(&bounds, || run_optimize(&src, &args)))?;
     let dict = pyo3::types::PyDict::new(py);
     dict.set_item("rule_counts", done.rule_counts)?;
     dict.set_item("skipped", done.skipped)?;
@@ -377,6 +381,20 @@ fn optimize<'py>(
     dict.set_item("model", done.model.map(|b| PyBytes::new(py, &b)))?;
     dict.set_item("seconds", done.seconds)?;
     Ok(dict.into_any())
+}
+
+/// The lower bounds `texts` give (`["seq>=1", "past>=0,batch>=1"]`), merged.
+fn bounds_of(texts: &[String]) -> Outcome<Bounds> {
+    texts.iter().try_fold(Bounds::new(), |all, text| {
+        Bounds::parse(text)
+            .map(|b| all.merge(&b))
+            .map_err(|e| Failure::new(Kind::InvalidArgument, format!("assume: {e}")))
+    })
+}
+
+/// `f` with `bounds` in force: every model it loads holds them (`--assume` of the CLI).
+fn assuming<T>(bounds: &Bounds, f: impl FnOnce() -> Outcome<T>) -> Outcome<T> {
+    graphrw::ir::sym::in_force::with(bounds, f).0
 }
 
 /// The numpy name of a dtype (`float32`, `bfloat16`, `bool`, ...).

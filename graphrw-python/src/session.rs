@@ -164,10 +164,16 @@ fn kernel_options(threads: usize) -> Outcome<KernelOptions> {
 }
 
 /// Runs `plan` once on zeros shaped as the graph's inputs, symbolic dims as `dims` names
-/// them (else 1), so that the first real run finds weights packed, kernels chosen for
+/// them (else 1, or the symbol's lower bound, [`Graph::bounds`]), so that the first real run finds weights packed, kernels chosen for
 /// those shapes and buffers in the pool.
 fn warm_up(plan: &Plan, graph: &Graph, dims: &HashMap<String, u64>) -> Result<(), String> {
-    let env = |name: &str| Some(dims.get(name).map_or(1, |&n| n as i64));
+    let bounds = graph.bounds();
+    let env = |name: &str| {
+        Some(
+            dims.get(name)
+                .map_or(bounds.lower(name).max(1), |&n| n as i64),
+        )
+    };
     let mut inputs = Vec::new();
     for &id in graph.inputs() {
         let v = Value::from(id);
@@ -370,9 +376,10 @@ impl Session {
 impl Session {
     /// Loads, optimises (`level`: `all`, `none` or `reference`), plans on `device`
     /// (`cpu`, `cuda:N`) with `threads` (0: `GRAPHRW_THREADS`, else one per core) and,
-    /// with `warmup`, runs once on zeros (symbolic dims sized by `dims`, else 1).
+    /// with `warmup`, runs once on zeros (symbolic dims sized by `dims`, else 1), the
+    /// model loaded with the lower bounds `assume` gives (`seq>=1`).
     #[new]
-    #[pyo3(signature = (model, level="all", threads=0, device="cpu", optimized_model_path=None, warmup=true, dims=HashMap::new()))]
+    #[pyo3(signature = (model, level="all", threads=0, device="cpu", optimized_model_path=None, warmup=true, dims=HashMap::new(), assume=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -383,6 +390,7 @@ impl Session {
         optimized_model_path: Option<PathBuf>,
         warmup: bool,
         dims: HashMap<String, u64>,
+        assume: Vec<String>,
     ) -> PyResult<Session> {
         let src = Source::extract(model)?;
         let args = SessionArgs {
@@ -393,7 +401,8 @@ impl Session {
             warmup,
             dims,
         };
-        detached(py, || prepare(&src, &args))
+        let bounds = super::bounds_of(&assume).map_err(|f| f.into_pyerr(py))?;
+        detached(py, || super::assuming(&bounds, || prepare(&src, &args)))
     }
 
     /// The graph inputs: `(name, numpy dtype, ort type, dims)`.

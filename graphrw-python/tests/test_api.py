@@ -296,3 +296,23 @@ def test_rules_lists_every_rule_explain_takes() -> None:
         graphrw.explain(model, "nope")
     with pytest.raises(graphrw.InvalidArgument, match="give the rule"):
         graphrw.explain(model, node="t1")
+
+
+def test_assume_bounds_a_symbol_for_every_run() -> None:
+    model = identity_model("float32", shape=("n", 3), op="Relu")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.0
+    sess = graphrw.InferenceSession(model, assume="n>=2")
+    assert sess.warmup_error is None  # warmed up at n = 2, not 1
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    with pytest.raises(graphrw.GraphrwError, match="n >= 2"):
+        sess.run(None, {"x": x[:1]})
+    # Saved with the model by optimize, and in force when the file is loaded again.
+    saved = graphrw.optimize(model, assume=["n>=2"]).model
+    with pytest.raises(graphrw.GraphrwError, match="n >= 2"):
+        graphrw.InferenceSession(saved).run(None, {"x": x[:1]})
+    (y,) = graphrw.InferenceSession(saved).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    for bad in ("n>=x", "n", ["n>=1", 3]):
+        with pytest.raises(graphrw.InvalidArgument, match="assume"):
+            graphrw.InferenceSession(model, assume=bad)

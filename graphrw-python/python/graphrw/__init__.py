@@ -170,12 +170,25 @@ class Report:
     __repr__ = __str__
 
 
+def _assumed(assume: Union[str, Sequence[str], None]) -> List[str]:
+    """The ``assume`` argument as a list of bound texts."""
+    if assume is None:
+        return []
+    if isinstance(assume, str):
+        return [assume]
+    texts = list(assume)
+    if not all(isinstance(t, str) for t in texts):
+        raise InvalidArgument("assume: expected a str or a list of str, as \"seq>=1\"")
+    return texts
+
+
 def optimize(
     model: ModelLike,
     output: Union[str, "os.PathLike[str]", None] = None,
     *,
     rules: Union[str, Sequence[str]] = "default",
     external_data: Optional[bool] = None,
+    assume: Union[str, Sequence[str], None] = None,
 ) -> Report:
     """Optimises a model with graphrw's rule sets, as ``graphrw optimize`` does.
 
@@ -190,6 +203,10 @@ def optimize(
         external_data: the written weights' layout: ``None`` keeps the input's
             (weights from external data go to ``OUTPUT.data``), ``True`` writes every
             weight of 1 KiB or more to ``OUTPUT.data``, ``False`` writes one file.
+        assume: lower bounds on symbolic dims, ``"seq>=1"`` or a list of them
+            (``graphrw --assume``): shape arithmetic folds further under them
+            (``max(seq, 1)`` is ``seq``), and they are saved with the model and checked
+            at every run.
 
     Returns:
         A :class:`Report`; ``print(report)`` shows a short table.
@@ -208,7 +225,7 @@ def optimize(
     if layout is None:
         raise InvalidArgument("external_data: expected None, True or False")
     out = os.fspath(output) if output is not None else None
-    fields = _native.optimize(src, out, names, layout, None, out is None)
+    fields = _native.optimize(src, out, names, layout, None, out is None, _assumed(assume))
     result: Any = fields["model"]
     if result is not None and form == "proto":
         proto = type(model)()

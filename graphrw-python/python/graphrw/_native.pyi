@@ -15,6 +15,7 @@ def optimize(
     layout: str = "keep",
     data_file: Optional[str] = None,
     want_bytes: bool = False,
+    assume: List[str] = ...,
 ) -> Dict[str, Any]:
     """Optimises a model; the fields of ``graphrw.Report`` as a dict."""
 
@@ -42,6 +43,7 @@ class Session:
         optimized_model_path: Optional[str] = None,
         warmup: bool = True,
         dims: Dict[str, int] = ...,
+        assume: List[str] = ...,
     ) -> None:
         """``level``: ``all``, ``none`` (no rewrite) or ``reference``; ``device``:
         ``cpu`` or ``cuda:N``; ``threads`` 0: ``GRAPHRW_THREADS``, else every core;

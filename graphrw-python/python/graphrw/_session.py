@@ -742,6 +742,9 @@ class InferenceSession:
         provider_options: one options dict per provider name.
         optimize: graphrw's own switch: ``False`` runs the model as loaded on the
             reference kernels (``graphrw run --executors reference``).
+        assume: graphrw's own: lower bounds on symbolic dims, ``"seq>=1"`` or a list
+            of them (as :func:`graphrw.optimize` takes them); a run whose inputs break
+            one is refused naming the input.
         disabled_optimizers, read_config_from_model: onnxruntime's; accepted, ignored.
 
     Raises:
@@ -759,11 +762,12 @@ class InferenceSession:
         **kwargs: Any,
     ):
         optimize = kwargs.pop("optimize", True)
+        assume = kwargs.pop("assume", None)
         unknown = [k for k in kwargs if k not in self._KWARGS_IGNORED]
         if unknown:
             raise TypeError(
                 f"InferenceSession got unexpected keyword argument(s) {', '.join(unknown)} "
-                f"(takes sess_options, providers, provider_options, optimize, "
+                f"(takes sess_options, providers, provider_options, optimize, assume, "
                 f"{', '.join(self._KWARGS_IGNORED)})"
             )
         #: The model as given (a path, bytes or a ModelProto), planned again by
@@ -771,6 +775,9 @@ class InferenceSession:
         self._model = path_or_bytes
         self._options = SessionOptions._read(sess_options)
         self._optimize = bool(optimize)
+        from . import _assumed  # the package's reading of an assume argument
+
+        self._assume = _assumed(assume)
         self._profiling_lock = threading.Lock()
         self._create(providers, provider_options)
 
@@ -800,6 +807,7 @@ class InferenceSession:
             optimized_model_path=opts.optimized_model_filepath or None,
             warmup=warmup,
             dims=dict(opts._dims),
+            assume=list(self._assume),
         )
         provider_opts: Dict[str, Dict[str, str]] = {}
         if cuda:
