@@ -84,10 +84,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "graphrw_kernels::elementwise::run",
         "graphrw_kernels::options",
     ],
-    &[
-        "graphrw_kernels::cpu::elementwise",
-        "graphrw_kernels::elementwise::lanes",
-    ],
 ];
 
 #[test]
