@@ -68,13 +68,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "graphrw::onnx::table",
     ],
     &[
-        "graphrw_kernels::broadcast",
-        "graphrw_kernels::cpu::pool",
-        "graphrw_kernels::element",
-        "graphrw_kernels::external",
-        "graphrw_kernels::tensor",
-    ],
-    &[
         "graphrw_kernels::budget",
         "graphrw_kernels::cpu::choice",
         "graphrw_kernels::cpu::matmul",
