@@ -67,16 +67,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "graphrw::onnx::save::exporter",
         "graphrw::onnx::table",
     ],
-    &[
-        "graphrw_kernels::budget",
-        "graphrw_kernels::cpu::choice",
-        "graphrw_kernels::cpu::matmul",
-        "graphrw_kernels::cpu::matmul::gemm",
-        "graphrw_kernels::cpu::matmul::product",
-        "graphrw_kernels::cpu::packed_weight",
-        "graphrw_kernels::elementwise::run",
-        "graphrw_kernels::options",
-    ],
 ];
 
 #[test]
