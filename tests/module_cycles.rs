@@ -54,19 +54,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "graphrw::ir::ops",
         "graphrw::ir::sym::assume",
     ],
-    &[
-        "graphrw::onnx::external",
-        "graphrw::onnx::load",
-        "graphrw::onnx::load::importer",
-        "graphrw::onnx::load::node",
-        "graphrw::onnx::load::value_info",
-        "graphrw::onnx::ops::function",
-        "graphrw::onnx::ops::microsoft",
-        "graphrw::onnx::ops::shape_arith::write",
-        "graphrw::onnx::save",
-        "graphrw::onnx::save::exporter",
-        "graphrw::onnx::table",
-    ],
 ];
 
 #[test]
