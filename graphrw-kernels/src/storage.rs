@@ -39,10 +39,10 @@ pub enum Storage {
     /// `u64` elements.
     U64(Vec<u64>),
     /// Little-endian elements of any dtype but `bool`, viewed in place in a read-only
-    /// file mapping (see [`Tensor::from_mapped`]).
+    /// file mapping (see [`Tensor::from_mapped`](crate::Tensor::from_mapped)).
     Mapped(MappedElements),
     /// Little-endian elements of any dtype but `bool`, viewed in place in a buffer a
-    /// caller allocated and keeps alive (see [`Tensor::from_external`]); read-only.
+    /// caller allocated and keeps alive (see [`Tensor::from_external`](crate::Tensor::from_external)); read-only.
     External(ExternalElements),
 }
 

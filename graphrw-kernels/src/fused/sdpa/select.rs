@@ -41,13 +41,13 @@ pub(super) fn path_of(kernel: &KernelOptions) -> Path {
     }
 }
 
-/// The implementation [`sdpa`] runs for inputs of `dtype` (with a head size above 0)
+/// The implementation [`sdpa`](super::sdpa) runs for inputs of `dtype` (with a head size above 0)
 /// on this CPU, with the thread's current [`KernelOptions`].
 pub fn selected_kernel(dtype: DType) -> SdpaKernel {
     selected_kernel_with(dtype, &KernelOptions::current())
 }
 
-/// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` (with a
+/// The implementation [`sdpa_tuned`](super::sdpa_tuned) runs with `kernel` for inputs of `dtype` (with a
 /// head size above 0) on this CPU, for shapes outside the decode path's (more than
 /// [`DECODE_MAX_QUERIES`] query rows or fewer than [`DECODE_MIN_KEYS`] keys; see
 /// [`selected_kernel_for`]).
@@ -55,7 +55,7 @@ pub fn selected_kernel_with(dtype: DType, kernel: &KernelOptions) -> SdpaKernel 
     pick_kernel(dtype, path_of(kernel), 1, kernel.sdpa_isa()).tuned(&kernel.sdpa)
 }
 
-/// The implementation [`sdpa_tuned`] runs with `kernel` for inputs of `dtype` with `sq`
+/// The implementation [`sdpa_tuned`](super::sdpa_tuned) runs with `kernel` for inputs of `dtype` with `sq`
 /// query rows, `skv` keys and a head size above 0: [`SdpaKernel::Decode`] where the
 /// decode path applies, else [`selected_kernel_with`]'s.
 pub fn selected_kernel_for(
