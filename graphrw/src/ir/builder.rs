@@ -26,7 +26,7 @@ use std::cell::RefCell;
 use graphrw_kernels::Tensor;
 use smallvec::SmallVec;
 
-pub use crate::graph::Builder;
+pub use crate::graph::draft::Builder;
 use crate::graph::{normalize_attrs, Graph, NodeId, Value};
 use crate::meta::{DType, TensorMeta};
 use crate::ops::{AttrValue, Attrs, OpDef};

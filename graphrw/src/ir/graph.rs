@@ -35,7 +35,7 @@
 
 mod assume;
 mod build;
-mod draft;
+pub(crate) mod draft;
 mod edit;
 mod id;
 mod order;
@@ -57,7 +57,6 @@ use crate::meta::TensorMeta;
 use crate::op_index::{OpIndex, VACANT};
 use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef, OpId};
 use crate::GraphError;
-pub use draft::Builder;
 pub use id::{NodeId, Value};
 
 /// One use of a value, as the producer's use list holds it (with the user's id): the

@@ -41,7 +41,8 @@ pub mod infer;
 
 use std::fmt;
 
-use crate::graph::{Builder, Value};
+use crate::graph::draft::Builder;
+use crate::graph::Value;
 use crate::meta::{DType, EvalError, SymExpr, TensorMeta};
 use crate::GraphError;
 
