@@ -21,6 +21,12 @@ use crate::commands;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Assume a lower bound on a symbolic dim for every run (`--assume seq>=1`;
+    /// repeat the flag, or separate bounds with commas). The model is loaded with it,
+    /// so shape arithmetic folds further (`max(seq, 1)` is `seq`); it is saved with
+    /// the model, and a run whose inputs break it fails naming the input.
+    #[arg(long, global = true, value_name = "SYMBOL>=N")]
+    assume: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -215,7 +221,31 @@ where
         }
     };
     let _options = options.install();
-    let result = match cli.command {
+    let mut bounds = graphrw::ir::sym::bounds::Bounds::new();
+    for text in &cli.assume {
+        match graphrw::ir::sym::bounds::Bounds::parse(text) {
+            Ok(b) => bounds = bounds.merge(&b),
+            Err(e) => {
+                eprintln!("error: --assume: {}", commands::error_text(&e));
+                return 2;
+            }
+        }
+    }
+    // Every model a command loads is loaded with the bounds in force.
+    let (result, _) = graphrw::ir::sym::in_force::with(&bounds, || dispatch(cli.command, options));
+    match result {
+        Ok(code) if code == ExitCode::SUCCESS => 0,
+        Ok(_) => 1,
+        Err(e) => {
+            eprintln!("error: {}", commands::error_text(&e.to_string()));
+            1
+        }
+    }
+}
+
+/// Runs one subcommand.
+fn dispatch(command: Command, options: graphrw::KernelOptions) -> commands::CmdResult {
+    match command {
         Command::Ops { filter } => commands::ops::run(filter.as_deref()),
         Command::Inspect { model } => commands::inspect::run(&model),
         Command::Print { model, before } => commands::print::run(&model, before.as_deref()),
@@ -281,13 +311,5 @@ where
                 kernel: options,
             },
         ),
-    };
-    match result {
-        Ok(code) if code == ExitCode::SUCCESS => 0,
-        Ok(_) => 1,
-        Err(e) => {
-            eprintln!("error: {}", commands::error_text(&e.to_string()));
-            1
-        }
     }
 }

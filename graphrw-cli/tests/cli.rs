@@ -1116,3 +1116,28 @@ fn a_paced_run_runs_once_per_line_read() {
         "{rest:?}"
     );
 }
+
+/// `--assume SYMBOL>=N` loads the model with the bound (printed with the graph), and a
+/// bound that does not parse is a usage error.
+#[test]
+fn assume_gives_a_symbol_a_lower_bound() {
+    let dynamic = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../graphrw/tests/models/onnxscript_for_ort/electra_dynamo.onnx")
+        .display()
+        .to_string();
+    let plain = ok(&["print", &dynamic]);
+    assert!(!plain.contains("seq>=3"), "{plain}");
+    let bounded = ok(&["print", &dynamic, "--assume", "seq>=3,batch>=2"]);
+    let line = bounded
+        .lines()
+        .find(|l| l.trim_start().starts_with("assume") && l.contains(">="))
+        .unwrap_or_else(|| panic!("no bounds line:\n{bounded}"));
+    assert!(
+        line.contains("seq>=3") && line.contains("batch>=2"),
+        "{line}"
+    );
+    for bad in ["seq>=x", "seq", ">=1"] {
+        let err = usage_error(&["print", &dynamic, "--assume", bad]);
+        assert!(err.contains("--assume"), "{bad}: {err}");
+    }
+}

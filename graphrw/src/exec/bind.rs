@@ -321,12 +321,44 @@ pub(crate) fn check_inputs(g: &Graph, inputs: &[RunValue]) -> Result<Bindings, E
                 })?;
         }
     }
+    check_bounds(g, &bindings)?;
     bindings.bind_assumed(g.assumptions());
     check_requirements(&bindings, g.requirements()).map_err(|message| ExecError::Input {
         input: String::new(),
         message,
     })?;
     Ok(bindings)
+}
+
+/// Checks the inputs' symbols against the graph's bounds ([`Graph::bounds`]): a run
+/// that binds `seq` to 0 where `seq >= 1` was assumed fails in one line naming the
+/// input, the dim, the symbol and the bound.
+fn check_bounds(g: &Graph, b: &Bindings) -> Result<(), ExecError> {
+    for (s, lower) in g.bounds().iter() {
+        let Some(v) = b.get(s).filter(|v| *v < lower) else {
+            continue;
+        };
+        let site = g.inputs().iter().find_map(|&id| {
+            let node = g.node(id)?;
+            let axis = node
+                .outputs()
+                .first()?
+                .shape
+                .dims()
+                .iter()
+                .position(|d| matches!(d, Dim::Sym(x) if x == s))?;
+            Some((node.name().unwrap_or("?").to_string(), axis))
+        });
+        let (input, at) = match site {
+            Some((name, axis)) => (name, format!("dim {axis} is {v} ({s})")),
+            None => (String::new(), format!("{s} is {v}")),
+        };
+        return Err(ExecError::Input {
+            input,
+            message: format!("{at}, but the graph assumes {s} >= {lower}"),
+        });
+    }
+    Ok(())
 }
 
 /// Checks the broadcasts inference needed equal to a member (see [`crate::assume`])

@@ -219,6 +219,9 @@ pub struct Graph {
     /// The broadcast dims inference needed equal to one of their members (see
     /// [`crate::assume`]); checked at every run.
     requirements: Vec<crate::assume::Requirement>,
+    /// The lower bounds every run meets (see [`crate::ir::sym::in_force`]): inference
+    /// decides with them, the interpreter checks them.
+    bounds: crate::ir::sym::bounds::Bounds,
 }
 
 impl Graph {

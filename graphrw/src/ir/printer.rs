@@ -238,6 +238,9 @@ pub fn print(graph: &Graph) -> String {
         })
         .collect();
     let _ = writeln!(out, "graph({}) {{", params.join(", "));
+    if !graph.bounds().is_empty() {
+        let _ = writeln!(out, "  assume {}", graph.bounds());
+    }
     for a in graph.assumptions() {
         let _ = writeln!(out, "  assume {a}");
     }

@@ -49,6 +49,7 @@ use super::dialect::{MAX_OPSET, MIN_OPSET};
 use super::proto::{GraphProto, ModelProto, NodeProto};
 use super::OnnxError;
 use crate::graph::{Graph, Value};
+use crate::ir::sym::bounds::Bounds;
 
 /// Loads an ONNX model file; external data is read relative to the file's folder.
 ///
@@ -149,6 +150,8 @@ fn load_fast_with(
     // Node outputs are found by number here (`by_number`), not in the name map.
     let named = graph.input.len() + graph.initializer.len() + graph.output.len();
     let mut imp = Importer::new(graph, dir, opset, opsets, scan.nodes.len(), named).ok()?;
+    imp.graph
+        .assume_bounds(&bounds::file_bounds(&scan.head.metadata_props, graph).ok()?);
     if let Some(file) = file {
         imp.file = Some(Arc::clone(file));
         for (t, r) in graph.initializer.iter().zip(&scan.raw) {
@@ -420,6 +423,21 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
     None
 }
 
+/// [`load`], with `bounds` assumed from the start (see
+/// [`Graph::assume_bounds`]): the importer folds the model's shape arithmetic with
+/// them, so that `max(seq, 1)` is `seq` under `seq >= 1`. The bounds are saved with
+/// the graph and checked at every run.
+///
+/// ```no_run
+/// use graphrw::ir::sym::bounds::Bounds;
+/// let graph = graphrw::onnx::load_assuming("model.onnx", &Bounds::parse("seq>=1")?)?;
+/// assert_eq!(graph.bounds().lower("seq"), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load_assuming(path: impl AsRef<Path>, bounds: &Bounds) -> Result<Graph, OnnxError> {
+    crate::ir::sym::in_force::with(bounds, || load(path)).0
+}
+
 /// Loads an ONNX model from bytes. A model with external data is an error (there is
 /// no folder to find it in); use [`load`] or [`load_bytes_in`].
 pub fn load_bytes(bytes: &[u8]) -> Result<Graph, OnnxError> {
@@ -477,6 +495,8 @@ pub fn from_model(model: &ModelProto, dir: Option<&Path>) -> Result<Graph, OnnxE
     }
     let named = graph.node.len() + graph.input.len() + graph.initializer.len();
     let mut imp = Importer::new(graph, dir, opset, opsets, graph.node.len(), named)?;
+    imp.graph
+        .assume_bounds(&bounds::file_bounds(&model.metadata_props, graph)?);
     imp.declare_inputs()?;
     let (mut input, mut output) = (Vec::new(), Vec::new());
     for i in imp.node_order()? {
@@ -534,6 +554,7 @@ fn default_opset(model: &ModelProto) -> Result<i64, OnnxError> {
     Ok(version)
 }
 
+pub mod bounds;
 pub(crate) mod importer;
 use importer::*;
 use node::*;

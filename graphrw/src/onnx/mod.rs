@@ -42,7 +42,7 @@ pub use dialect::{
 };
 pub use error::OnnxError;
 pub use external::{SaveOptions, Saved, WeightLayout, MAX_PROTO_BYTES};
-pub use load::{from_model, load, load_bytes, load_bytes_in};
+pub use load::{from_model, load, load_assuming, load_bytes, load_bytes_in};
 pub use save::{save, save_with, to_bytes, to_model};
 pub use tensor_chunks::{open_tensor_pb, TensorPbChunks, CHUNK_BYTES};
 pub use tensor_pb::{

@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::assume::{self, Assumption, InputSite, Made, Requirement};
-use crate::meta::{SymExpr, Symbol};
+use crate::ir::sym::bounds::Bounds;
+use crate::ir::sym::in_force;
+use crate::meta::{Dim, SymExpr, Symbol, TensorMeta};
 
 impl Graph {
     /// The equalities between symbols inference assumed while nodes were added, in the
@@ -19,6 +21,72 @@ impl Graph {
         &self.requirements
     }
 
+    /// The lower bounds every run of the graph meets (`seq >= 1`), beyond the `>= 0`
+    /// of every size: given by the user ([`Graph::assume_at_least`]), read from a
+    /// saved model, or proven by the model itself (see [`crate::ir::sym::in_force`]).
+    /// Inference, shape folding and the rewrites decide with them; the interpreter
+    /// refuses a run whose inputs break one.
+    pub fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
+
+    /// Assumes `symbol >= n` for every run: what follows from it is decided from now
+    /// on, and every node's metadata and symbolic attributes are brought to the
+    /// simpler form it allows (`max(seq, 1)` becomes `seq` under `seq >= 1`). A bound
+    /// under one already known changes nothing.
+    pub fn assume_at_least(&mut self, symbol: &str, n: i64) {
+        self.assume_bounds(&Bounds::new().at_least(symbol, n));
+    }
+
+    /// [`Graph::assume_at_least`] for each of `bounds`.
+    pub fn assume_bounds(&mut self, bounds: &Bounds) {
+        if self.bounds.implies(bounds) {
+            return;
+        }
+        self.bounds = self.bounds.merge(bounds);
+        let b = self.bounds.clone();
+        in_force::with(&b, || self.simplify_all());
+    }
+
+    /// Rewrites every expression of the graph in the form the bounds in force give
+    /// (the scope [`Graph::assume_bounds`] opens).
+    fn simplify_all(&mut self) {
+        for node in self.dag.node_weights_mut() {
+            for meta in node.outputs.iter_mut() {
+                if let Some(n) = simplify_meta(meta) {
+                    *meta = n;
+                }
+            }
+            for v in node.attrs.iter_mut() {
+                let n = match v {
+                    AttrValue::Sym(e) => simplify(e).map(AttrValue::sym_int),
+                    AttrValue::Dims(es) => es
+                        .iter()
+                        .map(|e| simplify(e).or_else(|| Some(e.clone())))
+                        .collect::<Option<Vec<_>>>()
+                        .filter(|n| n != es)
+                        .map(AttrValue::sym_ints),
+                    _ => None,
+                };
+                if let Some(n) = n {
+                    *v = n;
+                }
+            }
+        }
+        for a in &mut self.assumptions {
+            if let Some(n) = simplify(&a.value) {
+                a.value = n;
+            }
+        }
+        for r in &mut self.requirements {
+            for d in [&mut r.dims.0, &mut r.dims.1] {
+                if let Some(n) = simplify_dim(d) {
+                    *d = n;
+                }
+            }
+        }
+    }
+
     /// Records `r` as if a node's inference had required it (for a graph rebuilt from
     /// another).
     pub fn add_requirement(&mut self, r: Requirement) {
@@ -31,7 +99,8 @@ impl Graph {
     /// every node's metadata and symbolic attributes (for a graph rebuilt from another:
     /// the assumptions of the original carry over this way).
     pub fn add_assumption(&mut self, a: Assumption) {
-        self.substitute(&a.symbol, &a.value);
+        let b = self.bounds.clone();
+        in_force::with(&b, || self.substitute(&a.symbol, &a.value));
         self.assumptions.push(a);
     }
 
@@ -58,8 +127,14 @@ impl Graph {
             .iter()
             .map(|a| (a.symbol.clone(), a.value.clone()))
             .collect();
-        let (out, outcome) = assume::assuming(known, || self.infer_node(op, operands, attrs, name));
-        let mut out = out?;
+        let attrs: &[AttrValue] = attrs;
+        let ((out, outcome), proven) = in_force::with(&self.bounds, || {
+            assume::assuming(known, || {
+                self.infer_node_in_force(op, operands, attrs, name)
+            })
+        });
+        let mut out: Vec<TensorMeta> = out?;
+        self.assume_bounds(&proven);
         for m in outcome.made {
             for meta in &mut out {
                 if let Some(n) = assume::substitute_meta(meta, &m.symbol, &m.value) {
@@ -136,4 +211,33 @@ impl Graph {
             }
         }
     }
+}
+
+/// `e` in the form the bounds in force give, where that differs from `e`.
+fn simplify(e: &SymExpr) -> Option<SymExpr> {
+    e.substitute(&|_| None).filter(|n| n != e)
+}
+
+/// [`simplify`] of a dim.
+fn simplify_dim(d: &Dim) -> Option<Dim> {
+    match d {
+        Dim::Expr(e) => Dim::from_expr(simplify(e)?),
+        _ => None,
+    }
+}
+
+/// [`simplify`] of each dim of `m`; `None` when nothing changes.
+fn simplify_meta(m: &TensorMeta) -> Option<TensorMeta> {
+    if !m.shape.is_symbolic() {
+        return None;
+    }
+    let mut out = m.clone();
+    let mut changed = false;
+    for d in out.shape.0.iter_mut() {
+        if let Some(n) = simplify_dim(d) {
+            *d = n;
+            changed = true;
+        }
+    }
+    changed.then_some(out)
 }

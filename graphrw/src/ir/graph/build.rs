@@ -160,8 +160,23 @@ impl Graph {
         })
     }
 
-    /// Checks a would-be node and infers its outputs' metadata.
+    /// Checks a would-be node and infers its outputs' metadata, deciding with the
+    /// graph's bounds ([`Graph::bounds`]).
     pub fn infer_node(
+        &self,
+        op: &'static OpDef,
+        operands: &[Value],
+        attrs: &[AttrValue],
+        name: Option<&str>,
+    ) -> Result<Vec<TensorMeta>, GraphError> {
+        crate::ir::sym::in_force::with(&self.bounds, || {
+            self.infer_node_in_force(op, operands, attrs, name)
+        })
+        .0
+    }
+
+    /// [`Graph::infer_node`] with whatever bounds are in force (the caller's scope).
+    pub(super) fn infer_node_in_force(
         &self,
         op: &'static OpDef,
         operands: &[Value],

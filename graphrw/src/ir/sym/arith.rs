@@ -59,14 +59,16 @@ impl SymExpr {
         SymExpr::from_terms(terms)
     }
 
-    /// `floor(self / other)`: exact where `other` divides every term, an atom where it is
-    /// a positive constant, `None` otherwise (including division by zero or by a
-    /// negative or symbolic divisor that does not divide exactly).
+    /// `floor(self / other)`: an atom where `other` is a positive constant; exact where
+    /// `other` is one term dividing every term and the bounds in force
+    /// ([`super::in_force`]) make it at least 1 (`(b*s) // s = b` needs `s >= 1`: at
+    /// `s = 0` there is no quotient); `None` otherwise (including division by zero or
+    /// by a negative or symbolic divisor that does not divide exactly).
     pub fn div_floor(&self, other: &SymExpr) -> Option<SymExpr> {
-        if let Some(d) = other.as_const() {
-            return self.div_const(d);
+        if other.as_const().is_some() {
+            return self.div_const(other.as_const()?);
         }
-        self.div_exact(other)
+        self.div_floor_within(other, &super::in_force::current())
     }
 
     pub(super) fn div_const(&self, d: i64) -> Option<SymExpr> {
@@ -207,8 +209,14 @@ impl SymExpr {
 
     /// The smallest (`min`) or largest of any number of expressions, in the normal
     /// form of the module docs; `None` for no expression, or past the limits.
+    /// A member is dropped where another beats it for every binding that meets the
+    /// bounds in force ([`super::in_force`]).
     pub fn extreme_of(exprs: &[SymExpr], min: bool) -> Option<SymExpr> {
-        SymExpr::extreme_by(exprs, min, &SymExpr::sign)
+        let bounds = super::in_force::current();
+        if bounds.is_empty() {
+            return SymExpr::extreme_by(exprs, min, &SymExpr::sign);
+        }
+        SymExpr::extreme_within(exprs, min, &bounds)
     }
 
     /// [`SymExpr::extreme_of`], deciding which member beats another by `sign` of their

@@ -34,6 +34,57 @@ impl Bounds {
         self
     }
 
+    /// These bounds and `other`'s (the larger bound of each symbol).
+    pub fn merge(&self, other: &Bounds) -> Bounds {
+        let mut out = self.clone();
+        for (s, n) in &other.lower {
+            match out.lower.iter_mut().find(|(x, _)| x == s) {
+                Some((_, b)) => *b = (*b).max(*n),
+                None => out.lower.push((s.clone(), *n)),
+            }
+        }
+        out
+    }
+
+    /// True when no symbol has a bound beyond `>= 0`.
+    pub fn is_empty(&self) -> bool {
+        self.lower.is_empty()
+    }
+
+    /// True when every binding that meets `self` meets `other` (each of `other`'s
+    /// bounds is at most `self`'s).
+    pub fn implies(&self, other: &Bounds) -> bool {
+        other.lower.iter().all(|(s, n)| self.lower(s) >= *n)
+    }
+
+    /// Each symbol with a bound, and the bound, in the order they were given.
+    pub fn iter(&self) -> impl Iterator<Item = (&Symbol, i64)> + '_ {
+        self.lower.iter().map(|(s, n)| (s, *n))
+    }
+
+    /// Reads bounds written as [`Bounds`]' `Display` writes them, or as a user types
+    /// them: `seq>=1, past>=0`, separated by commas (spaces anywhere). An error names
+    /// the part that is not `name >= integer`.
+    pub fn parse(text: &str) -> Result<Bounds, String> {
+        let mut out = Bounds::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || format!("`{part}` is not a bound `symbol>=n` (as in `seq>=1`)");
+            let (name, n) = part.split_once(">=").ok_or_else(bad)?;
+            let name = name.trim();
+            let n: i64 = n.trim().parse().map_err(|_| bad())?;
+            let named = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | ':' | '/' | '-'))
+                && !name.starts_with(|c: char| c.is_ascii_digit() || c == '-');
+            if !named {
+                return Err(bad());
+            }
+            out = out.at_least(name, n);
+        }
+        Ok(out)
+    }
+
     /// The lower bound of `name` (0 where none is known).
     pub fn lower(&self, name: &str) -> i64 {
         self.lower
@@ -65,6 +116,19 @@ impl Bounds {
         self.lower
             .iter()
             .all(|(s, b)| env(s).is_none_or(|v| v >= *b))
+    }
+}
+
+impl std::fmt::Display for Bounds {
+    /// `seq>=1, past>=2` (what [`Bounds::parse`] reads back).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (s, n)) in self.lower.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{s}>={n}")?;
+        }
+        Ok(())
     }
 }
 
@@ -288,6 +352,28 @@ mod properties {
                 if let (Some(e), Ok(vx), Ok(vy)) = (e, x.eval(&env), y.eval(&env)) {
                     let want = if min { vx.min(vy) } else { vx.max(vy) };
                     prop_assert_eq!(e.eval(&env), Ok(want));
+                }
+            }
+            // The same decisions through the one entry point the graph uses: the
+            // plain operations in a scope with the bounds in force, and their
+            // comparisons.
+            let ((mx, mn, q, ord), _) = super::super::in_force::with(&bounds, || {
+                (x.maximum(&y), x.minimum(&y), x.div_floor(&y), x.compare(&y))
+            });
+            if let (Ok(vx), Ok(vy)) = (x.eval(&env), y.eval(&env)) {
+                if let Some(mx) = mx {
+                    prop_assert_eq!(mx.eval(&env), Ok(vx.max(vy)));
+                }
+                if let Some(mn) = mn {
+                    prop_assert_eq!(mn.eval(&env), Ok(vx.min(vy)));
+                }
+                if let Some(q) = q {
+                    prop_assert!(vy != 0, "{} // {} taken in scope where {} is 0", x, y, y);
+                    let floor = vx.div_euclid(vy) - i64::from(vy < 0 && vx.rem_euclid(vy) != 0);
+                    prop_assert_eq!(q.eval(&env), Ok(floor));
+                }
+                if let Some(o) = ord {
+                    prop_assert_eq!(vx.cmp(&vy), o, "{} vs {}", x, y);
                 }
             }
             if let (Some(q), Ok(vx), Ok(vy)) = (x.div_floor_within(&y, &bounds), x.eval(&env), y.eval(&env)) {

@@ -25,7 +25,8 @@
 //! The subsystem: this module (the types, `Display`), `arith.rs` (the operations and
 //! their normal forms), `value.rs` (evaluation, signs, comparisons, substitution),
 //! [`parse`] (the text `Display` writes, read back), [`bounds`] (lower bounds on
-//! symbols, `seq >= 1`, and what they decide) and [`assume`] (the
+//! symbols, `seq >= 1`, and what they decide), [`in_force`] (the bounds the
+//! operations decide with: a graph's, in a scope it opens) and [`assume`] (the
 //! equalities inference assumes between dims).
 
 use std::fmt;
@@ -34,6 +35,7 @@ use std::sync::Arc;
 mod arith;
 pub mod assume;
 pub mod bounds;
+pub mod in_force;
 pub mod parse;
 #[cfg(test)]
 mod properties;

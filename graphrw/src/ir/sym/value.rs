@@ -8,13 +8,14 @@ use std::cmp::Ordering;
 use super::{Atom, EvalError, Sign, SymExpr};
 
 impl SymExpr {
-    /// How `self` compares with `other` for every binding, when that is decided
-    /// (`Less` covers "at most" only when equal is impossible; see [`SymExpr::sign`]).
+    /// How `self` compares with `other` for every binding that meets the bounds in
+    /// force ([`super::in_force`]), when that is decided (`Less` covers "at most" only
+    /// when equal is impossible; see [`SymExpr::sign`]).
     pub fn compare(&self, other: &SymExpr) -> Option<Ordering> {
         if self == other {
             return Some(Ordering::Equal);
         }
-        match self.sub(other)?.sign() {
+        match self.sub(other)?.sign_within(&super::in_force::current()) {
             Sign::Zero => Some(Ordering::Equal),
             Sign::Positive => Some(Ordering::Greater),
             Sign::Negative => Some(Ordering::Less),

@@ -161,6 +161,8 @@ impl<'m> Importer<'m> {
                 // Most ONNX nodes become one node; inputs and initialisers one each.
                 let mut graph = Graph::new();
                 graph.reserve(node_count + proto.input.len() + proto.initializer.len());
+                // The bounds of `load_assuming`'s scope.
+                graph.assume_bounds(&crate::ir::sym::in_force::current());
                 graph
             },
             values: {
@@ -529,7 +531,16 @@ impl<'m> Importer<'m> {
         v
     }
 
+    /// Imports one node, its shape arithmetic folded with the graph's bounds in force;
+    /// the bounds the node proves (a division by a dim) join the graph's.
     pub(crate) fn import_node(&mut self, at: &At<'m, '_>) -> Result<(), OnnxError> {
+        let bounds = self.graph.bounds().clone();
+        let (r, proven) = crate::ir::sym::in_force::with(&bounds, || self.import_node_in_force(at));
+        self.graph.assume_bounds(&proven);
+        r
+    }
+
+    fn import_node_in_force(&mut self, at: &At<'m, '_>) -> Result<(), OnnxError> {
         let default_domain = at.domain.is_empty() || at.domain == "ai.onnx";
         let contrib = crate::onnx::dialect::is_contrib(at.op_type, at.domain);
         if !(default_domain || contrib) || self.reads_unknown(at) {

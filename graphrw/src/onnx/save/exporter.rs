@@ -656,6 +656,7 @@ impl<'g> Exporter<'g> {
             functions,
             producer_name: "graphrw".into(),
             producer_version: env!("CARGO_PKG_VERSION").into(),
+            metadata_props: bounds_props(self.graph),
             graph: Some(GraphProto {
                 node: Vec::new(),
                 name: "graphrw".into(),
@@ -669,4 +670,16 @@ impl<'g> Exporter<'g> {
         };
         Ok((model, self.nodes, names_unique))
     }
+}
+
+/// The graph's bounds as the model's `metadata_props` (none where it has none), read
+/// back on load (`crate::onnx::load::bounds`).
+fn bounds_props(graph: &Graph) -> Vec<crate::onnx::proto::StringStringEntryProto> {
+    if graph.bounds().is_empty() {
+        return Vec::new();
+    }
+    vec![crate::onnx::proto::StringStringEntryProto {
+        key: crate::onnx::load::bounds::BOUNDS_KEY.into(),
+        value: graph.bounds().to_string(),
+    }]
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::ir::sym::bounds::Bounds;
+use crate::ir::sym::in_force;
 
 /// `transpose(dim0, dim1)`.
 pub fn transpose(x: &[&TensorMeta], a: &Attrs) -> Out {
@@ -99,8 +100,9 @@ fn one_term_ratio(x: &SymExpr, y: &SymExpr) -> Option<(i64, i64)> {
 
 /// The `-1` of a reshape of `shape` whose other entries are `others` (multiplying to
 /// `rest`): the exact quotient where there is one (a symbolic divisor divides only
-/// where it is at least 1, which the reshape itself gives: it has no `-1` beside a
-/// product of 0, see [`Bounds::divisor`]), a floor division by a constant, else
+/// where it is at least 1, which the reshape itself proves for the whole graph: it
+/// fails at run time with a `-1` beside a product of 0, see [`Bounds::divisor`] and
+/// [`in_force::prove`]), a floor division by a constant, else
 /// a fresh symbol (bound from the tensor at run time). Entries equal to a dim of
 /// `shape` cancel first, so that merging or splitting dims around a symbolic one
 /// (`[b, 32, past + new, 64]` to `[-1, past + new, 64]`) gives the product of the rest
@@ -109,9 +111,11 @@ fn inferred_dim(shape: &Shape, others: &[SymExpr], rest: &SymExpr) -> Result<Dim
     if rest.as_const() == Some(0) {
         infer_bail!("cannot reshape {shape} to a shape with a 0 and a -1");
     }
+    // Every run the reshape does not fail has `rest >= 1`: the model proves it.
+    in_force::prove(&Bounds::divisor(rest));
     let quotient = cancelled_quotient(shape, others).or_else(|| {
         let n = shape.numel_expr()?;
-        n.div_floor_within(rest, &Bounds::divisor(rest))
+        n.div_floor_within(rest, &in_force::current().merge(&Bounds::divisor(rest)))
     });
     Ok(quotient
         .and_then(Dim::from_expr)
@@ -133,7 +137,9 @@ fn cancelled_quotient(shape: &Shape, others: &[SymExpr]) -> Option<SymExpr> {
         }
     }
     let numerator = left.iter().try_fold(SymExpr::int(1), |acc, d| acc.mul(d))?;
-    let q = numerator.div_floor_within(&divisor, &Bounds::divisor(&divisor))?;
+    // The divisor is part of `rest`, which `inferred_dim` proved at least 1.
+    let bounds = in_force::current().merge(&Bounds::divisor(&divisor));
+    let q = numerator.div_floor_within(&divisor, &bounds)?;
     // Exact only: the quotient times the divisor gives the numerator back.
     (q.mul(&divisor)? == numerator).then_some(q)
 }
@@ -408,7 +414,7 @@ fn slice_symbolic(x: &[&TensorMeta], a: &Attrs, d: usize) -> Out {
     let Some(len) = len else {
         infer_bail!("slice [{start}:{end}:{step}] overflows");
     };
-    let len = match len.sign() {
+    let len = match len.sign_within(&in_force::current()) {
         Sign::Negative => SymExpr::int(0),
         _ => len,
     };

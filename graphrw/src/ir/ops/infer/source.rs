@@ -15,7 +15,10 @@ fn sizes(a: &Attrs, name: &str) -> Result<Shape, InferError> {
 
 /// True when `e` is below zero for every binding but the all-zero one (no size).
 pub(super) fn negative(e: &SymExpr) -> bool {
-    matches!(e.sign(), Sign::Negative | Sign::NonPositive) && e.as_const() != Some(0)
+    matches!(
+        e.sign_within(&crate::ir::sym::in_force::current()),
+        Sign::Negative | Sign::NonPositive
+    ) && e.as_const() != Some(0)
 }
 
 /// `sym_ints(values, scalar)`: the dims in `values` as an i64 tensor, 1-D or (with
@@ -70,7 +73,7 @@ fn arange_symbolic(a: &Attrs) -> Out {
     let Some(n) = n else {
         infer_bail!("arange({start}, {end}, {step}): the length overflows");
     };
-    let n = match n.sign() {
+    let n = match n.sign_within(&crate::ir::sym::in_force::current()) {
         Sign::Negative => SymExpr::int(0),
         _ => n,
     };

@@ -17,6 +17,8 @@
 
 use crate::graph::Graph;
 use crate::graph::Value;
+use crate::ir::sym::bounds::Bounds;
+use crate::ir::sym::in_force;
 use crate::meta::DType;
 use crate::meta::Sign;
 use crate::meta::SymExpr;
@@ -515,11 +517,22 @@ pub(crate) fn eval(at: &At, ins: &[Option<SymTensor>]) -> Option<SymTensor> {
 
 /// ONNX integer division (truncating), where its value is decided: exact or by a
 /// positive constant of a value that is never negative (there truncation is floor).
+///
+/// The model divides by `b` at run time, and integer division by 0 fails: a divisor
+/// that is one term over symbols (`s`, `b*s`) proves each of them at least 1 for the
+/// whole graph ([`in_force::prove`]), so that `(b*s) / s` is `b`.
 pub(crate) fn int_div(a: &SymExpr, b: &SymExpr) -> Option<SymExpr> {
     if let (Some(x), Some(y)) = (a.as_const(), b.as_const()) {
         return (y != 0).then(|| SymExpr::int(x.wrapping_div(y)));
     }
-    let nonneg = matches!(a.sign(), Sign::Zero | Sign::Positive | Sign::NonNegative);
+    if b.as_const().is_none() {
+        in_force::prove(&Bounds::divisor(b));
+    }
+    let bounds = in_force::current();
+    let nonneg = matches!(
+        a.sign_within(&bounds),
+        Sign::Zero | Sign::Positive | Sign::NonNegative
+    );
     let positive = b.as_const().is_some_and(|d| d > 0);
     if nonneg && positive {
         return a.div_floor(b);
