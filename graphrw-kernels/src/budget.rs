@@ -41,6 +41,15 @@ pub fn default_max_tensor_bytes() -> u64 {
     *DEFAULT.get_or_init(|| total_memory().unwrap_or(FALLBACK_MAX_TENSOR_BYTES))
 }
 
+impl KernelOptions {
+    /// The tensor budget in bytes: [`max_tensor_bytes`](Self::max_tensor_bytes), else
+    /// the machine's memory ([`default_max_tensor_bytes`]).
+    pub fn tensor_budget(&self) -> u64 {
+        self.max_tensor_bytes
+            .unwrap_or_else(default_max_tensor_bytes)
+    }
+}
+
 /// `MemTotal` of `/proc/meminfo`, in bytes.
 fn total_memory() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;

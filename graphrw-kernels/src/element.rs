@@ -4,6 +4,7 @@ use std::fmt::Debug;
 
 use half::{bf16, f16};
 
+use crate::macros::dispatch;
 use crate::{DType, Storage};
 
 /// A floating-point type kernels compute in: `f32` (for f32, f16 and bf16 storage)
@@ -389,6 +390,19 @@ impl Element for bool {
     }
     fn write_le(self, out: &mut Vec<u8>) {
         out.push(self as u8);
+    }
+}
+
+// Equality of storages compares their elements as the element type of their dtype.
+impl PartialEq for Storage {
+    /// Same dtype and equal elements (float equality: NaN differs from itself), whether
+    /// the elements are in memory or mapped.
+    fn eq(&self, other: &Storage) -> bool {
+        if self.dtype() != other.dtype() {
+            return false;
+        }
+        dispatch!(self.dtype(), |T| T::storage_slice(self)
+            == T::storage_slice(other))
     }
 }
 

@@ -33,6 +33,7 @@ pub mod external;
 pub mod fused;
 pub mod mapped;
 pub mod options;
+mod storage;
 mod tensor;
 pub mod testing;
 
@@ -40,7 +41,8 @@ pub use cpu::{CpuFeatures, Isa};
 pub use dtype::DType;
 pub use element::{Element, IntElement, Real};
 pub use error::KernelError;
-pub use external::{ExportedElements, ExternalElements};
+pub use external::ExternalElements;
 pub use mapped::{FileRange, MappedFile};
 pub use options::{KernelOptions, SdpaBlocks, SdpaCudaConfig, SdpaLoopOrder, SdpaTuning};
-pub use tensor::{Storage, Tensor};
+pub use storage::Storage;
+pub use tensor::{ExportedElements, Tensor};

@@ -1,6 +1,6 @@
 //! Layout kernels: shape changes, permutations, concatenation, slicing, triangles.
 
-use crate::broadcast::contiguous_strides;
+use crate::broadcast::{contiguous_strides, strided_collect};
 use crate::cpu::util::{norm_dim, norm_dims, prod};
 use crate::macros::dispatch;
 use crate::{KernelError, Tensor};
@@ -25,7 +25,16 @@ pub fn permute(x: &Tensor, dims: &[i64]) -> Result<Tensor, KernelError> {
     let strides = contiguous_strides(x.shape());
     let shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
     let pstrides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
-    Ok(x.strided_copy(shape, &pstrides, 0))
+    Ok(strided_copy(x, shape, &pstrides, 0))
+}
+
+/// A new contiguous tensor from the strided view (`shape`, `strides`, `offset`) of the
+/// elements of `x`.
+fn strided_copy(x: &Tensor, shape: Vec<usize>, strides: &[usize], offset: usize) -> Tensor {
+    dispatch!(x.dtype(), |T| {
+        let data = strided_collect(x.slice_of::<T>(), offset, &shape, strides);
+        Tensor::from_data(shape, data)
+    })
 }
 
 /// Swaps two dimensions (a copy).
@@ -132,7 +141,7 @@ pub fn expand(x: &Tensor, sizes: &[i64]) -> Result<Tensor, KernelError> {
         return Ok(x.clone());
     }
     crate::budget::check_alloc("expand", &shape, x.dtype())?;
-    Ok(x.strided_copy(shape, &strides, 0))
+    Ok(strided_copy(x, shape, &strides, 0))
 }
 
 /// Inserts a size-1 dimension at `dim` (in `-(rank+1)..=rank`), sharing storage.
@@ -242,7 +251,7 @@ fn narrow(x: &Tensor, d: usize, start: usize, len: usize, step: usize) -> Tensor
     }
     let mut st = strides;
     st[d] *= step;
-    x.strided_copy(shape, &st, offset)
+    strided_copy(x, shape, &st, offset)
 }
 
 /// `x[start:end:step]` along `dim` with Python semantics: negative `start`/`end` count

@@ -10,8 +10,7 @@
 use std::sync::Weak;
 
 use crate::cpu::Isa;
-use crate::tensor::Storage;
-use crate::{DType, Tensor};
+use crate::{DType, Storage, Tensor};
 
 #[cfg(target_arch = "x86_64")]
 type Packed = super::packed_gemm::PackedB;

@@ -11,7 +11,9 @@
 //! 2 ulp). `pow` stays on `powf`. NaN propagates as in the scalar kernels (`max`/`min`
 //! of a NaN is NaN, `relu(NaN)` is NaN).
 
-use crate::cpu::{BinaryOp, Isa, UnaryOp};
+use graphrw_ops::{BinaryOp, UnaryOp};
+
+use crate::cpu::Isa;
 use crate::elementwise::math;
 
 /// `dst[i] = op(a[i])` for every lane, built for `isa` (capped at what this CPU has).

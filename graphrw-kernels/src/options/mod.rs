@@ -20,14 +20,16 @@
 //! assert_eq!(opts.threads, Some(4));
 //! ```
 
+mod product;
 pub mod vars;
 
 use std::cell::Cell;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::cpu::choice::ProductChoice;
 use crate::cpu::{Broadcast, Isa};
+
+pub use product::{ProductChoice, ProductKernel};
 
 /// The settings kernels run with (see the [module docs](self)).
 ///
@@ -145,13 +147,6 @@ impl KernelOptions {
     /// [`SdpaTuning::max_isa`].
     pub fn sdpa_isa(&self) -> Isa {
         cap(self.isa(), self.sdpa.max_isa)
-    }
-
-    /// The tensor budget in bytes: [`max_tensor_bytes`](Self::max_tensor_bytes), else
-    /// the machine's memory.
-    pub fn tensor_budget(&self) -> u64 {
-        self.max_tensor_bytes
-            .unwrap_or_else(crate::budget::default_max_tensor_bytes)
     }
 
     /// Installs these options on the current thread until the guard is dropped:

@@ -30,8 +30,7 @@
 //! or the empty string; `GRAPHRW_NO_PACKED_WEIGHTS` only when `1`. A value that does
 //! not parse is an error naming the variable.
 
-use super::{KernelOptions, SdpaTuning};
-use crate::cpu::choice::ProductChoice;
+use super::{KernelOptions, ProductChoice, SdpaTuning};
 use crate::cpu::{Broadcast, Isa};
 
 /// Every variable [`from_vars`] maps, with what it sets (for `--help`).
@@ -247,7 +246,7 @@ mod tests {
         assert_eq!(o.max_isa, Some(Isa::Avx2Fma));
         assert_eq!(
             o.product_kernel,
-            ProductChoice::Pin(crate::cpu::choice::ProductKernel::Packed(Isa::Avx2Fma))
+            ProductChoice::Pin(crate::options::ProductKernel::Packed(Isa::Avx2Fma))
         );
         assert_eq!(o.threads, Some(3));
         assert_eq!(o.max_tensor_bytes, Some(1 << 20));

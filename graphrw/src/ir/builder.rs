@@ -26,17 +26,11 @@ use std::cell::RefCell;
 use graphrw_kernels::Tensor;
 use smallvec::SmallVec;
 
+pub use crate::graph::draft::Builder;
 use crate::graph::{normalize_attrs, Graph, NodeId, Value};
 use crate::meta::{DType, TensorMeta};
 use crate::ops::{AttrValue, Attrs, OpDef};
 use crate::GraphError;
-
-/// A graph under construction.
-#[derive(Debug, Default)]
-pub struct Builder {
-    graph: RefCell<Graph>,
-    created: RefCell<Vec<NodeId>>,
-}
 
 /// A tensor operand of a builder method: a value, or a scalar that becomes a 0-d
 /// constant of the dtype of the op's first tensor operand.

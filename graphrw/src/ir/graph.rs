@@ -33,12 +33,21 @@
 //! [`crate::meta::INLINE_RANK`] dims included), so reading an operand's shape is one
 //! step from the node, not a pointer chase.
 
+mod assume;
+mod build;
+pub(crate) mod draft;
+mod edit;
+mod id;
+mod order;
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::stable_graph::StableDiGraph;
 use smallvec::SmallVec;
 
 use graphrw_kernels::Tensor;
@@ -48,56 +57,7 @@ use crate::meta::TensorMeta;
 use crate::op_index::{OpIndex, VACANT};
 use crate::ops::{self, Arity, AttrValue, Attrs, Infer, OpDef, OpId};
 use crate::GraphError;
-
-/// A node's id: its index in the graph's node table. Ids survive the removal of other
-/// nodes; a removed node's id may be reused by a later node, so do not keep ids across
-/// rewrites you did not make.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(u32);
-
-impl NodeId {
-    /// The id of index `index` (ids are `u32`: a larger index wraps, as petgraph's do).
-    pub fn new(index: usize) -> NodeId {
-        NodeId(index as u32)
-    }
-
-    /// The index, for tables kept beside the graph.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    /// The node store's index of this node.
-    fn ix(self) -> NodeIndex<u32> {
-        NodeIndex::new(self.0 as usize)
-    }
-
-    /// The id of the node store's index `ix`.
-    fn of(ix: NodeIndex<u32>) -> NodeId {
-        NodeId(ix.index() as u32)
-    }
-}
-
-/// A value: output `output` of node `node`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Value {
-    /// The producing node.
-    pub node: NodeId,
-    /// Which of its outputs.
-    pub output: u32,
-}
-
-impl Value {
-    /// Output `output` of `node`.
-    pub fn new(node: NodeId, output: u32) -> Value {
-        Value { node, output }
-    }
-}
-
-impl From<NodeId> for Value {
-    fn from(node: NodeId) -> Value {
-        Value { node, output: 0 }
-    }
-}
+pub use id::{NodeId, Value};
 
 /// One use of a value, as the producer's use list holds it (with the user's id): the
 /// producer's output `output` is operand `operand` of the user.
@@ -564,10 +524,3 @@ pub fn normalize_attrs(
         })
         .collect()
 }
-
-mod assume;
-mod build;
-mod edit;
-mod order;
-#[cfg(test)]
-mod tests;

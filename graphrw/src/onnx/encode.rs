@@ -5,13 +5,18 @@
 //! The bytes are those prost writes for the same `NodeProto` (fields in tag order,
 //! proto3 defaults left out, int lists packed), so a model written through here
 //! decodes to the model [`to_model`](super::to_model) builds; the tests compare the two.
+//!
+//! What the exporter hands the writers ([`Exported`]: the model, its nodes and its
+//! constants' tensors, placed inline with [`fill_inline`] or in external data by
+//! `external.rs`) is defined here, below both.
 
 use std::borrow::Cow;
 
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 
-use super::proto::{attribute_type, data_type, AttributeProto, NodeProto, TensorProto};
+use super::proto::{attribute_type, data_type, AttributeProto, ModelProto, NodeProto, TensorProto};
+use crate::Tensor;
 
 /// The tag of `GraphProto.node`.
 pub(super) const NODE_TAG: u32 = 1;
@@ -378,5 +383,29 @@ impl InitBytes {
             }
         }
         close_len(buf, at);
+    }
+}
+
+/// An exported model before it is written: the model without its graph's nodes, the
+/// nodes, and the constants' tensors.
+pub(super) struct Exported {
+    /// The model; its graph's `node` list is empty (the nodes are in `nodes`), and the
+    /// initialisers of `payloads` have no data yet.
+    pub model: ModelProto,
+    /// The graph's nodes, in order.
+    pub nodes: NodeSink,
+    /// Initialisers encoded already, around those of the model's graph.
+    pub inits: InitBytes,
+    /// The graph's constants as `(initializer index, tensor)`, for the writer to place
+    /// inline or in external data without copying them first.
+    pub payloads: Vec<(usize, Tensor)>,
+}
+
+/// Fills the `raw_data` of the initialisers `payloads` name.
+pub(super) fn fill_inline(inits: &mut [TensorProto], payloads: Vec<(usize, Tensor)>) {
+    for (i, t) in payloads {
+        if let Some(p) = inits.get_mut(i) {
+            p.raw_data = t.to_raw_bytes();
+        }
     }
 }

@@ -31,11 +31,10 @@ use std::path::{Path, PathBuf};
 use graphrw_kernels::FileRange;
 use prost::Message;
 
-use super::encode::{InitBytes, NodeSink, INITIALIZER_TAG};
+use super::encode::{Exported, InitBytes, NodeSink, INITIALIZER_TAG};
 use super::proto::{
     GraphProto, ModelProto, StringStringEntryProto, TensorProto, DATA_LOCATION_EXTERNAL,
 };
-use super::save::Exported;
 use super::OnnxError;
 use crate::Tensor;
 

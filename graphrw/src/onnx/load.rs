@@ -45,17 +45,11 @@ use graphrw_kernels::MappedFile;
 
 use prost::Message;
 
+use super::dialect::{MAX_OPSET, MIN_OPSET};
 use super::proto::{GraphProto, ModelProto, NodeProto};
 use super::OnnxError;
 use crate::graph::{Graph, Value};
 use crate::ir::sym::bounds::Bounds;
-
-/// The oldest default-domain opset the importer reads. Each op is read with its meaning
-/// at the model's opset (Softmax before 13 flattens to 2-D, axes are attributes before
-/// 13, ...); an op whose old form graphrw does not read stays an `opaque` node.
-pub const MIN_OPSET: i64 = 1;
-/// The newest default-domain opset the importer accepts.
-pub const MAX_OPSET: i64 = 23;
 
 /// Loads an ONNX model file; external data is read relative to the file's folder.
 ///
@@ -568,4 +562,4 @@ pub(crate) mod node;
 mod table_row;
 #[cfg(test)]
 mod tests;
-mod value_info;
+pub(crate) mod value_info;

@@ -19,6 +19,7 @@
 //! bytes present.
 
 mod decode;
+mod dialect;
 mod encode;
 mod error;
 pub mod external;
@@ -36,13 +37,13 @@ mod tensor_pb;
 mod test_set;
 mod upgrade;
 
+pub use dialect::{
+    ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION, MAX_OPSET, MIN_OPSET, ROTARY_OPSET,
+};
 pub use error::OnnxError;
 pub use external::{SaveOptions, Saved, WeightLayout, MAX_PROTO_BYTES};
-pub use load::{from_model, load, load_assuming, load_bytes, load_bytes_in, MAX_OPSET, MIN_OPSET};
-pub use save::{
-    save, save_with, to_bytes, to_model, ATTENTION_OPSET, BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION,
-    ROTARY_OPSET,
-};
+pub use load::{from_model, load, load_assuming, load_bytes, load_bytes_in};
+pub use save::{save, save_with, to_bytes, to_model};
 pub use tensor_chunks::{open_tensor_pb, TensorPbChunks, CHUNK_BYTES};
 pub use tensor_pb::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, encode_tensor_pb, read_tensor_pb,

@@ -45,19 +45,18 @@
 //! `fused.rms_norm` as `RMSNormalization`, `fused.gelu_erf`/`fused.gelu_tanh` as
 //! `Gelu`, `fused.rotary_embedding` as `RotaryEmbedding` where its caches provably
 //! have equal halves, `ops/rotary.rs`), and otherwise as a call of a model-local ONNX function in domain
-//! [`FUNCTION_DOMAIN`] whose body is the op's decomposition (one function per distinct
+//! [`FUNCTION_DOMAIN`](super::FUNCTION_DOMAIN) whose body is the op's decomposition (one function per distinct
 //! body), so that onnxruntime still runs the model; [`load`](super::load) inlines such
 //! functions back.
 
 use std::path::Path;
 
-use super::encode::{InitBytes, NodeSink};
+use super::encode::{fill_inline, Exported, InitBytes, NodeSink};
 use super::external::{SaveOptions, Saved};
-use super::proto::{ModelProto, TensorProto};
+use super::proto::ModelProto;
 use super::OnnxError;
 use crate::graph::{Graph, NodeId};
 use crate::verify::Gate;
-use crate::Tensor;
 
 mod attrs;
 pub(crate) mod exporter;
@@ -65,17 +64,6 @@ pub(crate) mod names;
 
 use exporter::*;
 use names::*;
-
-/// The IR version written (10: what current onnxruntime reads).
-pub const IR_VERSION: i64 = 10;
-/// The default-domain opset written when no op needs a newer one.
-pub const BASE_OPSET: i64 = 18;
-/// The opset of the standard `Attention` op.
-pub const ATTENTION_OPSET: i64 = 23;
-/// The opset of the standard `RotaryEmbedding` op.
-pub const ROTARY_OPSET: i64 = 23;
-/// The domain of the model-local functions written for fused ops.
-pub const FUNCTION_DOMAIN: &str = "graphrw";
 
 /// Writes `graph` as an ONNX model file, keeping the weights' layout
 /// ([`WeightLayout::Keep`](super::WeightLayout::Keep)): constants mapped from external data go to
@@ -141,21 +129,6 @@ pub fn to_model(graph: &Graph) -> Result<ModelProto, OnnxError> {
         }
     }
     Ok(model)
-}
-
-/// An exported model before it is written: the model without its graph's nodes, the
-/// nodes, and the constants' tensors.
-pub(super) struct Exported {
-    /// The model; its graph's `node` list is empty (the nodes are in `nodes`), and the
-    /// initialisers of `payloads` have no data yet.
-    pub model: ModelProto,
-    /// The graph's nodes, in order.
-    pub nodes: NodeSink,
-    /// Initialisers encoded already, around those of the model's graph.
-    pub inits: InitBytes,
-    /// The graph's constants as `(initializer index, tensor)`, for the writer to place
-    /// inline or in external data without copying them first.
-    pub payloads: Vec<(usize, Tensor)>,
 }
 
 /// Exports `graph`: its nodes encoded as they are written (`encoded`) or as prost
@@ -234,15 +207,6 @@ fn export_in(
 /// returned: the verifier's error is).
 fn unverified() -> OnnxError {
     OnnxError::Model("the graph does not verify".into())
-}
-
-/// Fills the `raw_data` of the initialisers `payloads` name.
-pub(super) fn fill_inline(inits: &mut [TensorProto], payloads: Vec<(usize, Tensor)>) {
-    for (i, t) in payloads {
-        if let Some(p) = inits.get_mut(i) {
-            p.raw_data = t.to_raw_bytes();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@
 use crate::Element;
 
 use super::avx2::{self, MR, NR};
-use super::{apply_mask, reset, FullyMaskedRows, Problem};
+use super::unpacked::apply_mask;
+use super::{reset, FullyMaskedRows, Problem};
 
 /// Per-thread buffers of the packed path, reused across work items and calls (one
 /// per thread, so a call does not fault in fresh pages for a head of packed keys).
@@ -332,7 +333,8 @@ pub(super) fn store_rows<T: Element>(
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::{pick_kernel, sdpa_with, FullyMaskedRows, Path, SdpaKernel, SdpaOptions};
+    use super::super::select::{pick_kernel, Path};
+    use super::super::{sdpa_with, FullyMaskedRows, SdpaKernel, SdpaOptions};
     use crate::cpu::sdpa_reference;
     use crate::cpu::Isa;
     use crate::{DType, Tensor};

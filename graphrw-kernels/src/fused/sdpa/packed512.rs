@@ -26,7 +26,8 @@ use crate::Element;
 use super::avx512::{self, Operands, ValueOperands, MR, NR};
 use super::packed::{pack_panels, rows_f32, store_rows, KEEP_FLOATS};
 use super::tile::HalfSrc;
-use super::{apply_mask, avx2, reset, Problem};
+use super::unpacked::apply_mask;
+use super::{avx2, reset, Problem};
 
 /// Per-thread buffers of the AVX-512 packed path, reused across work items and calls
 /// (as `packed::PackScratch`).
@@ -338,9 +339,8 @@ unsafe fn item_in<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::super::packed::tests::{assert_close, grid_inputs, tensor};
-    use super::super::{
-        avx512, pick_kernel, sdpa_with, FullyMaskedRows, Path, SdpaKernel, SdpaOptions,
-    };
+    use super::super::select::{pick_kernel, Path};
+    use super::super::{avx512, sdpa_with, FullyMaskedRows, SdpaKernel, SdpaOptions};
     use crate::cpu::{sdpa_reference, Isa};
     use crate::{DType, Tensor};
 

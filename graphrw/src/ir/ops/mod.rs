@@ -41,9 +41,10 @@ pub mod infer;
 
 use std::fmt;
 
-use crate::builder::Builder;
+use crate::graph::draft::Builder;
+use crate::graph::Value;
 use crate::meta::{DType, EvalError, SymExpr, TensorMeta};
-use crate::{GraphError, Value};
+use crate::GraphError;
 
 pub use builtin::{Op, BUILTIN};
 /// The parts of an op's signature that the op table (`graphrw-ops`) and `OpDef` share:

@@ -12,7 +12,6 @@ use crate::meta::DType;
 use crate::meta::SymExpr;
 use crate::meta::TensorMeta;
 use crate::onnx::load::node::*;
-pub(crate) use crate::onnx::load::value_info::{input_meta, modelled, placeholder};
 use crate::onnx::name_key::NameKey;
 use crate::onnx::proto::GraphProto;
 use crate::onnx::proto::TensorProto;
@@ -543,7 +542,7 @@ impl<'m> Importer<'m> {
 
     fn import_node_in_force(&mut self, at: &At<'m, '_>) -> Result<(), OnnxError> {
         let default_domain = at.domain.is_empty() || at.domain == "ai.onnx";
-        let contrib = crate::onnx::ops::is_contrib(at.op_type, at.domain);
+        let contrib = crate::onnx::dialect::is_contrib(at.op_type, at.domain);
         if !(default_domain || contrib) || self.reads_unknown(at) {
             return self.opaque(at);
         }

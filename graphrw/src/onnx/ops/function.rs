@@ -14,11 +14,12 @@
 use crate::builder::Builder;
 use crate::graph::NodeId;
 use crate::graph::Value;
+use crate::onnx::dialect::FUNCTION_DOMAIN;
+use crate::onnx::encode::fill_inline;
 use crate::onnx::encode::NodeSink;
 use crate::onnx::proto::{FunctionProto, GraphProto, ModelProto, NodeProto};
 use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
-use crate::onnx::save::{fill_inline, FUNCTION_DOMAIN};
 use crate::onnx::OnnxError;
 use crate::ops::{AttrValue, GeluApproximation};
 use prost::Message;

@@ -26,7 +26,6 @@ mod elementwise;
 mod function;
 pub(crate) use function::inline_functions;
 mod microsoft;
-pub(crate) use microsoft::is_contrib;
 mod normalization;
 mod opaque;
 mod rotary;
@@ -35,6 +34,7 @@ pub(crate) mod shape_arith;
 mod source;
 
 use crate::graph::NodeId;
+use crate::onnx::dialect::is_contrib;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
 use crate::onnx::name_key::NameKey;

@@ -10,6 +10,7 @@ use crate::meta::Shape;
 use crate::meta::TensorMeta;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
+use crate::onnx::load::value_info::{input_meta, modelled, placeholder};
 use crate::onnx::proto::NodeProto;
 use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;

@@ -21,11 +21,11 @@
 
 use crate::graph::{Graph, NodeId, Value};
 use crate::meta::Dim;
+use crate::onnx::dialect::ROTARY_OPSET;
 use crate::onnx::load::importer::*;
 use crate::onnx::load::node::*;
 use crate::onnx::save::exporter::*;
 use crate::onnx::save::names::*;
-use crate::onnx::save::ROTARY_OPSET;
 use crate::onnx::OnnxError;
 use crate::ops::Op;
 use smallvec::smallvec;

@@ -8,6 +8,7 @@ use crate::graph::Value;
 use crate::meta::normalize_axis;
 use crate::meta::DType;
 use crate::meta::TensorMeta;
+use crate::onnx::dialect::{BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION};
 use crate::onnx::encode::Attr;
 use crate::onnx::encode::InitBytes;
 use crate::onnx::encode::NodeParts;
@@ -20,7 +21,6 @@ use crate::onnx::proto::TensorProto;
 use crate::onnx::proto::TypeProto;
 use crate::onnx::proto::ValueInfoProto;
 use crate::onnx::save::names::*;
-use crate::onnx::save::{BASE_OPSET, FUNCTION_DOMAIN, IR_VERSION};
 use crate::onnx::table::Absent;
 use crate::onnx::table::HeldValues;
 use crate::onnx::table::OnnxKind;
@@ -88,7 +88,7 @@ pub(crate) struct Exporter<'g> {
     /// until the writer decides where their bytes go.
     pub(crate) payloads: Vec<(usize, Tensor)>,
     /// Symbols and symbolic lists written as shape arithmetic so far.
-    pub(crate) shapes: crate::onnx::ops::shape_arith::ShapeCache,
+    pub(crate) shapes: ShapeCache,
 }
 
 pub(crate) use super::attrs::{a_float, a_int, a_ints, a_str, a_tensor, value_info};
@@ -128,7 +128,7 @@ impl<'g> Exporter<'g> {
             pinned: Vec::new(),
             value_infos: Vec::new(),
             payloads: Vec::new(),
-            shapes: crate::onnx::ops::shape_arith::ShapeCache::default(),
+            shapes: ShapeCache::default(),
         }
     }
 

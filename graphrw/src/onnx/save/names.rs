@@ -1,7 +1,9 @@
 //! Names the exporter gives: an arena of spans of one string, value names by node, and
-//! the set of names taken (printed names `t12` kept as numbers).
+//! the set of names taken (printed names `t12` kept as numbers), and the names of the
+//! symbols and lists written as shape arithmetic ([`ShapeCache`]).
 
 use crate::graph::Value;
+use crate::meta::{SymExpr, Symbol};
 use foldhash::HashMap as FastMap;
 use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
@@ -287,6 +289,18 @@ pub(crate) fn unique(taken: &mut NameSet, base: &str) -> String {
             return name;
         }
     }
+}
+
+/// The names of the symbols and lists written as shape arithmetic so far
+/// (`ops/shape_arith/write.rs`), so that each is written once.
+#[derive(Default)]
+pub(crate) struct ShapeCache {
+    /// Where each symbol first appears as a whole dim: (value, axis).
+    pub(crate) sources: Option<HashMap<Symbol, (Value, usize)>>,
+    /// The `[1]` int64 value of each expression written.
+    pub(crate) exprs: HashMap<SymExpr, Name>,
+    /// The 1-D value of each list written.
+    pub(crate) lists: HashMap<Vec<SymExpr>, Name>,
 }
 
 #[cfg(test)]

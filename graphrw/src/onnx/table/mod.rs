@@ -22,7 +22,7 @@
 //! spellings of the export (`ne`, `rsqrt`, `silu`, `masked_fill`). A row's [`Quirk`]
 //! names the few hand-written steps a table-driven op still takes.
 
-use super::load::MAX_OPSET;
+use super::dialect::{BASE_OPSET, MAX_OPSET};
 use super::name_key::same_bytes;
 use crate::ops::builtin as v;
 use crate::ops::OpDef;
@@ -206,7 +206,7 @@ pub(crate) struct OpMap {
 }
 
 /// The default-domain opset written unless a row needs a newer one.
-const BASE: i64 = super::save::BASE_OPSET;
+const BASE: i64 = BASE_OPSET;
 const ALL: (i64, i64) = (1, MAX_OPSET);
 
 const fn row(onnx: &'static str, op: &'static OpDef, operands: (usize, usize)) -> OpMap {

@@ -38,31 +38,6 @@ use smallvec::smallvec;
 /// The epsilon of the skip normalisations when the node sets none (onnxruntime's).
 const SKIP_NORM_EPSILON: f32 = 1e-12;
 
-/// True for an op of [`Importer::microsoft`] in `domain` (`""` for the default one).
-pub(crate) fn is_contrib(op_type: &str, domain: &str) -> bool {
-    match domain {
-        "com.microsoft" => matches!(
-            op_type,
-            "SkipLayerNormalization"
-                | "SkipSimplifiedLayerNormalization"
-                | "SimplifiedLayerNormalization"
-                | "FastGelu"
-                | "BiasGelu"
-                | "Gelu"
-                | "QuickGelu"
-                | "BiasAdd"
-                | "FusedMatMul"
-                | "Attention"
-                | "MultiHeadAttention"
-                | "GroupQueryAttention"
-                | "RotaryEmbedding"
-                | "EmbedLayerNormalization"
-        ),
-        "" => op_type == "SimplifiedLayerNormalization",
-        _ => false,
-    }
-}
-
 impl<'m> Importer<'m> {
     /// One of the contrib ops [`is_contrib`] names, as its decomposition.
     pub(crate) fn microsoft(&mut self, at: &At<'m, '_>) -> Result<Outs, OnnxError> {

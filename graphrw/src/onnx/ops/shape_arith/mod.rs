@@ -6,4 +6,3 @@ pub(crate) mod fold;
 pub(crate) mod write;
 
 pub(crate) use fold::*;
-pub(crate) use write::*;

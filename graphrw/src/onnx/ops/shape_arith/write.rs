@@ -21,17 +21,6 @@ use crate::onnx::OnnxError;
 use graphrw_kernels::Tensor;
 use std::collections::HashMap;
 
-/// What has been written of symbols and lists, so each is written once.
-#[derive(Default)]
-pub(crate) struct ShapeCache {
-    /// Where each symbol first appears as a whole dim: (value, axis).
-    sources: Option<HashMap<Symbol, (Value, usize)>>,
-    /// The `[1]` int64 value of each expression written.
-    exprs: HashMap<SymExpr, Name>,
-    /// The 1-D value of each list written.
-    lists: HashMap<Vec<SymExpr>, Name>,
-}
-
 impl Exporter<'_> {
     /// Where each symbol of the graph is first a whole dim: the graph inputs first,
     /// then the nodes' outputs in order (data-dependent sizes).
